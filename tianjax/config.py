@@ -1,0 +1,351 @@
+"""Typed, frozen run configuration: YAML loading, dotted overrides, validation.
+
+A config is a tree of frozen dataclasses. `load_config` reads a YAML file (or takes a
+dict), applies `key.sub=value` overrides, and builds the tree; every unknown key, wrong
+type or impossible value raises `ConfigError` with a message that names the key. Jitted
+code closes over these objects, never over dicts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Literal, Mapping, Sequence
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A bad config: the message names the offending key."""
+
+
+def _check(cond: bool, key: str, msg: str) -> None:
+    if not cond:
+        raise ConfigError(f"config key '{key}': {msg}")
+
+
+@dataclass(frozen=True)
+class NetworkConfig:
+    hidden: tuple[int, ...] = (64, 64)  # widths of the MLP hidden layers
+    activation: Literal["tanh", "relu"] = "tanh"
+
+    def __post_init__(self):
+        _check(len(self.hidden) > 0 and all(h > 0 for h in self.hidden), "network.hidden",
+               f"needs one or more positive widths, got {self.hidden}")
+
+
+@dataclass(frozen=True)
+class PPOConfig:
+    lr: float = 2.5e-4
+    anneal_lr: bool = True  # linear decay to 0 over the run
+    num_epochs: int = 4
+    num_minibatches: int = 4
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    clip_eps: float = 0.2
+    clip_value: bool = True
+    vf_coef: float = 0.5
+    ent_coef: float = 0.01
+    max_grad_norm: float = 0.5
+
+    def __post_init__(self):
+        _check(self.lr > 0, "ppo.lr", f"must be > 0, got {self.lr}")
+        _check(self.num_epochs >= 1, "ppo.num_epochs", f"must be >= 1, got {self.num_epochs}")
+        _check(self.num_minibatches >= 1, "ppo.num_minibatches",
+               f"must be >= 1, got {self.num_minibatches}")
+        _check(0 < self.gamma <= 1, "ppo.gamma", f"must be in (0, 1], got {self.gamma}")
+        _check(0 <= self.gae_lambda <= 1, "ppo.gae_lambda", f"must be in [0, 1], got {self.gae_lambda}")
+        _check(self.clip_eps > 0, "ppo.clip_eps", f"must be > 0, got {self.clip_eps}")
+        _check(self.max_grad_norm > 0, "ppo.max_grad_norm", f"must be > 0, got {self.max_grad_norm}")
+
+
+@dataclass(frozen=True)
+class IMPALAConfig:
+    lr: float = 6e-4
+    anneal_lr: bool = True
+    num_minibatches: int = 1  # split of the [T, B] batch along B per update
+    gamma: float = 0.99
+    rho_bar: float = 1.0  # V-trace truncation of the importance ratio in the targets
+    c_bar: float = 1.0  # V-trace truncation of the trace coefficients
+    pg_rho_bar: float = 1.0  # truncation of the ratio in the policy-gradient advantage
+    vf_coef: float = 0.5
+    ent_coef: float = 0.01
+    max_grad_norm: float = 40.0
+
+    def __post_init__(self):
+        _check(self.lr > 0, "impala.lr", f"must be > 0, got {self.lr}")
+        _check(self.num_minibatches >= 1, "impala.num_minibatches",
+               f"must be >= 1, got {self.num_minibatches}")
+        _check(0 < self.gamma <= 1, "impala.gamma", f"must be in (0, 1], got {self.gamma}")
+        for k in ("rho_bar", "c_bar", "pg_rho_bar"):
+            _check(getattr(self, k) > 0, f"impala.{k}", f"must be > 0, got {getattr(self, k)}")
+
+
+@dataclass(frozen=True)
+class DQNConfig:
+    lr: float = 5e-4
+    gamma: float = 0.99
+    buffer_size: int = 50_000  # transitions kept in the replay buffer
+    batch_size: int = 128
+    learning_starts: int = 1_000  # env steps before the first update
+    updates_per_rollout: int = 4  # gradient steps after each [T, B] rollout
+    target_update_every: int = 250  # updates between target-network syncs
+    target_tau: float = 1.0  # 1.0 = hard copy, < 1 = Polyak averaging
+    double_q: bool = True
+    huber_delta: float = 1.0
+    eps_start: float = 1.0
+    eps_end: float = 0.05
+    eps_fraction: float = 0.3  # fraction of total_env_steps over which epsilon decays
+    max_grad_norm: float = 10.0
+
+    def __post_init__(self):
+        _check(self.lr > 0, "dqn.lr", f"must be > 0, got {self.lr}")
+        _check(self.buffer_size >= 1, "dqn.buffer_size", f"must be >= 1, got {self.buffer_size}")
+        _check(1 <= self.batch_size <= self.buffer_size, "dqn.batch_size",
+               f"must be in [1, dqn.buffer_size={self.buffer_size}], got {self.batch_size}")
+        _check(self.learning_starts >= 0, "dqn.learning_starts", "must be >= 0")
+        _check(self.updates_per_rollout >= 1, "dqn.updates_per_rollout", "must be >= 1")
+        _check(self.target_update_every >= 1, "dqn.target_update_every", "must be >= 1")
+        _check(0 < self.target_tau <= 1, "dqn.target_tau", f"must be in (0, 1], got {self.target_tau}")
+        _check(0 <= self.eps_end <= self.eps_start <= 1, "dqn.eps_end",
+               "needs 0 <= dqn.eps_end <= dqn.eps_start <= 1")
+        _check(0 < self.eps_fraction <= 1, "dqn.eps_fraction", "must be in (0, 1]")
+
+
+@dataclass(frozen=True)
+class StalenessConfig:
+    # w(tau): constant (1), polynomial (1 + tau)^-power, exponential exp(-tau / kappa),
+    # hinge (1 up to tau0, then (1 + tau - tau0)^-power), cutoff (1 up to max_staleness, then 0)
+    schedule: Literal["constant", "polynomial", "exponential", "hinge", "cutoff"] = "constant"
+    power: float = 0.5
+    kappa: float = 8.0
+    tau0: int = 4
+    max_staleness: int | None = None  # samples older than this are dropped (null: keep all)
+    rho_bar: float = 1.0  # PPO: weight also by min(rho_bar, pi / mu) (IMPALA: V-trace clips)
+    normalise: bool = True  # rescale weights to mean 1 over the kept samples of a batch
+
+    def __post_init__(self):
+        _check(self.power >= 0, "staleness.power", f"must be >= 0, got {self.power}")
+        _check(self.kappa > 0, "staleness.kappa", f"must be > 0, got {self.kappa}")
+        _check(self.tau0 >= 0, "staleness.tau0", f"must be >= 0, got {self.tau0}")
+        _check(self.max_staleness is None or self.max_staleness >= 0, "staleness.max_staleness",
+               f"must be >= 0 or null, got {self.max_staleness}")
+        _check(self.schedule != "cutoff" or self.max_staleness is not None, "staleness.max_staleness",
+               "must be set for schedule 'cutoff'")
+        _check(self.rho_bar > 0, "staleness.rho_bar", f"must be > 0, got {self.rho_bar}")
+
+
+@dataclass(frozen=True)
+class Config:
+    algo: Literal["ppo", "impala", "dqn"] = "ppo"
+    env: str = "CartPole-v1"  # env id (gymnax name, envpool task id or gymnasium id)
+    env_backend: Literal["gymnax", "envpool", "gymnasium"] = "gymnax"
+    mode: Literal["fused", "sync", "async"] = "fused"
+    seed: int = 0
+    num_seeds: int = 1  # fused mode: independent seeds trained side by side (vmapped)
+    total_env_steps: int = 500_000
+    target_return: float | None = 475.0  # moving average (100 episodes) to call converged
+    run_dir: str | None = None  # default: runs/<algo>_<env>_<timestamp>
+    num_actors: int = 1
+    num_envs: int = 4  # environments per actor
+    rollout_len: int = 128  # T of each [T, B] trajectory
+    log_every: int = 20  # updates between log lines / progress refreshes
+    eval_episodes: int = 0  # greedy episodes at the end (0 = none)
+    network: NetworkConfig = field(default_factory=NetworkConfig)
+    ppo: PPOConfig = field(default_factory=PPOConfig)
+    impala: IMPALAConfig = field(default_factory=IMPALAConfig)
+    dqn: DQNConfig = field(default_factory=DQNConfig)
+    staleness: StalenessConfig = field(default_factory=StalenessConfig)
+
+    def __post_init__(self):
+        _check(self.total_env_steps > 0, "total_env_steps", f"must be > 0, got {self.total_env_steps}")
+        _check(self.num_seeds >= 1, "num_seeds", f"must be >= 1, got {self.num_seeds}")
+        _check(self.num_actors >= 1, "num_actors", f"must be >= 1, got {self.num_actors}")
+        _check(self.num_envs >= 1, "num_envs", f"must be >= 1, got {self.num_envs}")
+        _check(self.rollout_len >= 1, "rollout_len", f"must be >= 1, got {self.rollout_len}")
+        _check(self.log_every >= 1, "log_every", f"must be >= 1, got {self.log_every}")
+        _check(self.eval_episodes >= 0, "eval_episodes", "must be >= 0")
+        _check(bool(self.env), "env", "must be a non-empty env id")
+        batch = self.num_envs * self.rollout_len
+        _check(self.steps_per_update <= self.total_env_steps, "total_env_steps",
+               f"is smaller than one update's worth of steps ({self.steps_per_update})")
+        if self.algo == "ppo":
+            _check(batch % self.ppo.num_minibatches == 0, "ppo.num_minibatches",
+                   f"must divide the batch num_envs * rollout_len = {batch}, got "
+                   f"{self.ppo.num_minibatches} (a minibatch cannot be larger than the batch "
+                   "and all minibatches have one size)")
+        if self.algo == "impala":
+            _check(self.num_envs % self.impala.num_minibatches == 0, "impala.num_minibatches",
+                   f"must divide num_envs = {self.num_envs}, got {self.impala.num_minibatches}")
+        if self.mode == "fused":
+            _check(self.env_backend == "gymnax", "mode",
+                   f"'fused' needs a JAX env (env_backend: gymnax), got env_backend "
+                   f"'{self.env_backend}'; use mode: sync for host envs")
+        if self.num_seeds > 1:
+            _check(self.mode == "fused", "num_seeds", "several seeds side by side need mode: fused")
+
+    @property
+    def steps_per_update(self) -> int:
+        return self.num_actors * self.num_envs * self.rollout_len
+
+    @property
+    def algo_config(self):
+        return getattr(self, self.algo)
+
+    def to_dict(self) -> dict:
+        return _to_plain(dataclasses.asdict(self))
+
+
+def _to_plain(x):
+    if isinstance(x, dict):
+        return {k: _to_plain(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_to_plain(v) for v in x]
+    return x
+
+
+# ----------------------------------------------------------------------------- building
+
+
+def _coerce(value: Any, tp: Any, key: str) -> Any:
+    """Checks `value` against the annotation `tp`, converting where it is lossless."""
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        choices = typing.get_args(tp)
+        _check(value in choices, key, f"must be one of {list(choices)}, got {value!r}")
+        return value
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None:
+            _check(type(None) in args, key, "must not be null")
+            return None
+        errors = []
+        for a in args:
+            if a is type(None):
+                continue
+            try:
+                return _coerce(value, a, key)
+            except ConfigError as e:
+                errors.append(str(e))
+        raise ConfigError(errors[0])
+    if origin is tuple:
+        args = typing.get_args(tp)
+        _check(isinstance(value, (list, tuple)), key, f"must be a list, got {value!r}")
+        return tuple(_coerce(v, args[0], f"{key}[{i}]") for i, v in enumerate(value))
+    if dataclasses.is_dataclass(tp):
+        _check(isinstance(value, Mapping), key, f"must be a mapping of sub-keys, got {value!r}")
+        return _build(tp, value, prefix=f"{key}.")
+    if tp is bool:
+        _check(isinstance(value, bool), key, f"must be true or false, got {value!r}")
+        return value
+    if tp is int:
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)  # 5e5 in YAML
+        if isinstance(value, str):
+            try:
+                f = float(value)
+                value = int(f) if f.is_integer() else value
+            except ValueError:
+                pass
+        _check(isinstance(value, int) and not isinstance(value, bool), key,
+               f"must be an integer, got {value!r}")
+        return value
+    if tp is float:
+        if isinstance(value, str):  # YAML 1.1 reads 1e-3 as a string
+            try:
+                value = float(value)
+            except ValueError:
+                pass
+        _check(isinstance(value, (int, float)) and not isinstance(value, bool), key,
+               f"must be a number, got {value!r}")
+        _check(math.isfinite(value), key, f"must be finite, got {value!r}")
+        return float(value)
+    if tp is str:
+        _check(isinstance(value, str), key, f"must be a string, got {value!r}")
+        return value
+    raise TypeError(f"unsupported annotation {tp} for {key}")
+
+
+def _build(cls, data: Mapping, prefix: str = ""):
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    for k in data:
+        if k not in names:
+            raise ConfigError(f"config key '{prefix}{k}': unknown key (known: {sorted(names)})")
+    kwargs = {k: _coerce(v, hints[k], f"{prefix}{k}") for k, v in data.items()}
+    return cls(**kwargs)
+
+
+def _parse_override(text: str) -> tuple[list[str], Any]:
+    if "=" not in text:
+        raise ConfigError(f"override '{text}': expected key=value")
+    key, raw = text.split("=", 1)
+    key = key.strip()
+    if not key:
+        raise ConfigError(f"override '{text}': empty key")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else None
+    except yaml.YAMLError:
+        value = raw
+    return key.split("."), value
+
+
+def apply_overrides(data: dict, overrides: Sequence[str]) -> dict:
+    """Returns a copy of `data` with each `a.b.c=value` applied (value parsed as YAML)."""
+    data = _deep_copy(data)
+    for text in overrides:
+        path, value = _parse_override(text)
+        node = data
+        for i, p in enumerate(path[:-1]):
+            sub = node.setdefault(p, {})
+            if not isinstance(sub, dict):
+                raise ConfigError(f"config key '{'.'.join(path[:i + 1])}': is not a section")
+            node = sub
+        node[path[-1]] = value
+    return data
+
+
+def _deep_copy(d):
+    return {k: _deep_copy(v) if isinstance(v, dict) else v for k, v in d.items()}
+
+
+def read_yaml(path: str | os.PathLike) -> dict:
+    if not os.path.exists(path):
+        raise ConfigError(f"config file '{path}': not found")
+    with open(path) as f:
+        try:
+            data = yaml.safe_load(f)
+        except yaml.YAMLError as e:
+            raise ConfigError(f"config file '{path}': not valid YAML ({e})") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file '{path}': the top level must be a mapping of keys")
+    return data
+
+
+def load_config(source: str | os.PathLike | Mapping | Config | None = None,
+                overrides: Sequence[str] = (), **kwargs) -> Config:
+    """Builds a validated Config.
+
+    Args:
+      source: a YAML path, a (nested) dict, a Config, or None for the defaults.
+      overrides: dotted `key=value` strings, e.g. ["ppo.lr=1e-3", "num_envs=8"].
+      **kwargs: top-level keys, applied last (e.g. run_dir="runs/x").
+    """
+    if isinstance(source, Config):
+        data = source.to_dict()
+    elif isinstance(source, Mapping):
+        data = _deep_copy(dict(source))
+    elif source is None:
+        data = {}
+    else:
+        data = read_yaml(source)
+    data = apply_overrides(data, overrides)
+    for k, v in kwargs.items():
+        data[k] = v
+    return _build(Config, data)

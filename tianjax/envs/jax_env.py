@@ -1,0 +1,82 @@
+"""JAX environments: any gymnax env (by name) or any object that follows the gymnax API.
+
+The adapter binds the static EnvParams and exposes one stateless protocol:
+
+    reset(key) -> (obs, state)
+    step(key, state, action) -> JaxStep(obs, state, reward, terminated, truncated, final_obs)
+
+with auto-reset: `obs` is already the first observation of the next episode where the
+episode ended, and `final_obs` is the observation the episode ended on (truncation
+bootstraps from it; termination does not). Functions are written for one env and
+vmapped by the caller.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from tianjax.config import ConfigError
+from tianjax.networks import ActionSpec
+
+
+class JaxStep(NamedTuple):
+    obs: jax.Array
+    state: Any
+    reward: jax.Array
+    terminated: jax.Array
+    truncated: jax.Array
+    final_obs: jax.Array
+
+
+class JaxEnv:
+    """A gymnax-API environment with its params bound (stateless, jittable)."""
+
+    def __init__(self, env, params=None, name: str | None = None):
+        self.env = env
+        self.params = env.default_params if params is None else params
+        self.name = name or getattr(env, "name", type(env).__name__)
+        obs_space = env.observation_space(self.params)
+        self.obs_shape = tuple(obs_space.shape)
+        self.obs_dtype = np.dtype(getattr(obs_space, "dtype", np.float32))
+        self.action_spec = action_spec_from_gymnax(env.action_space(self.params))
+
+    def reset(self, key):
+        return self.env.reset(key, self.params)
+
+    def step(self, key, state, action) -> JaxStep:
+        out = self.env.step(key, state, action, self.params)
+        if len(out) == 6:
+            obs, state, reward, terminated, truncated, info = out
+            final_obs = info.get("final_observation", obs)
+        else:  # pre-1.0 gymnax API: (obs, state, reward, done, info); no time-limit split
+            obs, state, reward, done, info = out
+            terminated, truncated, final_obs = done, jnp.zeros_like(done), obs
+        return JaxStep(obs, state, reward.astype(jnp.float32), terminated.astype(bool),
+                       truncated.astype(bool), final_obs)
+
+
+def action_spec_from_gymnax(space) -> ActionSpec:
+    kind = type(space).__name__
+    if kind == "Discrete":
+        return ActionSpec(discrete=True, num_actions=int(space.n))
+    if kind == "Box":
+        return ActionSpec(discrete=False, shape=tuple(space.shape),
+                          low=np.asarray(space.low, np.float32), high=np.asarray(space.high, np.float32))
+    raise ValueError(f"unsupported gymnax action space {kind}")
+
+
+def make_gymnax(name_or_env, params=None) -> JaxEnv:
+    """A JaxEnv from a gymnax registry name, or from an env object following its API."""
+    if not isinstance(name_or_env, str):
+        return JaxEnv(name_or_env, params)
+    import gymnax
+
+    if name_or_env not in gymnax.registered_envs:
+        raise ConfigError(f"config key 'env': '{name_or_env}' is not a gymnax environment "
+                         f"(known: {', '.join(sorted(gymnax.registered_envs))})")
+    env, default_params = gymnax.make(name_or_env)
+    return JaxEnv(env, default_params if params is None else params, name=name_or_env)

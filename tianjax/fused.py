@@ -1,0 +1,91 @@
+"""The fused trainer (Podracer "Anakin" shape): rollout and update in one jitted loop.
+
+For JAX envs the actor and learner share a device and a program: one iteration steps
+[B] envs for T steps with the current params and then updates on that batch (on-policy)
+or on samples from an in-jit replay buffer (off-policy). `run(state, n)` scans n
+iterations; the runtime shell calls it in chunks to log between them, and may vmap it
+over seeds. In this mode every sample is fresh (tau = 0), which is the equivalence the
+staleness-corrected losses are tested against.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from tianjax import buffers
+from tianjax.algos.base import Algorithm
+from tianjax.config import Config
+from tianjax.envs.jax_env import JaxEnv
+from tianjax.learner import LearnerState
+from tianjax.rollout import Episodes, RolloutState, make_rollout
+
+
+class FusedState(NamedTuple):
+    learner: LearnerState
+    actor: RolloutState
+    env_steps: jax.Array  # int32 scalar
+    replay: buffers.ReplayState | None = None
+
+
+def make_fused(config: Config, env: JaxEnv, algo: Algorithm):
+    """Returns (init(key) -> FusedState, run(state, num_iterations) -> (state, (metrics, episodes)))."""
+    B, T = config.num_envs, config.rollout_len
+    rollout_init, rollout = make_rollout(env, algo, B, T)
+    replay = algo.buffer == "replay"
+
+    def init(key) -> FusedState:
+        k_learn, k_act = jax.random.split(key)
+        learner = algo.init(k_learn)
+        actor = rollout_init(k_act)
+        rb = None
+        if replay:
+            _, example, _ = jax.eval_shape(rollout, learner.params, learner.version, actor)
+            one = jax.tree.map(lambda x: jnp.zeros(x.shape[2:], x.dtype), example)
+            rb = buffers.replay_init(config.dqn.buffer_size, one)
+        return FusedState(learner, actor, jnp.zeros((), jnp.int32), rb)
+
+    def onpolicy_iteration(state: FusedState):
+        actor, traj, episodes = rollout(state.learner.params, state.learner.version, state.actor,
+                                        state.env_steps)
+        learner, metrics = algo.update(state.learner, traj)
+        return FusedState(learner, actor, state.env_steps + B * T, None), metrics, episodes
+
+    def replay_iteration(state: FusedState):
+        actor, trans, episodes = rollout(state.learner.params, state.learner.version, state.actor,
+                                         state.env_steps)
+        rb = buffers.replay_add(state.replay, buffers.flatten_time_batch(trans))
+        env_steps = state.env_steps + B * T
+
+        def learn(learner):
+            def one(l, _):
+                key, sub = jax.random.split(l.key)
+                batch = buffers.replay_sample(rb, sub, config.dqn.batch_size)
+                return algo.update(l._replace(key=key), batch)
+
+            return jax.lax.scan(one, learner, None, length=config.dqn.updates_per_rollout)
+
+        def skip(learner):
+            _, m = jax.eval_shape(learn, learner)
+            return learner, jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), m)
+
+        learner, metrics = jax.lax.cond(env_steps >= config.dqn.learning_starts, learn, skip,
+                                        state.learner)
+        metrics = jax.tree.map(lambda x: jnp.mean(x, axis=0), metrics)
+        return FusedState(learner, actor, env_steps, rb), metrics, episodes
+
+    iteration = replay_iteration if replay else onpolicy_iteration
+
+    def run(state: FusedState, num_iterations: int):
+        def body(s, _):
+            s, metrics, episodes = iteration(s)
+            return s, (metrics, episodes)
+
+        return jax.lax.scan(body, state, None, length=num_iterations)
+
+    return init, run
+
+
+__all__ = ["FusedState", "make_fused", "Episodes"]

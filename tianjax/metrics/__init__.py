@@ -1,0 +1,7 @@
+"""Run bookkeeping: run directory, metrics.jsonl, summary.json, episodes, console."""
+
+from tianjax.metrics.episodes import EpisodeTracker
+from tianjax.metrics.logger import RunLogger, format_summary
+from tianjax.metrics.progress import Progress
+
+__all__ = ["EpisodeTracker", "RunLogger", "Progress", "format_summary"]

@@ -1,0 +1,96 @@
+"""The run directory: resolved config, metrics.jsonl (one object per log step), summary.json."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from typing import Any
+
+import numpy as np
+import yaml
+
+from tianjax.config import Config
+
+
+def _plain(x: Any) -> Any:
+    """JSON-safe: numpy/jax scalars to Python, non-finite floats to None."""
+    if isinstance(x, dict):
+        return {str(k): _plain(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_plain(v) for v in x]
+    if hasattr(x, "item") and np.ndim(x) == 0:
+        x = x.item()
+    elif hasattr(x, "tolist"):
+        return _plain(np.asarray(x).tolist())
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
+
+
+def default_run_dir(config: Config) -> str:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    base = os.path.join("runs", f"{config.algo}_{config.env}_{config.mode}_{stamp}")
+    path, i = base, 1
+    while os.path.exists(path):
+        path, i = f"{base}-{i}", i + 1
+    return path
+
+
+class RunLogger:
+    """Owns one run directory."""
+
+    def __init__(self, config: Config, run_dir: str | None = None):
+        self.run_dir = os.path.abspath(run_dir or config.run_dir or default_run_dir(config))
+        os.makedirs(self.run_dir, exist_ok=True)
+        with open(os.path.join(self.run_dir, "config.yaml"), "w") as f:
+            yaml.safe_dump(config.to_dict(), f, sort_keys=False)
+        self._metrics = open(os.path.join(self.run_dir, "metrics.jsonl"), "a")
+        self.records: list[dict] = []
+
+    def log(self, record: dict) -> None:
+        rec = _plain(record)
+        self.records.append(rec)
+        self._metrics.write(json.dumps(rec) + "\n")
+        self._metrics.flush()
+
+    def write_summary(self, summary: dict) -> dict:
+        summary = _plain(summary)
+        tmp = os.path.join(self.run_dir, "summary.json.tmp")
+        with open(tmp, "w") as f:
+            json.dump(summary, f, indent=2)
+        os.replace(tmp, os.path.join(self.run_dir, "summary.json"))  # never half-written
+        return summary
+
+    def close(self) -> None:
+        self._metrics.close()
+
+
+def format_summary(summary: dict) -> str:
+    """A one-screen summary of a finished run."""
+
+    def fmt(v):
+        if v is None:
+            return "-"
+        if isinstance(v, float):
+            return f"{v:,.4g}" if abs(v) < 1e5 else f"{v:,.0f}"
+        if isinstance(v, int):
+            return f"{v:,}"
+        return str(v)
+
+    keys = ["mode", "algo", "env", "env_steps", "updates", "wall_time_s", "compile_time_s",
+            "env_steps_per_s", "samples_consumed_per_s", "episodes", "final_return", "target_return",
+            "convergence_time_s", "convergence_env_steps", "eval_return", "skipped_updates", "run_dir"]
+    rows = [(k, fmt(summary[k])) for k in keys if k in summary]
+    width = max(len(k) for k, _ in rows)
+    line = "-" * (width + 32)
+    out = [line, "tianjax run summary", line]
+    out += [f"{k:<{width}}  {v}" for k, v in rows]
+    verdict = summary.get("convergence_time_s")
+    if summary.get("target_return") is not None:
+        out.append(line)
+        out.append(f"target {fmt(summary['target_return'])} reached after {fmt(verdict)} s"
+                   if verdict is not None else f"target {fmt(summary['target_return'])} not reached")
+    out.append(line)
+    return "\n".join(out)

@@ -1,0 +1,106 @@
+"""Runs the fused trainer in jitted chunks, logging between them.
+
+Compilation is done ahead of time (lower + compile) so that compile time is reported apart
+from training time; the state buffers are donated so each chunk updates them in place.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from functools import partial
+
+import jax
+import numpy as np
+
+from tianjax.algos import make_algorithm
+from tianjax.config import Config
+from tianjax.envs.jax_env import make_gymnax
+from tianjax.fused import make_fused
+from tianjax.metrics import EpisodeTracker, Progress, RunLogger
+
+
+def _finished(done, returns, base_steps, num_envs):
+    """Episodes of a chunk, in the order they ended: (returns, env step at the end of each)."""
+    K, T, B = done.shape
+    steps = base_steps + (np.arange(K)[:, None, None] * T + np.arange(T)[None, :, None] + 1) * B
+    steps = np.broadcast_to(steps, done.shape)
+    return returns[done], steps[done]
+
+
+def run_fused(config: Config, logger: RunLogger, progress: Progress, env=None) -> dict:
+    """Trains `config` in fused mode. Returns a dict with params, tracker stats and timings."""
+    t_start = time.perf_counter()
+    env = env if env is not None else make_gymnax(config.env)
+    algo = make_algorithm(config, env.obs_shape, env.action_spec, correct_staleness=False)
+    init, run = make_fused(config, env, algo)
+    S, B, T = config.num_seeds, config.num_envs, config.rollout_len
+    per_iter = B * T
+    n_iters = math.ceil(config.total_env_steps / per_iter)
+    chunk = min(config.log_every, n_iters)
+
+    keys = jax.random.split(jax.random.key(config.seed), S)
+    if S == 1:
+        state = jax.jit(init)(keys[0])
+        chunk_fn = lambda n: jax.jit(partial(run, num_iterations=n), donate_argnums=0)  # noqa: E731
+    else:
+        state = jax.jit(jax.vmap(init))(keys)
+        chunk_fn = lambda n: jax.jit(jax.vmap(partial(run, num_iterations=n)), donate_argnums=0)  # noqa: E731
+
+    t_compile = time.perf_counter()
+    compiled = {chunk: chunk_fn(chunk).lower(state).compile()}
+    if n_iters % chunk:
+        compiled[n_iters % chunk] = chunk_fn(n_iters % chunk).lower(state).compile()
+    compile_time = time.perf_counter() - t_compile
+
+    trackers = [EpisodeTracker(config.target_return) for _ in range(S)]
+    done_iters, env_steps = 0, 0
+    t_train = time.perf_counter()
+    while done_iters < n_iters:
+        n = min(chunk, n_iters - done_iters)
+        state, (metrics, episodes) = compiled[n](state)
+        done = np.asarray(episodes.done)
+        rets = np.asarray(episodes.returns)
+        now = time.perf_counter()
+        if S == 1:
+            done, rets = done[None], rets[None]
+        for s in range(S):
+            r, st = _finished(done[s], rets[s], env_steps, B)
+            trackers[s].add(r, st, now - t_start)
+        done_iters += n
+        env_steps += n * per_iter
+        ma = float(np.mean([t.moving_average for t in trackers]))
+        train_time = now - t_train
+        record = {
+            "env_steps": env_steps,
+            "updates": int(np.asarray(state.learner.version).max()),
+            "wall_time_s": now - t_start,
+            "env_steps_per_s": env_steps / max(train_time, 1e-9),
+            "return_mean_100": ma,
+            "episodes": int(sum(t.episodes for t in trackers)),
+        }
+        record.update({k: float(np.mean(v)) for k, v in metrics.items()})
+        logger.log(record)
+        progress.update(env_steps, ret=ma, sps=int(record["env_steps_per_s"]))
+
+    train_time = time.perf_counter() - t_train
+    params = state.learner.params
+    conv = [t.convergence_time_s for t in trackers]
+    conv_steps = [t.convergence_env_steps for t in trackers]
+    return {
+        "params": params,
+        "algo": algo,
+        "env": env,
+        "env_steps": env_steps * S,
+        "updates": int(np.asarray(state.learner.version).max()),
+        "skipped_updates": int(np.asarray(state.learner.skipped_updates).sum()),
+        "train_time_s": train_time,
+        "compile_time_s": compile_time,
+        "env_steps_per_s": env_steps * S / max(train_time, 1e-9),
+        "episodes": int(sum(t.episodes for t in trackers)),
+        "final_return": float(np.mean([t.moving_average for t in trackers])),
+        "final_return_per_seed": [t.moving_average for t in trackers] if S > 1 else None,
+        # with several seeds, the run has converged when its slowest seed has
+        "convergence_time_s": None if any(c is None for c in conv) else max(conv),
+        "convergence_env_steps": None if any(c is None for c in conv_steps) else max(conv_steps),
+    }

@@ -1,0 +1,91 @@
+"""`tianjax.train(config)`: one entry point for every mode, from scripts and notebooks."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, NamedTuple, Sequence
+
+import jax
+import numpy as np
+
+from tianjax.config import Config, ConfigError, load_config
+from tianjax.metrics import Progress, RunLogger, format_summary
+
+
+class TrainResult(NamedTuple):
+    params: Any  # the final parameters (a pytree; leading seed axis if num_seeds > 1)
+    summary: dict  # what summary.json holds
+    metrics: list[dict]  # the metrics.jsonl records
+    run_dir: str
+    config: Config
+
+
+def _runner(config: Config):
+    if config.mode == "fused":
+        from tianjax.runtime.fused_runner import run_fused
+
+        return run_fused
+    if config.env_backend == "gymnax":
+        raise ConfigError(f"config key 'mode': '{config.mode}' runs host envs (env_backend: envpool "
+                          "or gymnasium); use mode: fused for gymnax envs")
+    from tianjax.runtime.host_runner import run_host
+
+    return run_host
+
+
+def train(config: Config | str | os.PathLike | dict | None = None, overrides: Sequence[str] = (),
+          *, progress: bool | None = None, verbose: bool = True, **kwargs) -> TrainResult:
+    """Trains a config (a Config, a YAML path or a dict, plus dotted overrides).
+
+    Writes config.yaml, metrics.jsonl and summary.json to the run directory and returns
+    the trained params with the run's metrics. `progress` forces the live bar on or off
+    (default: on when attached to a terminal); `verbose` prints the final summary.
+    """
+    config = load_config(config, overrides, **kwargs)
+    runner = _runner(config)
+    logger = RunLogger(config)
+    bar = Progress(config.total_env_steps * config.num_seeds, enabled=progress,
+                   desc=f"{config.algo} {config.env} [{config.mode}]")
+    t0 = time.perf_counter()
+    try:
+        out = runner(config, logger, bar)
+    finally:
+        bar.close()
+    wall = time.perf_counter() - t0
+    eval_return = None
+    if config.eval_episodes and config.mode == "fused" and config.num_seeds == 1:
+        from tianjax.evaluate import evaluate_jax
+
+        rets = evaluate_jax(out["env"], out["algo"], out["params"], jax.random.key(config.seed + 1),
+                            config.eval_episodes)
+        eval_return = float(np.mean(np.asarray(rets)))
+    summary = {
+        "mode": config.mode,
+        "algo": config.algo,
+        "env": config.env,
+        "env_backend": config.env_backend,
+        "seed": config.seed,
+        "num_seeds": config.num_seeds,
+        "env_steps": out["env_steps"],
+        "updates": out["updates"],
+        "wall_time_s": wall,
+        "compile_time_s": out["compile_time_s"],
+        "env_steps_per_s": out["env_steps_per_s"],
+        "episodes": out["episodes"],
+        "final_return": out["final_return"],
+        "target_return": config.target_return,
+        "convergence_time_s": out["convergence_time_s"],
+        "convergence_env_steps": out["convergence_env_steps"],
+        "skipped_updates": out["skipped_updates"],
+        "eval_return": eval_return,
+        "run_dir": logger.run_dir,
+    }
+    summary.update(out.get("extra_summary", {}))
+    if out.get("final_return_per_seed") is not None:
+        summary["final_return_per_seed"] = out["final_return_per_seed"]
+    summary = logger.write_summary(summary)
+    logger.close()
+    if verbose:
+        print(format_summary(summary), flush=True)
+    return TrainResult(out["params"], summary, logger.records, logger.run_dir, config)

@@ -1,0 +1,56 @@
+"""Shared array containers. Every field documents its shape; T is time, B is batch."""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+
+Array = jax.Array
+Params = Any  # a pytree of arrays
+PRNGKey = jax.Array
+
+
+class Trajectory(NamedTuple):
+    """A [T, B] on-policy rollout, stamped with the policy version that produced it.
+
+    Truncation bootstraps, termination does not: where an episode is cut by a time limit
+    at step t, `bootstrap_value[t]` holds the behaviour critic's value of the final
+    observation (0 elsewhere), and `done[t]` is set either way so nothing leaks across
+    episodes. The losses add gamma * bootstrap_value[t] to reward[t].
+    """
+
+    obs: Array  # [T, B, ...] observation the action was chosen from
+    action: Array  # [T, B, ...]
+    reward: Array  # [T, B]
+    done: Array  # [T, B] episode ended after this step (terminated or truncated)
+    bootstrap_value: Array  # [T, B] V(final obs) where truncated, else 0
+    behaviour_log_prob: Array  # [T, B] log mu(a_t | s_t)
+    behaviour_value: Array  # [T, B] V_mu(s_t) from the behaviour critic
+    version: Array  # [T, B] int32 behaviour version
+    last_obs: Array  # [B, ...] observation after the last step (tail bootstrap)
+
+
+class Transition(NamedTuple):
+    """Off-policy transitions [N, ...] for replay (DQN)."""
+
+    obs: Array  # [N, ...]
+    action: Array  # [N]
+    reward: Array  # [N]
+    next_obs: Array  # [N, ...] the true next observation (final observation at an episode end)
+    terminated: Array  # [N] no bootstrap; truncation still bootstraps from next_obs
+    version: Array  # [N] int32 behaviour version
+
+
+class Versioned(NamedTuple):
+    """Parameters as they travel: always with the number of updates applied to them."""
+
+    version: int
+    params: Params
+
+
+class EpisodeStats(NamedTuple):
+    """Per-env running episode statistics carried through a rollout."""
+
+    episode_return: Array  # [B] return so far of the running episode
+    episode_length: Array  # [B]
