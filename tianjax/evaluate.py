@@ -1,12 +1,11 @@
 """Policy evaluation on JAX envs: N episodes run side by side in one jitted loop.
 
-`evaluate_jax(env, algo, params, key, episodes)` plays each of `episodes` envs until its
-first episode ends (greedy by default) and returns their undiscounted returns [episodes].
+`make_evaluator(env, algo, episodes)` returns a jitted `evaluate(params, key)` that plays
+each of `episodes` envs until its first episode ends (greedy by default) and returns their
+undiscounted returns [episodes].
 """
 
 from __future__ import annotations
-
-from functools import partial
 
 import jax
 import jax.numpy as jnp
@@ -16,9 +15,12 @@ from tianjax.envs.jax_env import JaxEnv
 from tianjax.rollout import clip_action
 
 
-@partial(jax.jit, static_argnames=("env", "algo", "episodes", "greedy", "max_steps"))
-def evaluate_jax(env: JaxEnv, algo: Algorithm, params, key, episodes: int = 10,
-                 greedy: bool = True, max_steps: int = 100_000):
+def make_evaluator(env: JaxEnv, algo: Algorithm, episodes: int = 10, greedy: bool = True,
+                   max_steps: int = 100_000):
+    return jax.jit(lambda params, key: _evaluate(env, algo, params, key, episodes, greedy, max_steps))
+
+
+def _evaluate(env, algo, params, key, episodes, greedy, max_steps):
     key, sub = jax.random.split(key)
     obs, state = jax.vmap(env.reset)(jax.random.split(sub, episodes))
 

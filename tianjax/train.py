@@ -55,10 +55,10 @@ def train(config: Config | str | os.PathLike | dict | None = None, overrides: Se
     wall = time.perf_counter() - t0
     eval_return = None
     if config.eval_episodes and config.mode == "fused" and config.num_seeds == 1:
-        from tianjax.evaluate import evaluate_jax
+        from tianjax.evaluate import make_evaluator
 
-        rets = evaluate_jax(out["env"], out["algo"], out["params"], jax.random.key(config.seed + 1),
-                            config.eval_episodes)
+        evaluate = make_evaluator(out["env"], out["algo"], config.eval_episodes)
+        rets = evaluate(out["params"], jax.random.key(config.seed + 1))
         eval_return = float(np.mean(np.asarray(rets)))
     summary = {
         "mode": config.mode,

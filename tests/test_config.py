@@ -1,0 +1,82 @@
+import pytest
+
+from tianjax.config import Config, ConfigError, load_config
+
+
+def test_default_config_file_loads_and_matches_documented_defaults():
+    cfg = load_config("configs/ppo_cartpole.yaml")
+    assert isinstance(cfg, Config)
+    assert (cfg.algo, cfg.env, cfg.mode, cfg.env_backend) == ("ppo", "CartPole-v1", "fused", "gymnax")
+    assert cfg.ppo.lr == pytest.approx(2.5e-4)  # YAML 1.1 reads 2.5e-4 as a string
+    assert cfg.network.hidden == (64, 64)
+    assert cfg.steps_per_update == 512
+
+
+def test_dotted_overrides_are_typed():
+    cfg = load_config("configs/ppo_cartpole.yaml", ["ppo.lr=1e-3", "num_envs=8", "network.hidden=[32, 32]",
+                                                    "target_return=null", "total_env_steps=5e4"])
+    assert cfg.ppo.lr == pytest.approx(1e-3)
+    assert cfg.num_envs == 8
+    assert cfg.network.hidden == (32, 32)
+    assert cfg.target_return is None
+    assert cfg.total_env_steps == 50_000 and isinstance(cfg.total_env_steps, int)
+
+
+def test_config_is_frozen():
+    cfg = load_config()
+    with pytest.raises(Exception):
+        cfg.seed = 3  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("overrides, key", [
+    (["lerning_rate=1"], "lerning_rate"),
+    (["ppo.lr_typo=1"], "ppo.lr_typo"),
+    (["num_envs=four"], "num_envs"),
+    (["num_envs=2.5"], "num_envs"),
+    (["ppo.anneal_lr=3"], "ppo.anneal_lr"),
+    (["mode=turbo"], "mode"),
+    (["ppo.lr=-1"], "ppo.lr"),
+    (["ppo.num_minibatches=1024"], "ppo.num_minibatches"),  # minibatch larger than the batch
+    (["ppo.num_minibatches=3"], "ppo.num_minibatches"),  # does not divide 512
+    (["env_backend=envpool"], "mode"),  # fused needs a JAX env
+    (["ppo=3"], "ppo"),
+    (["network.hidden=[64, 0]"], "network.hidden"),
+    (["staleness.schedule=cutoff"], "staleness.max_staleness"),
+    (["total_env_steps=100"], "total_env_steps"),
+    (["ppo.gamma=nan"], "ppo.gamma"),
+])
+def test_bad_values_name_the_key(overrides, key):
+    with pytest.raises(ConfigError) as e:
+        load_config("configs/ppo_cartpole.yaml", overrides)
+    assert f"'{key}'" in str(e.value)
+
+
+def test_missing_file_and_bad_yaml(tmp_path):
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(tmp_path / "nope.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("algo: [ppo\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(bad)
+    lst = tmp_path / "list.yaml"
+    lst.write_text("- 1\n- 2\n")
+    with pytest.raises(ConfigError, match="mapping"):
+        load_config(lst)
+
+
+def test_override_without_equals_is_rejected():
+    with pytest.raises(ConfigError, match="key=value"):
+        load_config(None, ["num_envs"])
+
+
+def test_every_shipped_config_loads_and_every_key_is_commented():
+    import glob
+
+    paths = sorted(glob.glob("configs/*.yaml"))
+    assert paths
+    for path in paths:
+        load_config(path)
+        for line in open(path):
+            s = line.strip()
+            if s and not s.startswith("#") and ":" in s and not s.endswith(":"):
+                assert "#" in s, f"{path}: key without a comment: {s}"
