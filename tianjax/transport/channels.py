@@ -1,0 +1,398 @@
+"""The three channels of a TianJi run (arXiv 2502.20190, section 3) over ZeroMQ sockets.
+
+- parameters: learner `ParamPublisher` (PUB, binds) to actors' `ParamSubscriber` (SUB,
+  connects); an actor drains its socket and keeps only the newest version.
+- trajectories: actors' `TrajectorySender` (PUSH, connects) to the learner's
+  `TrajectoryReceiver` (PULL, binds); high-water marks are the backpressure.
+- control: learner `ControlServer` (ROUTER, binds) and actors' `ControlClient` (DEALER,
+  connects) exchange small JSON messages: register, heartbeat, ack, stop.
+
+Every message is encoded by `codec` and authenticated with the run key (`auth`). A message
+that fails a check is counted in the receiving channel's `rejected` Counter (by reason)
+and dropped; receiving never raises for bad input. Sockets have linger 0, bind to
+127.0.0.1 unless given another host, and expose `.socket` so a role can wait on several
+channels with one `zmq.Poller`; `recv(0)`/`poll(0)`/`latest(0)` then take what is there.
+Timeouts are in milliseconds; None waits forever.
+
+NOTE: a channel belongs to one thread (ZeroMQ sockets are not thread-safe); a role that
+needs channels in several threads makes one per thread. Arrays received share memory
+with the received message, which stays alive as long as they do.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import secrets
+import tempfile
+import time
+from typing import Any, Literal
+
+import zmq
+
+from tianjax.transport.auth import Authenticator, RunKey, as_authenticator
+from tianjax.transport.codec import (MAX_HEADER_BYTES, CodecError, Message, ReplayGuard,
+                                     TreeSpec, decode, decode_json, encode, encode_json)
+
+DEFAULT_HOST = "127.0.0.1"
+CONTROL_MAX_BYTES = 1 << 16
+Key = RunKey | bytes | Authenticator
+
+
+def _deadline(timeout_ms: int | None) -> float | None:
+    return None if timeout_ms is None else time.monotonic() + timeout_ms / 1000
+
+
+def _remaining_ms(deadline: float | None) -> int | None:
+    return None if deadline is None else max(0, int((deadline - time.monotonic()) * 1000))
+
+
+def _first_seq() -> int:
+    # NOTE: receivers demand strictly increasing seqs per sender; starting at the clock
+    # lets a restarted sender (same id) continue upward instead of being taken for a replay.
+    return time.time_ns()
+
+
+class _Channel:
+    """One socket, linger 0, closed by close() or a with block."""
+
+    def __init__(self, socket_type: int, ctx: zmq.Context | None):
+        self._ctx = ctx or zmq.Context.instance()
+        self.socket: zmq.Socket = self._ctx.socket(socket_type)
+        self.socket.linger = 0
+        self.endpoint = ""
+        self._ipc_path: str | None = None
+
+    def _bind(self, endpoint: str | None, host: str, transport: Literal["tcp", "ipc"]) -> None:
+        if endpoint is None and transport == "ipc":
+            name = f"tianjax-{os.getpid()}-{secrets.token_hex(6)}.ipc"
+            endpoint = "ipc://" + os.path.join(tempfile.gettempdir(), name)
+        if endpoint is None:
+            if ":" in host:  # an IPv6 address
+                self.socket.ipv6 = True
+                host = f"[{host}]"
+            port = self.socket.bind_to_random_port(f"tcp://{host}")
+            self.endpoint = f"tcp://{host}:{port}"
+            return
+        self.socket.bind(endpoint)
+        # resolves "tcp://host:0" and "tcp://host:*" to the port the OS gave
+        self.endpoint = self.socket.getsockopt_string(zmq.LAST_ENDPOINT)
+        if endpoint.startswith("ipc://"):
+            self._ipc_path = endpoint[len("ipc://"):]
+
+    def close(self) -> None:
+        if not self.socket.closed:
+            self.socket.close(linger=0)
+        if self._ipc_path:
+            try:
+                os.unlink(self._ipc_path)
+            except OSError:
+                pass
+            self._ipc_path = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.endpoint or 'unbound'})"
+
+
+def _default_max_bytes(spec: TreeSpec) -> int:
+    # exact shapes give the exact size; with free batch dims, 1 GiB unless the caller says
+    return spec.nbytes + MAX_HEADER_BYTES + 64 if spec.batch_dims == 0 else 1 << 30
+
+
+# ------------------------------------------------------------------------------ parameters
+class ParamPublisher(_Channel):
+    """Learner side: publishes (version, params) to every subscribed actor.
+
+    NOTE: leaves go out without copies, so the arrays of a published tree must not be
+    written in place until ZeroMQ has sent them; jax arrays and fresh host copies are safe.
+    At its HWM a PUB drops the message being published, i.e. the newest. The HWM is
+    therefore not tiny: a burst of publishes can outrun the I/O thread, and the newest
+    version must not be the one lost. A slow subscriber is still bounded: it is at most
+    `hwm` + its own RCVHWM versions behind, and queued messages pin at most `hwm` old
+    parameter trees in memory (they are views, not copies).
+    """
+
+    def __init__(self, key: Key, *, endpoint: str | None = None, host: str = DEFAULT_HOST,
+                 transport: Literal["tcp", "ipc"] = "tcp", sender: str = "learner",
+                 hwm: int = 8, batch_dims: int = 0, ctx: zmq.Context | None = None):
+        super().__init__(zmq.PUB, ctx)
+        self._auth = as_authenticator(key)
+        self.sender = sender
+        self.batch_dims = batch_dims
+        self._seq = _first_seq()
+        self.socket.sndhwm = hwm
+        self._bind(endpoint, host, transport)
+
+    def publish(self, version: int, params: Any) -> None:
+        self._seq += 1
+        frames = encode(params, auth=self._auth, kind="params", version=version,
+                        sender=self.sender, seq=self._seq, batch_dims=self.batch_dims)
+        self.socket.send_multipart(frames, copy=False)  # PUB never blocks
+
+
+class ParamSubscriber(_Channel):
+    """Actor side: `latest()` hands out the newest valid version, once.
+
+    `template` is an example params tree (arrays or ShapeDtypeStructs) or a TreeSpec.
+    Counters: `accepted`, `rejected` (by reason), `stale` (valid but not newer than the
+    version held), `skipped` (older messages behind a newer valid one, never verified).
+    Versions must grow across learner restarts (resume continues the checkpoint's count),
+    or a subscriber ignores the restarted learner until it passes the old version.
+    """
+
+    _MAX_DRAIN = 64
+
+    def __init__(self, key: Key, endpoint: str, template: Any, *, hwm: int = 2,
+                 max_bytes: int | None = None, batch_dims: int = 0,
+                 ctx: zmq.Context | None = None):
+        super().__init__(zmq.SUB, ctx)
+        self._auth = as_authenticator(key)
+        self.spec = template if isinstance(template, TreeSpec) else TreeSpec(template, batch_dims=batch_dims)
+        self.max_bytes = max_bytes or _default_max_bytes(self.spec)
+        # NOTE: a small RCVHWM bounds what can pile up behind a slow actor; ZMQ_CONFLATE
+        # would keep only the last message but does not support multipart messages.
+        self.socket.rcvhwm = hwm
+        self.socket.setsockopt(zmq.SUBSCRIBE, b"")
+        self.socket.connect(endpoint)
+        self.endpoint = endpoint
+        self.version = -1
+        self.accepted = 0
+        self.stale = 0
+        self.skipped = 0
+        self.rejected: collections.Counter = collections.Counter()
+        self._guard = ReplayGuard()
+
+    def _drain(self) -> list:
+        raws = []
+        while len(raws) < self._MAX_DRAIN:
+            try:
+                raws.append(self.socket.recv_multipart(zmq.NOBLOCK, copy=False))
+            except zmq.Again:
+                break
+        return raws
+
+    def _newest(self, raws: list) -> tuple[int, Any] | None:
+        # Newest first: a PUB delivers in order, so the last message is the newest version
+        # and the ones before it need no verification (verifying is the costly part).
+        for i in range(len(raws) - 1, -1, -1):
+            try:
+                msg = decode(raws[i], auth=self._auth, spec=self.spec, kind="params",
+                             max_bytes=self.max_bytes)
+                self._guard.check(msg)
+            except CodecError as e:
+                self.rejected[e.reason] += 1
+                continue
+            if msg.version <= self.version:
+                self.stale += 1
+                continue
+            self.accepted += 1
+            self.skipped += i
+            self.version = msg.version
+            return msg.version, msg.tree
+        return None
+
+    def latest(self, timeout_ms: int | None = 0) -> tuple[int, Any] | None:
+        """(version, params) newer than any handed out before, or None if none arrives
+        within timeout_ms. Drains everything queued; older versions are dropped."""
+        deadline = _deadline(timeout_ms)
+        while True:
+            raws = self._drain()
+            if raws and (got := self._newest(raws)) is not None:
+                return got
+            remaining = _remaining_ms(deadline)
+            if remaining == 0 or not self.socket.poll(remaining):
+                return None
+
+
+# ------------------------------------------------------------------------------ trajectories
+class TrajectorySender(_Channel):
+    """Actor side: pushes trajectory trees to the learner; `hwm` bounds what may queue."""
+
+    def __init__(self, key: Key, endpoint: str, *, sender: str, hwm: int = 2,
+                 batch_dims: int = 0, ctx: zmq.Context | None = None):
+        super().__init__(zmq.PUSH, ctx)
+        self._auth = as_authenticator(key)
+        self.sender = sender
+        self.batch_dims = batch_dims
+        self._seq = _first_seq()
+        self.socket.sndhwm = hwm
+        self.socket.connect(endpoint)
+        self.endpoint = endpoint
+
+    def send(self, tree: Any, version: int, timeout_ms: int | None = 1000) -> bool:
+        """Queues `tree` stamped with `version`. False if the high-water mark stays reached
+        for timeout_ms (the learner is not reading): backpressure, nothing was sent.
+        Leaves go out without copies: do not write to them until sent."""
+        self._seq += 1
+        frames = encode(tree, auth=self._auth, kind="traj", version=version, sender=self.sender,
+                        seq=self._seq, batch_dims=self.batch_dims)
+        # try first, wait only when full: a poll per message costs more than the rare retry.
+        # A multipart message is queued whole or not at all, so NOBLOCK cannot split it.
+        try:
+            self.socket.send_multipart(frames, flags=zmq.NOBLOCK, copy=False)
+            return True
+        except zmq.Again:
+            pass
+        if not self.socket.poll(timeout_ms, zmq.POLLOUT):
+            return False  # the tag and seq are spent; seqs only need to increase
+        try:
+            self.socket.send_multipart(frames, flags=zmq.NOBLOCK, copy=False)
+        except zmq.Again:
+            return False
+        return True
+
+
+class TrajectoryReceiver(_Channel):
+    """Learner side: `recv()` returns the next valid Message (sender, version, seq, tree).
+    Bad messages are dropped and counted: `rejected[reason]`; good ones in `accepted`."""
+
+    def __init__(self, key: Key, template: Any, *, endpoint: str | None = None,
+                 host: str = DEFAULT_HOST, transport: Literal["tcp", "ipc"] = "tcp",
+                 hwm: int = 4, max_bytes: int | None = None, batch_dims: int = 0,
+                 ctx: zmq.Context | None = None):
+        super().__init__(zmq.PULL, ctx)
+        self._auth = as_authenticator(key)
+        self.spec = template if isinstance(template, TreeSpec) else TreeSpec(template, batch_dims=batch_dims)
+        self.max_bytes = max_bytes or _default_max_bytes(self.spec)
+        self.socket.rcvhwm = hwm
+        self._bind(endpoint, host, transport)
+        self.accepted = 0
+        self.rejected: collections.Counter = collections.Counter()
+        self._guard = ReplayGuard()
+
+    def recv(self, timeout_ms: int | None = 0) -> Message | None:
+        deadline = _deadline(timeout_ms)
+        while True:
+            try:
+                frames = self.socket.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                remaining = _remaining_ms(deadline)
+                if remaining == 0 or not self.socket.poll(remaining):
+                    return None
+                continue
+            try:
+                msg = decode(frames, auth=self._auth, spec=self.spec, kind="traj",
+                             max_bytes=self.max_bytes)
+                self._guard.check(msg)
+            except CodecError as e:
+                self.rejected[e.reason] += 1
+                continue
+            self.accepted += 1
+            return msg
+
+
+# ------------------------------------------------------------------------------ control
+class ControlServer(_Channel):
+    """Learner side of control. Clients are addressed by their identity (bytes), which must
+    equal the authenticated sender name in their messages."""
+
+    def __init__(self, key: Key, *, endpoint: str | None = None, host: str = DEFAULT_HOST,
+                 transport: Literal["tcp", "ipc"] = "tcp", sender: str = "learner",
+                 max_bytes: int = CONTROL_MAX_BYTES, ctx: zmq.Context | None = None):
+        super().__init__(zmq.ROUTER, ctx)
+        self._auth = as_authenticator(key)
+        self.sender = sender
+        self.max_bytes = max_bytes
+        self._seq = _first_seq()
+        # unknown identities raise instead of vanishing; a restarted actor takes its id over
+        self.socket.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        self.socket.setsockopt(zmq.ROUTER_HANDOVER, 1)
+        self._bind(endpoint, host, transport)
+        self.peers: dict[bytes, float] = {}  # identity -> monotonic time last heard
+        self.accepted = 0
+        self.rejected: collections.Counter = collections.Counter()
+        self._guard = ReplayGuard()
+
+    def poll(self, timeout_ms: int | None = 0) -> tuple[bytes, dict] | None:
+        deadline = _deadline(timeout_ms)
+        while True:
+            try:
+                frames = self.socket.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                remaining = _remaining_ms(deadline)
+                if remaining == 0 or not self.socket.poll(remaining):
+                    return None
+                continue
+            identity = frames[0].bytes
+            try:
+                msg = decode_json(frames[1:], auth=self._auth, kind="ctrl", max_bytes=self.max_bytes)
+                if msg.sender.encode() != identity:
+                    # a valid message relayed from another connection
+                    raise CodecError("auth", "sender does not match the connection")
+                self._guard.check(msg)
+            except CodecError as e:
+                self.rejected[e.reason] += 1
+                continue
+            self.accepted += 1
+            self.peers[identity] = time.monotonic()
+            return identity, msg.body
+
+    def send(self, identity: bytes, msg: dict) -> bool:
+        """False if the client is unknown or gone, or its queue is full."""
+        self._seq += 1
+        frames = encode_json(msg, auth=self._auth, kind="ctrl", sender=self.sender, seq=self._seq)
+        try:
+            self.socket.send_multipart([identity, *frames], flags=zmq.NOBLOCK)
+        except (zmq.Again, zmq.ZMQError):
+            return False
+        return True
+
+    def broadcast(self, msg: dict) -> int:
+        """Sends msg to every client heard from; returns how many took it."""
+        return sum(self.send(identity, msg) for identity in list(self.peers))
+
+    def forget(self, identity: bytes) -> None:
+        self.peers.pop(identity, None)
+
+
+class ControlClient(_Channel):
+    """Actor side of control; `identity` names the actor (its messages' sender)."""
+
+    def __init__(self, key: Key, endpoint: str, *, identity: str, hwm: int = 1000,
+                 ctx: zmq.Context | None = None):
+        super().__init__(zmq.DEALER, ctx)
+        self._auth = as_authenticator(key)
+        self.identity = identity
+        self._seq = _first_seq()
+        self.socket.setsockopt(zmq.ROUTING_ID, identity.encode())
+        self.socket.sndhwm = hwm
+        self.socket.connect(endpoint)
+        self.endpoint = endpoint
+        self.accepted = 0
+        self.rejected: collections.Counter = collections.Counter()
+        self._guard = ReplayGuard()
+
+    def send(self, msg: dict) -> bool:
+        """Queues msg (a JSON object with a string "type"); False if the queue is full."""
+        self._seq += 1
+        frames = encode_json(msg, auth=self._auth, kind="ctrl", sender=self.identity, seq=self._seq)
+        try:
+            self.socket.send_multipart(frames, flags=zmq.NOBLOCK)
+        except zmq.Again:
+            return False
+        return True
+
+    def recv(self, timeout_ms: int | None = 0) -> dict | None:
+        deadline = _deadline(timeout_ms)
+        while True:
+            try:
+                frames = self.socket.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                remaining = _remaining_ms(deadline)
+                if remaining == 0 or not self.socket.poll(remaining):
+                    return None
+                continue
+            try:
+                msg = decode_json(frames, auth=self._auth, kind="ctrl", max_bytes=CONTROL_MAX_BYTES)
+                self._guard.check(msg)
+            except CodecError as e:
+                self.rejected[e.reason] += 1
+                continue
+            self.accepted += 1
+            return msg.body

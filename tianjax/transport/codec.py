@@ -1,0 +1,330 @@
+"""Pytrees of arrays to and from ZeroMQ multipart frames, without pickle and without copies.
+
+TianJi (arXiv 2502.20190) moves parameters from the learner to actors and trajectories
+back on every step of a run; the transport must cost little next to raw ZeroMQ. A message
+is
+
+    [tag (16 bytes), header (JSON), leaf_0, leaf_1, ...]
+
+where each leaf frame is the raw bytes of one C-contiguous array, handed to
+`send_multipart(copy=False)` as a view (no copy on the sender), and rebuilt on the
+receiver with `np.frombuffer` over the received `zmq.Frame` (no copy either). The header
+holds a magic string and protocol number, the kind ("params", "traj", "ctrl"), a schema
+hash, the run version, the sender, a sequence number, a random nonce, each leaf's dtype
+and shape, and the total payload bytes. The tag is `auth.MessageAuth` over header and
+leaves.
+
+The receiver never trusts the message for structure: it rebuilds the tree from its own
+`TreeSpec` (treedef, dtypes and shapes from an example tree), and only checks the header
+against it. Every failed check raises `CodecError(reason)` with one of `REASONS`, in this
+order: size (summed frame lengths, before anything is read), auth (the tag, before the
+header is parsed), header (JSON, magic, field types), kind, truncated (fewer leaf frames
+than the header lists), schema / dtype / shape (the header's leaves against the
+template), truncated / size (each leaf frame's length), schema (the structure hash).
+Replays are caught by a `ReplayGuard` after everything else has passed, so a bad message
+cannot advance it. A rejection names the problem, never echoes the message at length.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+from jax import tree_util
+
+from tianjax.transport.auth import TAG_BYTES, Authenticator
+
+MAGIC = "tianjax"
+PROTOCOL = 1
+KINDS = ("params", "traj", "ctrl")
+REASONS = frozenset({"auth", "truncated", "schema", "dtype", "shape", "size", "replay",
+                     "header", "kind"})
+MAX_HEADER_BYTES = 1 << 20  # JSON for ~10k leaves; bigger headers are refused unparsed
+
+
+class CodecError(Exception):
+    """A message failed a check. `reason` is one of REASONS, for counting."""
+
+    def __init__(self, reason: str, detail: str = ""):
+        assert reason in REASONS, reason
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
+
+
+class Message(NamedTuple):
+    """A decoded, authenticated message. `tree` is None for control messages, `body` is
+    None for array messages. Arrays in `tree` share memory with the received frames."""
+
+    kind: str
+    sender: str
+    seq: int
+    version: int
+    tree: Any
+    body: dict | None
+    nbytes: int  # payload bytes (leaf frames)
+
+
+class LeafSpec(NamedTuple):
+    path: str  # jax.tree_util.keystr of the leaf, e.g. "[0].obs"
+    dtype: np.dtype
+    shape: tuple[int, ...]
+
+
+_names: dict[np.dtype, str] = {}
+
+
+def _dtype_name(dtype: np.dtype) -> str:
+    # np.dtype.name is computed in Python on every access; this runs per leaf per message
+    name = _names.get(dtype)
+    if name is None:
+        name = _names[dtype] = dtype.name
+    return name
+
+
+def _schema_hash(paths: Sequence[str], dtypes: Sequence[str], tails: Sequence[tuple],
+                 batch_dims: int) -> str:
+    desc = json.dumps([batch_dims, [[p, d, list(s)] for p, d, s in zip(paths, dtypes, tails)]],
+                      separators=(",", ":"))
+    return hashlib.sha256(desc.encode()).hexdigest()[:16]
+
+
+class TreeSpec:
+    """The receiver's template: structure, dtypes and shapes it will accept.
+
+    Built from an example tree of arrays or `jax.ShapeDtypeStruct`s. The first `batch_dims`
+    dims of every leaf may differ from the example, per message, but must agree across
+    leaves (one batch); the rest of each shape, the dtypes and the structure are fixed.
+    """
+
+    def __init__(self, example: Any, *, batch_dims: int = 0):
+        with_path, self.treedef = tree_util.tree_flatten_with_path(example)
+        self.batch_dims = batch_dims
+        leaves = []
+        for path, leaf in with_path:
+            shape = tuple(int(d) for d in np.shape(leaf))
+            if len(shape) < batch_dims:
+                raise ValueError(f"leaf {tree_util.keystr(path)} has rank {len(shape)} < "
+                                 f"batch_dims={batch_dims}")
+            dtype = leaf.dtype if hasattr(leaf, "dtype") else np.asarray(leaf).dtype
+            leaves.append(LeafSpec(tree_util.keystr(path), _native(np.dtype(dtype)), shape))
+        self.leaves = tuple(leaves)
+        self.schema = _schema_hash([l.path for l in leaves], [l.dtype.name for l in leaves],
+                                   [l.shape[batch_dims:] for l in leaves], batch_dims)
+        self.nbytes = sum(math.prod(l.shape) * l.dtype.itemsize for l in leaves)
+        # the header's leaf list as an exact-shape message carries it: one comparison
+        # accepts the common case; the per-leaf checks only run to name a mismatch
+        self.header_leaves = [[l.dtype.name, list(l.shape)] for l in leaves]
+        self.leaf_nbytes = [math.prod(l.shape) * l.dtype.itemsize for l in leaves]
+
+    def __repr__(self) -> str:
+        return f"TreeSpec({len(self.leaves)} leaves, {self.nbytes} B, schema={self.schema})"
+
+
+def _native(dtype: np.dtype) -> np.dtype:
+    return dtype.newbyteorder("=") if dtype.byteorder not in "=|" else dtype
+
+
+# ------------------------------------------------------------------------------ encoding
+# treedef -> paths, and (treedef, dtypes, shapes) -> (schema, leaves JSON): a sender sends
+# the same structure over and over, so the JSON and hashing are done once per structure
+_path_cache: dict[Any, tuple[str, ...]] = {}
+_layout_cache: dict[tuple, tuple[str, str]] = {}
+
+
+def _leaf_paths(tree: Any) -> tuple[list, Any, tuple[str, ...]]:
+    leaves, treedef = tree_util.tree_flatten(tree)
+    paths = _path_cache.get(treedef)
+    if paths is None:
+        if len(_path_cache) > 256:  # trees of many shapes: keep the cache small
+            _path_cache.clear()
+        paths = tuple(tree_util.keystr(p) for p, _ in tree_util.tree_flatten_with_path(tree)[0])
+        _path_cache[treedef] = paths
+    return leaves, treedef, paths
+
+
+def _layout(treedef, paths, names, shapes, batch_dims) -> tuple[str, str]:
+    key = (treedef, names, shapes, batch_dims)
+    out = _layout_cache.get(key)
+    if out is None:
+        if len(_layout_cache) > 256:
+            _layout_cache.clear()
+        schema = _schema_hash(paths, names, [s[batch_dims:] for s in shapes], batch_dims)
+        leaves_json = json.dumps([[n, list(s)] for n, s in zip(names, shapes)], separators=(",", ":"))
+        out = _layout_cache[key] = (schema, leaves_json)
+    return out
+
+
+def _header(kind: str, schema: str, version: int, sender: str, seq: int, leaves_json: str,
+            nbytes: int, body: dict | None = None) -> bytes:
+    # json.dumps for every string that comes from a caller, so nothing can break the quoting
+    text = (f'{{"m":"{MAGIC}","p":{PROTOCOL},"kind":{json.dumps(kind)},"schema":{json.dumps(schema)},'
+            f'"version":{int(version)},"sender":{json.dumps(str(sender))},"seq":{int(seq)},'
+            f'"nonce":"{os.urandom(16).hex()}","leaves":{leaves_json},"nbytes":{int(nbytes)}')
+    if body is not None:
+        text += ',"body":' + json.dumps(body, separators=(",", ":"))
+    return (text + "}").encode()
+
+
+def encode(tree: Any, *, auth: Authenticator, kind: str, version: int, sender: str, seq: int,
+           batch_dims: int = 0) -> list:
+    """Frames for `tree` (numpy or jax arrays, any pytree). Leaf frames are views of the
+    arrays: the caller must not write to them in place until ZeroMQ has sent them."""
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+    leaves, treedef, paths = _leaf_paths(tree)
+    views, names, shapes = [], [], []
+    for leaf in leaves:
+        a = np.asarray(leaf)  # a jax CPU array gives a view; a device array is copied to host
+        if not a.dtype.isnative:
+            a = a.astype(_native(a.dtype))
+        if not a.flags.c_contiguous:  # (np.ascontiguousarray would turn 0-d into 1-d)
+            a = a.copy(order="C")
+        # uint8 view: every dtype (bfloat16, bool) exports as plain bytes, 0-d and 0-size too
+        views.append(a.reshape(-1).view(np.uint8))
+        names.append(_dtype_name(a.dtype))
+        shapes.append(a.shape)
+    schema, leaves_json = _layout(treedef, paths, tuple(names), tuple(shapes), batch_dims)
+    header = _header(kind, schema, version, sender, seq, leaves_json, sum(v.nbytes for v in views))
+    return [auth.tag(header, views), header, *views]
+
+
+def encode_json(body: dict, *, auth: Authenticator, kind: str, sender: str, seq: int,
+                version: int = 0) -> list:
+    """Frames for a small JSON-able dict (control messages): it rides in the header."""
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+    header = _header(kind, "", version, sender, seq, "[]", 0, body=body)
+    return [auth.tag(header, []), header]
+
+
+# ------------------------------------------------------------------------------ decoding
+def _is_int(x: Any) -> bool:
+    return type(x) is int  # not bool, not float
+
+
+def _parse_header(buf) -> dict:
+    try:
+        h = json.loads(bytes(buf))
+    except (ValueError, UnicodeDecodeError, RecursionError) as e:
+        raise CodecError("header", f"not JSON ({type(e).__name__})") from None
+    if type(h) is not dict or h.get("m") != MAGIC or h.get("p") != PROTOCOL:
+        raise CodecError("header", "bad magic or protocol")
+    if not (type(h.get("kind")) is str and type(h.get("schema")) is str
+            and _is_int(h.get("version")) and type(h.get("sender")) is str
+            and _is_int(h.get("seq")) and _is_int(h.get("nbytes"))
+            and type(h.get("leaves")) is list):
+        raise CodecError("header", "missing or mistyped field")
+    return h
+
+
+def _check_leaves(leaves: list) -> list[tuple[str, tuple[int, ...]]]:
+    out = []
+    for l in leaves:
+        if not (type(l) is list and len(l) == 2 and type(l[0]) is str and type(l[1]) is list
+                and all(_is_int(d) and d >= 0 for d in l[1])):
+            raise CodecError("header", "mistyped leaf entry")
+        out.append((l[0], tuple(l[1])))
+    return out
+
+
+def _buf(frame):
+    # zmq.Frame exposes .buffer (a memoryview of the message, no copy); bytes/arrays are buffers
+    return getattr(frame, "buffer", frame)
+
+
+def _authenticate(frames: Sequence, auth: Authenticator, max_bytes: int, kind: str) -> tuple[dict, list]:
+    if len(frames) < 2:
+        raise CodecError("truncated", f"{len(frames)} frames")
+    bufs = [_buf(f) for f in frames]
+    lens = [memoryview(b).nbytes for b in bufs]
+    if sum(lens) > max_bytes:
+        raise CodecError("size", f"message over {max_bytes} bytes")
+    if lens[1] > MAX_HEADER_BYTES:
+        raise CodecError("size", "header too large")
+    if lens[0] != TAG_BYTES or not auth.verify(bufs[0], bufs[1], bufs[2:]):
+        raise CodecError("auth")
+    h = _parse_header(bufs[1])
+    if h["kind"] != kind:
+        raise CodecError("kind", f"expected {kind}, got {h['kind'][:16]}")
+    if len(frames) - 2 != len(h["leaves"]):
+        raise CodecError("truncated", f"{len(frames) - 2} leaf frames for {len(h['leaves'])} leaves")
+    return h, bufs
+
+
+def decode(frames: Sequence, *, auth: Authenticator, spec: TreeSpec, kind: str,
+           max_bytes: int) -> Message:
+    """Checks and rebuilds a tree message. Frames are `zmq.Frame`s (recv copy=False) or
+    buffers. Raises CodecError; the replay check is the caller's (see ReplayGuard)."""
+    h, bufs = _authenticate(frames, auth, max_bytes, kind)
+    leaf_bufs = bufs[2:]
+    if spec.batch_dims == 0 and h["leaves"] == spec.header_leaves:
+        # fast path: exactly the template's dtypes and shapes (the spec's own ints are used)
+        shapes = [l.shape for l in spec.leaves]
+        needs = spec.leaf_nbytes
+    else:
+        shapes = _check_against(spec, _check_leaves(h["leaves"]))
+        needs = [math.prod(s) * l.dtype.itemsize for s, l in zip(shapes, spec.leaves)]
+    arrays = []
+    for buf, need, shape, leaf in zip(leaf_bufs, needs, shapes, spec.leaves):
+        got = memoryview(buf).nbytes
+        if got != need:
+            raise CodecError("truncated" if got < need else "size",
+                             f"{leaf.path}: {got} bytes, expected {need}")
+        arrays.append(np.frombuffer(buf, dtype=leaf.dtype).reshape(shape))
+    if h["schema"] != spec.schema:
+        raise CodecError("schema", "tree structure differs")
+    nbytes = sum(needs)
+    if h["nbytes"] != nbytes:
+        raise CodecError("header", "nbytes disagrees with the leaves")
+    return Message(h["kind"], h["sender"], h["seq"], h["version"],
+                   tree_util.tree_unflatten(spec.treedef, arrays), None, nbytes)
+
+
+def _check_against(spec: TreeSpec, leaves: list) -> list[tuple[int, ...]]:
+    """Names the first difference between the header's leaves and the template."""
+    if len(leaves) != len(spec.leaves):
+        raise CodecError("schema", f"{len(leaves)} leaves, expected {len(spec.leaves)}")
+    k = spec.batch_dims
+    batch = None
+    shapes = []
+    for (name, shape), leaf in zip(leaves, spec.leaves):
+        if name != _dtype_name(leaf.dtype):
+            raise CodecError("dtype", f"{leaf.path}: {name[:16]}, expected {leaf.dtype.name}")
+        if len(shape) != len(leaf.shape) or shape[k:] != leaf.shape[k:]:
+            raise CodecError("shape", f"{leaf.path}: {shape}, expected {leaf.shape}")
+        if k:
+            if batch is None:
+                batch = shape[:k]
+            elif shape[:k] != batch:
+                raise CodecError("shape", f"{leaf.path}: batch dims {shape[:k]} != {batch}")
+        shapes.append(shape)
+    return shapes
+
+
+def decode_json(frames: Sequence, *, auth: Authenticator, kind: str, max_bytes: int) -> Message:
+    """Checks a control message; its body must be a JSON object with a string "type"."""
+    h, _ = _authenticate(frames, auth, max_bytes, kind)
+    body = h.get("body")
+    if h["leaves"] or type(body) is not dict or type(body.get("type")) is not str:
+        raise CodecError("header", "control body must be an object with a string 'type'")
+    return Message(h["kind"], h["sender"], h["seq"], h["version"], None, body, 0)
+
+
+class ReplayGuard:
+    """Per-sender sequence numbers must strictly increase. Senders start their counter at
+    the wall clock in ns, so a restarted sender with the same id continues upward."""
+
+    def __init__(self):
+        self._last: dict[str, int] = {}
+
+    def check(self, msg: Message) -> None:
+        """Raises CodecError("replay") or records msg.seq as the sender's newest."""
+        last = self._last.get(msg.sender)
+        if last is not None and msg.seq <= last:
+            raise CodecError("replay", f"{msg.sender[:32]} seq {msg.seq} <= {last}")
+        self._last[msg.sender] = msg.seq
