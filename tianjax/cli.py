@@ -1,4 +1,4 @@
-"""Command line: `tianjax train CONFIG [key=value ...]`.
+"""Command line: `tianjax train CONFIG [key=value ...]`, `tianjax launch --role ...`.
 
 Every bad input (unknown key, wrong type, missing file, bad env id, impossible sizes) ends
 with a one-line message and exit code 2, never a traceback.
@@ -7,7 +7,13 @@ with a one-line message and exit code 2, never a traceback.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+
+
+def _sigterm(signum, frame):
+    # unwind like Ctrl-C, so every role's cleanup (stop actors, close sockets) runs
+    raise KeyboardInterrupt("SIGTERM")
 
 
 def _train(args) -> int:
@@ -17,6 +23,28 @@ def _train(args) -> int:
     return 0 if result.summary is not None else 1
 
 
+def _launch(args) -> int:
+    from tianjax.config import load_config
+    from tianjax.launch import multihost
+
+    config = load_config(args.config, args.overrides)
+    if config.mode == "fused":
+        from tianjax.config import ConfigError
+
+        raise ConfigError("config key 'mode': a multi-host launch runs mode sync or async")
+    if args.role == "learner":
+        return multihost.run_learner(config, coordinator=args.coordinator, num_processes=args.num_processes,
+                                     process_id=args.process_id, bind_host=args.bind_host,
+                                     base_port=args.base_port, key_file=args.key_file)
+    if args.actor_id is None:
+        from tianjax.config import ConfigError
+
+        raise ConfigError("launch: --role actor needs --actor-id")
+    return multihost.run_actor(config, actor_id=args.actor_id, learner_host=args.learner_host,
+                               base_port=args.base_port, num_learners=args.num_learners,
+                               key_file=args.key_file)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="tianjax", description="Fast distributed RL training in JAX.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -24,19 +52,41 @@ def main(argv=None) -> int:
     p.add_argument("config", help="a YAML file under configs/ (or your own)")
     p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. ppo.lr=1e-3 num_envs=8")
     p.add_argument("--no-progress", action="store_true", help="no live progress bar")
+    q = sub.add_parser("launch", help="run one role of a multi-host run")
+    q.add_argument("--role", choices=["learner", "actor"], required=True)
+    q.add_argument("config")
+    q.add_argument("overrides", nargs="*")
+    q.add_argument("--coordinator", help="learner 0's host:port for jax.distributed (omit: auto-detect)")
+    q.add_argument("--num-processes", type=int, help="learner processes in the run")
+    q.add_argument("--process-id", type=int, help="this learner's index")
+    q.add_argument("--bind-host", default="127.0.0.1", help="learner: interface to bind (default loopback)")
+    q.add_argument("--learner-host", default="127.0.0.1", help="actor: host of the learners")
+    q.add_argument("--num-learners", type=int, default=1, help="actor: learner processes to spread over")
+    q.add_argument("--base-port", type=int, default=5555, help="learner i uses base+3i .. base+3i+2")
+    q.add_argument("--actor-id", type=int)
+    q.add_argument("--key-file", help="the run key (hex); default: $TIANJAX_RUN_KEY")
     args = parser.parse_args(argv)
 
     from tianjax.config import ConfigError
 
+    signal.signal(signal.SIGTERM, _sigterm)
     try:
         if args.command == "train":
             return _train(args)
+        if args.command == "launch":
+            return _launch(args)
     except ConfigError as e:
         print(f"tianjax: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("tianjax: interrupted", file=sys.stderr)
         return 130
+    except RuntimeError as e:
+        # a run that cannot go on (an actor died in sync mode, no actor delivers): one line
+        if type(e).__name__ in ("ActorFailure", "LearnerStalled"):
+            print(f"tianjax: error: {e}", file=sys.stderr)
+            return 1
+        raise
     return 1
 
 

@@ -140,6 +140,48 @@ class StalenessConfig:
 
 
 @dataclass(frozen=True)
+class RuntimeConfig:
+    """The distributed runtime (modes sync and async): processes, sockets, balance."""
+
+    batch_trajectories: int | None = None  # actor trajectories per update (null: num_actors)
+    publish_every: int = 1  # updates between parameter broadcasts
+    credits_per_actor: int = 2  # trajectories an actor may have in flight or pooled (flow control)
+    max_pool: int = 64  # trajectories the learner holds; beyond it, it stops reading (HWM)
+    max_reuse: int = 0  # on-policy: extra passes over a batch while no fresh data is waiting
+    replay_ratio: float = 1.0  # off-policy: samples learned per sample produced
+    send_hwm: int = 2  # trajectories an actor may have queued before its sends block
+    recv_hwm: int = 4  # trajectories queued at the learner's socket
+    transport: Literal["tcp", "ipc"] = "tcp"
+    bind_host: str = "127.0.0.1"  # where the learner binds; loopback unless set
+    heartbeat_s: float = 1.0  # actor -> learner heartbeat period
+    heartbeat_timeout_s: float = 30.0  # silence after which an actor counts as lost
+    connect_timeout_s: float = 600.0  # how long an actor waits for a (starting) learner
+    max_message_mb: float = 256.0  # larger messages are rejected unread
+    actor_devices: str = "cpu"  # jax platform for actors (cpu, gpu, ...)
+    learner_devices: int | None = None  # devices the learner's update spans (null: all local)
+    actor_threads: int = 1  # XLA/Eigen threads per actor process (2-core machines)
+
+    def __post_init__(self):
+        _check(self.batch_trajectories is None or self.batch_trajectories >= 1,
+               "runtime.batch_trajectories", "must be >= 1 or null")
+        _check(self.publish_every >= 1, "runtime.publish_every", "must be >= 1")
+        _check(self.max_pool >= 1, "runtime.max_pool", "must be >= 1")
+        _check(self.credits_per_actor >= 1, "runtime.credits_per_actor", "must be >= 1")
+        _check(self.max_reuse >= 0, "runtime.max_reuse", "must be >= 0")
+        _check(self.replay_ratio > 0, "runtime.replay_ratio", "must be > 0")
+        _check(self.send_hwm >= 1, "runtime.send_hwm", "must be >= 1")
+        _check(self.recv_hwm >= 1, "runtime.recv_hwm", "must be >= 1")
+        _check(self.heartbeat_s > 0, "runtime.heartbeat_s", "must be > 0")
+        _check(self.heartbeat_timeout_s > self.heartbeat_s, "runtime.heartbeat_timeout_s",
+               "must be larger than runtime.heartbeat_s")
+        _check(self.connect_timeout_s > 0, "runtime.connect_timeout_s", "must be > 0")
+        _check(self.max_message_mb > 0, "runtime.max_message_mb", "must be > 0")
+        _check(self.learner_devices is None or self.learner_devices >= 1, "runtime.learner_devices",
+               "must be >= 1 or null")
+        _check(self.actor_threads >= 1, "runtime.actor_threads", "must be >= 1")
+
+
+@dataclass(frozen=True)
 class Config:
     algo: Literal["ppo", "impala", "dqn"] = "ppo"
     env: str = "CartPole-v1"  # env id (gymnax name, envpool task id or gymnasium id)
@@ -150,7 +192,7 @@ class Config:
     total_env_steps: int = 500_000
     target_return: float | None = 475.0  # moving average (100 episodes) to call converged
     run_dir: str | None = None  # default: runs/<algo>_<env>_<timestamp>
-    num_actors: int = 1
+    num_actors: int = 1  # actor processes (sync/async); 0 = act inside the learner process (sync)
     num_envs: int = 4  # environments per actor
     rollout_len: int = 128  # T of each [T, B] trajectory
     log_every: int = 20  # updates between log lines / progress refreshes
@@ -160,27 +202,35 @@ class Config:
     impala: IMPALAConfig = field(default_factory=IMPALAConfig)
     dqn: DQNConfig = field(default_factory=DQNConfig)
     staleness: StalenessConfig = field(default_factory=StalenessConfig)
+    runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
 
     def __post_init__(self):
         _check(self.total_env_steps > 0, "total_env_steps", f"must be > 0, got {self.total_env_steps}")
         _check(self.num_seeds >= 1, "num_seeds", f"must be >= 1, got {self.num_seeds}")
-        _check(self.num_actors >= 1, "num_actors", f"must be >= 1, got {self.num_actors}")
+        _check(self.num_actors >= 0, "num_actors", f"must be >= 0, got {self.num_actors}")
+        _check(self.num_actors >= 1 or self.mode != "async", "num_actors",
+               "mode async needs actor processes (num_actors >= 1)")
         _check(self.num_envs >= 1, "num_envs", f"must be >= 1, got {self.num_envs}")
         _check(self.rollout_len >= 1, "rollout_len", f"must be >= 1, got {self.rollout_len}")
         _check(self.log_every >= 1, "log_every", f"must be >= 1, got {self.log_every}")
         _check(self.eval_episodes >= 0, "eval_episodes", "must be >= 0")
         _check(bool(self.env), "env", "must be a non-empty env id")
-        batch = self.num_envs * self.rollout_len
+        batch = self.batch_trajectories * self.num_envs * self.rollout_len
         _check(self.steps_per_update <= self.total_env_steps, "total_env_steps",
                f"is smaller than one update's worth of steps ({self.steps_per_update})")
         if self.algo == "ppo":
             _check(batch % self.ppo.num_minibatches == 0, "ppo.num_minibatches",
-                   f"must divide the batch num_envs * rollout_len = {batch}, got "
+                   f"must divide the batch (trajectories x num_envs x rollout_len) = {batch}, got "
                    f"{self.ppo.num_minibatches} (a minibatch cannot be larger than the batch "
                    "and all minibatches have one size)")
         if self.algo == "impala":
-            _check(self.num_envs % self.impala.num_minibatches == 0, "impala.num_minibatches",
-                   f"must divide num_envs = {self.num_envs}, got {self.impala.num_minibatches}")
+            width = self.batch_trajectories * self.num_envs
+            _check(width % self.impala.num_minibatches == 0, "impala.num_minibatches",
+                   f"must divide the batch width (trajectories x num_envs) = {width}, got "
+                   f"{self.impala.num_minibatches}")
+        if self.num_actors == 0 and self.mode != "fused":
+            _check(self.env_backend != "gymnax", "num_actors",
+                   "0 (acting inside the learner) is for host envs; gymnax envs use mode: fused")
         if self.mode == "fused":
             _check(self.env_backend == "gymnax", "mode",
                    f"'fused' needs a JAX env (env_backend: gymnax), got env_backend "
@@ -189,8 +239,15 @@ class Config:
             _check(self.mode == "fused", "num_seeds", "several seeds side by side need mode: fused")
 
     @property
+    def batch_trajectories(self) -> int:
+        """Actor trajectories ([T, num_envs] each) that make one learner batch."""
+        if self.mode == "fused" or self.num_actors == 0:
+            return 1
+        return self.runtime.batch_trajectories or self.num_actors
+
+    @property
     def steps_per_update(self) -> int:
-        return self.num_actors * self.num_envs * self.rollout_len
+        return self.batch_trajectories * self.num_envs * self.rollout_len
 
     @property
     def algo_config(self):

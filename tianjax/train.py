@@ -26,12 +26,13 @@ def _runner(config: Config):
         from tianjax.runtime.fused_runner import run_fused
 
         return run_fused
-    if config.env_backend == "gymnax":
-        raise ConfigError(f"config key 'mode': '{config.mode}' runs host envs (env_backend: envpool "
-                          "or gymnasium); use mode: fused for gymnax envs")
-    from tianjax.runtime.host_runner import run_host
+    if config.num_actors == 0:
+        from tianjax.runtime.host_runner import run_host
 
-    return run_host
+        return run_host
+    from tianjax.launch.local import run_local
+
+    return run_local
 
 
 def train(config: Config | str | os.PathLike | dict | None = None, overrides: Sequence[str] = (),

@@ -85,8 +85,7 @@ def make(config: Config, obs_shape: tuple[int, ...], action_spec: ActionSpec, *,
     cfg = config.ppo
     net = ActorCritic(config.network, tuple(obs_shape), action_spec)
     apply_fn = net.apply
-    batch_size = config.num_envs * config.rollout_len * (config.num_actors if config.mode != "fused" else 1)
-    num_updates = max(config.total_env_steps // batch_size, 1)
+    num_updates = max(config.total_env_steps // config.steps_per_update, 1)
     optimizer = make_optimizer(cfg.lr, cfg.max_grad_norm,
                                num_updates * cfg.num_epochs * cfg.num_minibatches, cfg.anneal_lr)
     loss_fn = make_loss(apply_fn, clip_eps=cfg.clip_eps, clip_value=cfg.clip_value,

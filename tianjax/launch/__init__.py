@@ -1,0 +1,1 @@
+"""Launchers: local (learner + actor processes on this machine) and multi-host roles."""

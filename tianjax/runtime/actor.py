@@ -1,0 +1,153 @@
+"""The actor role: act with the newest parameters it holds, push stamped trajectories.
+
+    async: never waits for parameters. Before each rollout it drains the parameter socket
+           and keeps the newest version (latest-version-wins); if nothing new arrived it
+           acts again with what it has.
+    sync:  after sending a trajectory made with version v it waits for version v + 1
+           (strict assignment dependencies: the baseline).
+
+Flow control is by credits: the learner grants each actor a few trajectory slots and
+returns one whenever it consumes (or drops) a trajectory of that actor. An actor starts a
+rollout only with a credit in hand, so it slows down exactly when the learner falls behind,
+and nothing piles up unseen in socket buffers to be learned from later at high staleness.
+(ZeroMQ's high-water marks alone cannot do this: the kernel's TCP buffers hold hundreds of
+small messages behind them.) Every wait is a poll with a timeout, during which heartbeats
+continue and a stop is noticed.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import jax
+import zmq
+
+from tianjax.algos import make_algorithm
+from tianjax.config import Config
+from tianjax.runtime.sources import env_spec, make_source
+from tianjax.transport.channels import ControlClient, ParamSubscriber, TrajectorySender
+
+
+class ActorStopped(Exception):
+    """The learner said stop (or went away for longer than the heartbeat timeout)."""
+
+
+class Actor:
+    def __init__(self, config: Config, actor_id: int, endpoints: dict, run_key: bytes):
+        self.config = config
+        self.actor_id = actor_id
+        obs_shape, _, action_spec = env_spec(config)
+        self.algo = make_algorithm(config, obs_shape, action_spec)
+        params_template = jax.eval_shape(self.algo.init, jax.random.key(0)).params
+        self.source = make_source(config, self.algo, seed=config.seed + 7919 * (actor_id + 1))
+        rt = config.runtime
+        self.params_in = ParamSubscriber(run_key, endpoints["params"], params_template,
+                                         max_bytes=int(rt.max_message_mb * 2**20))
+        self.traj_out = TrajectorySender(run_key, endpoints["traj"], sender=f"actor-{actor_id}",
+                                         hwm=rt.send_hwm)
+        self.control = ControlClient(run_key, endpoints["control"], identity=f"actor-{actor_id}")
+        self.version = -1
+        self.params = None
+        self.credits = 0
+        self.env_steps = 0
+        self._last_beat = 0.0
+        self._last_heard = time.monotonic()
+
+    # ------------------------------------------------------------------ waiting, politely
+    def _beat(self) -> None:
+        now = time.monotonic()
+        if now - self._last_beat >= self.config.runtime.heartbeat_s:
+            self.control.send({"type": "heartbeat", "actor": self.actor_id, "version": self.version,
+                               "env_steps": self.env_steps, "credits": self.credits})
+            self._last_beat = now
+
+    def _check_control(self) -> None:
+        while (msg := self.control.recv(0)) is not None:
+            self._last_heard = time.monotonic()
+            if msg.get("type") == "stop":
+                raise ActorStopped()
+            if msg.get("type") == "credit":
+                n = msg.get("n")
+                if isinstance(n, int) and 0 < n <= 1024:
+                    self.credits += n
+
+    def _take_newest(self) -> bool:
+        newest = self.params_in.latest(0)
+        if newest is not None and newest[0] > self.version:
+            self._last_heard = time.monotonic()
+            self.version = int(newest[0])
+            self.params = jax.device_put(newest[1])  # once per version
+            return True
+        return False
+
+    def _wait_for_version(self, minimum: int, timeout: float | None = None) -> None:
+        """Blocks (polling, with heartbeats) until a version >= minimum is held."""
+        poller = zmq.Poller()
+        poller.register(self.params_in.socket, zmq.POLLIN)
+        poller.register(self.control.socket, zmq.POLLIN)
+        timeout = timeout or self.config.runtime.heartbeat_timeout_s
+        while True:
+            self._take_newest()
+            if self.version >= minimum:
+                return
+            self._check_control()
+            self._beat()
+            if time.monotonic() - self._last_heard > timeout:
+                raise ActorStopped(f"no parameters from the learner for {timeout:.0f} s")
+            poller.poll(timeout=int(1000 * self.config.runtime.heartbeat_s))
+
+    def _wait_for_credit(self) -> None:
+        """Flow control: blocks (polling, with heartbeats) until the learner grants a slot."""
+        timeout = self.config.runtime.heartbeat_timeout_s
+        while True:
+            self._check_control()
+            if self.credits > 0:
+                return
+            self._beat()
+            if time.monotonic() - self._last_heard > timeout:
+                raise ActorStopped(f"no word from the learner for {timeout:.0f} s")
+            self.control.socket.poll(timeout=int(1000 * self.config.runtime.heartbeat_s))
+
+    def _send(self, rollout) -> None:
+        poll_ms = int(1000 * self.config.runtime.heartbeat_s)
+        while not self.traj_out.send((rollout.batch, rollout.episodes), self.version, timeout_ms=poll_ms):
+            # the learner is not reading (its pool is full): wait, but stay alive and stoppable
+            self._check_control()
+            self._beat()
+            if self.config.mode == "async":
+                self._take_newest()
+
+    # ------------------------------------------------------------------ the loop
+    def run(self) -> int:
+        self.control.send({"type": "register", "actor": self.actor_id, "pid": os.getpid()})
+        try:
+            # the learner may still be starting (compiling, joining a multi-host mesh)
+            self._last_heard = time.monotonic()
+            self._wait_for_version(0, timeout=self.config.runtime.connect_timeout_s)
+            while True:
+                self._wait_for_credit()
+                if self.config.mode == "async":
+                    self._take_newest()
+                rollout = self.source(self.params, self.version, self.env_steps)
+                self.env_steps += self.source.steps_per_call
+                sent_with = self.version
+                self._send(rollout)
+                self.credits -= 1
+                self._beat()
+                if self.config.mode == "sync":
+                    self._wait_for_version(sent_with + 1)
+        except ActorStopped as e:
+            if e.args:
+                print(f"tianjax: actor {self.actor_id} stopping: {e.args[0]}", file=sys.stderr, flush=True)
+                return 1
+            return 0
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        self.source.close()
+        for ch in (self.params_in, self.traj_out, self.control):
+            ch.close()
+

@@ -1,0 +1,113 @@
+"""The balance controller: TianJi's production/consumption strategy, made explicit.
+
+Actors produce samples at rate p, the learner consumes them at rate c (counting reuse).
+With relaxed assignment dependencies nothing forces p and c to match, and a mismatch shows
+up as staleness (p > c: samples queue and age) or idle learner time (p < c). The
+controller measures p, c and the staleness of arriving and consumed samples, and decides:
+
+- admission: a trajectory staler than `max_staleness` on arrival is dropped (and counted);
+  the loss's staleness weights then handle what is admitted;
+- flow control: while the pool holds `max_pool` trajectories the learner stops reading its
+  socket, so ZeroMQ's high-water marks push back and actors block in send (they slow down
+  instead of producing samples that would only age);
+- bounded reuse (on-policy): when the learner is ready and no fresh trajectory is waiting,
+  it may take another pass over its last batch, at most `max_reuse` times per batch.
+
+This class holds no sockets and reads no clock: the caller passes `now` (seconds), so the
+decisions are testable with hand-made timelines. Its state is reported as metrics.
+"""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass
+class BalanceController:
+    max_staleness: int | None
+    max_pool: int
+    max_reuse: int
+    window_s: float = 10.0  # rates are measured over this sliding window
+
+    produced: int = 0  # samples (env steps) admitted
+    consumed: int = 0  # samples learned from, reuse counted
+    dropped: int = 0  # samples refused at admission (too stale)
+    reused_batches: int = 0
+    throttled: int = 0  # times the pool was full and the socket left unread
+    _arrivals: collections.deque = field(default_factory=collections.deque)
+    _consumptions: collections.deque = field(default_factory=collections.deque)
+    _tau_consumed: list = field(default_factory=list)
+    _tau_arrival: list = field(default_factory=list)
+
+    # ------------------------------------------------------------------ decisions
+    def admit(self, behaviour_version: int, learner_version: int, samples: int, now: float) -> bool:
+        """Whether an arriving trajectory enters the pool."""
+        tau = max(learner_version - behaviour_version, 0)
+        self._tau_arrival.append(tau)
+        if self.max_staleness is not None and tau > self.max_staleness:
+            self.dropped += samples
+            return False
+        self.produced += samples
+        self._arrivals.append((now, samples))
+        return True
+
+    def accept_more(self, pool_size: int) -> bool:
+        """Flow control: read the trajectory socket only while the pool has room."""
+        if pool_size >= self.max_pool:
+            self.throttled += 1
+            return False
+        return True
+
+    def may_reuse(self, reuse_count: int, batch_version: int, learner_version: int) -> bool:
+        """Bounded reuse of the last batch while no fresh data is waiting."""
+        if reuse_count >= self.max_reuse:
+            return False
+        tau = learner_version - batch_version
+        return self.max_staleness is None or tau <= self.max_staleness
+
+    # ------------------------------------------------------------------ measurements
+    def consumed_batch(self, taus: np.ndarray, samples: int, now: float, reuse: bool = False) -> None:
+        self.consumed += samples
+        self.reused_batches += int(reuse)
+        self._consumptions.append((now, samples))
+        self._tau_consumed.extend(np.asarray(taus).ravel().tolist())
+
+    def _rate(self, events: collections.deque, now: float) -> float:
+        while events and events[0][0] < now - self.window_s:
+            events.popleft()
+        if not events:
+            return 0.0
+        span = max(now - events[0][0], 1e-3)
+        return sum(n for _, n in events) / span
+
+    def production_rate(self, now: float) -> float:
+        return self._rate(self._arrivals, now)
+
+    def consumption_rate(self, now: float) -> float:
+        return self._rate(self._consumptions, now)
+
+    def staleness_stats(self) -> dict:
+        tau = np.asarray(self._tau_consumed, np.float64)
+        if tau.size == 0:
+            return {"staleness_mean": 0.0, "staleness_max": 0}
+        return {"staleness_mean": float(tau.mean()), "staleness_max": int(tau.max())}
+
+    def staleness_histogram(self) -> dict:
+        """{tau: count} of consumed samples."""
+        values, counts = np.unique(np.asarray(self._tau_consumed, np.int64), return_counts=True)
+        return {int(v): int(c) for v, c in zip(values, counts)}
+
+    def metrics(self, now: float) -> dict:
+        return {
+            "production_rate": self.production_rate(now),
+            "consumption_rate": self.consumption_rate(now),
+            "samples_produced": self.produced,
+            "samples_consumed": self.consumed,
+            "dropped_samples": self.dropped,
+            "reused_batches": self.reused_batches,
+            "throttled": self.throttled,
+            **self.staleness_stats(),
+        }

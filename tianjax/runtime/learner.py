@@ -1,0 +1,375 @@
+"""The learner role: an event loop around a zmq poller that fills a sample pool from any
+actor and runs the jitted update on whatever the pool holds (TianJi's relaxed assignment
+dependencies), or, in sync mode, on exactly one fresh trajectory from every actor.
+
+    async: update as soon as `batch_trajectories` admitted trajectories are pooled, from
+           any actors and of any (admitted) versions; the staleness of each sample feeds
+           the loss's weights; parameters are published every `publish_every` updates.
+    sync:  wait for one trajectory from every actor made with the current version, update,
+           publish, repeat (strict assignment dependencies: the baseline TianJi beats).
+
+The update is data-parallel over the learner's devices (a 1-D mesh over local devices, or
+the global mesh of a jax.distributed multi-process run): parameters are replicated, the
+batch is split along its B axis, and XLA all-reduces the gradients.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+import os
+import time
+from typing import Any, Callable
+
+import jax
+import numpy as np
+import zmq
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from tianjax import staleness as S
+from tianjax.algos import make_algorithm
+from tianjax.config import Config
+from tianjax.metrics import EpisodeTracker, Progress, RunLogger
+from tianjax.runtime.balance import BalanceController
+from tianjax.runtime.sources import batch_template, env_spec
+from tianjax.transport.channels import ControlServer, ParamPublisher, TrajectoryReceiver
+
+
+def learner_mesh(config: Config) -> Mesh:
+    """A 1-D 'data' mesh over the learner's devices (all processes' in a multi-process run)."""
+    if jax.process_count() > 1:
+        devices = jax.devices()
+    else:
+        devices = jax.local_devices()[: config.runtime.learner_devices or None]
+    return Mesh(np.array(devices), ("data",))
+
+
+def batch_axis(field: str) -> int:
+    """The B axis of a batch field: [T, B, ...] leaves, except last_obs [B, ...]."""
+    return 0 if field == "last_obs" else 1
+
+
+def concat_batches(batches: list):
+    """Joins actor batches along B."""
+    first = batches[0]
+    return type(first)(*[np.concatenate([getattr(b, name) for b in batches], axis=batch_axis(name))
+                         for name in first._fields])
+
+
+def to_host(tree):
+    """numpy copies of replicated arrays (works when other processes hold parts of the mesh)."""
+    return jax.tree.map(lambda x: np.asarray(x.addressable_data(0)) if isinstance(x, jax.Array) else x, tree)
+
+
+def save_params(path: str, params) -> None:
+    """Parameters as a .npz of leaves keyed by their tree paths (plain arrays, no pickle)."""
+    flat = jax.tree_util.tree_flatten_with_path(params)[0]
+    tmp = path + ".tmp.npz"
+    np.savez(tmp, **{jax.tree_util.keystr(k): np.asarray(v) for k, v in flat})
+    os.replace(tmp, path)
+
+
+def check_finite(batch) -> bool:
+    """Rewards and observations must be finite (NaN/inf samples are dropped and counted)."""
+    for name in ("obs", "reward", "next_obs", "last_obs"):
+        x = getattr(batch, name, None)
+        if x is not None and np.issubdtype(x.dtype, np.floating) and not np.isfinite(x).all():
+            return False
+    return True
+
+
+class LearnerStalled(RuntimeError):
+    """No actor has delivered anything for longer than the configured timeout."""
+
+
+class Learner:
+    """The learner process's state and loop. `endpoints` are where actors connect."""
+
+    def __init__(self, config: Config, run_key, logger: RunLogger | None = None,
+                 progress: Progress | None = None, endpoints: dict | None = None):
+        self.config = config
+        self.logger = logger
+        self.progress = progress
+        rt = config.runtime
+        obs_shape, obs_dtype, action_spec = env_spec(config)
+        self.algo = make_algorithm(config, obs_shape, action_spec, correct_staleness=True)
+        self.template = batch_template(config, self.algo, obs_shape, obs_dtype)
+        self.mesh = learner_mesh(config)
+        n_dev = self.mesh.devices.size
+        self.local_trajectories = config.batch_trajectories
+        width = self.local_trajectories * config.num_envs * jax.process_count()
+        if width % n_dev:
+            raise ValueError(f"config key 'num_envs': the batch width {width} must divide over "
+                             f"{n_dev} learner devices")
+        replicated = NamedSharding(self.mesh, P())
+        batch_template_tree = self._global_template()
+        self.batch_sharding = type(batch_template_tree)(*[
+            NamedSharding(self.mesh, P(*([None] * batch_axis(name)), "data"))
+            for name in batch_template_tree._fields])
+        # NOTE: initialised by a jitted program with a replicated output so that, in a
+        # multi-process run, every learner process holds the same global state.
+        self.state = jax.jit(self.algo.init, out_shardings=replicated)(jax.random.key(config.seed))
+        t = time.perf_counter()
+        self.update = jax.jit(self.algo.update, in_shardings=(replicated, self.batch_sharding),
+                              out_shardings=(replicated, replicated), donate_argnums=0).lower(
+            self.state, batch_template_tree).compile()
+        self.compile_time_s = time.perf_counter() - t
+
+        host, ep = rt.bind_host, endpoints or {}
+        self.params_pub = ParamPublisher(run_key, endpoint=ep.get("params"), host=host, transport=rt.transport)
+        self.traj_in = TrajectoryReceiver(run_key, self.template, endpoint=ep.get("traj"), host=host,
+                                          transport=rt.transport, hwm=rt.recv_hwm,
+                                          max_bytes=int(rt.max_message_mb * 2**20))
+        self.control = ControlServer(run_key, endpoint=ep.get("control"), host=host, transport=rt.transport)
+        self.balance = BalanceController(config.staleness.max_staleness, rt.max_pool,
+                                         rt.max_reuse if jax.process_count() == 1 else 0)
+        self.tracker = EpisodeTracker(config.target_return)
+        self.pool: collections.deque = collections.deque()
+        self.actors: dict[bytes, dict] = {}  # identity -> {"actor", "last_seen", "outstanding", "last_traj"}
+        self.dropped_nonfinite = 0
+        self.env_steps = 0
+        self._version_cache = int(to_host(self.state.version))
+        self._params_cache = None
+        self._global_sds = batch_template_tree
+
+    @property
+    def endpoints(self) -> dict:
+        return {"params": self.params_pub.endpoint, "traj": self.traj_in.endpoint,
+                "control": self.control.endpoint}
+
+    def _global_template(self):
+        batch = self.template[0]
+        k = self.local_trajectories * jax.process_count()
+
+        def widen(name, x):
+            shape = list(x.shape)
+            shape[batch_axis(name)] *= k
+            return jax.ShapeDtypeStruct(tuple(shape), x.dtype)
+
+        return type(batch)(*[widen(n, getattr(batch, n)) for n in batch._fields])
+
+    # ------------------------------------------------------------------ ingress
+    def _grant(self, ident: bytes, n: int = 1) -> None:
+        info = self.actors.get(ident)
+        if info is not None and self.control.send(ident, {"type": "credit", "n": n}):
+            info["outstanding"] += n
+
+    def _ingest(self, msg, now: float, t_start: float) -> None:
+        batch, episodes = msg.tree
+        samples = self.config.rollout_len * self.config.num_envs
+        ident = msg.sender.encode()
+        if ident in self.actors:
+            self.actors[ident]["outstanding"] -= 1
+            self.actors[ident]["last_traj"] = now
+        if not check_finite(batch):
+            self.dropped_nonfinite += 1
+            self._grant(ident)
+            return
+        self.env_steps += samples
+        done = np.asarray(episodes.done)
+        if done.any():
+            self.tracker.add(np.asarray(episodes.returns)[done], self.env_steps, now - t_start)
+        version = int(self.state_version)
+        if self.balance.admit(int(msg.version), version, samples, now):
+            self.pool.append((int(msg.version), ident, batch))
+        else:
+            self._grant(ident)
+
+    def _handle_control(self, ident, msg: dict, now: float) -> None:
+        kind = msg.get("type")
+        if kind not in ("register", "heartbeat"):
+            return
+        info = self.actors.setdefault(ident, {"actor": msg.get("actor"), "outstanding": 0, "last_traj": now})
+        info["last_seen"] = now
+        window = self.config.runtime.credits_per_actor
+        if kind == "register":
+            # a new or restarted actor: whatever it held before is gone
+            info["outstanding"] = 0
+            self._grant(ident, window)
+            self.publish()  # a late joiner gets the current parameters at once
+        elif (msg.get("credits") == 0 and info["outstanding"] > 0
+              and now - info["last_traj"] > 2 * self.config.runtime.heartbeat_s):
+            # its trajectories were lost on the way (rejected, dropped): hand the slots back
+            info["outstanding"] = 0
+            self._grant(ident, window)
+
+    # ------------------------------------------------------------------ consumption
+    def _take_batch(self):
+        """The trajectories for the next update, or None if the pool cannot make one."""
+        k = self.local_trajectories
+        if self.config.mode == "sync":
+            # strict: one trajectory per actor, made with the current version
+            current = int(self.state_version)
+            fresh = [item for item in self.pool if item[0] == current]
+            by_sender = {}
+            for item in fresh:
+                by_sender.setdefault(item[1], item)
+            if len(by_sender) < k:
+                return None
+            chosen = list(by_sender.values())[:k]
+            for item in chosen:
+                self.pool.remove(item)
+            # older leftovers can never be used in sync mode
+            for item in [i for i in self.pool if i[0] < current]:
+                self.pool.remove(item)
+                self._grant(item[1])
+        else:
+            if len(self.pool) < k:
+                return None
+            chosen = [self.pool.popleft() for _ in range(k)]
+        for item in chosen:
+            self._grant(item[1])  # its slot is free again
+        return chosen
+
+    @property
+    def state_version(self) -> int:
+        return int(self._version_cache)
+
+    def publish(self) -> None:
+        self.params_pub.publish(self.state_version, self._host_params())
+
+    def _host_params(self):
+        if self._params_cache is None or self._params_cache[0] != self.state_version:
+            params = to_host(self.state.params)
+            self._params_cache = (self.state_version, params)
+        return self._params_cache[1]
+
+    def _global_batch(self, local):
+        return jax.tree.map(
+            lambda x, s, g: jax.make_array_from_process_local_data(s, x, g.shape),
+            local, self.batch_sharding, self._global_sds)
+
+    # ------------------------------------------------------------------ the loop
+    def run(self, should_stop: Callable[[], bool] = lambda: False, t_start: float | None = None) -> dict:
+        cfg, rt = self.config, self.config.runtime
+        t_start = t_start or time.perf_counter()
+        n_updates = math.ceil(cfg.total_env_steps / cfg.steps_per_update)
+        fresh_updates = 0
+        last_batch = None
+        last_reuse = 0
+        pending: list[dict] = []
+        poller = zmq.Poller()
+        poller.register(self.control.socket, zmq.POLLIN)
+        reading = False
+        self.publish()
+        t_train = time.perf_counter()
+        last_publish = time.perf_counter()
+        last_arrival = time.perf_counter()
+        while fresh_updates < n_updates and not should_stop():
+            room = self.balance.accept_more(len(self.pool))
+            if room and not reading:
+                poller.register(self.traj_in.socket, zmq.POLLIN)
+                reading = True
+            elif not room and reading:
+                poller.unregister(self.traj_in.socket)  # flow control: HWMs push back on actors
+                reading = False
+            events = dict(poller.poll(timeout=50))
+            now = time.perf_counter()
+            if self.control.socket in events:
+                while (item := self.control.poll(0)) is not None:
+                    self._handle_control(*item, now)
+            if reading and self.traj_in.socket in events:
+                while len(self.pool) < rt.max_pool and (msg := self.traj_in.recv(0)) is not None:
+                    self._ingest(msg, now, t_start)
+                    last_arrival = now
+            limit = rt.connect_timeout_s if self.balance.produced == 0 else rt.heartbeat_timeout_s
+            if now - last_arrival > limit:
+                raise LearnerStalled(f"no trajectory from any actor for {limit:.0f} s "
+                                     f"({len(self.actors)} registered)")
+            chosen = self._take_batch()
+            reuse = False
+            if chosen is None:
+                if (last_batch is not None and cfg.mode == "async"
+                        and self.balance.may_reuse(last_reuse, last_batch[1], self.state_version)):
+                    local, reuse = last_batch[0], True
+                    last_reuse += 1
+                else:
+                    if now - last_publish > rt.heartbeat_s:
+                        self.publish()  # slow joiners and restarted actors catch up
+                        last_publish = now
+                    continue
+            else:
+                local = concat_batches([item[2] for item in chosen])
+                last_batch, last_reuse = (local, min(i[0] for i in chosen)), 0
+            version = self.state_version
+            taus = np.asarray(S.staleness(version, local.version))
+            self.state, metrics = self.update(self.state, self._global_batch(local))
+            self._version_cache = version + 1 - int(to_host(metrics["update_skipped"]))
+            pending.append(metrics)
+            self.balance.consumed_batch(taus, taus.size, time.perf_counter(), reuse=reuse)
+            if not reuse:
+                fresh_updates += 1
+            if self.state_version % rt.publish_every == 0:
+                self.publish()
+                last_publish = time.perf_counter()
+            if self.state_version % cfg.log_every == 0 or fresh_updates == n_updates:
+                self._log(pending, t_start, t_train)
+                pending = []
+        self._train_time = time.perf_counter() - t_train
+        return self.result(t_start)
+
+    def _log(self, pending, t_start, t_train):
+        now = time.perf_counter()
+        train_time = max(now - t_train, 1e-9)
+        record = {
+            "env_steps": self.env_steps,
+            "updates": self.state_version,
+            "wall_time_s": now - t_start,
+            "env_steps_per_s": self.env_steps / train_time,
+            "samples_consumed_per_s": self.balance.consumed / train_time,
+            "return_mean_100": self.tracker.moving_average,
+            "episodes": self.tracker.episodes,
+            "pool": len(self.pool),
+            "actors_seen": len(self.actors),
+            "rejected_messages": sum(self.traj_in.rejected.values()) + sum(self.control.rejected.values()),
+            "dropped_nonfinite": self.dropped_nonfinite,
+            **self.balance.metrics(now),
+        }
+        if pending:
+            host = to_host(pending)
+            record.update({k: float(np.mean([m[k] for m in host])) for k in host[0]})
+        if self.logger is not None:
+            self.logger.log(record)
+        if self.progress is not None:
+            self.progress.update(self.env_steps, ret=record["return_mean_100"],
+                                 tau=record["staleness_mean"], sps=int(record["env_steps_per_s"]))
+
+    def stop_actors(self) -> None:
+        self.control.broadcast({"type": "stop"})
+
+    def result(self, t_start: float) -> dict:
+        train_time = getattr(self, "_train_time", time.perf_counter() - t_start)
+        stats = self.balance.staleness_stats()
+        rejected = collections.Counter(self.traj_in.rejected) + collections.Counter(self.control.rejected)
+        return {
+            "params": to_host(self.state.params),
+            "algo": self.algo,
+            "env": None,
+            "env_steps": self.env_steps,
+            "updates": self.state_version,
+            "skipped_updates": int(to_host(self.state.skipped_updates)),
+            "train_time_s": train_time,
+            "compile_time_s": self.compile_time_s,
+            "env_steps_per_s": self.env_steps / max(train_time, 1e-9),
+            "episodes": self.tracker.episodes,
+            "final_return": self.tracker.moving_average,
+            "convergence_time_s": self.tracker.convergence_time_s,
+            "convergence_env_steps": self.tracker.convergence_env_steps,
+            "extra_summary": {
+                "num_actors": self.config.num_actors,
+                "samples_consumed_per_s": self.balance.consumed / max(train_time, 1e-9),
+                "staleness_mean": stats["staleness_mean"],
+                "staleness_max": stats["staleness_max"],
+                "staleness_histogram": self.balance.staleness_histogram(),
+                "dropped_samples": self.balance.dropped,
+                "dropped_nonfinite": self.dropped_nonfinite,
+                "rejected_messages": sum(rejected.values()),
+                "rejected_by_reason": dict(rejected),
+                "balance": self.balance.metrics(time.perf_counter()),
+                "learner_devices": int(self.mesh.devices.size),
+            },
+        }
+
+    def close(self) -> None:
+        for ch in (self.params_pub, self.traj_in, self.control):
+            ch.close()

@@ -1,0 +1,175 @@
+"""Where an actor's samples come from: JAX envs (one jitted scan per rollout) or host envs
+(a Python loop over batched env steps with the jitted policy in it).
+
+Both produce the same thing per call: a numpy [T, B] batch (a Trajectory for on-policy
+algorithms, Transitions for replay ones) stamped with the behaviour version, plus the
+episodes that finished during it. Python touches each step's batch, never a sample.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import numpy as np
+
+from tianjax.algos.base import Algorithm
+from tianjax.config import Config
+from tianjax.envs.host import HostEnv, make_host_env
+from tianjax.envs.jax_env import make_gymnax
+from tianjax.rollout import Episodes, make_rollout
+from tianjax.types import Trajectory, Transition
+
+
+class Rollout(NamedTuple):
+    batch: Trajectory | Transition  # numpy leaves, [T, B, ...] (last_obs [B, ...])
+    episodes: Episodes  # numpy [T, B] done / returns / lengths
+
+
+def env_spec(config: Config):
+    """(obs_shape, obs_dtype, action_spec) of the configured env, without stepping it."""
+    if config.env_backend == "gymnax":
+        env = make_gymnax(config.env)
+        return env.obs_shape, jax.dtypes.canonicalize_dtype(env.obs_dtype), env.action_spec
+    env = make_host_env(config.env_backend, config.env, 1, config.seed)
+    try:
+        return tuple(env.obs_shape), jax.dtypes.canonicalize_dtype(env.obs_dtype), env.action_spec
+    finally:
+        env.close()
+
+
+def batch_template(config: Config, algo: Algorithm, obs_shape, obs_dtype) -> tuple:
+    """ShapeDtypeStructs of one actor's rollout message: (batch, episodes)."""
+    T, B = config.rollout_len, config.num_envs
+    sds = jax.ShapeDtypeStruct
+    params = jax.eval_shape(algo.init, jax.random.key(0)).params
+    out = jax.eval_shape(algo.act, params, sds((B,) + tuple(obs_shape), obs_dtype), jax.random.key(0), 0)
+    act = sds((T,) + out.action.shape, out.action.dtype)
+    obs = sds((T, B) + tuple(obs_shape), obs_dtype)
+    f32, i32, b = (sds((T, B), d) for d in (np.float32, np.int32, np.bool_))
+    if algo.buffer == "replay":
+        batch = Transition(obs, act, f32, obs, b, i32)
+    else:
+        batch = Trajectory(obs, act, f32, b, f32, f32, f32, i32, sds((B,) + tuple(obs_shape), obs_dtype))
+    return batch, Episodes(b, f32, i32)
+
+
+class JaxSource:
+    """B gymnax envs; each call is one jitted lax.scan rollout and one device->host copy."""
+
+    def __init__(self, config: Config, algo: Algorithm, seed: int):
+        env = make_gymnax(config.env)
+        init, rollout = make_rollout(env, algo, config.num_envs, config.rollout_len)
+        self._state = jax.jit(init)(jax.random.key(seed))
+        self._rollout = jax.jit(rollout, donate_argnums=2)
+        self.steps_per_call = config.num_envs * config.rollout_len
+
+    def __call__(self, params, version: int, env_steps: int) -> Rollout:
+        self._state, batch, episodes = self._rollout(params, np.int32(version), self._state, np.int32(env_steps))
+        batch, episodes = jax.device_get((batch, episodes))
+        return Rollout(batch, episodes)
+
+    def close(self):
+        pass
+
+
+class HostSource:
+    """B host envs (envpool or gymnasium) stepped from Python with the jitted policy.
+
+    Truncation bootstraps are evaluated once per rollout, batched over the truncated steps.
+    """
+
+    def __init__(self, config: Config, algo: Algorithm, seed: int, env: HostEnv | None = None):
+        self.env = env or make_host_env(config.env_backend, config.env, config.num_envs, seed)
+        self.algo = algo
+        self.T, self.B = config.rollout_len, config.num_envs
+        self.replay = algo.buffer == "replay"
+        self.steps_per_call = self.T * self.B
+        self._obs_dtype = jax.dtypes.canonicalize_dtype(self.env.obs_dtype)
+        self._obs = np.asarray(self.env.reset(seed), self._obs_dtype)
+        self._key = jax.random.key(seed)
+        self._ep_ret = np.zeros(self.B, np.float64)
+        self._ep_len = np.zeros(self.B, np.int32)
+
+        def act(params, obs, key, env_steps):
+            key, sub = jax.random.split(key)
+            out = algo.act(params, obs, sub, env_steps)
+            return key, (out.action, out.log_prob, out.value)
+
+        self._act = jax.jit(act)
+        self._value = jax.jit(algo.value)
+
+    def __call__(self, params, version: int, env_steps: int) -> Rollout:
+        T, B = self.T, self.B
+        obs_shape = self._obs.shape[1:]
+        obs_buf = np.empty((T, B) + obs_shape, self._obs_dtype)
+        rew_buf = np.empty((T, B), np.float32)
+        done_buf = np.empty((T, B), bool)
+        ep_done = np.zeros((T, B), bool)
+        ep_ret = np.zeros((T, B), np.float32)
+        ep_len = np.zeros((T, B), np.int32)
+        act_buf = logp_buf = val_buf = None
+        next_buf = term_buf = None
+        if self.replay:
+            next_buf = np.empty_like(obs_buf)
+            term_buf = np.empty((T, B), bool)
+        cuts = []
+        for t in range(T):
+            self._key, (action, log_prob, value) = self._act(params, self._obs, self._key,
+                                                             np.int32(env_steps + t * B))
+            action = np.asarray(action)
+            if act_buf is None:
+                act_buf = np.empty((T,) + action.shape, action.dtype)
+                logp_buf = np.empty((T, B), np.float32)
+                val_buf = np.empty((T, B), np.float32)
+            step = self.env.step(action)
+            obs_buf[t] = self._obs
+            act_buf[t] = action
+            logp_buf[t] = np.asarray(log_prob)
+            val_buf[t] = np.asarray(value)
+            rew_buf[t] = step.reward
+            done = step.terminated | step.truncated
+            done_buf[t] = done
+            if self.replay:
+                next_buf[t] = step.final_obs
+                term_buf[t] = step.terminated
+            else:
+                cut = step.truncated & ~step.terminated
+                if cut.any():
+                    ids = np.flatnonzero(cut)
+                    cuts.append((t, ids, np.asarray(step.final_obs, self._obs_dtype)[ids]))
+            self._ep_ret += step.reward
+            self._ep_len += 1
+            ep_done[t] = done
+            ep_ret[t] = self._ep_ret
+            ep_len[t] = self._ep_len
+            self._ep_ret[done] = 0.0
+            self._ep_len[done] = 0
+            self._obs = np.asarray(step.obs, self._obs_dtype)
+        v_stamp = np.full((T, B), version, np.int32)
+        episodes = Episodes(ep_done, ep_ret, ep_len)
+        if self.replay:
+            return Rollout(Transition(obs_buf, act_buf, rew_buf, next_buf, term_buf, v_stamp), episodes)
+        boot = np.zeros((T, B), np.float32)
+        if cuts:
+            # NOTE: padded to a multiple of B so the value function compiles for one shape only
+            ts = np.concatenate([np.full(len(ids), t) for t, ids, _ in cuts])
+            ids = np.concatenate([ids for _, ids, _ in cuts])
+            final = np.concatenate([f for _, _, f in cuts])
+            n = len(final)
+            padded = np.zeros((-(-n // B) * B,) + obs_shape, self._obs_dtype)
+            padded[:n] = final
+            values = [np.asarray(self._value(params, c)) for c in np.split(padded, len(padded) // B)]
+            boot[ts, ids] = np.concatenate(values)[:n]
+        traj = Trajectory(obs_buf, act_buf, rew_buf, done_buf, boot, logp_buf, val_buf, v_stamp,
+                          self._obs.copy())
+        return Rollout(traj, episodes)
+
+    def close(self):
+        self.env.close()
+
+
+def make_source(config: Config, algo: Algorithm, seed: int):
+    if config.env_backend == "gymnax":
+        return JaxSource(config, algo, seed)
+    return HostSource(config, algo, seed)
