@@ -30,6 +30,36 @@ class FusedState(NamedTuple):
     replay: buffers.ReplayState | None = None
 
 
+def make_replay_learn(config: Config, algo: Algorithm):
+    """learn(learner, replay, transitions [N], env_steps) -> (learner, replay, metrics).
+
+    Adds the transitions to the replay buffer, then, once `dqn.learning_starts` env steps
+    have been collected, takes `dqn.updates_per_rollout` gradient steps on uniform samples
+    (metrics are their means; zeros before learning starts). Shared by every loop that
+    learns off-policy: fused, in-process host, and the distributed learner.
+    """
+
+    def learn(learner: LearnerState, rb: buffers.ReplayState, trans, env_steps):
+        rb = buffers.replay_add(rb, trans)
+
+        def run(l0):
+            def one(l, _):
+                key, sub = jax.random.split(l.key)
+                batch = buffers.replay_sample(rb, sub, config.dqn.batch_size)
+                return algo.update(l._replace(key=key), batch)
+
+            return jax.lax.scan(one, l0, None, length=config.dqn.updates_per_rollout)
+
+        def skip(l0):
+            _, m = jax.eval_shape(run, l0)
+            return l0, jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), m)
+
+        learner, metrics = jax.lax.cond(env_steps >= config.dqn.learning_starts, run, skip, learner)
+        return learner, rb, jax.tree.map(lambda x: jnp.mean(x, axis=0), metrics)
+
+    return learn
+
+
 def make_fused(config: Config, env: JaxEnv, algo: Algorithm):
     """Returns (init(key) -> FusedState, run(state, num_iterations) -> (state, (metrics, episodes)))."""
     B, T = config.num_envs, config.rollout_len
@@ -53,27 +83,14 @@ def make_fused(config: Config, env: JaxEnv, algo: Algorithm):
         learner, metrics = algo.update(state.learner, traj)
         return FusedState(learner, actor, state.env_steps + B * T, None), metrics, episodes
 
+    replay_learn = make_replay_learn(config, algo)
+
     def replay_iteration(state: FusedState):
         actor, trans, episodes = rollout(state.learner.params, state.learner.version, state.actor,
                                          state.env_steps)
-        rb = buffers.replay_add(state.replay, buffers.flatten_time_batch(trans))
         env_steps = state.env_steps + B * T
-
-        def learn(learner):
-            def one(l, _):
-                key, sub = jax.random.split(l.key)
-                batch = buffers.replay_sample(rb, sub, config.dqn.batch_size)
-                return algo.update(l._replace(key=key), batch)
-
-            return jax.lax.scan(one, learner, None, length=config.dqn.updates_per_rollout)
-
-        def skip(learner):
-            _, m = jax.eval_shape(learn, learner)
-            return learner, jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), m)
-
-        learner, metrics = jax.lax.cond(env_steps >= config.dqn.learning_starts, learn, skip,
-                                        state.learner)
-        metrics = jax.tree.map(lambda x: jnp.mean(x, axis=0), metrics)
+        learner, rb, metrics = replay_learn(state.learner, state.replay,
+                                            buffers.flatten_time_batch(trans), env_steps)
         return FusedState(learner, actor, env_steps, rb), metrics, episodes
 
     iteration = replay_iteration if replay else onpolicy_iteration
@@ -88,4 +105,4 @@ def make_fused(config: Config, env: JaxEnv, algo: Algorithm):
     return init, run
 
 
-__all__ = ["FusedState", "make_fused", "Episodes"]
+__all__ = ["FusedState", "make_fused", "make_replay_learn", "Episodes"]

@@ -39,14 +39,15 @@ class BalanceController:
     throttled: int = 0  # times the pool was full and the socket left unread
     _arrivals: collections.deque = field(default_factory=collections.deque)
     _consumptions: collections.deque = field(default_factory=collections.deque)
-    _tau_consumed: list = field(default_factory=list)
-    _tau_arrival: list = field(default_factory=list)
+    # staleness counts {tau: samples}: bounded memory however long the run
+    _tau_consumed: collections.Counter = field(default_factory=collections.Counter)
+    _tau_arrival: collections.Counter = field(default_factory=collections.Counter)
 
     # ------------------------------------------------------------------ decisions
     def admit(self, behaviour_version: int, learner_version: int, samples: int, now: float) -> bool:
         """Whether an arriving trajectory enters the pool."""
         tau = max(learner_version - behaviour_version, 0)
-        self._tau_arrival.append(tau)
+        self._tau_arrival[tau] += samples
         if self.max_staleness is not None and tau > self.max_staleness:
             self.dropped += samples
             return False
@@ -73,7 +74,8 @@ class BalanceController:
         self.consumed += samples
         self.reused_batches += int(reuse)
         self._consumptions.append((now, samples))
-        self._tau_consumed.extend(np.asarray(taus).ravel().tolist())
+        values, counts = np.unique(np.asarray(taus, np.int64), return_counts=True)
+        self._tau_consumed.update(dict(zip(values.tolist(), counts.tolist())))
 
     def _rate(self, events: collections.deque, now: float) -> float:
         while events and events[0][0] < now - self.window_s:
@@ -90,15 +92,20 @@ class BalanceController:
         return self._rate(self._consumptions, now)
 
     def staleness_stats(self) -> dict:
-        tau = np.asarray(self._tau_consumed, np.float64)
-        if tau.size == 0:
+        """Mean and max tau of the consumed samples."""
+        n = sum(self._tau_consumed.values())
+        if n == 0:
             return {"staleness_mean": 0.0, "staleness_max": 0}
-        return {"staleness_mean": float(tau.mean()), "staleness_max": int(tau.max())}
+        mean = sum(t * c for t, c in self._tau_consumed.items()) / n
+        return {"staleness_mean": float(mean), "staleness_max": int(max(self._tau_consumed))}
 
     def staleness_histogram(self) -> dict:
         """{tau: count} of consumed samples."""
-        values, counts = np.unique(np.asarray(self._tau_consumed, np.int64), return_counts=True)
-        return {int(v): int(c) for v, c in zip(values, counts)}
+        return {int(t): int(c) for t, c in sorted(self._tau_consumed.items())}
+
+    def arrival_histogram(self) -> dict:
+        """{tau: count} of arriving samples (admitted or not)."""
+        return {int(t): int(c) for t, c in sorted(self._tau_arrival.items())}
 
     def metrics(self, now: float) -> dict:
         return {

@@ -79,7 +79,8 @@ class HostSource:
     Truncation bootstraps are evaluated once per rollout, batched over the truncated steps.
     """
 
-    def __init__(self, config: Config, algo: Algorithm, seed: int, env: HostEnv | None = None):
+    def __init__(self, config: Config, algo: Algorithm, seed: int, env: HostEnv | None = None,
+                 key: jax.Array | None = None):
         self.env = env or make_host_env(config.env_backend, config.env, config.num_envs, seed)
         self.algo = algo
         self.T, self.B = config.rollout_len, config.num_envs
@@ -87,7 +88,7 @@ class HostSource:
         self.steps_per_call = self.T * self.B
         self._obs_dtype = jax.dtypes.canonicalize_dtype(self.env.obs_dtype)
         self._obs = np.asarray(self.env.reset(seed), self._obs_dtype)
-        self._key = jax.random.key(seed)
+        self._key = jax.random.key(seed) if key is None else key
         self._ep_ret = np.zeros(self.B, np.float64)
         self._ep_len = np.zeros(self.B, np.int32)
 
@@ -98,6 +99,17 @@ class HostSource:
 
         self._act = jax.jit(act)
         self._value = jax.jit(algo.value)
+
+    @property
+    def obs_dtype(self):
+        return self._obs_dtype
+
+    def compile(self, params) -> None:
+        """Compiles the policy and value calls now rather than at the first step (or at the
+        first truncation, mid-training)."""
+        obs = jax.ShapeDtypeStruct(self._obs.shape, self._obs_dtype)
+        self._act = self._act.lower(params, obs, self._key, np.int32(0)).compile()
+        self._value = self._value.lower(params, obs).compile()
 
     def __call__(self, params, version: int, env_steps: int) -> Rollout:
         T, B = self.T, self.B

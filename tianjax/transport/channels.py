@@ -146,7 +146,10 @@ class ParamSubscriber(_Channel):
     or a subscriber ignores the restarted learner until it passes the old version.
     """
 
-    _MAX_DRAIN = 64
+    # NOTE: everything queued is drained (a backlog left in the kernel's socket buffers
+    # would otherwise hand out ever older versions), but only the newest few are kept.
+    _KEEP = 8
+    _MAX_DRAIN = 100_000
 
     def __init__(self, key: Key, endpoint: str, template: Any, *, hwm: int = 2,
                  max_bytes: int | None = None, batch_dims: int = 0,
@@ -169,13 +172,16 @@ class ParamSubscriber(_Channel):
         self._guard = ReplayGuard()
 
     def _drain(self) -> list:
-        raws = []
-        while len(raws) < self._MAX_DRAIN:
+        raws: collections.deque = collections.deque(maxlen=self._KEEP)
+        n = 0
+        while n < self._MAX_DRAIN:
             try:
                 raws.append(self.socket.recv_multipart(zmq.NOBLOCK, copy=False))
             except zmq.Again:
                 break
-        return raws
+            n += 1
+        self.skipped += n - len(raws)
+        return list(raws)
 
     def _newest(self, raws: list) -> tuple[int, Any] | None:
         # Newest first: a PUB delivers in order, so the last message is the newest version
