@@ -87,16 +87,16 @@ class IMPALAConfig:
 
 @dataclass(frozen=True)
 class DQNConfig:
-    lr: float = 5e-4
+    lr: float = 2.5e-4
     gamma: float = 0.99
     buffer_size: int = 50_000  # transitions kept in the replay buffer
     batch_size: int = 128
     learning_starts: int = 1_000  # env steps before the first update
     updates_per_rollout: int = 4  # gradient steps after each [T, B] rollout
-    target_update_every: int = 250  # updates between target-network syncs
+    target_update_every: int = 50  # updates between target-network syncs
     target_tau: float = 1.0  # 1.0 = hard copy, < 1 = Polyak averaging
     double_q: bool = True
-    huber_delta: float = 1.0
+    huber_delta: float = 10.0  # 1.0 let Q diverge on CartPole (returns ~100 per episode)
     eps_start: float = 1.0
     eps_end: float = 0.05
     eps_fraction: float = 0.3  # fraction of total_env_steps over which epsilon decays
@@ -120,6 +120,7 @@ class DQNConfig:
 class StalenessConfig:
     # w(tau): constant (1), polynomial (1 + tau)^-power, exponential exp(-tau / kappa),
     # hinge (1 up to tau0, then (1 + tau - tau0)^-power), cutoff (1 up to max_staleness, then 0)
+    correct: bool = True  # false: the plain losses, every sample weighted 1 (for comparisons)
     schedule: Literal["constant", "polynomial", "exponential", "hinge", "cutoff"] = "constant"
     power: float = 0.5
     kappa: float = 8.0
@@ -231,6 +232,10 @@ class Config:
         if self.num_actors == 0 and self.mode != "fused":
             _check(self.env_backend != "gymnax", "num_actors",
                    "0 (acting inside the learner) is for host envs; gymnax envs use mode: fused")
+        if self.algo == "dqn":
+            _check(self.dqn.buffer_size >= self.num_envs * self.rollout_len, "dqn.buffer_size",
+                   f"must hold at least one rollout (num_envs * rollout_len = "
+                   f"{self.num_envs * self.rollout_len}), got {self.dqn.buffer_size}")
         if self.mode == "fused":
             _check(self.env_backend == "gymnax", "mode",
                    f"'fused' needs a JAX env (env_backend: gymnax), got env_backend "

@@ -79,6 +79,5 @@ def make_rollout(env: JaxEnv, algo: Algorithm, num_envs: int, rollout_len: int):
         boot = jnp.where(cut, algo.value(params, final_obs), 0.0)
         batch = Trajectory(obs, action, reward, done, boot, log_prob, value, v, state.obs)
         return state, batch, episodes
-        return state, batch, episodes
 
     return init, rollout

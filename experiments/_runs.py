@@ -1,0 +1,28 @@
+"""Shared by the experiment scripts: run a config quietly and keep its summary."""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+import tianjax  # noqa: E402
+
+
+def run(config: str, overrides: list[str], keep_dir: str | None = None) -> dict:
+    """Trains `config` with `overrides`; returns summary.json's dict (plus the metrics)."""
+    with tempfile.TemporaryDirectory() as d:
+        r = tianjax.train(config, overrides, run_dir=keep_dir or d, progress=False, verbose=False)
+    return dict(r.summary, metrics=r.metrics)
+
+
+def median(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def fmt(v, spec=",.0f"):
+    return "-" if v is None else format(v, spec)

@@ -1,0 +1,67 @@
+"""Async (relaxed assignment dependencies) against sync (strict), same config and budget.
+
+    python experiments/async_vs_sync.py [--repeats 2] [--atari] [--quick]
+
+For envpool CartPole-v1 (configs/ppo_cartpole_async.yaml, 2 actor processes) it runs
+sync and async alternately (S A S A ...) and prints, per mode, the median samples consumed
+per second and convergence time (first wall-clock time the 100-episode moving average
+reaches 475, compilation included), with async/sync ratios. With --atari it adds Pong-v5
+(envpool, Nature CNN, a short fixed budget: throughput only, no convergence on a CPU).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from _runs import fmt, median, run
+
+CARTPOLE = ("configs/ppo_cartpole_async.yaml", [])
+PONG = ("configs/ppo_cartpole_async.yaml",
+        ["env=Pong-v5", "total_env_steps=8192", "num_envs=8", "rollout_len=32", "ppo.num_minibatches=4",
+         "target_return=null", "log_every=4"])
+
+
+def compare(name, config, overrides, repeats):
+    rows = {"sync": [], "async": []}
+    for i in range(repeats):
+        for mode in ("sync", "async"):
+            rows[mode].append(run(config, overrides + [f"mode={mode}", f"seed={i}"]))
+    out = {}
+    for mode, runs in rows.items():
+        out[mode] = {
+            "sps": median([r["samples_consumed_per_s"] for r in runs]),
+            "env_sps": median([r["env_steps_per_s"] for r in runs]),
+            "conv": median([r["convergence_time_s"] for r in runs]),
+            "conv_steps": median([r["convergence_env_steps"] for r in runs]),
+            "reached": sum(r["convergence_time_s"] is not None for r in runs),
+            "final": median([r["final_return"] for r in runs]),
+            "tau": median([r["staleness_mean"] for r in runs]),
+            "compile": median([r["compile_time_s"] for r in runs]),
+        }
+    s, a = out["sync"], out["async"]
+    print(f"\n{name}: {repeats} runs per mode, medians")
+    print(f"{'mode':<7}{'samples/s':>11}{'env steps/s':>13}{'conv. s':>9}{'conv. steps':>13}"
+          f"{'reached':>9}{'final':>8}{'tau mean':>10}{'compile s':>11}")
+    for mode in ("sync", "async"):
+        m = out[mode]
+        print(f"{mode:<7}{fmt(m['sps']):>11}{fmt(m['env_sps']):>13}{fmt(m['conv'], '.1f'):>9}"
+              f"{fmt(m['conv_steps']):>13}{m['reached']:>6}/{repeats:<2}{fmt(m['final'], '.1f'):>8}"
+              f"{fmt(m['tau'], '.2f'):>10}{fmt(m['compile'], '.1f'):>11}")
+    ratio = a["sps"] / s["sps"] if s["sps"] else None
+    sooner = s["conv"] / a["conv"] if s["conv"] and a["conv"] else None
+    print(f"async/sync samples consumed per second: {fmt(ratio, '.2f')}   "
+          f"sync/async convergence time: {fmt(sooner, '.2f')}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--atari", action="store_true", help="also Pong-v5 (throughput only)")
+    args = ap.parse_args()
+    compare("envpool CartPole-v1, PPO, 2 actors", *CARTPOLE, args.repeats)
+    if args.atari:
+        compare("envpool Pong-v5, PPO (Nature CNN), 2 actors, 8192 steps", *PONG, args.repeats)
+
+
+if __name__ == "__main__":
+    main()

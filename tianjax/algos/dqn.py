@@ -1,0 +1,156 @@
+"""DQN (Mnih et al., 2015) with double-Q targets (van Hasselt et al., 2016).
+
+One update is one gradient step on a batch of replayed Transitions:
+
+    a*_i  = argmax_a Q_online(s'_i, a)              (double Q; argmax_a Q_target without it)
+    y_i   = r_i + gamma * (1 - terminated_i) * Q_target(s'_i, a*_i)      (no gradient)
+    loss  = mean_i  w_i * huber_delta(Q_online(s_i, a_i) - y_i)
+
+Termination does not bootstrap; truncation does, from the true final observation that
+the rollout stores in `next_obs`. The target network is refreshed every
+`target_update_every` updates (a hard copy when `target_tau == 1`, else Polyak averaging
+target <- tau * online + (1 - tau) * target). Exploration is epsilon-greedy, epsilon
+decaying linearly from `eps_start` to `eps_end` over the first `eps_fraction` of
+`total_env_steps` env steps.
+
+How staleness enters: every replayed transition carries the version of the parameters
+that acted in it, so tau_i = learner_version - behaviour_version_i is its age in updates.
+Q-learning is off-policy, so no importance ratio is needed (the target does not depend on
+the behaviour policy); staleness only enters as the per-sample weight w_i = w(tau_i)
+(tianjax.staleness: schedule, optional max_staleness mask acting as a recency window on
+the buffer, normalised to mean 1 over the kept samples). With the default `constant`
+schedule, or whenever every tau is 0, the weights are exactly 1 and the loss is the
+plain DQN loss. `correct_staleness=False` (what the fused runner uses) skips the weights
+altogether, i.e. plain uniform experience replay.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from tianjax import staleness as S
+from tianjax.algos.base import ActOutput, Algorithm
+from tianjax.config import Config, ConfigError
+from tianjax.learner import LearnerState, gradient_step, guarded, init_state, make_optimizer
+from tianjax.networks import ActionSpec, QNetwork
+from tianjax.types import Transition
+
+
+def make_loss(apply_fn, *, gamma: float, double_q: bool, huber_delta: float):
+    """loss_fn(params, target_params, batch: Transition, weight [N]) -> (loss, metrics).
+
+    `apply_fn(params, obs [N, ...]) -> Q [N, A]`. Any leading batch shape works ([T, B]
+    as well as [N]); `weight` has the shape of `batch.reward`.
+    """
+
+    def loss_fn(params, target_params, batch: Transition, weight):
+        sg = jax.lax.stop_gradient
+        q = apply_fn(params, batch.obs)  # [N, A]
+        action = batch.action.astype(jnp.int32)
+        q_sa = jnp.take_along_axis(q, action[..., None], axis=-1)[..., 0]
+        q_next_target = apply_fn(target_params, batch.next_obs)  # [N, A]
+        if double_q:
+            next_action = jnp.argmax(apply_fn(params, batch.next_obs), axis=-1)
+            q_next = jnp.take_along_axis(q_next_target, next_action[..., None], axis=-1)[..., 0]
+        else:
+            q_next = jnp.max(q_next_target, axis=-1)
+        not_done = 1.0 - batch.terminated.astype(jnp.float32)
+        target = sg(batch.reward.astype(jnp.float32) + gamma * not_done * q_next)
+        td = q_sa - target
+        loss = jnp.mean(weight * optax.huber_loss(td, delta=huber_delta))
+        metrics = {
+            "q_mean": sg(jnp.mean(q_sa)),
+            "q_max": sg(jnp.max(q)),
+            "target_mean": sg(jnp.mean(target)),
+            "td_abs": sg(jnp.mean(jnp.abs(td))),
+        }
+        return loss, metrics
+
+    return loss_fn
+
+
+def epsilon_schedule(eps_start: float, eps_end: float, decay_steps: float):
+    """epsilon(env_steps): linear from eps_start at 0 to eps_end at decay_steps, then flat."""
+    decay_steps = max(float(decay_steps), 1.0)
+
+    def epsilon(env_steps):
+        frac = jnp.clip(jnp.asarray(env_steps, jnp.float32) / decay_steps, 0.0, 1.0)
+        return eps_start + frac * (eps_end - eps_start)
+
+    return epsilon
+
+
+def epsilon_greedy(key, q: jax.Array, epsilon) -> tuple[jax.Array, jax.Array]:
+    """Samples actions [B] from epsilon-greedy over q [B, A]; returns (action, log mu(a|s))."""
+    k_explore, k_rand = jax.random.split(key)
+    num_actions = q.shape[-1]
+    greedy = jnp.argmax(q, axis=-1).astype(jnp.int32)
+    rand = jax.random.randint(k_rand, greedy.shape, 0, num_actions, jnp.int32)
+    explore = jax.random.uniform(k_explore, greedy.shape) < epsilon
+    action = jnp.where(explore, rand, greedy)
+    prob = epsilon / num_actions + (1.0 - epsilon) * (action == greedy)
+    return action, jnp.log(prob)
+
+
+def target_sync(params, target_params, do_sync: jax.Array, tau: float):
+    """target <- tau * params + (1 - tau) * target where do_sync (a hard copy at tau 1)."""
+    if tau >= 1.0:
+        new = params
+    else:
+        new = optax.incremental_update(params, target_params, tau)
+    return jax.tree.map(lambda n, o: jnp.where(do_sync, n, o), new, target_params)
+
+
+def make(config: Config, obs_shape: tuple[int, ...], action_spec: ActionSpec, *,
+         correct_staleness: bool = True) -> Algorithm:
+    """DQN for `config`. `correct_staleness=False` skips the staleness weights (all 1)."""
+    if not action_spec.discrete:
+        raise ConfigError("config key 'algo': dqn needs a discrete action space, got a "
+                          f"continuous one of shape {tuple(action_spec.shape)}; use ppo or impala")
+    cfg = config.dqn
+    obs_shape = tuple(obs_shape)
+    net = QNetwork(config.network, obs_shape, action_spec.num_actions)
+    apply_fn = net.apply
+    optimizer = make_optimizer(cfg.lr, cfg.max_grad_norm, None, False)
+    loss_fn = make_loss(apply_fn, gamma=cfg.gamma, double_q=cfg.double_q, huber_delta=cfg.huber_delta)
+    epsilon = epsilon_schedule(cfg.eps_start, cfg.eps_end, cfg.eps_fraction * config.total_env_steps)
+
+    def init(key):
+        k_net, k_state = jax.random.split(key)
+        obs = jnp.zeros((1,) + obs_shape, jnp.float32)
+        params = net.init(k_net, obs)
+        return init_state(params, optimizer, k_state, with_target=True)
+
+    def act(params, obs, key, env_steps=0):
+        """Epsilon-greedy. log_prob is log mu(a|s) of the epsilon-greedy policy (nothing
+        consumes it for replay); value is zeros (DQN has no state-value head)."""
+        q = apply_fn(params, obs)
+        action, log_prob = epsilon_greedy(key, q, epsilon(env_steps))
+        return ActOutput(action, log_prob, jnp.zeros(action.shape, jnp.float32))
+
+    def value(params, obs):
+        return jnp.zeros(obs.shape[:obs.ndim - len(obs_shape)], jnp.float32)
+
+    def greedy(params, obs):
+        return jnp.argmax(apply_fn(params, obs), axis=-1).astype(jnp.int32)
+
+    def update(state: LearnerState, batch: Transition):
+        if correct_staleness:
+            w, _ = S.staleness_weights(state.version, batch.version, config.staleness)
+        else:
+            w = jnp.ones(batch.reward.shape, jnp.float32)
+        params, opt_state, metrics = gradient_step(loss_fn, optimizer, state.params, state.opt_state,
+                                                   state.target_params, batch, w)
+        version = state.version + 1
+        do_sync = (version % cfg.target_update_every) == 0
+        target_params = target_sync(params, state.target_params, do_sync, cfg.target_tau)
+        metrics["weight_min"] = jnp.min(w)
+        metrics["weight_max"] = jnp.max(w)
+        metrics["target_synced"] = do_sync.astype(jnp.float32)
+        new_state = state._replace(params=params, opt_state=opt_state, target_params=target_params,
+                                   version=version)
+        return new_state, metrics
+
+    return Algorithm("dqn", "replay", init, act, value, greedy, guarded(update), loss_fn, net)
