@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 import time
+from typing import Iterable
 
 from tianjax.config import Config
 from tianjax.metrics import Progress, RunLogger
@@ -69,7 +70,13 @@ class ActorProcesses:
                 del self.procs[i]
         return gone
 
-    def stop(self, grace_s: float = 5.0) -> None:
+    def stop(self, grace_s: float = 5.0, unreachable: Iterable[int] = ()) -> None:
+        """Waits up to grace_s for the actors (told to stop) to exit, then terminates them.
+        `unreachable` actors never registered, so no stop can reach them: they are
+        terminated at once (an interrupted start-up does not wait out the grace)."""
+        for i in unreachable:
+            if i in self.procs:
+                self.procs[i].terminate()
         deadline = time.monotonic() + grace_s
         for p in self.procs.values():
             try:
@@ -112,7 +119,8 @@ def run_local(config: Config, logger: RunLogger, progress: Progress) -> dict:
         out = learner.run(should_stop, t_start=t_start)
     finally:
         learner.stop_actors()
-        actors.stop()
+        registered = {info.get("actor") for info in learner.actors.values()}
+        actors.stop(unreachable=[i for i in actors.procs if i not in registered])
         learner.close()
     out["extra_summary"]["actor_failures"] = len(failures)
     return out

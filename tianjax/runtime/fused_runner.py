@@ -6,10 +6,8 @@ from training time; the state buffers are donated so each chunk updates them in 
 
 from __future__ import annotations
 
-import math
 import time
 from functools import partial
-
 import jax
 import numpy as np
 
@@ -36,21 +34,20 @@ def run_fused(config: Config, logger: RunLogger, progress: Progress, env=None) -
     init, run = make_fused(config, env, algo)
     S, B, T = config.num_seeds, config.num_envs, config.rollout_len
     per_iter = B * T
-    n_iters = math.ceil(config.total_env_steps / per_iter)
+    n_iters = config.total_env_steps // per_iter  # never more steps than the budget
     chunk = min(config.log_every, n_iters)
 
     keys = jax.random.split(jax.random.key(config.seed), S)
-    if S == 1:
-        state = jax.jit(init)(keys[0])
-        chunk_fn = lambda n: jax.jit(partial(run, num_iterations=n), donate_argnums=0)  # noqa: E731
-    else:
-        state = jax.jit(jax.vmap(init))(keys)
-        chunk_fn = lambda n: jax.jit(jax.vmap(partial(run, num_iterations=n)), donate_argnums=0)  # noqa: E731
+    state = jax.jit(init if S == 1 else jax.vmap(init))(keys[0] if S == 1 else keys)
+
+    def compile_chunk(n: int):
+        fn = partial(run, num_iterations=n)
+        return jax.jit(fn if S == 1 else jax.vmap(fn), donate_argnums=0).lower(state).compile()
 
     t_compile = time.perf_counter()
-    compiled = {chunk: chunk_fn(chunk).lower(state).compile()}
-    if n_iters % chunk:
-        compiled[n_iters % chunk] = chunk_fn(n_iters % chunk).lower(state).compile()
+    compiled = {chunk: compile_chunk(chunk)}
+    if n_iters % chunk:  # a shorter last chunk (choose log_every dividing the updates to avoid it)
+        compiled[n_iters % chunk] = compile_chunk(n_iters % chunk)
     compile_time = time.perf_counter() - t_compile
 
     trackers = [EpisodeTracker(config.target_return) for _ in range(S)]

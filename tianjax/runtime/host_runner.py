@@ -32,7 +32,6 @@ runs.
 
 from __future__ import annotations
 
-import math
 import time
 
 import jax
@@ -92,7 +91,7 @@ def run_host(config: Config, logger: RunLogger, progress: Progress, env: HostEnv
 def _train(config: Config, logger: RunLogger, progress: Progress, env: HostEnv, algo: Algorithm,
            t_start: float) -> dict:
     B, T = config.num_envs, config.rollout_len
-    n_iters = math.ceil(config.total_env_steps / (B * T))
+    n_iters = config.total_env_steps // (B * T)  # never more steps than the budget
     replay = algo.buffer == "replay"
 
     t = time.perf_counter()

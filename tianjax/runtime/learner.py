@@ -16,7 +16,6 @@ batch is split along its B axis, and XLA all-reduces the gradients.
 from __future__ import annotations
 
 import collections
-import math
 import os
 import time
 from typing import Any, Callable
@@ -244,7 +243,7 @@ class Learner:
     def run(self, should_stop: Callable[[], bool] = lambda: False, t_start: float | None = None) -> dict:
         cfg, rt = self.config, self.config.runtime
         t_start = t_start or time.perf_counter()
-        n_updates = math.ceil(cfg.total_env_steps / cfg.steps_per_update)
+        n_updates = cfg.total_env_steps // cfg.steps_per_update  # fresh batches in the budget
         fresh_updates = 0
         last_batch = None
         last_reuse = 0
