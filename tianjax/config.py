@@ -149,7 +149,8 @@ class RuntimeConfig:
     credits_per_actor: int = 2  # trajectories an actor may have in flight or pooled (flow control)
     max_pool: int = 64  # trajectories the learner holds; beyond it, it stops reading (HWM)
     max_reuse: int = 0  # on-policy: extra passes over a batch while no fresh data is waiting
-    replay_ratio: float = 1.0  # off-policy: samples learned per sample produced
+    replay_ratio: float | None = None  # off-policy: samples learned per sample produced
+    # (null: as in fused mode, dqn.updates_per_rollout * dqn.batch_size / (num_envs * rollout_len))
     send_hwm: int = 2  # trajectories an actor may have queued before its sends block
     recv_hwm: int = 4  # trajectories queued at the learner's socket
     transport: Literal["tcp", "ipc"] = "tcp"
@@ -169,7 +170,8 @@ class RuntimeConfig:
         _check(self.max_pool >= 1, "runtime.max_pool", "must be >= 1")
         _check(self.credits_per_actor >= 1, "runtime.credits_per_actor", "must be >= 1")
         _check(self.max_reuse >= 0, "runtime.max_reuse", "must be >= 0")
-        _check(self.replay_ratio > 0, "runtime.replay_ratio", "must be > 0")
+        _check(self.replay_ratio is None or self.replay_ratio > 0, "runtime.replay_ratio",
+               "must be > 0 or null")
         _check(self.send_hwm >= 1, "runtime.send_hwm", "must be >= 1")
         _check(self.recv_hwm >= 1, "runtime.recv_hwm", "must be >= 1")
         _check(self.heartbeat_s > 0, "runtime.heartbeat_s", "must be > 0")

@@ -25,6 +25,7 @@ import numpy as np
 import zmq
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+from tianjax import buffers
 from tianjax import staleness as S
 from tianjax.algos import make_algorithm
 from tianjax.config import Config
@@ -110,6 +111,9 @@ class Learner:
         # multi-process run, every learner process holds the same global state.
         self.state = jax.jit(self.algo.init, out_shardings=replicated)(jax.random.key(config.seed))
         t = time.perf_counter()
+        self.replay = self.algo.buffer == "replay"
+        if self.replay:
+            batch_template_tree = self._init_replay()
         self.update = jax.jit(self.algo.update, in_shardings=(replicated, self.batch_sharding),
                               out_shardings=(replicated, replicated), donate_argnums=0).lower(
             self.state, batch_template_tree).compile()
@@ -131,6 +135,45 @@ class Learner:
         self._version_cache = int(to_host(self.state.version))
         self._params_cache = None
         self._global_sds = batch_template_tree
+        if self.replay:
+            self.n_updates = int(config.total_env_steps * self.replay_ratio / config.dqn.batch_size)
+        else:
+            self.n_updates = config.total_env_steps // config.steps_per_update  # fresh batches
+
+    def _init_replay(self):
+        """Off-policy: a replay buffer local to this process; each update samples
+        `dqn.batch_size` transitions per process and learns from all processes' samples."""
+        cfg = self.config
+        batch, _ = self.template
+        flat = jax.tree.map(lambda x: jax.ShapeDtypeStruct((x.shape[0] * x.shape[1],) + x.shape[2:], x.dtype),
+                            batch)
+        one = jax.tree.map(lambda x: np.zeros(x.shape[1:], x.dtype), flat)
+        self.rb = jax.jit(buffers.replay_init, static_argnums=0)(cfg.dqn.buffer_size, one)
+        self._replay_add = jax.jit(lambda rb, b: buffers.replay_add(rb, buffers.flatten_time_batch(b)),
+                                   donate_argnums=0)
+        self._replay_sample = jax.jit(lambda rb, key: buffers.replay_sample(rb, key, cfg.dqn.batch_size))
+        self._sample_key = jax.random.key(cfg.seed + 1 + jax.process_index())
+        self.replay_ratio = cfg.runtime.replay_ratio or (
+            cfg.dqn.updates_per_rollout * cfg.dqn.batch_size / (cfg.num_envs * cfg.rollout_len))
+        n = cfg.dqn.batch_size * jax.process_count()
+        global_sds = jax.tree.map(lambda x: jax.ShapeDtypeStruct((n,) + x.shape[1:], x.dtype), flat)
+        self.batch_sharding = jax.tree.map(lambda _: NamedSharding(self.mesh, P("data")), global_sds)
+        self.learned = 0  # samples learned from, this process's share
+        return global_sds
+
+    def _replay_batch(self):
+        """The next update's batch (global, sharded) and its behaviour versions, or None
+        while the replay ratio says the learner is ahead of production."""
+        cfg = self.config
+        if (self.balance.produced < cfg.dqn.learning_starts
+                or self.learned >= self.replay_ratio * self.balance.produced):
+            return None
+        self._sample_key, key = jax.random.split(self._sample_key)
+        local = jax.device_get(self._replay_sample(self.rb, key))
+        self.learned += cfg.dqn.batch_size
+        batch = jax.tree.map(lambda x, s, g: jax.make_array_from_process_local_data(s, x, g.shape),
+                             local, self.batch_sharding, self._global_sds)
+        return batch, np.asarray(local.version)
 
     @property
     def endpoints(self) -> dict:
@@ -170,10 +213,13 @@ class Learner:
         if done.any():
             self.tracker.add(np.asarray(episodes.returns)[done], self.env_steps, now - t_start)
         version = int(self.state_version)
-        if self.balance.admit(int(msg.version), version, samples, now):
-            self.pool.append((int(msg.version), ident, batch))
-        else:
+        if not self.balance.admit(int(msg.version), version, samples, now):
             self._grant(ident)
+        elif self.replay:
+            self.rb = self._replay_add(self.rb, batch)
+            self._grant(ident)
+        else:
+            self.pool.append((int(msg.version), ident, batch))
 
     def _handle_control(self, ident, msg: dict, now: float) -> None:
         kind = msg.get("type")
@@ -240,22 +286,36 @@ class Learner:
             local, self.batch_sharding, self._global_sds)
 
     # ------------------------------------------------------------------ the loop
+    def _next_batch(self):
+        """(global batch, behaviour versions, is_reuse) for the next update, or None."""
+        if self.replay:
+            got = self._replay_batch()
+            return None if got is None else (*got, False)
+        chosen = self._take_batch()
+        if chosen is not None:
+            local = concat_batches([item[2] for item in chosen])
+            self._last_batch, self._last_reuse = (local, min(i[0] for i in chosen)), 0
+        elif (self._last_batch is not None and self.config.mode == "async"
+              and self.balance.may_reuse(self._last_reuse, self._last_batch[1], self.state_version)):
+            local = self._last_batch[0]  # bounded reuse while no fresh data waits
+            self._last_reuse += 1
+        else:
+            return None
+        return self._global_batch(local), local.version, chosen is None
+
     def run(self, should_stop: Callable[[], bool] = lambda: False, t_start: float | None = None) -> dict:
         cfg, rt = self.config, self.config.runtime
         t_start = t_start or time.perf_counter()
-        n_updates = cfg.total_env_steps // cfg.steps_per_update  # fresh batches in the budget
         fresh_updates = 0
-        last_batch = None
-        last_reuse = 0
+        self._last_batch, self._last_reuse = None, 0
         pending: list[dict] = []
         poller = zmq.Poller()
         poller.register(self.control.socket, zmq.POLLIN)
         reading = False
         self.publish()
-        t_train = time.perf_counter()
-        last_publish = time.perf_counter()
-        last_arrival = time.perf_counter()
-        while fresh_updates < n_updates and not should_stop():
+        t_train = last_publish = last_arrival = time.perf_counter()
+        busy = False
+        while fresh_updates < self.n_updates and not should_stop():
             room = self.balance.accept_more(len(self.pool))
             if room and not reading:
                 poller.register(self.traj_in.socket, zmq.POLLIN)
@@ -263,7 +323,9 @@ class Learner:
             elif not room and reading:
                 poller.unregister(self.traj_in.socket)  # flow control: HWMs push back on actors
                 reading = False
-            events = dict(poller.poll(timeout=50))
+            # NOTE: block (until a message or 50 ms) only when the last pass found no work;
+            # right after an update more may be waiting in the pool.
+            events = dict(poller.poll(timeout=0 if busy else 50))
             now = time.perf_counter()
             if self.control.socket in events:
                 while (item := self.control.poll(0)) is not None:
@@ -276,33 +338,25 @@ class Learner:
             if now - last_arrival > limit:
                 raise LearnerStalled(f"no trajectory from any actor for {limit:.0f} s "
                                      f"({len(self.actors)} registered)")
-            chosen = self._take_batch()
-            reuse = False
-            if chosen is None:
-                if (last_batch is not None and cfg.mode == "async"
-                        and self.balance.may_reuse(last_reuse, last_batch[1], self.state_version)):
-                    local, reuse = last_batch[0], True
-                    last_reuse += 1
-                else:
-                    if now - last_publish > rt.heartbeat_s:
-                        self.publish()  # slow joiners and restarted actors catch up
-                        last_publish = now
-                    continue
-            else:
-                local = concat_batches([item[2] for item in chosen])
-                last_batch, last_reuse = (local, min(i[0] for i in chosen)), 0
+            nxt = self._next_batch()
+            busy = nxt is not None
+            if nxt is None:
+                if now - last_publish > rt.heartbeat_s:
+                    self.publish()  # slow joiners and restarted actors catch up
+                    last_publish = now
+                continue
+            batch, behaviour, reuse = nxt
             version = self.state_version
-            taus = np.asarray(S.staleness(version, local.version))
-            self.state, metrics = self.update(self.state, self._global_batch(local))
+            taus = np.asarray(S.staleness(version, behaviour))
+            self.state, metrics = self.update(self.state, batch)
             self._version_cache = version + 1 - int(to_host(metrics["update_skipped"]))
             pending.append(metrics)
             self.balance.consumed_batch(taus, taus.size, time.perf_counter(), reuse=reuse)
-            if not reuse:
-                fresh_updates += 1
+            fresh_updates += not reuse
             if self.state_version % rt.publish_every == 0:
                 self.publish()
                 last_publish = time.perf_counter()
-            if self.state_version % cfg.log_every == 0 or fresh_updates == n_updates:
+            if self.state_version % cfg.log_every == 0 or fresh_updates == self.n_updates:
                 self._log(pending, t_start, t_train)
                 pending = []
         self._train_time = time.perf_counter() - t_train
