@@ -200,6 +200,7 @@ class Config:
     rollout_len: int = 128  # T of each [T, B] trajectory
     log_every: int = 20  # updates between log lines / progress refreshes
     eval_episodes: int = 0  # greedy episodes at the end (0 = none)
+    compile_cache: str | None = "~/.cache/tianjax/xla"  # persistent XLA cache (null: off)
     network: NetworkConfig = field(default_factory=NetworkConfig)
     ppo: PPOConfig = field(default_factory=PPOConfig)
     impala: IMPALAConfig = field(default_factory=IMPALAConfig)

@@ -11,6 +11,7 @@ import numpy as np
 
 from tianjax.config import Config, ConfigError, load_config
 from tianjax.metrics import Progress, RunLogger, format_summary
+from tianjax.runtime import compile_cache
 
 
 class TrainResult(NamedTuple):
@@ -45,6 +46,7 @@ def train(config: Config | str | os.PathLike | dict | None = None, overrides: Se
     """
     config = load_config(config, overrides, **kwargs)
     runner = _runner(config)
+    compile_cache.enable(config.compile_cache)
     logger = RunLogger(config)
     bar = Progress(config.total_env_steps * config.num_seeds, enabled=progress,
                    desc=f"{config.algo} {config.env} [{config.mode}]")

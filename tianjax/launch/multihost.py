@@ -43,6 +43,9 @@ def run_learner(config: Config, *, coordinator: str | None, num_processes: int |
                 process_id: int | None, bind_host: str, base_port: int, key_file: str | None) -> int:
     import jax
 
+    from tianjax.runtime import compile_cache
+
+    compile_cache.enable(config.compile_cache)
     run_key = _key(key_file)
     if coordinator is not None or num_processes is not None:
         if coordinator is None or num_processes is None or process_id is None:
@@ -90,8 +93,10 @@ def run_learner(config: Config, *, coordinator: str | None, num_processes: int |
 
 def run_actor(config: Config, *, actor_id: int, learner_host: str, base_port: int, num_learners: int,
               key_file: str | None) -> int:
+    from tianjax.runtime import compile_cache
     from tianjax.runtime.actor import Actor
 
+    compile_cache.enable(config.compile_cache)
     run_key = _key(key_file)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     endpoints = learner_endpoints(learner_host, base_port, actor_id % num_learners)

@@ -110,14 +110,12 @@ class Learner:
         # NOTE: initialised by a jitted program with a replicated output so that, in a
         # multi-process run, every learner process holds the same global state.
         self.state = jax.jit(self.algo.init, out_shardings=replicated)(jax.random.key(config.seed))
-        t = time.perf_counter()
         self.replay = self.algo.buffer == "replay"
         if self.replay:
             batch_template_tree = self._init_replay()
-        self.update = jax.jit(self.algo.update, in_shardings=(replicated, self.batch_sharding),
-                              out_shardings=(replicated, replicated), donate_argnums=0).lower(
-            self.state, batch_template_tree).compile()
-        self.compile_time_s = time.perf_counter() - t
+        self._replicated = replicated
+        self.update = None  # compiled by compile(), after the sockets are up
+        self.compile_time_s = 0.0
 
         host, ep = rt.bind_host, endpoints or {}
         self.params_pub = ParamPublisher(run_key, endpoint=ep.get("params"), host=host, transport=rt.transport)
@@ -139,6 +137,18 @@ class Learner:
             self.n_updates = int(config.total_env_steps * self.replay_ratio / config.dqn.batch_size)
         else:
             self.n_updates = config.total_env_steps // config.steps_per_update  # fresh batches
+
+    def compile(self) -> None:
+        """Compiles the update. Separate from __init__ so that a launcher can bind the
+        sockets, start the actors, and let them start up while this compiles."""
+        if self.update is not None:
+            return
+        t = time.perf_counter()
+        replicated = self._replicated
+        self.update = jax.jit(self.algo.update, in_shardings=(replicated, self.batch_sharding),
+                              out_shardings=(replicated, replicated), donate_argnums=0).lower(
+            self.state, self._global_sds).compile()
+        self.compile_time_s = time.perf_counter() - t
 
     def _init_replay(self):
         """Off-policy: a replay buffer local to this process; each update samples
@@ -309,6 +319,7 @@ class Learner:
         fresh_updates = 0
         self._last_batch, self._last_reuse = None, 0
         pending: list[dict] = []
+        self.compile()
         poller = zmq.Poller()
         poller.register(self.control.socket, zmq.POLLIN)
         reading = False
