@@ -235,12 +235,16 @@ def test_control_rejects_outsiders_and_spoofed_senders(ctx):
         spoof = ctx.socket(zmq.DEALER)
         spoof.linger = 0
         spoof.connect(server.endpoint)
-        # validly signed as actor-1, but sent from a connection that is not actor-1
-        spoof.send_multipart(encode_json({"type": "stop"}, auth=AUTH, kind="ctrl", sender="actor-1", seq=1))
+        # a raw connection with an unsigned claim to be actor-1
+        spoof.send_multipart([b'{"sender": "actor-1"}', b"{}"])
         a0.send({"type": "register"})
         assert server.poll(WAIT_MS) == (b"actor-0", {"type": "register"})
         assert server.poll(100) is None
-        assert server.rejected == {"auth": 2} and set(server.peers) == {b"actor-0"}
+        assert sum(server.rejected.values()) == 2 and set(server.peers) == {b"actor-0"}
+        # replies to a name go to the connection its signed messages come from
+        assert server.send(b"actor-0", {"type": "credit", "n": 1})
+        assert a0.recv(WAIT_MS) == {"type": "credit", "n": 1}
+        assert not server.send(b"actor-1", {"type": "stop"})
         spoof.close()
 
 

@@ -45,7 +45,8 @@ class ActorProcesses:
         cmd = [sys.executable, "-m", "tianjax.launch.role", "actor",
                "--actor-id", str(actor_id),
                "--config-json", json.dumps(self.config.to_dict()),
-               "--endpoints-json", json.dumps(self.endpoints)]
+               "--endpoints-json", json.dumps(self.endpoints),
+               "--parent-pid", str(os.getpid())]
         out = None
         if self.log_dir:
             os.makedirs(self.log_dir, exist_ok=True)
@@ -109,9 +110,14 @@ def run_local(config: Config, logger: RunLogger, progress: Progress) -> dict:
     def should_stop() -> bool:
         gone = {i: c for i, c in actors.dead().items()}
         failures.update(gone)
-        if gone and (config.mode == "sync" or not actors.procs):
-            ids = ", ".join(f"actor {i} (exit code {c})" for i, c in sorted(gone.items()))
+        if not gone:
+            return False
+        ids = ", ".join(f"actor {i} (exit code {c})" for i, c in sorted(gone.items()))
+        if config.mode == "sync" or not actors.procs:
             raise ActorFailure(f"{ids} stopped; see {logger.run_dir}/actors/ for its log")
+        # async: the learner takes whatever the others send; say so once, then go on
+        print(f"tianjax: warning: {ids} stopped; continuing with {len(actors.procs)} actors "
+              f"(see {logger.run_dir}/actors/)", file=sys.stderr, flush=True)
         return False
 
     try:

@@ -80,10 +80,11 @@ class BalanceController:
     def _rate(self, events: collections.deque, now: float) -> float:
         while events and events[0][0] < now - self.window_s:
             events.popleft()
-        if not events:
+        if len(events) < 2:
             return 0.0
+        # samples that arrived after the first event, over the time since it
         span = max(now - events[0][0], 1e-3)
-        return sum(n for _, n in events) / span
+        return (sum(n for _, n in events) - events[0][1]) / span
 
     def production_rate(self, now: float) -> float:
         return self._rate(self._arrivals, now)

@@ -295,8 +295,10 @@ class TrajectoryReceiver(_Channel):
 
 # ------------------------------------------------------------------------------ control
 class ControlServer(_Channel):
-    """Learner side of control. Clients are addressed by their identity (bytes), which must
-    equal the authenticated sender name in their messages."""
+    """Learner side of control. Clients are addressed by their authenticated sender name
+    (bytes). NOTE: ZeroMQ assigns each connection its routing id, and replies to a name go
+    to the connection its last *authenticated* message came from, so a peer without the
+    key can neither claim a name nor divert an actor's credits and stop messages."""
 
     def __init__(self, key: Key, *, endpoint: str | None = None, host: str = DEFAULT_HOST,
                  transport: Literal["tcp", "ipc"] = "tcp", sender: str = "learner",
@@ -306,10 +308,10 @@ class ControlServer(_Channel):
         self.sender = sender
         self.max_bytes = max_bytes
         self._seq = _first_seq()
-        # unknown identities raise instead of vanishing; a restarted actor takes its id over
+        # unknown routes raise instead of vanishing
         self.socket.setsockopt(zmq.ROUTER_MANDATORY, 1)
-        self.socket.setsockopt(zmq.ROUTER_HANDOVER, 1)
         self._bind(endpoint, host, transport)
+        self._routes: dict[bytes, bytes] = {}  # sender name -> routing id of its connection
         self.peers: dict[bytes, float] = {}  # identity -> monotonic time last heard
         self.accepted = 0
         self.rejected: collections.Counter = collections.Counter()
@@ -325,26 +327,29 @@ class ControlServer(_Channel):
                 if remaining == 0 or not self.socket.poll(remaining):
                     return None
                 continue
-            identity = frames[0].bytes
+            route = frames[0].bytes
             try:
                 msg = decode_json(frames[1:], auth=self._auth, kind="ctrl", max_bytes=self.max_bytes)
-                if msg.sender.encode() != identity:
-                    # a valid message relayed from another connection
-                    raise CodecError("auth", "sender does not match the connection")
                 self._guard.check(msg)
             except CodecError as e:
                 self.rejected[e.reason] += 1
                 continue
             self.accepted += 1
-            self.peers[identity] = time.monotonic()
-            return identity, msg.body
+            name = msg.sender.encode()
+            self._routes[name] = route  # a restarted actor's new connection takes over
+            self.peers[name] = time.monotonic()
+            return name, msg.body
 
     def send(self, identity: bytes, msg: dict) -> bool:
-        """False if the client is unknown or gone, or its queue is full."""
+        """Sends to the client named `identity`; False if it is unknown or gone, or its
+        queue is full."""
+        route = self._routes.get(identity)
+        if route is None:
+            return False
         self._seq += 1
         frames = encode_json(msg, auth=self._auth, kind="ctrl", sender=self.sender, seq=self._seq)
         try:
-            self.socket.send_multipart([identity, *frames], flags=zmq.NOBLOCK)
+            self.socket.send_multipart([route, *frames], flags=zmq.NOBLOCK)
         except (zmq.Again, zmq.ZMQError):
             return False
         return True
@@ -355,6 +360,7 @@ class ControlServer(_Channel):
 
     def forget(self, identity: bytes) -> None:
         self.peers.pop(identity, None)
+        self._routes.pop(identity, None)
 
 
 class ControlClient(_Channel):
@@ -366,7 +372,6 @@ class ControlClient(_Channel):
         self._auth = as_authenticator(key)
         self.identity = identity
         self._seq = _first_seq()
-        self.socket.setsockopt(zmq.ROUTING_ID, identity.encode())
         self.socket.sndhwm = hwm
         self.socket.connect(endpoint)
         self.endpoint = endpoint

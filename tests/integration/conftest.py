@@ -1,0 +1,181 @@
+"""Helpers for tests that run the real thing: OS processes, real sockets, real run dirs.
+
+Nothing here may hang or leak: every process a test starts goes through `procs`, which
+starts it in its own session (process group) and, in teardown, SIGKILLs whatever of that
+group is still alive, by the group id it created. Every wait has a timeout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+ASYNC_CFG = str(REPO / "configs" / "ppo_cartpole_async.yaml")
+ROLE_MARK = "tianjax.launch.role"  # in every actor process's command line (local launcher)
+
+
+def child_env(**extra) -> dict:
+    env = dict(os.environ)
+    env["JAX_PLATFORMS"] = "cpu"
+    env["PYTHONUNBUFFERED"] = "1"
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def wait_for(predicate, timeout: float, interval: float = 0.05, what: str = "condition"):
+    """Polls until predicate() is truthy (returns it) or raises after timeout seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = predicate()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(interval)
+
+
+def records(run_dir) -> list[dict]:
+    """The metrics.jsonl records written so far (a half-written last line is skipped)."""
+    path = Path(run_dir) / "metrics.jsonl"
+    out = []
+    if path.exists():
+        for line in path.read_text().splitlines():
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                pass
+    return out
+
+
+def updates_logged(run_dir) -> int:
+    recs = records(run_dir)
+    return max((r.get("updates", 0) for r in recs), default=0)
+
+
+def read_summary(run_dir) -> dict:
+    return json.loads((Path(run_dir) / "summary.json").read_text())
+
+
+def descendants(pid: int) -> list[psutil.Process]:
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+
+
+def actor_processes(pid: int) -> list[psutil.Process]:
+    """The actor processes under `pid` (identified by their command line)."""
+    out = []
+    for p in descendants(pid):
+        try:
+            if any(ROLE_MARK in part for part in p.cmdline()):
+                out.append(p)
+        except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+            pass
+    return out
+
+
+def alive(procs: list[psutil.Process]) -> list[psutil.Process]:
+    """Those still running (zombies count as gone: they hold no resources but a pid)."""
+    out = []
+    for p in procs:
+        try:
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p)
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def free_port_block(n: int, tries: int = 50) -> int:
+    """A base port such that base .. base + n - 1 are all free on loopback now."""
+    import random
+
+    rng = random.Random(os.getpid() ^ time.time_ns())
+    for _ in range(tries):
+        base = rng.randrange(20000, 60000 - n)
+        socks = []
+        try:
+            for p in range(base, base + n):
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("127.0.0.1", p))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError(f"no block of {n} free ports found")
+
+
+class Procs:
+    """Starts subprocesses in their own process groups and kills what is left in teardown."""
+
+    def __init__(self, log_dir: Path):
+        self.log_dir = log_dir
+        self.started: list[tuple[subprocess.Popen, Path]] = []
+
+    def start(self, args: list[str], name: str, env: dict | None = None) -> subprocess.Popen:
+        """Runs `python args...` with stdout and stderr to separate files in log_dir."""
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        out = open(self.log_dir / f"{name}.out", "wb")
+        err = open(self.log_dir / f"{name}.err", "wb")
+        p = subprocess.Popen([sys.executable, *args], cwd=REPO, env=env or child_env(),
+                             stdout=out, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True)
+        out.close()
+        err.close()
+        p.log_name = name
+        self.started.append((p, self.log_dir / name))
+        return p
+
+    def stderr(self, p: subprocess.Popen) -> str:
+        return (self.log_dir / f"{p.log_name}.err").read_text(errors="replace")
+
+    def stdout(self, p: subprocess.Popen) -> str:
+        return (self.log_dir / f"{p.log_name}.out").read_text(errors="replace")
+
+    def wait(self, p: subprocess.Popen, timeout: float) -> int:
+        try:
+            return p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"{p.log_name} still running after {timeout:.0f} s; stderr:\n"
+                                 + self.stderr(p)[-3000:]) from None
+
+    def kill_all(self) -> None:
+        for p, _ in self.started:
+            # the group this test created: the process and anything it started that is left
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+
+
+@pytest.fixture
+def procs(tmp_path):
+    ps = Procs(tmp_path / "logs")
+    try:
+        yield ps
+    finally:
+        ps.kill_all()
