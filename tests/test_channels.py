@@ -13,9 +13,15 @@ import pytest
 import zmq
 
 from tianjax.transport.auth import MessageAuth, RunKey, new_run_key
-from tianjax.transport.channels import (ControlClient, ControlServer, ParamPublisher,
-                                        ParamSubscriber, TrajectoryReceiver, TrajectorySender)
-from tianjax.transport.codec import encode, encode_json
+from tianjax.transport.channels import (
+    ControlClient,
+    ControlServer,
+    ParamPublisher,
+    ParamSubscriber,
+    TrajectoryReceiver,
+    TrajectorySender,
+)
+from tianjax.transport.codec import encode
 
 KEY = RunKey(bytes(range(32)))
 AUTH = MessageAuth(KEY)

@@ -14,10 +14,8 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from tianjax.transport import auth as auth_mod
-from tianjax.transport.auth import (KEY_ENV, InsecureNoAuth, MessageAuth, RunKey, load_key,
-                                    new_run_key, write_key_file)
-from tianjax.transport.codec import (CodecError, ReplayGuard, TreeSpec, decode, decode_json,
-                                     encode, encode_json)
+from tianjax.transport.auth import KEY_ENV, InsecureNoAuth, MessageAuth, RunKey, load_key, new_run_key, write_key_file
+from tianjax.transport.codec import CodecError, ReplayGuard, TreeSpec, decode, decode_json, encode, encode_json
 
 AUTH = MessageAuth(RunKey(bytes(range(32))))
 BIG = 1 << 30

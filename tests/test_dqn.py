@@ -8,8 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tianjax.algos import make_algorithm
-from tianjax.algos import dqn
+from tianjax.algos import dqn, make_algorithm
 from tianjax.config import ConfigError, load_config
 from tianjax.networks import ActionSpec
 from tianjax.types import Transition

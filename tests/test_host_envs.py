@@ -116,7 +116,7 @@ def test_termination_resets_in_the_same_step(backend):
     push_right = lambda t: 1  # noqa: E731  (the pole falls within a few dozen steps)
     env = _env(backend)
     try:
-        obs = env.reset(0)
+        env.reset(0)
         ended = np.zeros(B, bool)
         for t in range(100):
             step = env.step(np.ones(B, np.int32))

@@ -12,8 +12,7 @@ import pytest
 import tianjax
 from tianjax import distributions as D
 from tianjax import staleness as S
-from tianjax.algos import make_algorithm
-from tianjax.algos import impala
+from tianjax.algos import impala, make_algorithm
 from tianjax.config import load_config
 from tianjax.networks import ActionSpec
 from tianjax.types import Trajectory
@@ -201,7 +200,7 @@ def test_fresh_corrected_update_equals_plain_update(num_minibatches):
     """With every sample fresh (tau = 0), the staleness-corrected update is the plain one,
     even though the batch is off-policy (V-trace, not the staleness weights, corrects it)."""
     # jitted only: the loss-level equivalence above is checked eagerly too
-    (corrected, up_c), (plain, up_p) = jitted(num_minibatches, True), jitted(num_minibatches, False)
+    (corrected, up_c), (_plain, up_p) = jitted(num_minibatches, True), jitted(num_minibatches, False)
     state = corrected.init(jax.random.key(1))._replace(version=jnp.asarray(5, jnp.int32))
     traj = random_traj(corrected, state.params, seed=6, version=5)
     s_c, m_c = up_c(state, traj)
@@ -213,7 +212,7 @@ def test_fresh_corrected_update_equals_plain_update(num_minibatches):
 
 
 def test_stale_samples_change_the_update():
-    (corrected, up_c), (plain, up_p) = jitted(1, True), jitted(1, False)
+    (corrected, up_c), (_plain, up_p) = jitted(1, True), jitted(1, False)
     state = corrected.init(jax.random.key(1))._replace(version=jnp.asarray(5, jnp.int32))
     traj = random_traj(corrected, state.params, seed=6)
     traj = traj._replace(version=jnp.asarray(np.array([5, 4, 3, 0])[None].repeat(T, 0), jnp.int32))

@@ -9,7 +9,7 @@ from typing import Any, NamedTuple, Sequence
 import jax
 import numpy as np
 
-from tianjax.config import Config, ConfigError, load_config
+from tianjax.config import Config, load_config
 from tianjax.metrics import Progress, RunLogger, format_summary
 from tianjax.runtime import compile_cache
 

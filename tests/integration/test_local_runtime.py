@@ -27,8 +27,7 @@ from tianjax.runtime.learner import Learner
 from tianjax.transport.auth import InsecureNoAuth, new_run_key
 from tianjax.transport.channels import ControlClient, ControlServer, TrajectorySender
 
-from .conftest import (ASYNC_CFG, actor_processes, alive, read_summary, updates_logged,
-                       wait_for)
+from .conftest import ASYNC_CFG, actor_processes, alive, read_summary, updates_logged, wait_for
 
 BALANCE_KEYS = ("samples_consumed_per_s", "staleness_mean", "staleness_max", "dropped_samples",
                 "rejected_messages", "balance")
@@ -56,7 +55,8 @@ def test_reaches_target_and_reports_balance(tmp_path, mode):
     assert s["final_return"] >= 475, s
     for key in BALANCE_KEYS:
         assert key in s, key
-    assert s["updates"] == 150_000 // (2 * 16 * 32)  # whole updates within the budget
+    # whole fresh batches within the budget; async may also take bounded extra passes
+    assert s["updates"] - s["balance"]["reused_batches"] == 150_000 // (2 * 16 * 32)
     assert s["rejected_messages"] == 0
     assert s["actor_failures"] == 0
     assert s["balance"]["samples_consumed"] == s["updates"] * 2 * 16 * 32
@@ -90,7 +90,7 @@ def test_async_learner_survives_a_killed_actor(tmp_path, procs):
 
     assert procs.wait(launcher, 120) == 0, procs.stderr(launcher)
     s = read_summary(run_dir)
-    assert s["updates"] == n_updates
+    assert s["updates"] - s["balance"]["reused_batches"] == n_updates
     assert s["actor_failures"] >= 1
     assert s["final_return"] > 0
     err = procs.stderr(launcher)

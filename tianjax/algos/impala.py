@@ -24,10 +24,11 @@ import jax.numpy as jnp
 from tianjax import distributions as D
 from tianjax import returns
 from tianjax import staleness as S
-from tianjax.algos.base import ActOutput, Algorithm
+from tianjax.algos.base import Algorithm
+from tianjax.algos.policy import actor_critic
 from tianjax.config import Config
 from tianjax.learner import LearnerState, gradient_step, guarded, init_state, make_optimizer
-from tianjax.networks import ActionSpec, ActorCritic
+from tianjax.networks import ActionSpec
 from tianjax.types import Trajectory
 
 # V-trace over the time axis of [T, B] inputs (lambda = 1, as in the paper).
@@ -95,8 +96,8 @@ def make(config: Config, obs_shape: tuple[int, ...], action_spec: ActionSpec, *,
     """IMPALA for `config`. `correct_staleness=False` (fused mode, where tau is always 0)
     skips computing weights that would all be 1."""
     cfg = config.impala
-    net = ActorCritic(config.network, tuple(obs_shape), action_spec)
-    apply_fn = net.apply
+    policy = actor_critic(config, obs_shape, action_spec)
+    apply_fn, value = policy.apply, policy.value
     num_updates = max(config.total_env_steps // config.steps_per_update, 1)
     optimizer = make_optimizer(cfg.lr, cfg.max_grad_norm, num_updates * cfg.num_minibatches,
                                cfg.anneal_lr)
@@ -105,20 +106,7 @@ def make(config: Config, obs_shape: tuple[int, ...], action_spec: ActionSpec, *,
 
     def init(key):
         k_net, k_state = jax.random.split(key)
-        obs = jnp.zeros((1,) + tuple(obs_shape), jnp.float32)
-        params = net.init(k_net, obs)
-        return init_state(params, optimizer, k_state)
-
-    def act(params, obs, key, env_steps=0):
-        dist, value = apply_fn(params, obs)
-        action = D.sample(key, dist)
-        return ActOutput(action, D.log_prob(dist, action), value)
-
-    def value(params, obs):
-        return apply_fn(params, obs)[1]
-
-    def greedy(params, obs):
-        return D.mode(apply_fn(params, obs)[0])
+        return init_state(policy.init_params(k_net), optimizer, k_state)
 
     def update(state: LearnerState, traj: Trajectory):
         # B may hold several actors' trajectories side by side; chunks split along it.
@@ -142,4 +130,5 @@ def make(config: Config, obs_shape: tuple[int, ...], action_spec: ActionSpec, *,
         new_state = state._replace(params=params, opt_state=opt_state, version=state.version + 1)
         return new_state, metrics
 
-    return Algorithm("impala", "onpolicy", init, act, value, greedy, guarded(update), loss_fn, net)
+    return Algorithm("impala", "onpolicy", init, policy.act, value, policy.greedy, guarded(update), loss_fn,
+                     policy.network)

@@ -24,9 +24,8 @@ import time
 import jax
 import zmq
 
-from tianjax.algos import make_algorithm
 from tianjax.config import Config
-from tianjax.runtime.sources import env_spec, make_source
+from tianjax.runtime.sources import make_source
 from tianjax.transport.channels import ControlClient, ParamSubscriber, TrajectorySender
 
 
@@ -38,10 +37,11 @@ class Actor:
     def __init__(self, config: Config, actor_id: int, endpoints: dict, run_key: bytes):
         self.config = config
         self.actor_id = actor_id
-        obs_shape, _, action_spec = env_spec(config)
-        self.algo = make_algorithm(config, obs_shape, action_spec)
+        # the source's own env gives the spaces (building a second env to read them costs
+        # start-up time that every run pays)
+        self.source = make_source(config, seed=config.seed + 7919 * (actor_id + 1))
+        self.algo = self.source.algo
         params_template = jax.eval_shape(self.algo.init, jax.random.key(0)).params
-        self.source = make_source(config, self.algo, seed=config.seed + 7919 * (actor_id + 1))
         rt = config.runtime
         self.params_in = ParamSubscriber(run_key, endpoints["params"], params_template,
                                          max_bytes=int(rt.max_message_mb * 2**20))

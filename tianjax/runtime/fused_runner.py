@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from functools import partial
+
 import jax
 import numpy as np
 

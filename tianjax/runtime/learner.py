@@ -18,12 +18,13 @@ from __future__ import annotations
 import collections
 import os
 import time
-from typing import Any, Callable
+from typing import Callable
 
 import jax
 import numpy as np
 import zmq
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from tianjax import buffers
 from tianjax import staleness as S

@@ -13,6 +13,7 @@ from typing import NamedTuple
 import jax
 import numpy as np
 
+from tianjax.algos import make_algorithm
 from tianjax.algos.base import Algorithm
 from tianjax.config import Config
 from tianjax.envs.host import HostEnv, make_host_env
@@ -57,8 +58,9 @@ def batch_template(config: Config, algo: Algorithm, obs_shape, obs_dtype) -> tup
 class JaxSource:
     """B gymnax envs; each call is one jitted lax.scan rollout and one device->host copy."""
 
-    def __init__(self, config: Config, algo: Algorithm, seed: int):
-        env = make_gymnax(config.env)
+    def __init__(self, config: Config, algo: Algorithm, seed: int, env=None):
+        env = env or make_gymnax(config.env)
+        self.algo = algo
         init, rollout = make_rollout(env, algo, config.num_envs, config.rollout_len)
         self._state = jax.jit(init)(jax.random.key(seed))
         self._rollout = jax.jit(rollout, donate_argnums=2)
@@ -181,7 +183,12 @@ class HostSource:
         self.env.close()
 
 
-def make_source(config: Config, algo: Algorithm, seed: int):
+def make_source(config: Config, seed: int):
+    """The configured env's rollout source, with the algorithm built for its spaces."""
     if config.env_backend == "gymnax":
-        return JaxSource(config, algo, seed)
-    return HostSource(config, algo, seed)
+        env = make_gymnax(config.env)
+        algo = make_algorithm(config, env.obs_shape, env.action_spec)
+        return JaxSource(config, algo, seed, env=env)
+    env = make_host_env(config.env_backend, config.env, config.num_envs, seed)
+    algo = make_algorithm(config, tuple(env.obs_shape), env.action_spec)
+    return HostSource(config, algo, seed, env=env)

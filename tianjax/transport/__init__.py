@@ -6,10 +6,15 @@ Import the submodules directly (`tianjax.transport.channels`, `.codec`, `.auth`)
 package re-exports their public names.
 """
 
-from tianjax.transport.auth import (KEY_ENV, InsecureNoAuth, MessageAuth, RunKey, load_key,
-                                    new_run_key, write_key_file)
-from tianjax.transport.channels import (ControlClient, ControlServer, ParamPublisher,
-                                        ParamSubscriber, TrajectoryReceiver, TrajectorySender)
+from tianjax.transport.auth import KEY_ENV, InsecureNoAuth, MessageAuth, RunKey, load_key, new_run_key, write_key_file
+from tianjax.transport.channels import (
+                                    ControlClient,
+                                    ControlServer,
+                                    ParamPublisher,
+                                    ParamSubscriber,
+                                    TrajectoryReceiver,
+                                    TrajectorySender,
+)
 from tianjax.transport.codec import REASONS, CodecError, Message, ReplayGuard, TreeSpec, decode, encode
 
 __all__ = [

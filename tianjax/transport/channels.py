@@ -31,8 +31,17 @@ from typing import Any, Literal
 import zmq
 
 from tianjax.transport.auth import Authenticator, RunKey, as_authenticator
-from tianjax.transport.codec import (MAX_HEADER_BYTES, CodecError, Message, ReplayGuard,
-                                     TreeSpec, decode, decode_json, encode, encode_json)
+from tianjax.transport.codec import (
+    MAX_HEADER_BYTES,
+    CodecError,
+    Message,
+    ReplayGuard,
+    TreeSpec,
+    decode,
+    decode_json,
+    encode,
+    encode_json,
+)
 
 DEFAULT_HOST = "127.0.0.1"
 CONTROL_MAX_BYTES = 1 << 16

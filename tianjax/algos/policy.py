@@ -1,0 +1,45 @@
+"""The stochastic actor-critic policy that PPO and IMPALA share: how to act with it."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple
+
+import jax.numpy as jnp
+
+from tianjax import distributions as D
+from tianjax.algos.base import ActOutput
+from tianjax.config import Config
+from tianjax.networks import ActionSpec, ActorCritic
+
+
+class ActorCriticPolicy(NamedTuple):
+    network: Any  # the flax module
+    apply: Callable  # apply(params, obs [B, ...]) -> (logits or Gaussian, value [B])
+    init_params: Callable  # init_params(key) -> params
+    act: Callable  # act(params, obs, key, env_steps) -> ActOutput (sampled)
+    value: Callable  # value(params, obs) -> [B]
+    greedy: Callable  # greedy(params, obs) -> action [B, ...]
+
+
+def actor_critic(config: Config, obs_shape: tuple[int, ...], action_spec: ActionSpec) -> ActorCriticPolicy:
+    net = ActorCritic(config.network, tuple(obs_shape), action_spec)
+    apply_fn = net.apply
+
+    def init_params(key):
+        return net.init(key, jnp.zeros((1,) + tuple(obs_shape), jnp.float32))
+
+    def act(params, obs, key, env_steps=0):
+        dist, value = apply_fn(params, obs)
+        action = D.sample(key, dist)
+        return ActOutput(action, D.log_prob(dist, action), value)
+
+    def value(params, obs):
+        return apply_fn(params, obs)[1]
+
+    def greedy(params, obs):
+        return D.mode(apply_fn(params, obs)[0])
+
+    return ActorCriticPolicy(net, apply_fn, init_params, act, value, greedy)
+
+
+__all__ = ["ActorCriticPolicy", "actor_critic"]
