@@ -26,12 +26,12 @@ import time
 
 import gymnax
 import jax
-import jax.numpy as jnp
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import tianjax  # noqa: E402
 from minimal_ppo import make_train  # noqa: E402
+
+import tianjax  # noqa: E402
 from tianjax.algos import make_algorithm  # noqa: E402
 from tianjax.envs.jax_env import make_gymnax  # noqa: E402
 from tianjax.fused import make_fused  # noqa: E402

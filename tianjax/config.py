@@ -156,7 +156,8 @@ class RuntimeConfig:
     transport: Literal["tcp", "ipc"] = "tcp"
     bind_host: str = "127.0.0.1"  # where the learner binds; loopback unless set
     heartbeat_s: float = 1.0  # actor -> learner heartbeat period
-    heartbeat_timeout_s: float = 30.0  # silence after which an actor counts as lost
+    heartbeat_timeout_s: float = 120.0  # silence after which a peer counts as lost (a learner
+    # is silent during an update: raise this for updates that take minutes, e.g. CNNs on CPU)
     connect_timeout_s: float = 600.0  # how long an actor waits for a (starting) learner
     max_message_mb: float = 256.0  # larger messages are rejected unread
     actor_devices: str = "cpu"  # jax platform for actors (cpu, gpu, ...)
