@@ -98,7 +98,7 @@ def make_fused(config: Config, env: JaxEnv, algo: Algorithm):
     def run(state: FusedState, num_iterations: int):
         def body(s, _):
             s, metrics, episodes = iteration(s)
-            return s, (metrics, episodes)
+            return s, (dict(metrics, version=s.learner.version), episodes)
 
         return jax.lax.scan(body, state, None, length=num_iterations)
 

@@ -52,12 +52,13 @@ def run_fused(config: Config, logger: RunLogger, progress: Progress, env=None) -
     compile_time = time.perf_counter() - t_compile
 
     trackers = [EpisodeTracker(config.target_return) for _ in range(S)]
-    done_iters, env_steps = 0, 0
     t_train = time.perf_counter()
-    while done_iters < n_iters:
-        n = min(chunk, n_iters - done_iters)
-        state, (metrics, episodes) = compiled[n](state)
-        done = np.asarray(episodes.done)
+    env_steps = 0
+
+    def record(n, metrics, episodes):
+        """Host-side bookkeeping of a finished chunk of n iterations."""
+        nonlocal env_steps
+        done = np.asarray(episodes.done)  # waits for the chunk, if it is still running
         rets = np.asarray(episodes.returns)
         now = time.perf_counter()
         if S == 1:
@@ -65,21 +66,32 @@ def run_fused(config: Config, logger: RunLogger, progress: Progress, env=None) -
         for s in range(S):
             r, st = _finished(done[s], rets[s], env_steps, B)
             trackers[s].add(r, st, now - t_start)
-        done_iters += n
         env_steps += n * per_iter
         ma = float(np.mean([t.moving_average for t in trackers]))
-        train_time = now - t_train
-        record = {
+        metrics = {k: np.asarray(v) for k, v in metrics.items()}
+        rec = {
             "env_steps": env_steps,
-            "updates": int(np.asarray(state.learner.version).max()),
+            "updates": int(metrics.pop("version")[..., -1].max()),
             "wall_time_s": now - t_start,
-            "env_steps_per_s": env_steps / max(train_time, 1e-9),
+            "env_steps_per_s": env_steps / max(now - t_train, 1e-9),
             "return_mean_100": ma,
             "episodes": int(sum(t.episodes for t in trackers)),
         }
-        record.update({k: float(np.mean(v)) for k, v in metrics.items()})
-        logger.log(record)
-        progress.update(env_steps, ret=ma, sps=int(record["env_steps_per_s"]))
+        rec.update({k: float(np.mean(v)) for k, v in metrics.items()})
+        logger.log(rec)
+        progress.update(env_steps, ret=ma, sps=int(rec["env_steps_per_s"]))
+
+    # NOTE: chunk k + 1 is dispatched before chunk k's outputs are read, so the host-side
+    # bookkeeping overlaps the next chunk's computation instead of idling the device.
+    done_iters, pending = 0, None
+    while done_iters < n_iters:
+        n = min(chunk, n_iters - done_iters)
+        state, outputs = compiled[n](state)
+        done_iters += n
+        if pending is not None:
+            record(*pending)
+        pending = (n, *outputs)
+    record(*pending)
 
     train_time = time.perf_counter() - t_train
     params = state.learner.params
