@@ -89,6 +89,26 @@ class _Channel:
         if endpoint.startswith("ipc://"):
             self._ipc_path = endpoint[len("ipc://"):]
 
+    def _recv_valid(self, timeout_ms: int | None, valid):
+        """The first message `valid(frames)` accepts within timeout_ms, or None. Messages it
+        refuses (CodecError) are dropped and counted in `rejected` by reason, never raised."""
+        deadline = _deadline(timeout_ms)
+        while True:
+            try:
+                frames = self.socket.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                remaining = _remaining_ms(deadline)
+                if remaining == 0 or not self.socket.poll(remaining):
+                    return None
+                continue
+            try:
+                result = valid(frames)
+            except CodecError as e:
+                self.rejected[e.reason] += 1
+                continue
+            self.accepted += 1
+            return result
+
     def close(self) -> None:
         if not self.socket.closed:
             self.socket.close(linger=0)
@@ -282,24 +302,12 @@ class TrajectoryReceiver(_Channel):
         self._guard = ReplayGuard()
 
     def recv(self, timeout_ms: int | None = 0) -> Message | None:
-        deadline = _deadline(timeout_ms)
-        while True:
-            try:
-                frames = self.socket.recv_multipart(zmq.NOBLOCK, copy=False)
-            except zmq.Again:
-                remaining = _remaining_ms(deadline)
-                if remaining == 0 or not self.socket.poll(remaining):
-                    return None
-                continue
-            try:
-                msg = decode(frames, auth=self._auth, spec=self.spec, kind="traj",
-                             max_bytes=self.max_bytes)
-                self._guard.check(msg)
-            except CodecError as e:
-                self.rejected[e.reason] += 1
-                continue
-            self.accepted += 1
+        def valid(frames):
+            msg = decode(frames, auth=self._auth, spec=self.spec, kind="traj", max_bytes=self.max_bytes)
+            self._guard.check(msg)
             return msg
+
+        return self._recv_valid(timeout_ms, valid)
 
 
 # ------------------------------------------------------------------------------ control
@@ -327,27 +335,19 @@ class ControlServer(_Channel):
         self._guard = ReplayGuard()
 
     def poll(self, timeout_ms: int | None = 0) -> tuple[bytes, dict] | None:
-        deadline = _deadline(timeout_ms)
-        while True:
-            try:
-                frames = self.socket.recv_multipart(zmq.NOBLOCK, copy=False)
-            except zmq.Again:
-                remaining = _remaining_ms(deadline)
-                if remaining == 0 or not self.socket.poll(remaining):
-                    return None
-                continue
-            route = frames[0].bytes
-            try:
-                msg = decode_json(frames[1:], auth=self._auth, kind="ctrl", max_bytes=self.max_bytes)
-                self._guard.check(msg)
-            except CodecError as e:
-                self.rejected[e.reason] += 1
-                continue
-            self.accepted += 1
-            name = msg.sender.encode()
-            self._routes[name] = route  # a restarted actor's new connection takes over
-            self.peers[name] = time.monotonic()
-            return name, msg.body
+        def valid(frames):
+            msg = decode_json(frames[1:], auth=self._auth, kind="ctrl", max_bytes=self.max_bytes)
+            self._guard.check(msg)
+            return frames[0].bytes, msg
+
+        got = self._recv_valid(timeout_ms, valid)
+        if got is None:
+            return None
+        route, msg = got
+        name = msg.sender.encode()
+        self._routes[name] = route  # a restarted actor's new connection takes over
+        self.peers[name] = time.monotonic()
+        return name, msg.body
 
     def send(self, identity: bytes, msg: dict) -> bool:
         """Sends to the client named `identity`; False if it is unknown or gone, or its
@@ -399,20 +399,9 @@ class ControlClient(_Channel):
         return True
 
     def recv(self, timeout_ms: int | None = 0) -> dict | None:
-        deadline = _deadline(timeout_ms)
-        while True:
-            try:
-                frames = self.socket.recv_multipart(zmq.NOBLOCK, copy=False)
-            except zmq.Again:
-                remaining = _remaining_ms(deadline)
-                if remaining == 0 or not self.socket.poll(remaining):
-                    return None
-                continue
-            try:
-                msg = decode_json(frames, auth=self._auth, kind="ctrl", max_bytes=CONTROL_MAX_BYTES)
-                self._guard.check(msg)
-            except CodecError as e:
-                self.rejected[e.reason] += 1
-                continue
-            self.accepted += 1
+        def valid(frames):
+            msg = decode_json(frames, auth=self._auth, kind="ctrl", max_bytes=CONTROL_MAX_BYTES)
+            self._guard.check(msg)
             return msg.body
+
+        return self._recv_valid(timeout_ms, valid)
