@@ -44,7 +44,8 @@ def test_update_is_data_parallel_over_two_devices(tmp_path, procs):
     env = child_env(XLA_FLAGS="--xla_force_host_platform_device_count=2")
     total = 12 * 2 * 16 * 32  # 12 updates
     p = procs.start(["-c", SCRIPT, ASYNC_CFG, str(tmp_path / "run"), "mode=async",
-                     "runtime.learner_devices=2", f"total_env_steps={total}"], name="run", env=env)
+                     "runtime.learner_devices=2", "runtime.max_reuse=0", f"total_env_steps={total}"],
+                    name="run", env=env)
     assert procs.wait(p, 240) == 0, procs.stderr(p)[-3000:]
     line = [l for l in procs.stdout(p).splitlines() if l.startswith("REPORT ")]
     assert line, procs.stdout(p)[-3000:]
