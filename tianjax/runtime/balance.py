@@ -55,6 +55,13 @@ class BalanceController:
         self._arrivals.append((now, samples))
         return True
 
+    def fresh_enough(self, behaviour_version: int, learner_version: int) -> bool:
+        return self.max_staleness is None or learner_version - behaviour_version <= self.max_staleness
+
+    def expire(self, samples: int) -> None:
+        """Admitted samples that aged past max_staleness before they were consumed."""
+        self.dropped += samples
+
     def accept_more(self, pool_size: int) -> bool:
         """Flow control: read the trajectory socket only while the pool has room."""
         if pool_size >= self.max_pool:
@@ -66,8 +73,7 @@ class BalanceController:
         """Bounded reuse of the last batch while no fresh data is waiting."""
         if reuse_count >= self.max_reuse:
             return False
-        tau = learner_version - batch_version
-        return self.max_staleness is None or tau <= self.max_staleness
+        return self.fresh_enough(batch_version, learner_version)
 
     # ------------------------------------------------------------------ measurements
     def consumed_batch(self, taus: np.ndarray, samples: int, now: float, reuse: bool = False) -> None:

@@ -271,6 +271,12 @@ class Learner:
                 self.pool.remove(item)
                 self._grant(item[1])
         else:
+            # admission again at consumption: a trajectory that aged past max_staleness
+            # while it waited in the pool is dropped, not learned from
+            for item in [i for i in self.pool if not self.balance.fresh_enough(i[0], self.state_version)]:
+                self.pool.remove(item)
+                self.balance.expire(self.config.rollout_len * self.config.num_envs)
+                self._grant(item[1])
             if len(self.pool) < k:
                 return None
             chosen = [self.pool.popleft() for _ in range(k)]
