@@ -12,7 +12,11 @@ import sys
 
 
 def _sigterm(signum, frame):
-    # unwind like Ctrl-C, so every role's cleanup (stop actors, close sockets) runs
+    # unwind like Ctrl-C, so every role's cleanup (stop actors, close sockets) runs; the
+    # flag covers the case where the exception is swallowed (see runtime/shutdown.py)
+    from tianjax.runtime import shutdown
+
+    shutdown.requested.set()
     raise KeyboardInterrupt("SIGTERM")
 
 

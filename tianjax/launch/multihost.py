@@ -23,6 +23,9 @@ from tianjax.config import Config, ConfigError
 
 
 def _terminate(signum, frame):
+    from tianjax.runtime import shutdown
+
+    shutdown.requested.set()  # in case the exception below is swallowed
     raise KeyboardInterrupt("SIGTERM")
 
 

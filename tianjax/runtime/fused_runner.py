@@ -17,6 +17,7 @@ from tianjax.config import Config
 from tianjax.envs.jax_env import make_gymnax
 from tianjax.fused import make_fused
 from tianjax.metrics import EpisodeTracker, Progress, RunLogger
+from tianjax.runtime import shutdown
 
 
 def _finished(done, returns, base_steps, num_envs):
@@ -85,6 +86,7 @@ def run_fused(config: Config, logger: RunLogger, progress: Progress, env=None) -
     # bookkeeping overlaps the next chunk's computation instead of idling the device.
     done_iters, pending = 0, None
     while done_iters < n_iters:
+        shutdown.check()
         n = min(chunk, n_iters - done_iters)
         state, outputs = compiled[n](state)
         done_iters += n

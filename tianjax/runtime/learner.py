@@ -31,6 +31,7 @@ from tianjax import staleness as S
 from tianjax.algos import make_algorithm
 from tianjax.config import Config
 from tianjax.metrics import EpisodeTracker, Progress, RunLogger
+from tianjax.runtime import shutdown
 from tianjax.runtime.balance import BalanceController
 from tianjax.runtime.sources import batch_template, env_spec
 from tianjax.transport.channels import ControlServer, ParamPublisher, TrajectoryReceiver
@@ -334,6 +335,7 @@ class Learner:
         t_train = last_publish = last_arrival = time.perf_counter()
         busy = False
         while fresh_updates < self.n_updates and not should_stop():
+            shutdown.check()
             room = self.balance.accept_more(len(self.pool))
             if room and not reading:
                 poller.register(self.traj_in.socket, zmq.POLLIN)
