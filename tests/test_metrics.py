@@ -40,3 +40,15 @@ def test_run_logger_writes_jsonl_and_atomic_summary(tmp_path):
     assert load_config(tmp_path / "r" / "config.yaml") == cfg  # the resolved config reloads
     text = format_summary({**s, "target_return": 3.0})
     assert "target 3 not reached" in text and "final_return" in text
+
+
+def test_finished_episodes_are_ordered_with_the_env_step_they_ended_at():
+    from tianjax.metrics.episodes import finished_episodes
+
+    # K=2 chunks x T=2 steps x B=3 envs, base 100: step (k, t) ends at 100 + (2k + t + 1) * 3
+    done = np.zeros((2, 2, 3), bool)
+    rets = np.arange(12, dtype=np.float32).reshape(2, 2, 3)
+    done[0, 1, 2] = done[1, 0, 0] = done[1, 1, 1] = True
+    r, s = finished_episodes(done, rets, 100)
+    np.testing.assert_array_equal(r, [5, 6, 10])
+    np.testing.assert_array_equal(s, [106, 109, 112])

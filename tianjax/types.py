@@ -42,13 +42,6 @@ class Transition(NamedTuple):
     version: Array  # [N] int32 behaviour version
 
 
-class Versioned(NamedTuple):
-    """Parameters as they travel: always with the number of updates applied to them."""
-
-    version: int
-    params: Params
-
-
 class EpisodeStats(NamedTuple):
     """Per-env running episode statistics carried through a rollout."""
 

@@ -11,6 +11,8 @@ import collections
 import math
 from typing import Iterable
 
+import numpy as np
+
 
 class EpisodeTracker:
     def __init__(self, target_return: float | None, window: int = 100):
@@ -47,3 +49,17 @@ class EpisodeTracker:
     @property
     def converged(self) -> bool:
         return self.convergence_time_s is not None
+
+
+def finished_episodes(done, returns, base_steps: int):
+    """Episodes that ended in a batch of steps, in the order they ended.
+
+    `done` and `returns` are [..., B] per env step (e.g. [T, B] or [K, T, B], time-major);
+    returns (returns of the finished episodes, the run's env-step count at each end), where
+    the first step of the batch ends at env step base_steps + B.
+    """
+    done = np.asarray(done)
+    B = done.shape[-1]
+    done2 = done.reshape(-1, B)
+    steps = base_steps + (np.arange(done2.shape[0])[:, None] + 1) * B
+    return np.asarray(returns).reshape(-1, B)[done2], np.broadcast_to(steps, done2.shape)[done2]

@@ -17,15 +17,8 @@ from tianjax.config import Config
 from tianjax.envs.jax_env import make_gymnax
 from tianjax.fused import make_fused
 from tianjax.metrics import EpisodeTracker, Progress, RunLogger
+from tianjax.metrics.episodes import finished_episodes
 from tianjax.runtime import shutdown
-
-
-def _finished(done, returns, base_steps, num_envs):
-    """Episodes of a chunk, in the order they ended: (returns, env step at the end of each)."""
-    K, T, B = done.shape
-    steps = base_steps + (np.arange(K)[:, None, None] * T + np.arange(T)[None, :, None] + 1) * B
-    steps = np.broadcast_to(steps, done.shape)
-    return returns[done], steps[done]
 
 
 def run_fused(config: Config, logger: RunLogger, progress: Progress, env=None) -> dict:
@@ -65,7 +58,7 @@ def run_fused(config: Config, logger: RunLogger, progress: Progress, env=None) -
         if S == 1:
             done, rets = done[None], rets[None]
         for s in range(S):
-            r, st = _finished(done[s], rets[s], env_steps, B)
+            r, st = finished_episodes(done[s], rets[s], env_steps)
             trackers[s].add(r, st, now - t_start)
         env_steps += n * per_iter
         ma = float(np.mean([t.moving_average for t in trackers]))

@@ -44,6 +44,7 @@ from tianjax.config import Config, ConfigError
 from tianjax.envs.host import HostEnv, make_host_env
 from tianjax.fused import make_replay_learn
 from tianjax.metrics import EpisodeTracker, Progress, RunLogger
+from tianjax.metrics.episodes import finished_episodes
 from tianjax.runtime.sources import HostSource, batch_template
 
 
@@ -117,11 +118,9 @@ def _train(config: Config, logger: RunLogger, progress: Progress, env: HostEnv, 
     t_train = time.perf_counter()
     for it in range(n_iters):
         rollout = source(learner.params, version, env_steps)
-        steps = env_steps + (np.arange(T)[:, None] + 1) * B  # env steps when each episode ended
-        done = rollout.episodes.done
+        returns, ended_at = finished_episodes(rollout.episodes.done, rollout.episodes.returns, env_steps)
         env_steps += B * T
-        tracker.add(rollout.episodes.returns[done], np.broadcast_to(steps, done.shape)[done],
-                    time.perf_counter() - t_start)
+        tracker.add(returns, ended_at, time.perf_counter() - t_start)
         t0 = time.perf_counter()
         if replay:
             learner, rb, metrics = learn(learner, rb, buffers.flatten_time_batch(rollout.batch),
