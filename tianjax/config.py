@@ -163,6 +163,9 @@ class RuntimeConfig:
     actor_devices: str = "cpu"  # jax platform for actors (cpu, gpu, ...)
     learner_devices: int | None = None  # devices the learner's update spans (null: all local)
     actor_threads: int = 1  # XLA/Eigen threads per actor process (2-core machines)
+    max_actor_restarts: int = 3  # a dead or silent actor is restarted up to this many times
+    restart_learner: bool = False  # a dead learner is restarted from its last checkpoint
+    max_learner_restarts: int = 2  # ... up to this many times
 
     def __post_init__(self):
         _check(self.batch_trajectories is None or self.batch_trajectories >= 1,
@@ -183,6 +186,22 @@ class RuntimeConfig:
         _check(self.learner_devices is None or self.learner_devices >= 1, "runtime.learner_devices",
                "must be >= 1 or null")
         _check(self.actor_threads >= 1, "runtime.actor_threads", "must be >= 1")
+        _check(self.max_actor_restarts >= 0, "runtime.max_actor_restarts", "must be >= 0")
+        _check(self.max_learner_restarts >= 0, "runtime.max_learner_restarts", "must be >= 0")
+
+
+@dataclass(frozen=True)
+class CheckpointConfig:
+    """Orbax checkpoints of the whole learner state, under <run_dir>/checkpoints."""
+
+    every: int = 0  # updates between checkpoints (0: only the final one)
+    keep: int = 3  # checkpoints kept (the newest)
+    final: bool = True  # write one at the end of the run (and on Ctrl-C / SIGTERM)
+    replay: bool = False  # DQN: include the replay buffer (large)
+
+    def __post_init__(self):
+        _check(self.every >= 0, "checkpoint.every", f"must be >= 0, got {self.every}")
+        _check(self.keep >= 1, "checkpoint.keep", f"must be >= 1, got {self.keep}")
 
 
 @dataclass(frozen=True)
@@ -202,12 +221,14 @@ class Config:
     log_every: int = 20  # updates between log lines / progress refreshes
     eval_episodes: int = 0  # greedy episodes at the end (0 = none)
     compile_cache: str | None = "~/.cache/tianjax/xla"  # persistent XLA cache (null: off)
+    resume: str | None = None  # a run directory to continue from its latest checkpoint
     network: NetworkConfig = field(default_factory=NetworkConfig)
     ppo: PPOConfig = field(default_factory=PPOConfig)
     impala: IMPALAConfig = field(default_factory=IMPALAConfig)
     dqn: DQNConfig = field(default_factory=DQNConfig)
     staleness: StalenessConfig = field(default_factory=StalenessConfig)
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
 
     def __post_init__(self):
         _check(self.total_env_steps > 0, "total_env_steps", f"must be > 0, got {self.total_env_steps}")
