@@ -135,6 +135,7 @@ class Learner:
         self._version_cache = int(to_host(self.state.version))
         self._params_cache = None
         self._global_sds = batch_template_tree
+        self._poller, self._reading = None, False
         if self.replay:
             self.n_updates = int(config.total_env_steps * self.replay_ratio / config.dqn.batch_size)
         else:
@@ -251,6 +252,32 @@ class Learner:
             info["outstanding"] = 0
             self._grant(ident, window)
 
+    def pump(self, timeout_ms: int, t_start: float = 0.0) -> int:
+        """Waits up to timeout_ms for control messages and trajectories and takes in what
+        has arrived (the pool's room permitting: a full pool leaves the socket unread, so
+        the high-water marks push back on actors). Returns the trajectories received."""
+        if self._poller is None:
+            self._poller = zmq.Poller()
+            self._poller.register(self.control.socket, zmq.POLLIN)
+        room = self.balance.accept_more(len(self.pool))
+        if room and not self._reading:
+            self._poller.register(self.traj_in.socket, zmq.POLLIN)
+            self._reading = True
+        elif not room and self._reading:
+            self._poller.unregister(self.traj_in.socket)
+            self._reading = False
+        events = dict(self._poller.poll(timeout=timeout_ms))
+        now = time.perf_counter()
+        if self.control.socket in events:
+            while (item := self.control.poll(0)) is not None:
+                self._handle_control(*item, now)
+        received = 0
+        if self._reading and self.traj_in.socket in events:
+            while len(self.pool) < self.config.runtime.max_pool and (msg := self.traj_in.recv(0)) is not None:
+                self._ingest(msg, now, t_start)
+                received += 1
+        return received
+
     # ------------------------------------------------------------------ consumption
     def _take_batch(self):
         """The trajectories for the next update, or None if the pool cannot make one."""
@@ -328,32 +355,17 @@ class Learner:
         self._last_batch, self._last_reuse = None, 0
         pending: list[dict] = []
         self.compile()
-        poller = zmq.Poller()
-        poller.register(self.control.socket, zmq.POLLIN)
-        reading = False
         self.publish()
         t_train = last_publish = last_arrival = time.perf_counter()
         busy = False
         while fresh_updates < self.n_updates and not should_stop():
             shutdown.check()
-            room = self.balance.accept_more(len(self.pool))
-            if room and not reading:
-                poller.register(self.traj_in.socket, zmq.POLLIN)
-                reading = True
-            elif not room and reading:
-                poller.unregister(self.traj_in.socket)  # flow control: HWMs push back on actors
-                reading = False
             # NOTE: block (until a message or 50 ms) only when the last pass found no work;
             # right after an update more may be waiting in the pool.
-            events = dict(poller.poll(timeout=0 if busy else 50))
+            received = self.pump(0 if busy else 50, t_start)
             now = time.perf_counter()
-            if self.control.socket in events:
-                while (item := self.control.poll(0)) is not None:
-                    self._handle_control(*item, now)
-            if reading and self.traj_in.socket in events:
-                while len(self.pool) < rt.max_pool and (msg := self.traj_in.recv(0)) is not None:
-                    self._ingest(msg, now, t_start)
-                    last_arrival = now
+            if received:
+                last_arrival = now
             limit = rt.connect_timeout_s if self.balance.produced == 0 else rt.heartbeat_timeout_s
             if now - last_arrival > limit:
                 raise LearnerStalled(f"no trajectory from any actor for {limit:.0f} s "
