@@ -1,4 +1,5 @@
-"""The run directory: resolved config, metrics.jsonl (one object per log step), summary.json."""
+"""The run directory: resolved config, metrics.jsonl (one object per log step), summary.json,
+and TensorBoard events under tb/."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import numpy as np
 import yaml
 
 from tianjax.config import Config
+from tianjax.metrics.tensorboard import TensorBoardWriter
 
 
 def _plain(x: Any) -> Any:
@@ -41,19 +43,22 @@ def default_run_dir(config: Config) -> str:
 class RunLogger:
     """Owns one run directory."""
 
-    def __init__(self, config: Config, run_dir: str | None = None):
+    def __init__(self, config: Config, run_dir: str | None = None, tensorboard: bool = True):
         self.run_dir = os.path.abspath(run_dir or config.run_dir or default_run_dir(config))
         os.makedirs(self.run_dir, exist_ok=True)
         with open(os.path.join(self.run_dir, "config.yaml"), "w") as f:
             yaml.safe_dump(config.to_dict(), f, sort_keys=False)
         self._metrics = open(os.path.join(self.run_dir, "metrics.jsonl"), "a")
         self.records: list[dict] = []
+        self._tb = TensorBoardWriter(self.run_dir) if tensorboard else None
 
     def log(self, record: dict) -> None:
         rec = _plain(record)
         self.records.append(rec)
         self._metrics.write(json.dumps(rec) + "\n")
         self._metrics.flush()
+        if self._tb is not None:
+            self._tb.write(rec)
 
     def write_summary(self, summary: dict) -> dict:
         summary = _plain(summary)
@@ -65,6 +70,9 @@ class RunLogger:
 
     def close(self) -> None:
         self._metrics.close()
+        if self._tb is not None:
+            self._tb.close()  # flushes what is queued
+            self._tb = None
 
 
 def format_summary(summary: dict) -> str:

@@ -42,6 +42,7 @@ class BalanceController:
     # staleness counts {tau: samples}: bounded memory however long the run
     _tau_consumed: collections.Counter = field(default_factory=collections.Counter)
     _tau_arrival: collections.Counter = field(default_factory=collections.Counter)
+    _tau_interval: collections.Counter = field(default_factory=collections.Counter)  # since the last take
 
     # ------------------------------------------------------------------ decisions
     def admit(self, behaviour_version: int, learner_version: int, samples: int, now: float) -> bool:
@@ -82,6 +83,7 @@ class BalanceController:
         self._consumptions.append((now, samples))
         values, counts = np.unique(np.asarray(taus, np.int64), return_counts=True)
         self._tau_consumed.update(dict(zip(values.tolist(), counts.tolist())))
+        self._tau_interval.update(dict(zip(values.tolist(), counts.tolist())))
 
     def _rate(self, events: collections.deque, now: float) -> float:
         while events and events[0][0] < now - self.window_s:
@@ -109,6 +111,14 @@ class BalanceController:
     def staleness_histogram(self) -> dict:
         """{tau: count} of consumed samples."""
         return {int(t): int(c) for t, c in sorted(self._tau_consumed.items())}
+
+    def take_interval_histogram(self) -> list[int]:
+        """Consumed samples per tau (index = tau) since the last call; resets the interval."""
+        hist = [0] * (max(self._tau_interval, default=-1) + 1)
+        for t, c in self._tau_interval.items():
+            hist[int(t)] = int(c)
+        self._tau_interval.clear()
+        return hist
 
     def arrival_histogram(self) -> dict:
         """{tau: count} of arriving samples (admitted or not)."""

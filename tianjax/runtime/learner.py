@@ -410,6 +410,8 @@ class Learner:
             "rejected_messages": sum(self.traj_in.rejected.values()) + sum(self.control.rejected.values()),
             "dropped_nonfinite": self.dropped_nonfinite,
             **self.balance.metrics(now),
+            # consumed samples per tau since the previous record (TensorBoard histogram)
+            "staleness_hist": self.balance.take_interval_histogram(),
         }
         if pending:
             host = to_host(pending)

@@ -1,0 +1,115 @@
+"""TensorBoard event files under `<run_dir>/tb/`: the run's metrics records as scalars.
+
+Every finite numeric scalar of a record becomes a TB scalar at global step
+`record["env_steps"]`, under a tag grouped by what it measures (`return/`, `throughput/`,
+`progress/`, `staleness/`, `balance/`, `loss/`, `counts/`; unknown keys go to
+`misc/<key>`). Lists and dicts are skipped, except the interval staleness histogram
+(`staleness_hist`: samples consumed since the previous record, indexed by tau), written as
+a TB histogram.
+
+A resumed run appends a new event file to the same tb/ directory; TensorBoard reads them
+all. tensorboardX writes from a background thread and flushes every `flush_secs` and on
+close, so a record costs no disk sync.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import os
+
+import numpy as np
+from tensorboardX import SummaryWriter
+
+HIST_KEY = "staleness_hist"
+
+# record key -> tag; what is not here is under misc/<key> (algorithm metrics under loss/)
+TAGS = {
+    "return_mean_100": "return/mean_100",
+    "episodes": "progress/episodes",
+    "env_steps_per_s": "throughput/env_steps_per_s",
+    "samples_consumed_per_s": "throughput/samples_consumed_per_s",
+    "updates": "progress/updates",
+    "wall_time_s": "progress/wall_time_s",
+    "staleness_mean": "staleness/mean",
+    "staleness_max": "staleness/max",
+    "weight_min": "staleness/weight_min",
+    "weight_max": "staleness/weight_max",
+    "production_rate": "balance/p",
+    "consumption_rate": "balance/c",
+    "samples_produced": "balance/samples_produced",
+    "samples_consumed": "balance/samples_consumed",
+    "reused_batches": "balance/reused_batches",
+    "throttled": "balance/throttled",
+    "pool": "balance/pool",
+    "actors_seen": "balance/actors_seen",
+    "dropped_samples": "counts/dropped",
+    "dropped_nonfinite": "counts/dropped_nonfinite",
+    "rejected_messages": "counts/rejected",
+    "update_skipped": "counts/update_skipped",
+}
+LOSS_KEYS = frozenset({
+    "loss", "policy_loss", "value_loss", "entropy", "approx_kl", "clip_frac",  # PPO
+    "rho_mean", "rho_max", "rho_clip_frac", "pg_advantage_mean", "vs_mean", "value_mean",  # IMPALA
+    "q_mean", "q_max", "target_mean", "td_abs", "target_synced",  # DQN
+})
+
+
+def tag_for(key: str) -> str:
+    if key in TAGS:
+        return TAGS[key]
+    return f"loss/{key}" if key in LOSS_KEYS else f"misc/{key}"
+
+
+def _scalar(v) -> float | None:
+    """A finite real number as float; None for anything else (bools, text, NaN, arrays)."""
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Real):
+        return None
+    v = float(v)
+    return v if math.isfinite(v) else None
+
+
+class TensorBoardWriter:
+    """Writes metrics records as TensorBoard events in `<run_dir>/tb/`."""
+
+    def __init__(self, run_dir: str, flush_secs: int = 30):
+        self.log_dir = os.path.join(run_dir, "tb")
+        os.makedirs(self.log_dir, exist_ok=True)
+        # NOTE: event files are named by the second they were opened and the host; a run
+        # resumed within the same second would overwrite the last file, so number them.
+        n = sum(1 for f in os.listdir(self.log_dir) if ".tfevents." in f)
+        self._writer = SummaryWriter(self.log_dir, flush_secs=flush_secs, filename_suffix=f".{n}")
+
+    def write(self, record: dict) -> None:
+        if _scalar(record.get("env_steps")) is None:
+            return  # no x axis, nothing to place
+        step = int(record["env_steps"])
+        for key, value in record.items():
+            if key == "env_steps":
+                continue
+            if key == HIST_KEY:
+                self._histogram(value, step)
+                continue
+            v = _scalar(value)
+            if v is not None:
+                self._writer.add_scalar(tag_for(key), v, step)
+
+    def _histogram(self, counts, step: int) -> None:
+        """Counts indexed by tau; bucket tau spans (tau - 0.5, tau + 0.5]."""
+        if not isinstance(counts, (list, tuple, np.ndarray)):
+            return
+        counts = np.asarray(counts, np.float64)
+        if counts.ndim != 1 or counts.size == 0 or not np.all(np.isfinite(counts)) or counts.sum() <= 0:
+            return
+        taus = np.arange(counts.size, dtype=np.float64)
+        seen = taus[counts > 0]
+        self._writer.add_histogram_raw(
+            "staleness/tau", min=float(seen.min()), max=float(seen.max()), num=float(counts.sum()),
+            sum=float(counts @ taus), sum_squares=float(counts @ taus**2),
+            bucket_limits=(taus + 0.5).tolist(), bucket_counts=counts.tolist(), global_step=step)
+
+    def flush(self) -> None:
+        self._writer.flush()
+
+    def close(self) -> None:
+        self._writer.close()
