@@ -1,4 +1,5 @@
-"""Command line: `tianjax train CONFIG [key=value ...]`, `tianjax launch --role ...`.
+"""Command line: `tianjax train CONFIG [key=value ...]`, `tianjax launch --role ...`,
+`tianjax report RUN_DIR [RUN_DIR ...]`.
 
 Every bad input (unknown key, wrong type, missing file, bad env id, impossible sizes) ends
 with a one-line message and exit code 2, never a traceback.
@@ -49,6 +50,38 @@ def _launch(args) -> int:
                                key_file=args.key_file)
 
 
+def _report(args) -> int:
+    from tianjax.metrics.report import ReportError, write_report
+
+    try:
+        report = write_report(args.run_dirs, args.out)
+    except ReportError as e:
+        print(f"tianjax: error: {e}", file=sys.stderr)
+        return 2
+    print(f"report: {report.markdown} ({len(report.rows)} runs, {len(report.figures)} figures)")
+    return 0
+
+
+def _eval(args) -> int:
+    from tianjax.config import ConfigError
+    from tianjax.config import parse_override as parse
+    from tianjax.runtime.eval_runner import evaluate_run
+
+    opts = {"episodes": 10, "greedy": True, "seed": None}
+    for text in args.options:
+        path, value = parse(text)
+        key = ".".join(path)
+        if key not in opts:
+            raise ConfigError(f"eval option '{key}': unknown (known: {sorted(opts)})")
+        if key == "greedy" and not isinstance(value, bool) or key != "greedy" and (
+                not isinstance(value, int) or isinstance(value, bool)):
+            raise ConfigError(f"eval option '{key}': got {value!r}")
+        opts[key] = value
+    result = evaluate_run(args.path, **opts)
+    print(result.line(), flush=True)
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="tianjax", description="Fast distributed RL training in JAX.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -69,8 +102,17 @@ def main(argv=None) -> int:
     q.add_argument("--base-port", type=int, default=5555, help="learner i uses base+3i .. base+3i+2")
     q.add_argument("--actor-id", type=int)
     q.add_argument("--key-file", help="the run key (hex); default: $TIANJAX_RUN_KEY")
+    e = sub.add_parser("eval", help="play a trained policy: tianjax eval RUN_DIR_OR_CHECKPOINT [episodes=N]")
+    e.add_argument("path", metavar="RUN_DIR_OR_CHECKPOINT",
+                   help="a run directory (its newest checkpoint) or RUN_DIR/checkpoints/STEP")
+    e.add_argument("options", nargs="*", help="episodes=N (default 10), greedy=false (sample), seed=S")
+    r = sub.add_parser("report", help="plots and a summary table of runs: tianjax report RUN_DIR ...")
+    r.add_argument("run_dirs", nargs="*", metavar="RUN_DIR", help="run directories (as `train` writes them)")
+    r.add_argument("--out", help="output directory (default: RUN_DIR/report for one run, "
+                                 "reports/report_<time> for several)")
     args = parser.parse_args(argv)
 
+    from tianjax.checkpoint import CheckpointError
     from tianjax.config import ConfigError
 
     signal.signal(signal.SIGTERM, _sigterm)
@@ -79,7 +121,11 @@ def main(argv=None) -> int:
             return _train(args)
         if args.command == "launch":
             return _launch(args)
-    except ConfigError as e:
+        if args.command == "report":
+            return _report(args)
+        if args.command == "eval":
+            return _eval(args)
+    except (ConfigError, CheckpointError) as e:
         print(f"tianjax: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

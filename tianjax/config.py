@@ -367,7 +367,7 @@ def _build(cls, data: Mapping, prefix: str = ""):
     return cls(**kwargs)
 
 
-def _parse_override(text: str) -> tuple[list[str], Any]:
+def parse_override(text: str) -> tuple[list[str], Any]:
     if "=" not in text:
         raise ConfigError(f"override '{text}': expected key=value")
     key, raw = text.split("=", 1)
@@ -385,7 +385,7 @@ def apply_overrides(data: dict, overrides: Sequence[str]) -> dict:
     """Returns a copy of `data` with each `a.b.c=value` applied (value parsed as YAML)."""
     data = _deep_copy(data)
     for text in overrides:
-        path, value = _parse_override(text)
+        path, value = parse_override(text)
         node = data
         for i, p in enumerate(path[:-1]):
             sub = node.setdefault(p, {})

@@ -9,7 +9,7 @@ from typing import Any, NamedTuple, Sequence
 import jax
 import numpy as np
 
-from tianjax.config import Config, load_config
+from tianjax.config import Config, ConfigError, load_config
 from tianjax.metrics import Progress, RunLogger, format_summary
 from tianjax.runtime import compile_cache
 
@@ -47,12 +47,21 @@ def train(config: Config | str | os.PathLike | dict | None = None, overrides: Se
     config = load_config(config, overrides, **kwargs)
     runner = _runner(config)
     compile_cache.enable(config.compile_cache)
-    logger = RunLogger(config)
+    if config.resume:
+        if not os.path.isdir(config.resume):
+            raise ConfigError(f"config key 'resume': '{config.resume}' is not a run directory")
+        # metrics append to the run being continued (unless told to write elsewhere)
+        logger = RunLogger(config, run_dir=config.run_dir or config.resume)
+    else:
+        logger = RunLogger(config)
     bar = Progress(config.total_env_steps * config.num_seeds, enabled=progress,
                    desc=f"{config.algo} {config.env} [{config.mode}]")
     t0 = time.perf_counter()
     try:
         out = runner(config, logger, bar)
+    except BaseException:
+        logger.close()  # keep what was logged (TensorBoard queues events) when a run fails
+        raise
     finally:
         bar.close()
     wall = time.perf_counter() - t0
@@ -72,7 +81,7 @@ def train(config: Config | str | os.PathLike | dict | None = None, overrides: Se
         "num_seeds": config.num_seeds,
         "env_steps": out["env_steps"],
         "updates": out["updates"],
-        "wall_time_s": wall,
+        "wall_time_s": out.get("wall_offset_s", 0.0) + wall,  # a resumed run counts its past
         "compile_time_s": out["compile_time_s"],
         "env_steps_per_s": out["env_steps_per_s"],
         "episodes": out["episodes"],
@@ -84,6 +93,8 @@ def train(config: Config | str | os.PathLike | dict | None = None, overrides: Se
         "eval_return": eval_return,
         "run_dir": logger.run_dir,
     }
+    if out.get("resumed_from_step") is not None:
+        summary["resumed_from_step"] = out["resumed_from_step"]
     summary.update(out.get("extra_summary", {}))
     if out.get("final_return_per_seed") is not None:
         summary["final_return_per_seed"] = out["final_return_per_seed"]

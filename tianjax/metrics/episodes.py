@@ -50,6 +50,19 @@ class EpisodeTracker:
     def converged(self) -> bool:
         return self.convergence_time_s is not None
 
+    def state_dict(self) -> dict:
+        """Plain JSON-able state (for checkpoints); `load_state_dict` restores it."""
+        return {"recent": list(self._recent), "episodes": self.episodes,
+                "convergence_time_s": self.convergence_time_s,
+                "convergence_env_steps": self.convergence_env_steps}
+
+    def load_state_dict(self, state: dict) -> None:
+        self._recent.clear()
+        self._recent.extend(float(r) for r in state["recent"])
+        self.episodes = int(state["episodes"])
+        self.convergence_time_s = state["convergence_time_s"]
+        self.convergence_env_steps = state["convergence_env_steps"]
+
 
 def finished_episodes(done, returns, base_steps: int):
     """Episodes that ended in a batch of steps, in the order they ended.

@@ -2,6 +2,11 @@
 
 Compilation is done ahead of time (lower + compile) so that compile time is reported apart
 from training time; the state buffers are donated so each chunk updates them in place.
+
+Checkpoints hold the whole FusedState (learner, the envs' states and keys, the replay
+buffer), so a run resumed from one continues bit for bit as if it had not stopped. They
+are written at chunk boundaries: the first one at or after every `checkpoint.every`
+updates, and at the end (also when stopped by Ctrl-C or SIGTERM).
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from functools import partial
 import jax
 import numpy as np
 
+from tianjax import checkpoint as ckpt
 from tianjax.algos import make_algorithm
 from tianjax.config import Config
 from tianjax.envs.jax_env import make_gymnax
@@ -34,20 +40,39 @@ def run_fused(config: Config, logger: RunLogger, progress: Progress, env=None) -
 
     keys = jax.random.split(jax.random.key(config.seed), S)
     state = jax.jit(init if S == 1 else jax.vmap(init))(keys[0] if S == 1 else keys)
-
-    def compile_chunk(n: int):
-        fn = partial(run, num_iterations=n)
-        return jax.jit(fn if S == 1 else jax.vmap(fn), donate_argnums=0).lower(state).compile()
-
-    t_compile = time.perf_counter()
-    compiled = {chunk: compile_chunk(chunk)}
-    if n_iters % chunk:  # a shorter last chunk (choose log_every dividing the updates to avoid it)
-        compiled[n_iters % chunk] = compile_chunk(n_iters % chunk)
-    compile_time = time.perf_counter() - t_compile
+    updates_per_iter = config.dqn.updates_per_rollout if algo.buffer == "replay" else 1
 
     trackers = [EpisodeTracker(config.target_return) for _ in range(S)]
+    done_iters, env_steps, wall_offset, resumed_from = 0, 0, 0.0, None
+    if config.resume:
+        resumed_from, state, meta = ckpt.restore_latest(config.resume, state)
+        ckpt.check_compatible(meta, config, config.resume)
+        done_iters, env_steps, wall_offset = meta["iterations"], meta["env_steps"], meta["wall_time_s"]
+        for t, st in zip(trackers, meta["trackers"]):
+            t.load_state_dict(st)
+    saver = ckpt.Checkpointer(logger.run_dir, config.checkpoint.keep, config.checkpoint.every,
+                             start=done_iters * updates_per_iter)
+    compiled = {}
+
+    def compiled_chunk(n: int):
+        if n not in compiled:
+            fn = partial(run, num_iterations=n)
+            compiled[n] = jax.jit(fn if S == 1 else jax.vmap(fn), donate_argnums=0).lower(state).compile()
+        return compiled[n]
+
+    t_compile = time.perf_counter()
+    remaining = n_iters - done_iters
+    if remaining > 0:
+        compiled_chunk(min(chunk, remaining))
+        if remaining % chunk:  # a shorter last chunk (choose log_every dividing the updates to avoid it)
+            compiled_chunk(remaining % chunk)
+    compile_time = time.perf_counter() - t_compile
+
     t_train = time.perf_counter()
-    env_steps = 0
+    env_steps0 = env_steps
+
+    def elapsed(now: float) -> float:
+        return wall_offset + now - t_start
 
     def record(n, metrics, episodes):
         """Host-side bookkeeping of a finished chunk of n iterations."""
@@ -59,15 +84,15 @@ def run_fused(config: Config, logger: RunLogger, progress: Progress, env=None) -
             done, rets = done[None], rets[None]
         for s in range(S):
             r, st = finished_episodes(done[s], rets[s], env_steps)
-            trackers[s].add(r, st, now - t_start)
+            trackers[s].add(r, st, elapsed(now))
         env_steps += n * per_iter
         ma = float(np.mean([t.moving_average for t in trackers]))
         metrics = {k: np.asarray(v) for k, v in metrics.items()}
         rec = {
             "env_steps": env_steps,
             "updates": int(metrics.pop("version")[..., -1].max()),
-            "wall_time_s": now - t_start,
-            "env_steps_per_s": env_steps / max(now - t_train, 1e-9),
+            "wall_time_s": elapsed(now),
+            "env_steps_per_s": (env_steps - env_steps0) / max(now - t_train, 1e-9),
             "return_mean_100": ma,
             "episodes": int(sum(t.episodes for t in trackers)),
         }
@@ -75,18 +100,48 @@ def run_fused(config: Config, logger: RunLogger, progress: Progress, env=None) -
         logger.log(rec)
         progress.update(env_steps, ret=ma, sps=int(rec["env_steps_per_s"]))
 
+    def save() -> None:
+        meta = dict(ckpt.run_meta(config), iterations=done_iters, env_steps=env_steps,
+                    updates=int(np.asarray(state.learner.version).max()),
+                    wall_time_s=elapsed(time.perf_counter()),
+                    trackers=[t.state_dict() for t in trackers])
+        # labelled by updates scheduled (iterations x updates per iteration): unique and
+        # increasing even while DQN's version waits for learning_starts
+        saver.save(done_iters * updates_per_iter, state, meta)
+
+    progress.update(env_steps)
     # NOTE: chunk k + 1 is dispatched before chunk k's outputs are read, so the host-side
-    # bookkeeping overlaps the next chunk's computation instead of idling the device.
-    done_iters, pending = 0, None
-    while done_iters < n_iters:
-        shutdown.check()
-        n = min(chunk, n_iters - done_iters)
-        state, outputs = compiled[n](state)
-        done_iters += n
+    # bookkeeping overlaps the next chunk's computation instead of idling the device. A
+    # checkpoint must be taken before the next dispatch, which donates the state buffers.
+    pending = None
+    try:
+        while done_iters < n_iters:
+            shutdown.check()
+            n = min(chunk, n_iters - done_iters)
+            state, outputs = compiled_chunk(n)(state)
+            done_iters += n
+            if pending is not None:
+                record(*pending)
+            pending = (n, *outputs)
+            if saver.due(done_iters * updates_per_iter):
+                record(*pending)
+                pending = None
+                save()
         if pending is not None:
             record(*pending)
-        pending = (n, *outputs)
-    record(*pending)
+            pending = None
+        if config.checkpoint.final:
+            save()
+    except KeyboardInterrupt:
+        # Ctrl-C / SIGTERM between chunks: keep what was trained (the last dispatched
+        # chunk is finished first; its outputs are read before the save)
+        if config.checkpoint.final:
+            if pending is not None:
+                record(*pending)
+            save()
+        raise
+    finally:
+        saver.close()
 
     train_time = time.perf_counter() - t_train
     params = state.learner.params
@@ -98,10 +153,12 @@ def run_fused(config: Config, logger: RunLogger, progress: Progress, env=None) -
         "env": env,
         "env_steps": env_steps * S,
         "updates": int(np.asarray(state.learner.version).max()),
+        "resumed_from_step": resumed_from,
+        "wall_offset_s": wall_offset,
         "skipped_updates": int(np.asarray(state.learner.skipped_updates).sum()),
         "train_time_s": train_time,
         "compile_time_s": compile_time,
-        "env_steps_per_s": env_steps * S / max(train_time, 1e-9),
+        "env_steps_per_s": (env_steps - env_steps0) * S / max(train_time, 1e-9),
         "episodes": int(sum(t.episodes for t in trackers)),
         "final_return": float(np.mean([t.moving_average for t in trackers])),
         "final_return_per_seed": [t.moving_average for t in trackers] if S > 1 else None,

@@ -1,0 +1,110 @@
+"""`tianjax eval`: play a trained policy from a run directory or one of its checkpoints.
+
+The run's config.yaml says which env and network; the newest readable checkpoint (or the
+one named) gives the parameters. JAX envs are evaluated in one jitted loop
+(tianjax.evaluate); host envs (envpool, gymnasium) by stepping `episodes` envs from Python
+with the jitted policy until each has finished one episode.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import jax
+import numpy as np
+
+from tianjax import checkpoint as ckpt
+from tianjax.algos import make_algorithm
+from tianjax.config import Config, ConfigError, load_config
+from tianjax.rollout import clip_action
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    returns: np.ndarray  # [episodes] (x seeds, flattened)
+    step: int  # the checkpoint's step (updates)
+    run_dir: str
+
+    def line(self) -> str:
+        r = self.returns
+        return (f"eval {len(r)} episodes (checkpoint step {self.step}): mean {r.mean():.2f}  "
+                f"std {r.std():.2f}  min {r.min():.2f}  max {r.max():.2f}")
+
+
+def locate(path: str) -> tuple[str, int | None]:
+    """(run directory, checkpoint step or None for the newest) for a run directory or a
+    checkpoint step directory (RUN_DIR/checkpoints/STEP)."""
+    path = os.path.abspath(path)
+    if not os.path.exists(path):
+        raise ConfigError(f"eval: '{path}' does not exist")
+    parent = os.path.dirname(path)
+    if os.path.basename(parent) == ckpt.CHECKPOINT_DIR and os.path.basename(path).isdigit():
+        return os.path.dirname(parent), int(os.path.basename(path))
+    if not os.path.isfile(os.path.join(path, "config.yaml")):
+        raise ConfigError(f"eval: '{path}' is neither a run directory (no config.yaml) nor a "
+                          f"checkpoint (RUN_DIR/{ckpt.CHECKPOINT_DIR}/STEP)")
+    return path, None
+
+
+def _host_returns(config: Config, algo, params, episodes: int, greedy: bool, seed: int,
+                  max_steps: int = 100_000) -> np.ndarray:
+    from tianjax.envs.host import make_host_env
+
+    env = make_host_env(config.env_backend, config.env, episodes, seed)
+    try:
+        policy = jax.jit(algo.greedy if greedy else
+                         (lambda p, o, k: algo.act(p, o, k, np.iinfo(np.int32).max).action))
+        key = jax.random.key(seed)
+        obs = env.reset(seed)
+        ret = np.zeros(episodes)
+        finished = np.zeros(episodes, bool)
+        for _ in range(max_steps):
+            if greedy:
+                action = policy(params, obs)
+            else:
+                key, sub = jax.random.split(key)
+                action = policy(params, obs, sub)
+            out = env.step(np.asarray(clip_action(action, algo.action_spec)))
+            ret += np.where(finished, 0.0, out.reward)
+            finished |= np.asarray(out.terminated) | np.asarray(out.truncated)
+            obs = out.obs
+            if finished.all():
+                break
+        return ret
+    finally:
+        env.close()
+
+
+def evaluate_run(path: str, episodes: int = 10, greedy: bool = True, seed: int | None = None) -> EvalResult:
+    """Evaluates the newest readable checkpoint of a run (or the named checkpoint)."""
+    if episodes < 1:
+        raise ConfigError(f"eval: episodes must be >= 1, got {episodes}")
+    run_dir, step = locate(path)
+    config = load_config(os.path.join(run_dir, "config.yaml"), resume=None)
+    if step is None:
+        step, state, _ = ckpt.restore_latest(run_dir)
+    else:
+        step, state, _ = ckpt.restore_step(run_dir, step)
+    params = state["learner"]["params"]
+    seed = config.seed + 1 if seed is None else seed
+    if config.env_backend == "gymnax":
+        from tianjax.envs.jax_env import make_gymnax
+        from tianjax.evaluate import make_evaluator
+
+        env = make_gymnax(config.env)
+        algo = make_algorithm(config, env.obs_shape, env.action_spec, correct_staleness=False)
+        evaluate = make_evaluator(env, algo, episodes, greedy=greedy)
+        if config.mode == "fused" and config.num_seeds > 1:  # one policy per seed
+            rets = jax.vmap(evaluate, in_axes=(0, None))(params, jax.random.key(seed))
+        else:
+            rets = evaluate(params, jax.random.key(seed))
+        return EvalResult(np.asarray(rets, np.float64).reshape(-1), step, run_dir)
+    from tianjax.runtime.sources import env_spec
+
+    obs_shape, _, action_spec = env_spec(config)
+    algo = make_algorithm(config, obs_shape, action_spec, correct_staleness=False)
+    return EvalResult(_host_returns(config, algo, params, episodes, greedy, seed), step, run_dir)
+
+
+__all__ = ["EvalResult", "evaluate_run", "locate"]
