@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import collections
 import os
+import sys
 import time
 from typing import Callable
 
@@ -27,6 +28,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from tianjax import buffers
+from tianjax import checkpoint as ckpt
 from tianjax import staleness as S
 from tianjax.algos import make_algorithm
 from tianjax.config import Config
@@ -72,10 +74,12 @@ def save_params(path: str, params) -> None:
 
 
 def check_finite(batch) -> bool:
-    """Rewards and observations must be finite (NaN/inf samples are dropped and counted)."""
-    for name in ("obs", "reward", "next_obs", "last_obs"):
-        x = getattr(batch, name, None)
-        if x is not None and np.issubdtype(x.dtype, np.floating) and not np.isfinite(x).all():
+    """Every floating field must be finite: observations and rewards, and also the
+    behaviour log-probs, values and bootstrap values the losses use (NaN/inf samples are
+    dropped and counted, never learned from)."""
+    for x in jax.tree.leaves(batch):
+        x = np.asarray(x)
+        if np.issubdtype(x.dtype, np.floating) and not np.isfinite(x).all():
             return False
     return True
 
@@ -88,7 +92,11 @@ class Learner:
     """The learner process's state and loop. `endpoints` are where actors connect."""
 
     def __init__(self, config: Config, run_key, logger: RunLogger | None = None,
-                 progress: Progress | None = None, endpoints: dict | None = None):
+                 progress: Progress | None = None, endpoints: dict | None = None,
+                 checkpoint_root: str | None = None):
+        """`checkpoint_root`: the run directory whose checkpoints/ this learner writes
+        (default: the logger's run directory; none without a logger). In a multi-process
+        run every learner process must name the same one."""
         self.config = config
         self.logger = logger
         self.progress = progress
@@ -140,6 +148,50 @@ class Learner:
             self.n_updates = int(config.total_env_steps * self.replay_ratio / config.dqn.batch_size)
         else:
             self.n_updates = config.total_env_steps // config.steps_per_update  # fresh batches
+        self.fresh_updates = 0
+        self._counts0 = (0, 0)  # env steps and samples consumed when this session began
+        self.wall_offset = 0.0
+        self.resumed_from = None
+        self.checkpoint_root = checkpoint_root or (logger.run_dir if logger is not None else None)
+        self.saver = None
+        if config.resume:
+            self._resume(config.resume)
+
+    # ------------------------------------------------------------------ checkpoints
+    def _checkpoint_tree(self) -> dict:
+        tree = {"learner": self.state}
+        if self.replay and self.config.checkpoint.replay:
+            tree.update(replay=self.rb, sample_key=self._sample_key)
+        return tree
+
+    def _resume(self, run_dir: str) -> None:
+        """Continues from the newest readable checkpoint: state, version, counters."""
+        step, tree, meta = ckpt.restore_latest(run_dir, self._checkpoint_tree())
+        ckpt.check_compatible(meta, self.config, run_dir)
+        self.state = tree["learner"]
+        if "replay" in tree:
+            self.rb, self._sample_key = tree["replay"], tree["sample_key"]
+            self.replay_added = meta["replay_added"]
+        self.env_steps = int(meta["env_steps"])
+        self.fresh_updates = int(meta["fresh_updates"])
+        self.wall_offset = float(meta["wall_time_s"])
+        self.tracker.load_state_dict(meta["tracker"])
+        self.balance.load_state_dict(meta["balance"])
+        if self.replay:
+            # without the buffer's contents, learn on as if the ratio had held until now
+            self.learned = int(meta["learned"]) if "replay" in tree else int(
+                self.replay_ratio * self.balance.produced)
+        self._version_cache = int(to_host(self.state.version))
+        self.resumed_from = step
+
+    def save_checkpoint(self, now: float, t_start: float) -> None:
+        if self.saver is None:
+            return
+        meta = dict(ckpt.run_meta(self.config), updates=self.state_version, env_steps=self.env_steps,
+                    fresh_updates=self.fresh_updates, wall_time_s=self.wall_offset + now - t_start,
+                    tracker=self.tracker.state_dict(), balance=self.balance.state_dict(),
+                    learned=getattr(self, "learned", 0), replay_added=getattr(self, "replay_added", 0))
+        self.saver.save(self.state_version, self._checkpoint_tree(), meta)
 
     def compile(self) -> None:
         """Compiles the update. Separate from __init__ so that a launcher can bind the
@@ -172,13 +224,14 @@ class Learner:
         global_sds = jax.tree.map(lambda x: jax.ShapeDtypeStruct((n,) + x.shape[1:], x.dtype), flat)
         self.batch_sharding = jax.tree.map(lambda _: NamedSharding(self.mesh, P("data")), global_sds)
         self.learned = 0  # samples learned from, this process's share
+        self.replay_added = 0  # samples in the buffer (added by this process, ever)
         return global_sds
 
     def _replay_batch(self):
         """The next update's batch (global, sharded) and its behaviour versions, or None
         while the replay ratio says the learner is ahead of production."""
         cfg = self.config
-        if (self.balance.produced < cfg.dqn.learning_starts
+        if (self.replay_added < cfg.dqn.learning_starts
                 or self.learned >= self.replay_ratio * self.balance.produced):
             return None
         self._sample_key, key = jax.random.split(self._sample_key)
@@ -230,6 +283,7 @@ class Learner:
             self._grant(ident)
         elif self.replay:
             self.rb = self._replay_add(self.rb, batch)
+            self.replay_added += samples
             self._grant(ident)
         else:
             self.pool.append((int(msg.version), ident, batch))
@@ -349,16 +403,49 @@ class Learner:
         return self._global_batch(local), local.version, chosen is None
 
     def run(self, should_stop: Callable[[], bool] = lambda: False, t_start: float | None = None) -> dict:
+        """Trains until `n_updates` fresh batches have been learned from (counting those of
+        the run it resumed), `should_stop()` says so, or an error. Checkpoints every
+        `checkpoint.every` updates and, with `checkpoint.final`, at the end, including an
+        end by Ctrl-C, SIGTERM or a stall (the state is always a whole update's)."""
+        cfg = self.config
+        # a resumed run's clock goes on from where it stopped
+        t_start = (t_start or time.perf_counter()) - self.wall_offset
+        if self.checkpoint_root is not None and self.saver is None:
+            self.saver = ckpt.Checkpointer(self.checkpoint_root, cfg.checkpoint.keep, cfg.checkpoint.every,
+                                           start=self.state_version)
+        self._counts0 = (self.env_steps, self.balance.consumed)
+        self.compile()
+        completed = False
+        try:
+            self._loop(should_stop, t_start)
+            completed = True
+        finally:
+            self._final_checkpoint(t_start, completed)
+        return self.result(t_start)
+
+    def _final_checkpoint(self, t_start: float, completed: bool) -> None:
+        if self.saver is None:
+            return
+        try:
+            # NOTE: in a multi-process run every learner must join a save; after a failure
+            # on one of them the others would wait for it, so only a whole run saves there
+            if self.config.checkpoint.final and (completed or jax.process_count() == 1):
+                self.save_checkpoint(time.perf_counter(), t_start)
+        except Exception as e:  # noqa: BLE001 - interrupted mid-update: the state was donated
+            print(f"tianjax: warning: no final checkpoint ({type(e).__name__}: {e}); "
+                  f"the last periodic one stands", file=sys.stderr, flush=True)
+        finally:
+            self.saver.close()
+            self.saver = None
+
+    def _loop(self, should_stop, t_start: float) -> None:
         cfg, rt = self.config, self.config.runtime
-        t_start = t_start or time.perf_counter()
-        fresh_updates = 0
         self._last_batch, self._last_reuse = None, 0
         pending: list[dict] = []
-        self.compile()
         self.publish()
         t_train = last_publish = last_arrival = time.perf_counter()
         busy = False
-        while fresh_updates < self.n_updates and not should_stop():
+        while self.fresh_updates < self.n_updates and not should_stop():
             shutdown.check()
             # NOTE: block (until a message or 50 ms) only when the last pass found no work;
             # right after an update more may be waiting in the pool.
@@ -366,7 +453,8 @@ class Learner:
             now = time.perf_counter()
             if received:
                 last_arrival = now
-            limit = rt.connect_timeout_s if self.balance.produced == 0 else rt.heartbeat_timeout_s
+            # until the first trajectory of this session, actors may still be starting
+            limit = rt.connect_timeout_s if self.env_steps == self._counts0[0] else rt.heartbeat_timeout_s
             if now - last_arrival > limit:
                 raise LearnerStalled(f"no trajectory from any actor for {limit:.0f} s "
                                      f"({len(self.actors)} registered)")
@@ -384,15 +472,16 @@ class Learner:
             self._version_cache = version + 1 - int(to_host(metrics["update_skipped"]))
             pending.append(metrics)
             self.balance.consumed_batch(taus, taus.size, time.perf_counter(), reuse=reuse)
-            fresh_updates += not reuse
+            self.fresh_updates += not reuse
             if self.state_version % rt.publish_every == 0:
                 self.publish()
                 last_publish = time.perf_counter()
-            if self.state_version % cfg.log_every == 0 or fresh_updates == self.n_updates:
+            if self.state_version % cfg.log_every == 0 or self.fresh_updates == self.n_updates:
                 self._log(pending, t_start, t_train)
                 pending = []
+            if self.saver is not None and self.saver.due(self.state_version):
+                self.save_checkpoint(time.perf_counter(), t_start)
         self._train_time = time.perf_counter() - t_train
-        return self.result(t_start)
 
     def _log(self, pending, t_start, t_train):
         now = time.perf_counter()
@@ -401,8 +490,8 @@ class Learner:
             "env_steps": self.env_steps,
             "updates": self.state_version,
             "wall_time_s": now - t_start,
-            "env_steps_per_s": self.env_steps / train_time,
-            "samples_consumed_per_s": self.balance.consumed / train_time,
+            "env_steps_per_s": (self.env_steps - self._counts0[0]) / train_time,
+            "samples_consumed_per_s": (self.balance.consumed - self._counts0[1]) / train_time,
             "return_mean_100": self.tracker.moving_average,
             "episodes": self.tracker.episodes,
             "pool": len(self.pool),
@@ -426,7 +515,7 @@ class Learner:
         self.control.broadcast({"type": "stop"})
 
     def result(self, t_start: float) -> dict:
-        train_time = getattr(self, "_train_time", time.perf_counter() - t_start)
+        train_time = getattr(self, "_train_time", time.perf_counter() - t_start - self.wall_offset)
         stats = self.balance.staleness_stats()
         rejected = collections.Counter(self.traj_in.rejected) + collections.Counter(self.control.rejected)
         return {
@@ -438,14 +527,16 @@ class Learner:
             "skipped_updates": int(to_host(self.state.skipped_updates)),
             "train_time_s": train_time,
             "compile_time_s": self.compile_time_s,
-            "env_steps_per_s": self.env_steps / max(train_time, 1e-9),
+            "env_steps_per_s": (self.env_steps - self._counts0[0]) / max(train_time, 1e-9),
+            "resumed_from_step": self.resumed_from,
+            "wall_offset_s": self.wall_offset,
             "episodes": self.tracker.episodes,
             "final_return": self.tracker.moving_average,
             "convergence_time_s": self.tracker.convergence_time_s,
             "convergence_env_steps": self.tracker.convergence_env_steps,
             "extra_summary": {
                 "num_actors": self.config.num_actors,
-                "samples_consumed_per_s": self.balance.consumed / max(train_time, 1e-9),
+                "samples_consumed_per_s": (self.balance.consumed - self._counts0[1]) / max(train_time, 1e-9),
                 "staleness_mean": stats["staleness_mean"],
                 "staleness_max": stats["staleness_max"],
                 "staleness_histogram": self.balance.staleness_histogram(),
