@@ -146,7 +146,16 @@ def _open(run_dir: str) -> ocp.CheckpointManager:
     if not os.path.isdir(directory):
         raise CheckpointError(f"resume: '{run_dir}' has no checkpoints (no {CHECKPOINT_DIR}/ directory)")
     return ocp.CheckpointManager(directory, options=ocp.CheckpointManagerOptions(read_only=True),
-                                 item_names=("state", "meta"))
+                                 item_handlers={"state": ocp.StandardCheckpointHandler(),
+                                                "meta": ocp.JsonCheckpointHandler()})
+
+
+def _local_target(mgr: ocp.CheckpointManager, step: int):
+    """An abstract tree placing every saved array whole on this process's first device:
+    reads a checkpoint written by any topology (e.g. several learner processes)."""
+    device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+    saved = mgr.item_metadata(step).state
+    return jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device), saved)
 
 
 def read_meta(run_dir: str, step: int | None = None) -> dict:
@@ -185,11 +194,11 @@ def restore_latest(run_dir: str, template=None, only: int | None = None) -> tupl
             steps = [only]
         if not steps:
             raise CheckpointError(f"resume: '{run_dir}' has no complete checkpoint")
-        restore = (ocp.args.StandardRestore() if template is None else
-                   ocp.args.StandardRestore(jax.tree.map(ocp.utils.to_shape_dtype_struct, _unkey(template))))
+        target = None if template is None else jax.tree.map(ocp.utils.to_shape_dtype_struct, _unkey(template))
         problems = []
         for step in steps:
             try:
+                restore = ocp.args.StandardRestore(target if target is not None else _local_target(mgr, step))
                 got = mgr.restore(step, args=ocp.args.Composite(state=restore, meta=ocp.args.JsonRestore()))
                 state, meta = got.state, dict(got.meta)
                 if template is not None:

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import os
 
+import jax
 import numpy as np
 import pytest
 import yaml
+
+from tianjax import checkpoint as ckpt
 
 from .conftest import ASYNC_CFG, child_env, free_port, free_port_block, read_summary
 
@@ -65,3 +68,12 @@ def test_two_learners_two_actors_learn_with_identical_params(tmp_path, procs):
         a, b = params[0][name], params[1][name]
         assert a.dtype == b.dtype and a.shape == b.shape
         assert a.tobytes() == b.tobytes(), name  # bit-identical, not merely close
+
+    # both processes wrote one checkpoint together, and it reads back whole (digest checked)
+    step, state, meta = ckpt.restore_latest(str(tmp_path / "run"))
+    assert step == meta["updates"] == summaries[0]["updates"]
+    flat = jax.tree_util.tree_flatten_with_path(state["learner"]["params"])[0]
+    saved = {jax.tree_util.keystr(k): np.asarray(v) for k, v in flat}
+    assert sorted(saved) == sorted(params[0].files)
+    for name in params[0].files:
+        assert saved[name].tobytes() == params[0][name].tobytes(), name

@@ -67,8 +67,10 @@ def run_learner(config: Config, *, coordinator: str | None, num_processes: int |
     logger = RunLogger(config, run_dir)
     progress = Progress(config.total_env_steps, enabled=False if index else None,
                         desc=f"learner {index}/{jax.process_count()}")
+    # every learner process writes (its shards of) the same checkpoints: the run's root
     learner = Learner(config, run_key, logger, progress,
-                      endpoints=learner_endpoints(bind_host, base_port, index))
+                      endpoints=learner_endpoints(bind_host, base_port, index),
+                      checkpoint_root=os.path.dirname(logger.run_dir))
     print(f"tianjax: learner {index}/{jax.process_count()} on {learner.mesh.devices.size} devices, "
           f"actors connect to {learner.endpoints['params'].rsplit(':', 1)[0]} ports "
           f"{base_port + 3 * index}-{base_port + 3 * index + 2}", flush=True)

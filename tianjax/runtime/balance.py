@@ -120,6 +120,19 @@ class BalanceController:
         self._tau_interval.clear()
         return hist
 
+    def state_dict(self) -> dict:
+        """The counters and staleness counts, JSON-able (checkpoints); rates start afresh."""
+        return {"produced": self.produced, "consumed": self.consumed, "dropped": self.dropped,
+                "reused_batches": self.reused_batches, "throttled": self.throttled,
+                "tau_consumed": {str(t): c for t, c in self._tau_consumed.items()},
+                "tau_arrival": {str(t): c for t, c in self._tau_arrival.items()}}
+
+    def load_state_dict(self, state: dict) -> None:
+        for k in ("produced", "consumed", "dropped", "reused_batches", "throttled"):
+            setattr(self, k, int(state[k]))
+        self._tau_consumed = collections.Counter({int(t): int(c) for t, c in state["tau_consumed"].items()})
+        self._tau_arrival = collections.Counter({int(t): int(c) for t, c in state["tau_arrival"].items()})
+
     def arrival_histogram(self) -> dict:
         """{tau: count} of arriving samples (admitted or not)."""
         return {int(t): int(c) for t, c in sorted(self._tau_arrival.items())}

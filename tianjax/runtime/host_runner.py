@@ -32,12 +32,14 @@ runs.
 
 from __future__ import annotations
 
+import sys
 import time
 
 import jax
 import numpy as np
 
 from tianjax import buffers
+from tianjax import checkpoint as ckpt
 from tianjax.algos import make_algorithm
 from tianjax.algos.base import Algorithm
 from tianjax.config import Config, ConfigError
@@ -45,6 +47,7 @@ from tianjax.envs.host import HostEnv, make_host_env
 from tianjax.fused import make_replay_learn
 from tianjax.metrics import EpisodeTracker, Progress, RunLogger
 from tianjax.metrics.episodes import finished_episodes
+from tianjax.runtime import shutdown
 from tianjax.runtime.sources import HostSource, batch_template
 
 
@@ -112,40 +115,83 @@ def _train(config: Config, logger: RunLogger, progress: Progress, env: HostEnv, 
     compile_time = time.perf_counter() - t
 
     tracker = EpisodeTracker(config.target_return)
-    env_steps, t_update = 0, 0.0
+    env_steps, t_update, wall_offset, start_iter, resumed_from = 0, 0.0, 0.0, 0, None
+    keep_replay = replay and config.checkpoint.replay
+
+    def tree():
+        return {"learner": learner, "replay": rb} if keep_replay else {"learner": learner}
+
+    if config.resume:
+        # the envs start afresh (host envs cannot be saved); learner and counters go on
+        resumed_from, restored, meta = ckpt.restore_latest(config.resume, tree())
+        ckpt.check_compatible(meta, config, config.resume)
+        learner = restored["learner"]
+        rb = restored.get("replay", rb if replay else None)
+        env_steps, wall_offset, start_iter = meta["env_steps"], meta["wall_time_s"], meta["iterations"]
+        tracker.load_state_dict(meta["tracker"])
+    # labelled by updates scheduled (iterations x updates per iteration), as in fused mode
+    per_iter_updates = config.dqn.updates_per_rollout if replay else 1
+    saver = ckpt.Checkpointer(logger.run_dir, config.checkpoint.keep, config.checkpoint.every,
+                              start=start_iter * per_iter_updates)
+    t_start -= wall_offset  # a resumed run's clock goes on
+    env_steps0 = env_steps
     pending: list[dict] = []
     version = int(learner.version)
-    t_train = time.perf_counter()
-    for it in range(n_iters):
-        rollout = source(learner.params, version, env_steps)
-        returns, ended_at = finished_episodes(rollout.episodes.done, rollout.episodes.returns, env_steps)
-        env_steps += B * T
-        tracker.add(returns, ended_at, time.perf_counter() - t_start)
-        t0 = time.perf_counter()
-        if replay:
-            learner, rb, metrics = learn(learner, rb, buffers.flatten_time_batch(rollout.batch),
-                                         np.int32(env_steps))
-        else:
-            learner, metrics = learn(learner, rollout.batch)
-        pending.append(metrics)
-        version = int(learner.version)  # waits for the update (the next act would anyway)
-        t_update += time.perf_counter() - t0
+    it = start_iter
 
-        if (it + 1) % config.log_every == 0 or it + 1 == n_iters:
-            now = time.perf_counter()
-            ma = tracker.moving_average
-            record = {
-                "env_steps": env_steps,
-                "updates": version,
-                "wall_time_s": now - t_start,
-                "env_steps_per_s": env_steps / max(now - t_train, 1e-9),
-                "return_mean_100": ma,
-                "episodes": tracker.episodes,
-            }
-            record.update(_mean_metrics(pending))
-            pending = []
-            logger.log(record)
-            progress.update(env_steps, ret=ma, sps=int(record["env_steps_per_s"]))
+    def save():
+        meta = dict(ckpt.run_meta(config), iterations=it, env_steps=env_steps, updates=version,
+                    wall_time_s=time.perf_counter() - t_start, tracker=tracker.state_dict())
+        saver.save(it * per_iter_updates, tree(), meta)
+
+    t_train = time.perf_counter()
+    try:
+        while it < n_iters:
+            shutdown.check()
+            rollout = source(learner.params, version, env_steps)
+            returns, ended_at = finished_episodes(rollout.episodes.done, rollout.episodes.returns, env_steps)
+            env_steps += B * T
+            tracker.add(returns, ended_at, time.perf_counter() - t_start)
+            t0 = time.perf_counter()
+            if replay:
+                learner, rb, metrics = learn(learner, rb, buffers.flatten_time_batch(rollout.batch),
+                                             np.int32(env_steps))
+            else:
+                learner, metrics = learn(learner, rollout.batch)
+            pending.append(metrics)
+            version = int(learner.version)  # waits for the update (the next act would anyway)
+            t_update += time.perf_counter() - t0
+            it += 1
+
+            if it % config.log_every == 0 or it == n_iters:
+                now = time.perf_counter()
+                ma = tracker.moving_average
+                record = {
+                    "env_steps": env_steps,
+                    "updates": version,
+                    "wall_time_s": now - t_start,
+                    "env_steps_per_s": (env_steps - env_steps0) / max(now - t_train, 1e-9),
+                    "return_mean_100": ma,
+                    "episodes": tracker.episodes,
+                }
+                record.update(_mean_metrics(pending))
+                pending = []
+                logger.log(record)
+                progress.update(env_steps, ret=ma, sps=int(record["env_steps_per_s"]))
+            if saver.due(it * per_iter_updates):
+                save()
+        if config.checkpoint.final:
+            save()
+    except KeyboardInterrupt:
+        if config.checkpoint.final:
+            try:
+                save()
+            except Exception as e:  # noqa: BLE001 - interrupted inside an update: its input was donated
+                print(f"tianjax: warning: no final checkpoint ({type(e).__name__}); the last periodic one "
+                      "stands", file=sys.stderr, flush=True)
+        raise
+    finally:
+        saver.close()
 
     train_time = time.perf_counter() - t_train
     return {
@@ -154,10 +200,12 @@ def _train(config: Config, logger: RunLogger, progress: Progress, env: HostEnv, 
         "env": env,
         "env_steps": env_steps,
         "updates": int(learner.version),
+        "resumed_from_step": resumed_from,
+        "wall_offset_s": wall_offset,
         "skipped_updates": int(learner.skipped_updates),
         "train_time_s": train_time,
         "compile_time_s": compile_time,
-        "env_steps_per_s": env_steps / max(train_time, 1e-9),
+        "env_steps_per_s": (env_steps - env_steps0) / max(train_time, 1e-9),
         "episodes": tracker.episodes,
         "final_return": tracker.moving_average,
         "convergence_time_s": tracker.convergence_time_s,
