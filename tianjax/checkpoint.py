@@ -145,7 +145,7 @@ def _open(run_dir: str) -> ocp.CheckpointManager:
     directory = checkpoint_dir(run_dir)
     if not os.path.isdir(directory):
         raise CheckpointError(f"resume: '{run_dir}' has no checkpoints (no {CHECKPOINT_DIR}/ directory)")
-    return ocp.CheckpointManager(directory, options=ocp.CheckpointManagerOptions(read_only=True),
+    return ocp.CheckpointManager(directory, options=ocp.CheckpointManagerOptions(create=False),
                                  item_handlers={"state": ocp.StandardCheckpointHandler(),
                                                 "meta": ocp.JsonCheckpointHandler()})
 
@@ -156,6 +156,17 @@ def _local_target(mgr: ocp.CheckpointManager, step: int):
     device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
     saved = mgr.item_metadata(step).state
     return jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device), saved)
+
+
+def has_checkpoint(run_dir: str) -> bool:
+    """Whether run_dir holds at least one complete checkpoint step."""
+    if not os.path.isdir(checkpoint_dir(run_dir)):
+        return False
+    mgr = _open(run_dir)
+    try:
+        return bool(mgr.all_steps())
+    finally:
+        mgr.close()
 
 
 def read_meta(run_dir: str, step: int | None = None) -> dict:
@@ -218,5 +229,5 @@ def restore_latest(run_dir: str, template=None, only: int | None = None) -> tupl
         mgr.close()
 
 
-__all__ = ["CheckpointError", "Checkpointer", "checkpoint_dir", "digest", "read_meta", "restore_latest",
+__all__ = ["CheckpointError", "Checkpointer", "checkpoint_dir", "digest", "has_checkpoint", "read_meta", "restore_latest",
            "restore_step"]

@@ -13,12 +13,12 @@ import sys
 
 
 def _sigterm(signum, frame):
-    # unwind like Ctrl-C, so every role's cleanup (stop actors, close sockets) runs; the
-    # flag covers the case where the exception is swallowed (see runtime/shutdown.py)
+    # unwind like Ctrl-C, so every role's cleanup (stop actors, close sockets, a final
+    # checkpoint) runs; the flag covers the case where the exception is swallowed, or
+    # deferred out of a critical section (see runtime/shutdown.py)
     from tianjax.runtime import shutdown
 
-    shutdown.requested.set()
-    raise KeyboardInterrupt("SIGTERM")
+    shutdown.request(signal.Signals(signum).name)
 
 
 def _train(args) -> int:
@@ -116,6 +116,7 @@ def main(argv=None) -> int:
     from tianjax.config import ConfigError
 
     signal.signal(signal.SIGTERM, _sigterm)
+    signal.signal(signal.SIGINT, _sigterm)  # Ctrl-C: the same orderly stop
     try:
         if args.command == "train":
             return _train(args)
@@ -133,7 +134,7 @@ def main(argv=None) -> int:
         return 130
     except RuntimeError as e:
         # a run that cannot go on (an actor died in sync mode, no actor delivers): one line
-        if type(e).__name__ in ("ActorFailure", "LearnerStalled"):
+        if type(e).__name__ in ("ActorFailure", "LearnerFailure", "LearnerStalled"):
             print(f"tianjax: error: {e}", file=sys.stderr)
             return 1
         raise

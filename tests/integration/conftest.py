@@ -74,12 +74,13 @@ def descendants(pid: int) -> list[psutil.Process]:
         return []
 
 
-def actor_processes(pid: int) -> list[psutil.Process]:
-    """The actor processes under `pid` (identified by their command line)."""
+def actor_processes(pid: int, role: str = "actor") -> list[psutil.Process]:
+    """The actor (or learner) processes under `pid`, identified by their command line."""
     out = []
     for p in descendants(pid):
         try:
-            if any(ROLE_MARK in part for part in p.cmdline()):
+            cmd = p.cmdline()
+            if ROLE_MARK in cmd and cmd[cmd.index(ROLE_MARK) + 1] == role:
                 out.append(p)
         except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
             pass

@@ -1,123 +1,72 @@
-"""The local launcher: this process is the learner; it starts `num_actors` actor processes,
-wires them to its sockets, supervises them and, however the run ends (finished, Ctrl-C,
-SIGTERM, a crash), stops every actor and leaves no orphans.
+"""The local launcher: a learner and `num_actors` actor processes on this machine, wired
+over loopback, supervised, and, however the run ends (finished, Ctrl-C, SIGTERM, a crash),
+all stopped with no orphans.
 
-Actors are separate OS processes started with `python -m tianjax.launch.role actor`; the
-per-run key reaches them through the environment (never argv, logs or files), and each
-actor asks the kernel to signal it if the launcher dies (Linux), on top of its own
-heartbeat timeout.
+Two shapes:
+
+- default: this process is the learner. Dead or silent actors are replaced (see
+  tianjax.runtime.supervisor); a crash of the learner is a crash of the run, whose last
+  checkpoint stays whole (orbax renames a step into place only when it is complete).
+- `runtime.restart_learner: true`: this process only supervises. The learner is a child
+  process too (`python -m tianjax.launch.role learner`); when it dies it is started again,
+  up to `runtime.max_learner_restarts` times, from its newest checkpoint and on the same
+  endpoints, and the running actors follow it (they take its versions and register again).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import select
+import signal
 import subprocess
 import sys
 import time
-from typing import Iterable
 
+from tianjax import checkpoint as ckpt
 from tianjax.config import Config
 from tianjax.metrics import Progress, RunLogger
 from tianjax.runtime.learner import Learner
+from tianjax.runtime.supervisor import ActorSupervisor, describe
 from tianjax.transport.auth import KEY_ENV, new_run_key
 
-# Actors share this machine's cores with the learner: one XLA thread pool each.
-_ACTOR_XLA_FLAGS = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
-
-
-class ActorProcesses:
-    def __init__(self, config: Config, endpoints: dict, run_key: bytes, log_dir: str | None = None):
-        self.config = config
-        self.endpoints = endpoints
-        self.run_key = run_key
-        self.log_dir = log_dir
-        self.procs: dict[int, subprocess.Popen] = {}
-        self.exit_codes: dict[int, int] = {}
-
-    def start(self, actor_id: int) -> None:
-        env = dict(os.environ)
-        env[KEY_ENV] = self.run_key.hex()
-        env["JAX_PLATFORMS"] = self.config.runtime.actor_devices
-        if self.config.runtime.actor_devices == "cpu" and self.config.runtime.actor_threads == 1:
-            env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " " + _ACTOR_XLA_FLAGS).strip()
-        env.setdefault("PYTHONUNBUFFERED", "1")
-        cmd = [sys.executable, "-m", "tianjax.launch.role", "actor",
-               "--actor-id", str(actor_id),
-               "--config-json", json.dumps(self.config.to_dict()),
-               "--endpoints-json", json.dumps(self.endpoints),
-               "--parent-pid", str(os.getpid())]
-        out = None
-        if self.log_dir:
-            os.makedirs(self.log_dir, exist_ok=True)
-            out = open(os.path.join(self.log_dir, f"actor-{actor_id}.log"), "ab")
-        self.procs[actor_id] = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT if out else None,
-                                                stdin=subprocess.DEVNULL)
-        if out:
-            out.close()
-
-    def start_all(self) -> None:
-        for i in range(self.config.num_actors):
-            self.start(i)
-
-    def dead(self) -> dict[int, int]:
-        """Actors that have exited since the last call: {actor_id: exit code}."""
-        gone = {}
-        for i, p in list(self.procs.items()):
-            code = p.poll()
-            if code is not None:
-                gone[i] = code
-                self.exit_codes[i] = code
-                del self.procs[i]
-        return gone
-
-    def stop(self, grace_s: float = 5.0, unreachable: Iterable[int] = ()) -> None:
-        """Waits up to grace_s for the actors (told to stop) to exit, then terminates them.
-        `unreachable` actors never registered, so no stop can reach them: they are
-        terminated at once (an interrupted start-up does not wait out the grace)."""
-        for i in unreachable:
-            if i in self.procs:
-                self.procs[i].terminate()
-        deadline = time.monotonic() + grace_s
-        for p in self.procs.values():
-            try:
-                p.wait(timeout=max(deadline - time.monotonic(), 0.01))
-            except subprocess.TimeoutExpired:
-                p.terminate()
-        for p in self.procs.values():
-            try:
-                p.wait(timeout=2.0)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-        for i, p in self.procs.items():
-            self.exit_codes[i] = p.returncode
-        self.procs.clear()
+RESULT_FILE = "learner_result.json"  # what a learner process reports (params: its checkpoint)
 
 
 class ActorFailure(RuntimeError):
     pass
 
 
+class LearnerFailure(RuntimeError):
+    pass
+
+
+def _supervise_actors(config: Config, actors: ActorSupervisor, silent, log_dir: str) -> None:
+    """One supervision pass: replace dead and silent actors; raise if the run cannot go on."""
+    changes = actors.check(silent)
+    for line in describe(changes, len(actors.procs), log_dir):
+        print(line, file=sys.stderr, flush=True)
+    if changes.lost and (config.mode == "sync" or not actors.procs):
+        ids = ", ".join(f"actor {i} ({why})" for i, why in sorted(changes.lost.items()))
+        raise ActorFailure(f"{ids} stopped and is out of restarts "
+                           f"(runtime.max_actor_restarts={config.runtime.max_actor_restarts}); see {log_dir}")
+
+
 def run_local(config: Config, logger: RunLogger, progress: Progress) -> dict:
+    if config.runtime.restart_learner:
+        return _run_with_learner_process(config, logger, progress)
     t_start = time.perf_counter()
     run_key = new_run_key()
     learner = Learner(config, run_key, logger, progress)
-    actors = ActorProcesses(config, learner.endpoints, run_key,
-                            log_dir=os.path.join(logger.run_dir, "actors"))
-    failures: dict[int, int] = {}
+    log_dir = os.path.join(logger.run_dir, "actors")
+    actors = ActorSupervisor(config, learner.endpoints, run_key, log_dir=log_dir)
 
     def should_stop() -> bool:
-        gone = {i: c for i, c in actors.dead().items()}
-        failures.update(gone)
-        if not gone:
-            return False
-        ids = ", ".join(f"actor {i} (exit code {c})" for i, c in sorted(gone.items()))
-        if config.mode == "sync" or not actors.procs:
-            raise ActorFailure(f"{ids} stopped; see {logger.run_dir}/actors/ for its log")
-        # async: the learner takes whatever the others send; say so once, then go on
-        print(f"tianjax: warning: {ids} stopped; continuing with {len(actors.procs)} actors "
-              f"(see {logger.run_dir}/actors/)", file=sys.stderr, flush=True)
+        silent = learner.silent_actors(time.perf_counter())
+        for i in silent:
+            learner.forget_actor(i)  # its replacement registers afresh
+        _supervise_actors(config, actors, silent, log_dir)
         return False
 
     try:
@@ -128,5 +77,123 @@ def run_local(config: Config, logger: RunLogger, progress: Progress) -> dict:
         registered = {info.get("actor") for info in learner.actors.values()}
         actors.stop(unreachable=[i for i in actors.procs if i not in registered])
         learner.close()
-    out["extra_summary"]["actor_failures"] = len(failures)
+    out["extra_summary"].update(actor_restarts=actors.total_restarts, actors_lost=len(actors.lost))
     return out
+
+
+# ----------------------------------------------------------------------------- learner process
+class _LearnerProcess:
+    """The learner as a child process; its stdout carries one JSON event per line."""
+
+    def __init__(self, config: Config, run_dir: str, run_key: bytes, endpoints: dict | None):
+        env = dict(os.environ)
+        env[KEY_ENV] = run_key.hex()
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        cmd = [sys.executable, "-m", "tianjax.launch.role", "learner",
+               "--config-json", json.dumps(config.to_dict()), "--run-dir", run_dir,
+               "--parent-pid", str(os.getpid())]
+        if endpoints:
+            cmd += ["--endpoints-json", json.dumps(endpoints)]
+        self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
+        self._buf = b""
+
+    def events(self, timeout_s: float) -> list[dict]:
+        """Events printed since the last call (waits up to timeout_s for the first)."""
+        out = []
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout_s)
+        if ready:
+            chunk = os.read(self.proc.stdout.fileno(), 1 << 16)
+            self._buf += chunk
+            *lines, self._buf = self._buf.split(b"\n")
+            for line in lines:
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    event = None
+                if isinstance(event, dict) and "tianjax_event" in event:
+                    out.append(event)
+                else:  # anything else the learner printed goes on to our stdout
+                    print(line.decode(errors="replace"), flush=True)
+        return out
+
+    def poll(self) -> int | None:
+        return self.proc.poll()
+
+    def stop(self, grace_s: float = 20.0) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)  # it writes a final checkpoint
+            try:
+                self.proc.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc.stdout.close()
+
+
+def _run_with_learner_process(config: Config, logger: RunLogger, progress: Progress) -> dict:
+    run_dir = logger.run_dir
+    progress.close()  # the learner process shows its own
+    wall_offset = ckpt.read_meta(config.resume)["wall_time_s"] if config.resume else 0.0
+    log_dir = os.path.join(run_dir, "actors")
+    run_key = new_run_key()
+    result_path = os.path.join(run_dir, RESULT_FILE)
+    if os.path.exists(result_path):
+        os.remove(result_path)
+    learner = _LearnerProcess(config, run_dir, run_key, None)
+    actors: ActorSupervisor | None = None
+    endpoints = None
+    learner_restarts = 0
+    try:
+        while True:
+            events = learner.events(0.1)
+            for ev in events:
+                if ev["tianjax_event"] == "endpoints" and actors is None:
+                    endpoints = ev["endpoints"]
+                    actors = ActorSupervisor(config, endpoints, run_key, log_dir=log_dir)
+                    actors.start_all()
+            code = learner.poll()
+            if code is not None:
+                events += learner.events(0.0)
+                if code == 0:
+                    break
+                if code in (130, 143) or not config.runtime.restart_learner or \
+                        learner_restarts >= config.runtime.max_learner_restarts or endpoints is None:
+                    where = _last_checkpoint(run_dir)
+                    raise LearnerFailure(f"the learner process exited with code {code}; {where}")
+                learner_restarts += 1
+                where = _last_checkpoint(run_dir)
+                print(f"tianjax: warning: the learner process exited with code {code}; restarting it "
+                      f"({learner_restarts}/{config.runtime.max_learner_restarts}) from {where}",
+                      file=sys.stderr, flush=True)
+                resume = run_dir if ckpt.has_checkpoint(run_dir) else None
+                learner = _LearnerProcess(dataclasses.replace(config, resume=resume), run_dir, run_key, endpoints)
+                continue
+            if actors is not None:
+                silent = [i for ev in events if ev["tianjax_event"] == "silent" for i in ev["actors"]]
+                _supervise_actors(config, actors, silent, log_dir)
+    finally:
+        learner.stop()
+        if actors is not None:
+            actors.stop(grace_s=5.0)
+    with open(result_path) as f:
+        out = json.load(f)
+    # this process's clock covered every learner incarnation; only a run resumed by the
+    # user has time from before it
+    out["wall_offset_s"] = wall_offset
+    _, state, _ = ckpt.restore_latest(run_dir)
+    out.update(params=state["learner"]["params"], algo=None, env=None)
+    out["extra_summary"].update(actor_restarts=actors.total_restarts if actors else 0,
+                                actors_lost=len(actors.lost) if actors else 0,
+                                learner_restarts=learner_restarts)
+    return out
+
+
+def _last_checkpoint(run_dir: str) -> str:
+    try:
+        meta = ckpt.read_meta(run_dir)
+    except ckpt.CheckpointError:
+        return "there is no checkpoint yet"
+    return f"the last checkpoint is step {meta['updates']} in {ckpt.checkpoint_dir(run_dir)}"
+
+
+__all__ = ["ActorFailure", "LearnerFailure", "run_local"]

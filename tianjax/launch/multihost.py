@@ -25,8 +25,7 @@ from tianjax.config import Config, ConfigError
 def _terminate(signum, frame):
     from tianjax.runtime import shutdown
 
-    shutdown.requested.set()  # in case the exception below is swallowed
-    raise KeyboardInterrupt("SIGTERM")
+    shutdown.request()
 
 
 def learner_endpoints(host: str, base_port: int, index: int) -> dict:

@@ -1,4 +1,5 @@
-"""Entry point of one role process: `python -m tianjax.launch.role actor ...`."""
+"""Entry point of one role process started by the local launcher:
+`python -m tianjax.launch.role actor|learner ...`."""
 
 from __future__ import annotations
 
@@ -26,30 +27,91 @@ def _die_with_parent(parent_pid: int | None) -> None:
         sys.exit(143)
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="tianjax-role")
-    ap.add_argument("role", choices=["actor"])
-    ap.add_argument("--actor-id", type=int, required=True)
-    ap.add_argument("--config-json", required=True)
-    ap.add_argument("--endpoints-json", required=True)
-    ap.add_argument("--parent-pid", type=int, help="the launcher's pid: exit if it is gone")
-    args = ap.parse_args(argv)
-    _die_with_parent(args.parent_pid)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+def _event(kind: str, **fields) -> None:
+    """One line on stdout for the supervising launcher (see tianjax.launch.local)."""
+    print(json.dumps({"tianjax_event": kind, **fields}), flush=True)
 
-    from tianjax.config import load_config
+
+def _run_actor(args, config) -> int:
     from tianjax.runtime.actor import Actor
     from tianjax.transport.auth import load_key
 
-    config = load_config(json.loads(args.config_json))
+    actor = Actor(config, args.actor_id, json.loads(args.endpoints_json), load_key())
+    return actor.run()
+
+
+def _run_learner(args, config) -> int:
+    """A learner process under a supervising launcher: it binds (the given endpoints, or
+    free ports it reports), trains, reports silent actors as events, checkpoints, and
+    writes its result for the launcher. A SIGTERM ends it with a final checkpoint."""
+    import time
+
+    from tianjax.metrics import Progress, RunLogger
+    from tianjax.runtime.learner import Learner
+    from tianjax.transport.auth import load_key
+
+    t_start = time.perf_counter()
+    logger = RunLogger(config, args.run_dir, tensorboard=True)
+    progress = Progress(config.total_env_steps, desc=f"{config.algo} {config.env} [{config.mode}]")
+    endpoints = json.loads(args.endpoints_json) if args.endpoints_json else None
+    learner = Learner(config, load_key(), logger, progress, endpoints=endpoints)
+    _event("endpoints", endpoints=learner.endpoints)
+
+    def should_stop() -> bool:
+        silent = learner.silent_actors(time.perf_counter())
+        for i in silent:
+            learner.forget_actor(i)
+        if silent:
+            _event("silent", actors=silent)
+        return False
+
+    try:
+        out = learner.run(should_stop, t_start=t_start)
+    finally:
+        learner.stop_actors()
+        learner.close()
+        progress.close()
+        logger.close()
+    result = {k: v for k, v in out.items() if k not in ("params", "algo", "env")}
+    from tianjax.metrics.logger import write_json_atomic
+
+    write_json_atomic(os.path.join(args.run_dir, "learner_result.json"), result)
+    return 0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="tianjax-role")
+    ap.add_argument("role", choices=["actor", "learner"])
+    ap.add_argument("--actor-id", type=int)
+    ap.add_argument("--config-json", required=True)
+    ap.add_argument("--endpoints-json")
+    ap.add_argument("--run-dir", help="learner: the run directory (metrics, checkpoints)")
+    ap.add_argument("--parent-pid", type=int, help="the launcher's pid: exit if it is gone")
+    args = ap.parse_args(argv)
+    _die_with_parent(args.parent_pid)
+
+    def terminate(signum, frame):
+        from tianjax.runtime import shutdown
+
+        shutdown.request()
+
+    if args.role == "learner":
+        signal.signal(signal.SIGTERM, terminate)
+        signal.signal(signal.SIGINT, terminate)  # Ctrl-C reaches the whole process group
+    else:
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+
+    from tianjax.config import load_config
     from tianjax.runtime import compile_cache
 
+    config = load_config(json.loads(args.config_json))
     compile_cache.enable(config.compile_cache)
-    actor = Actor(config, args.actor_id, json.loads(args.endpoints_json), load_key())
     try:
-        return actor.run()
+        if args.role == "actor":
+            return _run_actor(args, config)
+        return _run_learner(args, config)
     except KeyboardInterrupt:
-        return 130
+        return 143 if args.role == "learner" else 130
 
 
 if __name__ == "__main__":

@@ -31,6 +31,16 @@ def _plain(x: Any) -> Any:
     return x
 
 
+def write_json_atomic(path: str, obj: Any) -> Any:
+    """Writes obj (made JSON-safe) to path via a temporary file: never half-written."""
+    obj = _plain(obj)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=2)
+    os.replace(tmp, path)
+    return obj
+
+
 def default_run_dir(config: Config) -> str:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     base = os.path.join("runs", f"{config.algo}_{config.env}_{config.mode}_{stamp}")
@@ -61,12 +71,7 @@ class RunLogger:
             self._tb.write(rec)
 
     def write_summary(self, summary: dict) -> dict:
-        summary = _plain(summary)
-        tmp = os.path.join(self.run_dir, "summary.json.tmp")
-        with open(tmp, "w") as f:
-            json.dump(summary, f, indent=2)
-        os.replace(tmp, os.path.join(self.run_dir, "summary.json"))  # never half-written
-        return summary
+        return write_json_atomic(os.path.join(self.run_dir, "summary.json"), summary)
 
     def close(self) -> None:
         self._metrics.close()

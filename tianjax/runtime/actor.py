@@ -54,6 +54,8 @@ class Actor:
         self.env_steps = 0
         self._last_beat = 0.0
         self._last_heard = time.monotonic()
+        self._learner_restarts = 0
+        self.learner_restarted = False  # set when a restarted learner is first heard
 
     # ------------------------------------------------------------------ waiting, politely
     def _beat(self) -> None:
@@ -74,13 +76,20 @@ class Actor:
                     self.credits += n
 
     def _take_newest(self) -> bool:
-        newest = self.params_in.latest(0)
-        if newest is not None and newest[0] > self.version:
-            self._last_heard = time.monotonic()
-            self.version = int(newest[0])
-            self.params = jax.device_put(newest[1])  # once per version
-            return True
-        return False
+        newest = self.params_in.latest(0)  # only versions newer than ours, or a new learner's
+        if newest is None:
+            return False
+        self._last_heard = time.monotonic()
+        self.version = int(newest[0])
+        self.params = jax.device_put(newest[1])  # once per version
+        if self.params_in.source_changes > self._learner_restarts:
+            # the learner restarted (from its last checkpoint): its credits and version
+            # count start afresh, so register again and follow its versions from here
+            self._learner_restarts = self.params_in.source_changes
+            self.credits = 0
+            self.learner_restarted = True
+            self.control.send({"type": "register", "actor": self.actor_id, "pid": os.getpid()})
+        return True
 
     def _wait_for_version(self, minimum: int, timeout: float | None = None) -> None:
         """Blocks (polling, with heartbeats) until a version >= minimum is held."""
@@ -88,9 +97,10 @@ class Actor:
         poller.register(self.params_in.socket, zmq.POLLIN)
         poller.register(self.control.socket, zmq.POLLIN)
         timeout = timeout or self.config.runtime.heartbeat_timeout_s
+        self.learner_restarted = False
         while True:
             self._take_newest()
-            if self.version >= minimum:
+            if self.version >= minimum or self.learner_restarted:
                 return
             self._check_control()
             self._beat()

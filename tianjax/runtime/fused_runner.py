@@ -118,8 +118,9 @@ def run_fused(config: Config, logger: RunLogger, progress: Progress, env=None) -
         while done_iters < n_iters:
             shutdown.check()
             n = min(chunk, n_iters - done_iters)
-            state, outputs = compiled_chunk(n)(state)
-            done_iters += n
+            with shutdown.critical():  # the chunk donates the state: keep its result
+                state, outputs = compiled_chunk(n)(state)
+                done_iters += n
             if pending is not None:
                 record(*pending)
             pending = (n, *outputs)

@@ -153,11 +153,12 @@ def _train(config: Config, logger: RunLogger, progress: Progress, env: HostEnv, 
             env_steps += B * T
             tracker.add(returns, ended_at, time.perf_counter() - t_start)
             t0 = time.perf_counter()
-            if replay:
-                learner, rb, metrics = learn(learner, rb, buffers.flatten_time_batch(rollout.batch),
-                                             np.int32(env_steps))
-            else:
-                learner, metrics = learn(learner, rollout.batch)
+            with shutdown.critical():  # the update donates its inputs: finish it
+                if replay:
+                    learner, rb, metrics = learn(learner, rb, buffers.flatten_time_batch(rollout.batch),
+                                                 np.int32(env_steps))
+                else:
+                    learner, metrics = learn(learner, rollout.batch)
             pending.append(metrics)
             version = int(learner.version)  # waits for the update (the next act would anyway)
             t_update += time.perf_counter() - t0

@@ -128,7 +128,9 @@ class Learner:
         self.compile_time_s = 0.0
 
         host, ep = rt.bind_host, endpoints or {}
-        self.params_pub = ParamPublisher(run_key, endpoint=ep.get("params"), host=host, transport=rt.transport)
+        # the sender name is this incarnation's: actors follow a restarted learner's versions
+        self.params_pub = ParamPublisher(run_key, endpoint=ep.get("params"), host=host, transport=rt.transport,
+                                         sender=f"learner-{jax.process_index()}-{os.urandom(4).hex()}")
         self.traj_in = TrajectoryReceiver(run_key, self.template, endpoint=ep.get("traj"), host=host,
                                           transport=rt.transport, hwm=rt.recv_hwm,
                                           max_bytes=int(rt.max_message_mb * 2**20))
@@ -292,11 +294,13 @@ class Learner:
         kind = msg.get("type")
         if kind not in ("register", "heartbeat"):
             return
+        new = ident not in self.actors
         info = self.actors.setdefault(ident, {"actor": msg.get("actor"), "outstanding": 0, "last_traj": now})
         info["last_seen"] = now
         window = self.config.runtime.credits_per_actor
-        if kind == "register":
-            # a new or restarted actor: whatever it held before is gone
+        if kind == "register" or new:
+            # a new or restarted actor (or, heard first by a heartbeat, one that was working
+            # for a learner that restarted): whatever it held before is gone
             info["outstanding"] = 0
             self._grant(ident, window)
             self.publish()  # a late joiner gets the current parameters at once
@@ -331,6 +335,26 @@ class Learner:
                 self._ingest(msg, now, t_start)
                 received += 1
         return received
+
+    def silent_actors(self, now: float) -> list[int]:
+        """Registered actors not heard from (control or trajectories) for longer than the
+        heartbeat timeout: hung, stopped, or cut off."""
+        limit = self.config.runtime.heartbeat_timeout_s
+        # NOTE: read what waits on the control socket first: after a long update the
+        # heartbeats that arrived meanwhile are queued, not missing
+        while (item := self.control.poll(0)) is not None:
+            self._handle_control(*item, now)
+        return sorted(info["actor"] for info in self.actors.values()
+                      if isinstance(info.get("actor"), int)
+                      and now - max(info["last_seen"], info["last_traj"]) > limit)
+
+    def forget_actor(self, actor_id: int) -> None:
+        """Drops an actor that is being replaced; its replacement registers afresh. What it
+        already delivered stays in the pool."""
+        for ident, info in list(self.actors.items()):
+            if info.get("actor") == actor_id:
+                del self.actors[ident]
+                self.control.forget(ident)
 
     # ------------------------------------------------------------------ consumption
     def _take_batch(self):
@@ -468,8 +492,9 @@ class Learner:
             batch, behaviour, reuse = nxt
             version = self.state_version
             taus = np.asarray(S.staleness(version, behaviour))
-            self.state, metrics = self.update(self.state, batch)
-            self._version_cache = version + 1 - int(to_host(metrics["update_skipped"]))
+            with shutdown.critical():  # the update donates the state: finish it
+                self.state, metrics = self.update(self.state, batch)
+                self._version_cache = version + 1 - int(to_host(metrics["update_skipped"]))
             pending.append(metrics)
             self.balance.consumed_batch(taus, taus.size, time.perf_counter(), reuse=reuse)
             self.fresh_updates += not reuse
@@ -480,7 +505,8 @@ class Learner:
                 self._log(pending, t_start, t_train)
                 pending = []
             if self.saver is not None and self.saver.due(self.state_version):
-                self.save_checkpoint(time.perf_counter(), t_start)
+                with shutdown.critical():
+                    self.save_checkpoint(time.perf_counter(), t_start)
         self._train_time = time.perf_counter() - t_train
 
     def _log(self, pending, t_start, t_train):

@@ -171,8 +171,10 @@ class ParamSubscriber(_Channel):
     `template` is an example params tree (arrays or ShapeDtypeStructs) or a TreeSpec.
     Counters: `accepted`, `rejected` (by reason), `stale` (valid but not newer than the
     version held), `skipped` (older messages behind a newer valid one, never verified).
-    Versions must grow across learner restarts (resume continues the checkpoint's count),
-    or a subscriber ignores the restarted learner until it passes the old version.
+    A restarted learner publishes under a new sender name (its incarnation); its first
+    valid message is taken whatever its version (a resumed learner goes on from its last
+    checkpoint, which may be behind what the subscriber held), and `source_changes`
+    counts such restarts.
     """
 
     # NOTE: everything queued is drained (a backlog left in the kernel's socket buffers
@@ -194,6 +196,8 @@ class ParamSubscriber(_Channel):
         self.socket.connect(endpoint)
         self.endpoint = endpoint
         self.version = -1
+        self.source: str | None = None  # the sender (learner incarnation) of `version`
+        self.source_changes = 0
         self.accepted = 0
         self.stale = 0
         self.skipped = 0
@@ -223,9 +227,12 @@ class ParamSubscriber(_Channel):
             except CodecError as e:
                 self.rejected[e.reason] += 1
                 continue
-            if msg.version <= self.version:
+            if msg.version <= self.version and msg.sender == self.source:
                 self.stale += 1
                 continue
+            if self.source is not None and msg.sender != self.source:
+                self.source_changes += 1  # a restarted learner: its count is the one to follow
+            self.source = msg.sender
             self.accepted += 1
             self.skipped += i
             self.version = msg.version

@@ -1,0 +1,153 @@
+"""Actor supervision: start actor processes, replace dead or silent ones, stop them all.
+
+An actor that exits while the run goes on, or that the learner reports silent (no
+heartbeat or trajectory for `runtime.heartbeat_timeout_s`: hung, stopped, cut off), is
+killed if need be and started again under the same id, at most `runtime.max_actor_restarts`
+times per id. A replacement registers with the learner like any actor and gets the newest
+parameters at once; in async mode the learner keeps updating on what the others send
+meanwhile. An actor out of restarts is lost: the caller decides whether the run can go on.
+
+Actors are separate OS processes started with `python -m tianjax.launch.role actor`; the
+per-run key reaches them through the environment (never argv, logs or files), and each
+asks the kernel to signal it if its launcher dies (Linux), on top of its own heartbeat
+timeout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from tianjax.config import Config
+from tianjax.transport.auth import KEY_ENV
+
+# Actors share this machine's cores with the learner: one XLA thread pool each.
+_ACTOR_XLA_FLAGS = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+
+
+@dataclass
+class Changes:
+    """What one check() did: actors started again, and actors given up on (id -> why)."""
+
+    restarted: dict[int, str] = field(default_factory=dict)
+    lost: dict[int, str] = field(default_factory=dict)
+
+
+class ActorSupervisor:
+    def __init__(self, config: Config, endpoints: dict, run_key: bytes, log_dir: str | None = None):
+        self.config = config
+        self.endpoints = endpoints
+        self.run_key = run_key
+        self.log_dir = log_dir
+        self.procs: dict[int, subprocess.Popen] = {}
+        self.exit_codes: dict[int, int] = {}
+        self.restarts: dict[int, int] = {}  # actor id -> times started again
+        self.lost: dict[int, str] = {}
+
+    @property
+    def total_restarts(self) -> int:
+        return sum(self.restarts.values())
+
+    def pid(self, actor_id: int) -> int | None:
+        p = self.procs.get(actor_id)
+        return None if p is None else p.pid
+
+    def start(self, actor_id: int) -> None:
+        env = dict(os.environ)
+        env[KEY_ENV] = self.run_key.hex()
+        env["JAX_PLATFORMS"] = self.config.runtime.actor_devices
+        if self.config.runtime.actor_devices == "cpu" and self.config.runtime.actor_threads == 1:
+            env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " " + _ACTOR_XLA_FLAGS).strip()
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        cmd = [sys.executable, "-m", "tianjax.launch.role", "actor",
+               "--actor-id", str(actor_id),
+               "--config-json", json.dumps(self.config.to_dict()),
+               "--endpoints-json", json.dumps(self.endpoints),
+               "--parent-pid", str(os.getpid())]
+        out = None
+        if self.log_dir:
+            os.makedirs(self.log_dir, exist_ok=True)
+            out = open(os.path.join(self.log_dir, f"actor-{actor_id}.log"), "ab")  # noqa: SIM115
+        try:
+            self.procs[actor_id] = subprocess.Popen(cmd, env=env, stdout=out,
+                                                    stderr=subprocess.STDOUT if out else None,
+                                                    stdin=subprocess.DEVNULL)
+        finally:
+            if out:
+                out.close()
+
+    def start_all(self) -> None:
+        for i in range(self.config.num_actors):
+            self.start(i)
+
+    def _replace(self, actor_id: int, why: str, changes: Changes) -> None:
+        if self.restarts.get(actor_id, 0) >= self.config.runtime.max_actor_restarts:
+            self.lost[actor_id] = why
+            changes.lost[actor_id] = why
+            return
+        self.restarts[actor_id] = self.restarts.get(actor_id, 0) + 1
+        self.start(actor_id)
+        changes.restarted[actor_id] = why
+
+    def check(self, silent: Iterable[int] = ()) -> Changes:
+        """Replaces actors that exited, and kills and replaces the `silent` ones."""
+        changes = Changes()
+        for i in sorted(set(silent)):
+            p = self.procs.pop(i, None)
+            if p is None:
+                continue
+            p.kill()  # SIGKILL also ends a stopped (SIGSTOP) process
+            p.wait()
+            self.exit_codes[i] = p.returncode
+            self._replace(i, f"silent for more than {self.config.runtime.heartbeat_timeout_s:g} s", changes)
+        for i, p in list(self.procs.items()):
+            code = p.poll()
+            if code is not None:
+                del self.procs[i]
+                self.exit_codes[i] = code
+                if code == 0:
+                    continue  # told to stop by the learner: the run is ending
+                self._replace(i, f"exit code {code}" if code > 0 else f"killed by {signal.Signals(-code).name}",
+                              changes)
+        return changes
+
+    def stop(self, grace_s: float = 5.0, unreachable: Iterable[int] = ()) -> None:
+        """Waits up to grace_s for the actors (told to stop) to exit, then terminates them.
+        `unreachable` actors never registered, so no stop can reach them: they are
+        terminated at once (an interrupted start-up does not wait out the grace)."""
+        for i in unreachable:
+            if i in self.procs:
+                self.procs[i].terminate()
+        deadline = time.monotonic() + grace_s
+        for p in self.procs.values():
+            try:
+                p.wait(timeout=max(deadline - time.monotonic(), 0.01))
+            except subprocess.TimeoutExpired:
+                p.terminate()
+        for p in self.procs.values():
+            try:
+                p.wait(timeout=2.0)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        for i, p in self.procs.items():
+            self.exit_codes[i] = p.returncode
+        self.procs.clear()
+
+
+def describe(changes: Changes, alive: int, log_dir: str) -> list[str]:
+    """Console lines for a check's changes."""
+    lines = [f"tianjax: warning: actor {i} ({why}) restarted; see {log_dir}"
+             for i, why in sorted(changes.restarted.items())]
+    lines += [f"tianjax: warning: actor {i} ({why}) is out of restarts; continuing with {alive} actors"
+              for i, why in sorted(changes.lost.items())]
+    return lines
+
+
+__all__ = ["ActorSupervisor", "Changes", "describe"]
