@@ -232,6 +232,8 @@ class Config:
 
     def __post_init__(self):
         _check(self.total_env_steps > 0, "total_env_steps", f"must be > 0, got {self.total_env_steps}")
+        _check(self.total_env_steps < 2**31, "total_env_steps",
+               f"must be below 2**31 (the step counters are 32-bit), got {self.total_env_steps}")
         _check(self.num_seeds >= 1, "num_seeds", f"must be >= 1, got {self.num_seeds}")
         _check(self.num_actors >= 0, "num_actors", f"must be >= 0, got {self.num_actors}")
         _check(self.num_actors >= 1 or self.mode != "async", "num_actors",
