@@ -49,5 +49,5 @@ def test_out_of_memory_is_one_line(capsys, monkeypatch):
     monkeypatch.setattr(sys.modules["tianjax.train"], "train", exhausted)
     assert main(["train", CFG, "--no-progress"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["tianjax: error: RESOURCE_EXHAUSTED: Out of memory allocating 562002753792 bytes; "
-                   "lower num_envs, rollout_len or the network size"]
+    assert err == [("tianjax: error: RESOURCE_EXHAUSTED: Out of memory allocating 562002753792 bytes; "
+                    "lower num_envs, rollout_len or the network size")]
