@@ -7,6 +7,7 @@ TIANJAX_RUN_KEY. Both learners must learn, and hold bit-identical parameters at 
 from __future__ import annotations
 
 import os
+import signal
 
 import jax
 import numpy as np
@@ -15,7 +16,8 @@ import yaml
 
 from tianjax import checkpoint as ckpt
 
-from .conftest import ASYNC_CFG, child_env, free_port, free_port_block, read_summary
+from .conftest import (ASYNC_CFG, actor_processes, child_env, free_port, free_port_block, read_summary,
+                       updates_logged, wait_for)
 
 # per learner process: steps_per_update is one learner's share (1 actor x 16 envs x 32),
 # so 75 000 steps each is 146 updates of a 1024-sample global batch, ~150 000 steps in all
@@ -46,10 +48,17 @@ def test_two_learners_two_actors_learn_with_identical_params(tmp_path, procs):
                            "--actor-id", str(k), "--num-learners", "2", "--base-port", str(base)],
                           name=f"actor-{k}", env=env) for k in range(2)]
 
+    # an actor process that dies mid-run is replaced by its `launch --role actor` command
+    wait_for(lambda: updates_logged(tmp_path / "run" / "learner-0") >= 10
+             or any(p.poll() is not None for p in learners), 180, what="10 updates")
+    victim = wait_for(lambda: actor_processes(actors[0].pid), 30, what="actor 0's process")[0]
+    victim.send_signal(signal.SIGKILL)
+
     for p in learners:
         assert procs.wait(p, 240) == 0, procs.stderr(p)[-3000:]
     for p in actors:
         assert procs.wait(p, 30) == 0, procs.stderr(p)[-3000:]
+    assert "actor 0 (killed by SIGKILL) restarted (1/3)" in procs.stderr(actors[0])
 
     key = env["TIANJAX_RUN_KEY"]
     for p in [*learners, *actors]:

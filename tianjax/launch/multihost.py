@@ -97,12 +97,30 @@ def run_learner(config: Config, *, coordinator: str | None, num_processes: int |
 
 def run_actor(config: Config, *, actor_id: int, learner_host: str, base_port: int, num_learners: int,
               key_file: str | None) -> int:
-    from tianjax.runtime import compile_cache
-    from tianjax.runtime.actor import Actor
+    """Runs actor `actor_id` as a supervised child process: restarted when it dies, up to
+    `runtime.max_actor_restarts` times, until the learner tells it to stop (exit code 0)."""
+    from tianjax.runtime.supervisor import ActorSupervisor
 
-    compile_cache.enable(config.compile_cache)
     run_key = _key(key_file)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     endpoints = learner_endpoints(learner_host, base_port, actor_id % num_learners)
     print(f"tianjax: actor {actor_id} -> {json.dumps(endpoints)}", flush=True)
-    return Actor(config, actor_id, endpoints, run_key).run()
+    sup = ActorSupervisor(config, endpoints, run_key)
+    signal.signal(signal.SIGTERM, _terminate)
+    try:
+        sup.start(actor_id)
+        while True:
+            time.sleep(0.2)
+            changes = sup.check()
+            for i, why in changes.restarted.items():
+                print(f"tianjax: warning: actor {i} ({why}) restarted "
+                      f"({sup.restarts[i]}/{config.runtime.max_actor_restarts})", file=sys.stderr, flush=True)
+            if changes.lost:
+                why = changes.lost[actor_id]
+                print(f"tianjax: error: actor {actor_id} ({why}) is out of restarts", file=sys.stderr, flush=True)
+                return 1
+            if not sup.procs:  # it exited 0: told to stop by the learner
+                return 0
+    except KeyboardInterrupt:
+        return 143
+    finally:
+        sup.stop(grace_s=2.0)
