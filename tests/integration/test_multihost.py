@@ -16,8 +16,16 @@ import yaml
 
 from tianjax import checkpoint as ckpt
 
-from .conftest import (ASYNC_CFG, actor_processes, child_env, free_port, free_port_block, read_summary,
-                       updates_logged, wait_for)
+from .conftest import (
+    ASYNC_CFG,
+    actor_processes,
+    child_env,
+    free_port,
+    free_port_block,
+    read_summary,
+    updates_logged,
+    wait_for,
+)
 
 # per learner process: steps_per_update is one learner's share (1 actor x 16 envs x 32),
 # so 75 000 steps each is 146 updates of a 1024-sample global batch, ~150 000 steps in all
