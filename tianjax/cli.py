@@ -25,7 +25,11 @@ def _train(args) -> int:
     from tianjax.train import train
 
     result = train(args.config, args.overrides, progress=None if not args.no_progress else False)
-    return 0 if result.summary is not None else 1
+    if result.summary.get("interrupted"):
+        print("tianjax: interrupted; the run directory has its summary and a final checkpoint "
+              f"(continue with resume={result.run_dir})", file=sys.stderr)
+        return 130
+    return 0
 
 
 def _launch(args) -> int:

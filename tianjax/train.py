@@ -11,7 +11,7 @@ import numpy as np
 
 from tianjax.config import Config, ConfigError, load_config
 from tianjax.metrics import Progress, RunLogger, format_summary
-from tianjax.runtime import compile_cache
+from tianjax.runtime import compile_cache, shutdown
 
 
 class TrainResult(NamedTuple):
@@ -45,6 +45,7 @@ def train(config: Config | str | os.PathLike | dict | None = None, overrides: Se
     (default: on when attached to a terminal); `verbose` prints the final summary.
     """
     config = load_config(config, overrides, **kwargs)
+    shutdown.requested.clear()  # a stop asked of an earlier run in this process is done
     runner = _runner(config)
     compile_cache.enable(config.compile_cache)
     if config.resume:
@@ -93,13 +94,15 @@ def train(config: Config | str | os.PathLike | dict | None = None, overrides: Se
         "eval_return": eval_return,
         "run_dir": logger.run_dir,
     }
+    summary["interrupted"] = bool(out.get("interrupted", False))  # stopped by Ctrl-C / SIGTERM
     if out.get("resumed_from_step") is not None:
         summary["resumed_from_step"] = out["resumed_from_step"]
     summary.update(out.get("extra_summary", {}))
     if out.get("final_return_per_seed") is not None:
         summary["final_return_per_seed"] = out["final_return_per_seed"]
     summary = logger.write_summary(summary)
+    records = logger.read_records()
     logger.close()
     if verbose:
         print(format_summary(summary), flush=True)
-    return TrainResult(out["params"], summary, logger.records, logger.run_dir, config)
+    return TrainResult(out["params"], summary, records, logger.run_dir, config)

@@ -146,6 +146,9 @@ def test_sigterm_stops_the_launcher_and_its_actors(tmp_path, procs, when):
         step, state, meta = ckpt.restore_latest(str(run_dir))
         assert step == meta["updates"] >= 10
         assert state["learner"]["params"]
+        s = read_summary(run_dir)  # and a summary of the run so far, marked as stopped
+        assert s["interrupted"] is True and s["updates"] == step
+        assert code == 130
 
 
 @pytest.mark.parametrize("when", ["spawning", "running"])

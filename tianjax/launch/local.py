@@ -143,6 +143,7 @@ def _run_with_learner_process(config: Config, logger: RunLogger, progress: Progr
     actors: ActorSupervisor | None = None
     endpoints = None
     learner_restarts = 0
+    interrupted = False
     try:
         while True:
             events = learner.events(0.1)
@@ -171,12 +172,17 @@ def _run_with_learner_process(config: Config, logger: RunLogger, progress: Progr
             if actors is not None:
                 silent = [i for ev in events if ev["tianjax_event"] == "silent" for i in ev["actors"]]
                 _supervise_actors(config, actors, silent, log_dir)
+    except KeyboardInterrupt:
+        interrupted = True  # the learner process, stopped below, checkpoints and reports
     finally:
         learner.stop()
         if actors is not None:
             actors.stop(grace_s=5.0)
+    if interrupted and not os.path.exists(result_path):
+        raise KeyboardInterrupt("stopped before the learner could report")
     with open(result_path) as f:
         out = json.load(f)
+    out["interrupted"] = out.get("interrupted", False) or interrupted
     # this process's clock covered every learner incarnation; only a run resumed by the
     # user has time from before it
     out["wall_offset_s"] = wall_offset

@@ -87,12 +87,13 @@ def run_learner(config: Config, *, coordinator: str | None, num_processes: int |
                                       "convergence_time_s", "convergence_env_steps", "compile_time_s",
                                       "skipped_updates", "episodes")},
                "wall_time_s": time.perf_counter() - t0, "target_return": config.target_return,
+               "interrupted": out.get("interrupted", False),
                **out["extra_summary"]}
     summary = logger.write_summary(summary)
     logger.close()
     print(format_summary(summary), flush=True)
     jax.distributed.shutdown()
-    return 0
+    return 130 if out.get("interrupted") else 0
 
 
 def run_actor(config: Config, *, actor_id: int, learner_host: str, base_port: int, num_learners: int,

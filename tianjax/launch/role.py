@@ -76,7 +76,7 @@ def _run_learner(args, config) -> int:
     from tianjax.metrics.logger import write_json_atomic
 
     write_json_atomic(os.path.join(args.run_dir, "learner_result.json"), result)
-    return 0
+    return 143 if out.get("interrupted") else 0
 
 
 def main(argv=None) -> int:

@@ -41,6 +41,20 @@ def write_json_atomic(path: str, obj: Any) -> Any:
     return obj
 
 
+def read_metrics(run_dir: str) -> list[dict]:
+    """The records of RUN_DIR/metrics.jsonl (a half-written last line is skipped)."""
+    out = []
+    path = os.path.join(run_dir, "metrics.jsonl")
+    if os.path.exists(path):
+        with open(path) as f:
+            for line in f:
+                try:
+                    out.append(json.loads(line))
+                except ValueError:
+                    pass
+    return out
+
+
 def default_run_dir(config: Config) -> str:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     base = os.path.join("runs", f"{config.algo}_{config.env}_{config.mode}_{stamp}")
@@ -59,12 +73,10 @@ class RunLogger:
         with open(os.path.join(self.run_dir, "config.yaml"), "w") as f:
             yaml.safe_dump(config.to_dict(), f, sort_keys=False)
         self._metrics = open(os.path.join(self.run_dir, "metrics.jsonl"), "a")
-        self.records: list[dict] = []
         self._tb = TensorBoardWriter(self.run_dir) if tensorboard else None
 
     def log(self, record: dict) -> None:
         rec = _plain(record)
-        self.records.append(rec)
         self._metrics.write(json.dumps(rec) + "\n")
         self._metrics.flush()
         if self._tb is not None:
@@ -72,6 +84,12 @@ class RunLogger:
 
     def write_summary(self, summary: dict) -> dict:
         return write_json_atomic(os.path.join(self.run_dir, "summary.json"), summary)
+
+    def read_records(self) -> list[dict]:
+        """The run's metrics records, from metrics.jsonl (a resumed run's include those of
+        the runs before it). Not kept in memory while training: a run may last days."""
+        self._metrics.flush()
+        return read_metrics(self.run_dir)
 
     def close(self) -> None:
         self._metrics.close()
@@ -86,6 +104,8 @@ def format_summary(summary: dict) -> str:
     def fmt(v):
         if v is None:
             return "-"
+        if isinstance(v, bool):
+            return "yes" if v else "no"
         if isinstance(v, float):
             return f"{v:,.4g}" if abs(v) < 1e5 else f"{v:,.0f}"
         if isinstance(v, int):
@@ -94,7 +114,8 @@ def format_summary(summary: dict) -> str:
 
     keys = ["mode", "algo", "env", "env_steps", "updates", "wall_time_s", "compile_time_s",
             "env_steps_per_s", "samples_consumed_per_s", "episodes", "final_return", "target_return",
-            "convergence_time_s", "convergence_env_steps", "eval_return", "skipped_updates", "run_dir"]
+            "convergence_time_s", "convergence_env_steps", "eval_return", "skipped_updates",
+            "actor_restarts", "learner_restarts", "rejected_messages", "interrupted", "run_dir"]
     rows = [(k, fmt(summary[k])) for k in keys if k in summary]
     width = max(len(k) for k, _ in rows)
     line = "-" * (width + 32)

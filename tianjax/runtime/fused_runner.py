@@ -113,7 +113,7 @@ def run_fused(config: Config, logger: RunLogger, progress: Progress, env=None) -
     # NOTE: chunk k + 1 is dispatched before chunk k's outputs are read, so the host-side
     # bookkeeping overlaps the next chunk's computation instead of idling the device. A
     # checkpoint must be taken before the next dispatch, which donates the state buffers.
-    pending = None
+    pending, interrupted = None, False
     try:
         while done_iters < n_iters:
             shutdown.check()
@@ -135,12 +135,12 @@ def run_fused(config: Config, logger: RunLogger, progress: Progress, env=None) -
             save()
     except KeyboardInterrupt:
         # Ctrl-C / SIGTERM between chunks: keep what was trained (the last dispatched
-        # chunk is finished first; its outputs are read before the save)
+        # chunk is finished first; its outputs are read before the save) and report it
+        interrupted = True
+        if pending is not None:
+            record(*pending)
         if config.checkpoint.final:
-            if pending is not None:
-                record(*pending)
             save()
-        raise
     finally:
         saver.close()
 
@@ -155,6 +155,7 @@ def run_fused(config: Config, logger: RunLogger, progress: Progress, env=None) -
         "env_steps": env_steps * S,
         "updates": int(np.asarray(state.learner.version).max()),
         "resumed_from_step": resumed_from,
+        "interrupted": interrupted,
         "wall_offset_s": wall_offset,
         "skipped_updates": int(np.asarray(state.learner.skipped_updates).sum()),
         "train_time_s": train_time,

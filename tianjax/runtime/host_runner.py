@@ -145,6 +145,7 @@ def _train(config: Config, logger: RunLogger, progress: Progress, env: HostEnv, 
         saver.save(it * per_iter_updates, tree(), meta)
 
     t_train = time.perf_counter()
+    interrupted = False
     try:
         while it < n_iters:
             shutdown.check()
@@ -183,14 +184,14 @@ def _train(config: Config, logger: RunLogger, progress: Progress, env: HostEnv, 
                 save()
         if config.checkpoint.final:
             save()
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # Ctrl-C / SIGTERM: checkpoint and report what was done
+        interrupted = True
         if config.checkpoint.final:
             try:
                 save()
             except Exception as e:  # noqa: BLE001 - interrupted inside an update: its input was donated
                 print(f"tianjax: warning: no final checkpoint ({type(e).__name__}); the last periodic one "
                       "stands", file=sys.stderr, flush=True)
-        raise
     finally:
         saver.close()
 
@@ -202,6 +203,7 @@ def _train(config: Config, logger: RunLogger, progress: Progress, env: HostEnv, 
         "env_steps": env_steps,
         "updates": int(learner.version),
         "resumed_from_step": resumed_from,
+        "interrupted": interrupted,
         "wall_offset_s": wall_offset,
         "skipped_updates": int(learner.skipped_updates),
         "train_time_s": train_time,

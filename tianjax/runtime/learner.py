@@ -440,9 +440,13 @@ class Learner:
         self._counts0 = (self.env_steps, self.balance.consumed)
         self.compile()
         completed = False
+        self.interrupted = False
         try:
             self._loop(should_stop, t_start)
             completed = True
+        except KeyboardInterrupt:
+            # Ctrl-C / SIGTERM: stop here, checkpoint, and report what was done
+            self.interrupted = True
         finally:
             self._final_checkpoint(t_start, completed)
         return self.result(t_start)
@@ -555,6 +559,7 @@ class Learner:
             "compile_time_s": self.compile_time_s,
             "env_steps_per_s": (self.env_steps - self._counts0[0]) / max(train_time, 1e-9),
             "resumed_from_step": self.resumed_from,
+            "interrupted": getattr(self, "interrupted", False),
             "wall_offset_s": self.wall_offset,
             "episodes": self.tracker.episodes,
             "final_return": self.tracker.moving_average,
