@@ -147,15 +147,9 @@ def listening_ports(pid: int) -> list[int]:
 
 def read_records(run_dir: Path) -> list[dict]:
     """metrics.jsonl so far (a half-written last line is skipped)."""
-    path = run_dir / "metrics.jsonl"
-    out = []
-    if path.exists():
-        for line in path.read_text().splitlines():
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError:
-                pass
-    return out
+    from tianjax.metrics.logger import read_metrics
+
+    return read_metrics(str(run_dir))
 
 
 class RecordTail:

@@ -19,6 +19,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tianjax.metrics.logger import read_metrics
+
 REPO = Path(__file__).resolve().parents[2]
 ASYNC_CFG = str(REPO / "configs" / "ppo_cartpole_async.yaml")
 ROLE_MARK = "tianjax.launch.role"  # in every actor process's command line (local launcher)
@@ -47,15 +49,7 @@ def wait_for(predicate, timeout: float, interval: float = 0.05, what: str = "con
 
 def records(run_dir) -> list[dict]:
     """The metrics.jsonl records written so far (a half-written last line is skipped)."""
-    path = Path(run_dir) / "metrics.jsonl"
-    out = []
-    if path.exists():
-        for line in path.read_text().splitlines():
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError:
-                pass
-    return out
+    return read_metrics(str(run_dir))
 
 
 def updates_logged(run_dir) -> int:

@@ -13,12 +13,30 @@ import pytest
 
 from tianjax import checkpoint as ckpt
 
-from .conftest import ASYNC_CFG, actor_processes, alive, read_summary, records, updates_logged, wait_for
+from .conftest import (
+    ASYNC_CFG,
+    actor_processes,
+    alive,
+    read_summary,
+    records,
+    updates_logged,
+    wait_for,
+)
 
 
 def _launch(procs, run_dir, *overrides):
     return procs.start(["-m", "tianjax.cli", "train", ASYNC_CFG, f"run_dir={run_dir}", *overrides,
                         "--no-progress"], name="launcher")
+
+
+def _running(procs, launcher, run_dir, updates: int) -> list[psutil.Process]:
+    """Waits for the launcher's 2 actors and `updates` logged updates; returns the actors."""
+    actors = wait_for(lambda: len(actor_processes(launcher.pid)) == 2 and actor_processes(launcher.pid),
+                      120, what="2 actors")
+    wait_for(lambda: updates_logged(run_dir) >= updates or launcher.poll() is not None, 120,
+             what=f"{updates} updates")
+    assert launcher.poll() is None, procs.stderr(launcher)
+    return actors
 
 
 def _actor_id(p: psutil.Process) -> int:
@@ -30,10 +48,7 @@ def _actor_id(p: psutil.Process) -> int:
 def test_killed_actor_is_restarted_and_the_run_reaches_its_target(tmp_path, procs):
     run_dir = tmp_path / "run"
     launcher = _launch(procs, run_dir)  # the async config: 2 actors, 150k env steps
-    actors = wait_for(lambda: len(actor_processes(launcher.pid)) == 2 and actor_processes(launcher.pid),
-                      120, what="2 actors")
-    wait_for(lambda: updates_logged(run_dir) >= 20 or launcher.poll() is not None, 120, what="20 updates")
-    assert launcher.poll() is None, procs.stderr(launcher)
+    actors = _running(procs, launcher, run_dir, 20)
     victim = actors[0]
     victim_id = _actor_id(victim)
     victim.send_signal(signal.SIGKILL)
@@ -53,10 +68,7 @@ def test_stopped_actor_times_out_and_is_replaced_while_the_learner_goes_on(tmp_p
     timeout = 4.0
     launcher = _launch(procs, run_dir, "total_env_steps=120000", "log_every=2",
                        f"runtime.heartbeat_timeout_s={timeout}")
-    actors = wait_for(lambda: len(actor_processes(launcher.pid)) == 2 and actor_processes(launcher.pid),
-                      120, what="2 actors")
-    wait_for(lambda: updates_logged(run_dir) >= 10 or launcher.poll() is not None, 120, what="10 updates")
-    assert launcher.poll() is None, procs.stderr(launcher)
+    actors = _running(procs, launcher, run_dir, 10)
     victim = actors[1]
     victim_id = _actor_id(victim)
     victim.send_signal(signal.SIGSTOP)  # alive, holding its sockets, saying nothing

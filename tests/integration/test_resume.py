@@ -52,3 +52,16 @@ def test_resume_continues_version_and_env_steps(tmp_path, cfg, extra):
     steps = [r["env_steps"] for r in recs]
     assert steps == sorted(steps)
     assert ckpt.read_meta(first.run_dir)["updates"] == s["updates"]
+
+
+def test_eval_plays_a_host_env_run(tmp_path, capsys):
+    from tianjax.cli import main
+
+    run = tianjax.train(GYM_CFG, ["total_env_steps=4096", "eval_episodes=0"], run_dir=str(tmp_path / "r"),
+                        progress=False, verbose=False)
+    capsys.readouterr()
+    assert main(["eval", run.run_dir, "episodes=3", "greedy=false", "seed=5"]) == 0
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert line.startswith(f"eval 3 episodes (checkpoint step {run.summary['updates']}): mean ")
+    mean, lo, hi = (float(line.split(k)[1].split()[0]) for k in ("mean ", "min ", "max "))
+    assert 1 <= lo <= mean <= hi <= 500  # CartPole returns: at least one step, at most 500

@@ -253,7 +253,8 @@ def write_report(run_dirs, out_dir: str | None = None) -> Report:
         markdown_table(rows), "",
         f"Rounding: {ROUNDING}.", "",
         "## Figures", "", *links,
-        "## Runs", "", *[f"- {r.label}: `{r.path}`" for r in runs], "",
+        # paths relative to the report, so that a report moved with its runs still points at them
+        "## Runs", "", *[f"- {r.label}: `{os.path.relpath(r.path, out_dir)}`" for r in runs], "",
     ])
     markdown = os.path.join(out_dir, "report.md")
     with open(markdown, "w") as f:

@@ -47,7 +47,7 @@ def locate(path: str) -> tuple[str, int | None]:
     return path, None
 
 
-def _host_returns(config: Config, algo, params, episodes: int, greedy: bool, seed: int,
+def _host_returns(config: Config, algo, action_spec, params, episodes: int, greedy: bool, seed: int,
                   max_steps: int = 100_000) -> np.ndarray:
     from tianjax.envs.host import make_host_env
 
@@ -65,7 +65,7 @@ def _host_returns(config: Config, algo, params, episodes: int, greedy: bool, see
             else:
                 key, sub = jax.random.split(key)
                 action = policy(params, obs, sub)
-            out = env.step(np.asarray(clip_action(action, algo.action_spec)))
+            out = env.step(np.asarray(clip_action(action, action_spec)))
             ret += np.where(finished, 0.0, out.reward)
             finished |= np.asarray(out.terminated) | np.asarray(out.truncated)
             obs = out.obs
@@ -104,7 +104,7 @@ def evaluate_run(path: str, episodes: int = 10, greedy: bool = True, seed: int |
 
     obs_shape, _, action_spec = env_spec(config)
     algo = make_algorithm(config, obs_shape, action_spec, correct_staleness=False)
-    return EvalResult(_host_returns(config, algo, params, episodes, greedy, seed), step, run_dir)
+    return EvalResult(_host_returns(config, algo, action_spec, params, episodes, greedy, seed), step, run_dir)
 
 
 __all__ = ["EvalResult", "evaluate_run", "locate"]
