@@ -1,12 +1,16 @@
 """Async (relaxed assignment dependencies) against sync (strict), same config and budget.
 
-    python experiments/async_vs_sync.py [--repeats 2] [--atari] [--quick]
+    python experiments/async_vs_sync.py [--repeats 2] [--atari] [--actors 1 2]
 
-For envpool CartPole-v1 (configs/ppo_cartpole_async.yaml, 2 actor processes) it runs
-sync and async alternately (S A S A ...) and prints, per mode, the median samples consumed
-per second and convergence time (first wall-clock time the 100-episode moving average
-reaches 475, compilation included), with async/sync ratios. With --atari it adds Pong-v5
-(envpool, Nature CNN, a short fixed budget: throughput only, no convergence on a CPU).
+For envpool CartPole-v1 (configs/ppo_cartpole_async.yaml) it runs sync and async
+alternately (S A S A ...) and prints, per mode, the median samples consumed per second and
+convergence time (first wall-clock time the 100-episode moving average reaches 475, from
+launch: start-up and compilation included), with async/sync ratios. It does so for each
+actor count in --actors (default 1 and 2): on a 2-core machine, 1 actor process and the
+learner have a core each, which is where relaxed dependencies pay (sync leaves each idle
+while the other works); with 2 actors three busy processes share two cores. With --atari
+it adds Pong-v5 (envpool, Nature CNN, a short fixed budget: throughput only, no
+convergence on a CPU).
 """
 
 from __future__ import annotations
@@ -58,8 +62,12 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--atari", action="store_true", help="also Pong-v5 (throughput only)")
+    ap.add_argument("--actors", type=int, nargs="+", default=[1, 2], help="actor processes (CartPole)")
     args = ap.parse_args()
-    compare("envpool CartPole-v1, PPO, 2 actors", *CARTPOLE, args.repeats)
+    config, overrides = CARTPOLE
+    for n in args.actors:
+        compare(f"envpool CartPole-v1, PPO, {n} actor{'s' * (n > 1)}", config, overrides + [f"num_actors={n}"],
+                args.repeats)
     if args.atari:
         compare("envpool Pong-v5, PPO (Nature CNN), 2 actors, 2048 steps", *PONG, args.repeats)
 
