@@ -133,6 +133,8 @@ class _LearnerProcess:
 def _run_with_learner_process(config: Config, logger: RunLogger, progress: Progress) -> dict:
     run_dir = logger.run_dir
     progress.close()  # the learner process shows its own
+    # the learner process hands its parameters over through its final checkpoint
+    config = dataclasses.replace(config, checkpoint=dataclasses.replace(config.checkpoint, final=True))
     wall_offset = ckpt.read_meta(config.resume)["wall_time_s"] if config.resume else 0.0
     log_dir = os.path.join(run_dir, "actors")
     run_key = new_run_key()
@@ -166,7 +168,8 @@ def _run_with_learner_process(config: Config, logger: RunLogger, progress: Progr
                 print(f"tianjax: warning: the learner process exited with code {code}; restarting it "
                       f"({learner_restarts}/{config.runtime.max_learner_restarts}) from {where}",
                       file=sys.stderr, flush=True)
-                resume = run_dir if ckpt.has_checkpoint(run_dir) else None
+                # from its newest checkpoint (or, if it wrote none, from where this run began)
+                resume = run_dir if ckpt.has_checkpoint(run_dir) else config.resume
                 learner = _LearnerProcess(dataclasses.replace(config, resume=resume), run_dir, run_key, endpoints)
                 continue
             if actors is not None:
