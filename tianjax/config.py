@@ -197,7 +197,8 @@ class CheckpointConfig:
     every: int = 0  # updates between checkpoints (0: only the final one)
     keep: int = 3  # checkpoints kept (the newest)
     final: bool = True  # write one at the end of the run (and on Ctrl-C / SIGTERM)
-    replay: bool = False  # DQN: include the replay buffer (large)
+    replay: bool = False  # DQN: include the replay buffer (large; fused runs always do). Without
+    # it a resumed run refills the buffer with `dqn.learning_starts` samples before learning
 
     def __post_init__(self):
         _check(self.every >= 0, "checkpoint.every", f"must be >= 0, got {self.every}")

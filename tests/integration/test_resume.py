@@ -65,3 +65,22 @@ def test_eval_plays_a_host_env_run(tmp_path, capsys):
     assert line.startswith(f"eval 3 episodes (checkpoint step {run.summary['updates']}): mean ")
     mean, lo, hi = (float(line.split(k)[1].split()[0]) for k in ("mean ", "min ", "max "))
     assert 1 <= lo <= mean <= hi <= 500  # CartPole returns: at least one step, at most 500
+
+
+def test_resumed_dqn_without_its_buffer_refills_it_before_learning(tmp_path):
+    cfg = str(REPO / "configs" / "dqn_cartpole.yaml")
+    common = ["env_backend=gymnasium", "mode=sync", "num_actors=0", "num_envs=4", "rollout_len=32",
+              "dqn.learning_starts=256", "dqn.buffer_size=2048", "log_every=1", "eval_episodes=0",
+              "target_return=null", "checkpoint.replay=false"]
+    first = tianjax.train(cfg, [*common, "total_env_steps=1024"], run_dir=str(tmp_path / "r"),
+                          progress=False, verbose=False)
+    v1 = first.summary["updates"]
+    # 4 gradient steps per rollout of 128 samples, from the rollout that reaches 256 on
+    assert v1 == (1024 - 256 + 128) // 128 * 4
+    second = tianjax.train(cfg, [*common, "total_env_steps=2048", f"resume={first.run_dir}"],
+                           progress=False, verbose=False)
+    after = [r for r in _records(first.run_dir) if r["env_steps"] > 1024]
+    # the buffer came back empty: the first 128 new samples are only collected, then it learns
+    assert [r["updates"] for r in after[:3]] == [v1, v1 + 4, v1 + 8]
+    assert after[0]["loss"] == 0.0 and after[1]["loss"] > 0.0
+    assert second.summary["updates"] == v1 + (1024 - 256 + 128) // 128 * 4

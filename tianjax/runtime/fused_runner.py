@@ -3,8 +3,10 @@
 Compilation is done ahead of time (lower + compile) so that compile time is reported apart
 from training time; the state buffers are donated so each chunk updates them in place.
 
-Checkpoints hold the whole FusedState (learner, the envs' states and keys, the replay
-buffer), so a run resumed from one continues bit for bit as if it had not stopped. They
+Checkpoints hold the whole FusedState (learner, the envs' states and keys, and the replay
+buffer whatever `checkpoint.replay` says: the fused loop's learning_starts counts env
+steps, so it cannot go on with an empty buffer), so a run resumed from one continues bit
+for bit as if it had not stopped. They
 are written at chunk boundaries: the first one at or after every `checkpoint.every`
 updates, and at the end (also when stopped by Ctrl-C or SIGTERM).
 """

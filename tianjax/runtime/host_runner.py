@@ -135,6 +135,7 @@ def _train(config: Config, logger: RunLogger, progress: Progress, env: HostEnv, 
                               start=start_iter * per_iter_updates)
     t_start -= wall_offset  # a resumed run's clock goes on
     env_steps0 = env_steps
+    replay_base = 0 if keep_replay or resumed_from is None else env_steps0  # see learn() below
     pending: list[dict] = []
     version = int(learner.version)
     it = start_iter
@@ -156,8 +157,10 @@ def _train(config: Config, logger: RunLogger, progress: Progress, env: HostEnv, 
             t0 = time.perf_counter()
             with shutdown.critical():  # the update donates its inputs: finish it
                 if replay:
+                    # learning_starts counts the samples in the buffer: a resumed run whose
+                    # checkpoint left the buffer out refills it first
                     learner, rb, metrics = learn(learner, rb, buffers.flatten_time_batch(rollout.batch),
-                                                 np.int32(env_steps))
+                                                 np.int32(env_steps - replay_base))
                 else:
                     learner, metrics = learn(learner, rollout.batch)
             pending.append(metrics)
