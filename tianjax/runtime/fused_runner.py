@@ -17,6 +17,7 @@ import time
 from functools import partial
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from tianjax import checkpoint as ckpt
@@ -41,7 +42,15 @@ def run_fused(config: Config, logger: RunLogger, progress: Progress, env=None) -
     chunk = min(config.log_every, n_iters)
 
     keys = jax.random.split(jax.random.key(config.seed), S)
-    state = jax.jit(init if S == 1 else jax.vmap(init))(keys[0] if S == 1 else keys)
+    if S == 1:
+        state = jax.jit(init)(keys[0])
+    else:
+        # NOTE: one init per seed, stacked on the host. A vmapped init was seen to hang at
+        # random inside XLA:CPU (jax 0.10: every thread idle, its outputs never ready);
+        # the per-seed init and the vmapped training chunks did not.
+        one = jax.jit(init)
+        seeds = [one(keys[s]) for s in range(S)]
+        state = jax.tree.map(lambda *xs: jnp.stack(xs), *seeds)
     updates_per_iter = config.dqn.updates_per_rollout if algo.buffer == "replay" else 1
 
     trackers = [EpisodeTracker(config.target_return) for _ in range(S)]
