@@ -79,7 +79,9 @@ def test_stopped_actor_times_out_and_is_replaced_while_the_learner_goes_on(tmp_p
     assert f"actor {victim_id} (silent for more than {timeout:g} s) restarted" in err, err
     assert not alive([victim])  # killed, not left stopped
     s = read_summary(run_dir)
-    assert s["actor_restarts"] == 1
+    # (under load a replacement can itself stay silent past this short timeout while it
+    # compiles, and be replaced again: at least one restart, and never a lost actor)
+    assert s["actor_restarts"] >= 1 and s["actors_lost"] == 0
     # the learner never stalled: from the stop on, records kept coming (every 2 updates)
     # at intervals well under the heartbeat timeout the replacement took
     after = records(run_dir)[stopped_at - 1:]
