@@ -95,8 +95,9 @@ def evaluate_run(path: str, episodes: int = 10, greedy: bool = True, seed: int |
         env = make_gymnax(config.env)
         algo = make_algorithm(config, env.obs_shape, env.action_spec, correct_staleness=False)
         evaluate = make_evaluator(env, algo, episodes, greedy=greedy)
-        if config.mode == "fused" and config.num_seeds > 1:  # one policy per seed
-            rets = jax.vmap(evaluate, in_axes=(0, None))(params, jax.random.key(seed))
+        if config.mode == "fused" and config.num_seeds > 1:  # one policy per seed, one at a time
+            rets = [evaluate(jax.tree.map(lambda x, i=i: x[i], params), jax.random.key(seed))
+                    for i in range(config.num_seeds)]
         else:
             rets = evaluate(params, jax.random.key(seed))
         return EvalResult(np.asarray(rets, np.float64).reshape(-1), step, run_dir)
