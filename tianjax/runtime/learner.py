@@ -327,8 +327,7 @@ class Learner:
         events = dict(self._poller.poll(timeout=timeout_ms))
         now = time.perf_counter()
         if self.control.socket in events:
-            while (item := self.control.poll(0)) is not None:
-                self._handle_control(*item, now)
+            self._drain_control(now)
         received = 0
         if self._reading and self.traj_in.socket in events:
             while len(self.pool) < self.config.runtime.max_pool and (msg := self.traj_in.recv(0)) is not None:
@@ -336,14 +335,17 @@ class Learner:
                 received += 1
         return received
 
+    def _drain_control(self, now: float) -> None:
+        while (item := self.control.poll(0)) is not None:
+            self._handle_control(*item, now)
+
     def silent_actors(self, now: float) -> list[int]:
         """Registered actors not heard from (control or trajectories) for longer than the
         heartbeat timeout: hung, stopped, or cut off."""
         limit = self.config.runtime.heartbeat_timeout_s
         # NOTE: read what waits on the control socket first: after a long update the
         # heartbeats that arrived meanwhile are queued, not missing
-        while (item := self.control.poll(0)) is not None:
-            self._handle_control(*item, now)
+        self._drain_control(now)
         return sorted(info["actor"] for info in self.actors.values()
                       if isinstance(info.get("actor"), int)
                       and now - max(info["last_seen"], info["last_traj"]) > limit)
