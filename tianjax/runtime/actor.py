@@ -43,10 +43,12 @@ class Actor:
         # start-up time that every run pays)
         self.source = make_source(config, seed=config.seed + 7919 * (actor_id + 1))
         self.algo = self.source.algo
-        params_template = ParamsMessage(jax.eval_shape(self.algo.init, jax.random.key(0)).params,
-                                        np.zeros((), np.int64))
+        self._params_template = jax.eval_shape(self.algo.init, jax.random.key(0)).params
+        params_template = ParamsMessage(self._params_template, np.zeros((), np.int64))
         rt = config.runtime
+        # actor-side schedules follow the global count, which moves on between versions
         self.params_in = ParamSubscriber(run_key, endpoints["params"], params_template,
+                                         same_version=self.algo.schedules is not None,
                                          max_bytes=int(rt.max_message_mb * 2**20))
         self.traj_out = TrajectorySender(run_key, endpoints["traj"], sender=f"actor-{actor_id}",
                                          hwm=rt.send_hwm)
@@ -60,6 +62,7 @@ class Actor:
         self._last_heard = time.monotonic()
         self._learner_restarts = 0
         self.learner_restarted = False  # set when a restarted learner is first heard
+        self._pending = None  # the newest (version, ParamsMessage) drained, not yet acted with
 
     # ------------------------------------------------------------------ waiting, politely
     def _beat(self) -> None:
@@ -79,15 +82,26 @@ class Actor:
                 if isinstance(n, int) and 0 < n <= 1024:
                     self.credits += n
 
-    def _take_newest(self) -> bool:
+    def _take_newest(self, activate: bool = True) -> bool:
+        """Drains the parameter socket, keeping the newest message; with `activate`, acts
+        with it from now on. Returns whether anything new arrived.
+
+        NOTE: an actor waiting for a credit drains too (without activating): a PUB drops
+        what a subscriber's full pipe cannot take, i.e. the newest versions, so an actor that
+        stopped reading would find only versions from when its pipe filled."""
         newest = self.params_in.latest(0)  # only versions newer than ours, or a new learner's
+        if newest is not None:
+            self._last_heard = time.monotonic()
+            self._pending = newest
+        if activate and self._pending is not None:
+            version, message = self._pending
+            self._pending = None
+            if int(version) != self.version or self.params is None:
+                self.params = jax.device_put(message.params)  # once per version
+            self.version = int(version)
+            self.global_steps = int(message.env_steps)
         if newest is None:
             return False
-        self._last_heard = time.monotonic()
-        self.version = int(newest[0])
-        message: ParamsMessage = newest[1]
-        self.params = jax.device_put(message.params)  # once per version
-        self.global_steps = int(message.env_steps)
         if self.params_in.source_changes > self._learner_restarts:
             # the learner restarted (from its last checkpoint): its credits and version
             # count start afresh, so register again and follow its versions from here
@@ -117,14 +131,18 @@ class Actor:
     def _wait_for_credit(self) -> None:
         """Flow control: blocks (polling, with heartbeats) until the learner grants a slot."""
         timeout = self.config.runtime.heartbeat_timeout_s
+        poller = zmq.Poller()
+        poller.register(self.params_in.socket, zmq.POLLIN)
+        poller.register(self.control.socket, zmq.POLLIN)
         while True:
             self._check_control()
             if self.credits > 0:
                 return
+            self._take_newest(activate=False)
             self._beat()
             if time.monotonic() - self._last_heard > timeout:
                 raise ActorStopped(f"no word from the learner for {timeout:.0f} s")
-            self.control.socket.poll(timeout=int(1000 * self.config.runtime.heartbeat_s))
+            poller.poll(timeout=int(1000 * self.config.runtime.heartbeat_s))
 
     def _send(self, rollout, acted_at: int) -> None:
         poll_ms = int(1000 * self.config.runtime.heartbeat_s)
@@ -140,6 +158,10 @@ class Actor:
     def run(self) -> int:
         self.control.send({"type": "register", "actor": self.actor_id, "pid": os.getpid()})
         try:
+            # compiled while the learner compiles, not inside the first rollout: the global
+            # env-step count an actor acts at is read just before acting, and a first rollout
+            # that compiled for seconds would act far behind it
+            self.source.compile(self._params_template)
             # the learner may still be starting (compiling, joining a multi-host mesh)
             self._last_heard = time.monotonic()
             self._wait_for_version(0, timeout=self.config.runtime.connect_timeout_s)

@@ -161,6 +161,8 @@ class Learner:
             config.steps_per_update if self.algo.buffer == "onpolicy" else self.traj_steps)
         self._held: collections.deque = collections.deque()  # replay: credits held back while behind
         self._act_steps = 0  # the global env-step count the newest admitted trajectory was acted at
+        self._published_steps = 0  # the env-step count the last publication carried
+        self._lag_max = 0  # since the last record: max (env steps admitted - that count) on arrival
         self.pool: collections.deque = collections.deque()
         self.actors: dict[bytes, dict] = {}  # identity -> {"actor", "last_seen", "outstanding", "last_traj"}
         self.dropped_nonfinite = 0
@@ -297,8 +299,11 @@ class Learner:
 
     # ------------------------------------------------------------------ ingress
     def _credits_left(self) -> int:
-        """Trajectories the budget still allows beyond those admitted and in flight."""
-        outstanding = sum(max(info["outstanding"], 0) for info in self.actors.values())
+        """Trajectories the budget still allows beyond those admitted and in flight. (An actor
+        not heard from for the heartbeat timeout is gone: its slots no longer count.)"""
+        now, limit = time.perf_counter(), self.config.runtime.heartbeat_timeout_s
+        outstanding = sum(max(info["outstanding"], 0) for info in self.actors.values()
+                          if now - max(info.get("last_seen", 0.0), info["last_traj"]) <= limit)
         return (self.budget - self.kept_steps) // self.traj_steps - outstanding
 
     def _grant(self, ident: bytes, n: int = 1) -> None:
@@ -328,8 +333,9 @@ class Learner:
         version = int(self.state_version)
         admitted = self.balance.admit(int(msg.version), version, samples, now)
         if admitted:
-            self.env_steps += samples
             self._act_steps = int(act_steps)
+            self._lag_max = max(self._lag_max, self.env_steps - self._act_steps)
+            self.env_steps += samples
         done = np.asarray(episodes.done)
         if done.any():
             self.tracker.add(np.asarray(episodes.returns)[done], self.env_steps, now - t_start)
@@ -360,8 +366,12 @@ class Learner:
             self._grant(ident, window)
             self.publish()  # a late joiner gets the current parameters at once
         elif (msg.get("credits") == 0 and info["outstanding"] > 0
-              and now - info["last_traj"] > 2 * self.config.runtime.heartbeat_s):
-            # its trajectories were lost on the way (rejected, dropped): hand the slots back
+              and now - info["last_traj"] > 2 * self.config.runtime.heartbeat_s
+              and self._reading and not self.traj_in.socket.poll(0)):
+            # its trajectories were lost on the way (rejected, dropped): hand the slots back.
+            # NOTE: only with nothing left unread: after a long update or compilation the
+            # heartbeats are read before the trajectories queued behind them, which are
+            # late, not lost (handing out slots for them let the actors run ahead)
             info["outstanding"] = 0
             self._grant(ident, window)
 
@@ -453,6 +463,7 @@ class Learner:
         return int(self._version_cache)
 
     def publish(self) -> None:
+        self._published_steps = self.env_steps
         self.params_pub.publish(self.state_version,
                                 ParamsMessage(self._host_params(), np.asarray(self.env_steps, np.int64)))
 
@@ -559,8 +570,12 @@ class Learner:
             nxt = self._next_batch()
             busy = nxt is not None
             if nxt is None:
-                if now - last_publish > rt.heartbeat_s:
-                    self.publish()  # slow joiners and restarted actors catch up
+                # slow joiners and restarted actors catch up; actor-side schedules (epsilon)
+                # hear of the env steps admitted while no update runs (before learning starts)
+                moved = (self.algo.schedules is not None
+                         and self.env_steps - self._published_steps >= self.traj_steps * max(len(self.actors), 1))
+                if now - last_publish > rt.heartbeat_s or moved:
+                    self.publish()
                     last_publish = now
                 continue
             batch, behaviour, reuse = nxt
@@ -613,6 +628,8 @@ class Learner:
         if self.algo.schedules is not None:
             # what the actors acted with: the schedules at the global count they last used
             record["actor_env_steps"] = self._act_steps
+            # how far behind the global count an actor's schedules were, at worst, this interval
+            record["actor_steps_lag_max"], self._lag_max = self._lag_max, 0
             record.update({k: float(v) for k, v in self.algo.schedules(self._act_steps).items()})
         if pending:
             host = to_host(pending)
@@ -672,6 +689,8 @@ class Learner:
                 "staleness_histogram": self.balance.staleness_histogram(),
                 "dropped_samples": self.balance.dropped,
                 "dropped_nonfinite": self.dropped_nonfinite,
+                # every valid trajectory that arrived (admitted or dropped): what the actors sent
+                "trajectories_received": self.traj_in.accepted,
                 "rejected_messages": sum(rejected.values()),
                 "rejected_by_reason": dict(rejected),
                 "balance": self.balance.metrics(time.perf_counter()),

@@ -68,6 +68,10 @@ class JaxSource:
         self._rollout = jax.jit(rollout, donate_argnums=2)
         self.steps_per_call = config.num_envs * config.rollout_len
 
+    def compile(self, params) -> None:
+        """Compiles the rollout now (params may be ShapeDtypeStructs) rather than at the first call."""
+        self._rollout = self._rollout.lower(params, np.int32(0), self._state, np.int32(0)).compile()
+
     def __call__(self, params, version: int, env_steps: int) -> Rollout:
         self._state, batch, episodes = self._rollout(params, np.int32(version), self._state, np.int32(env_steps))
         batch, episodes = jax.device_get((batch, episodes))
