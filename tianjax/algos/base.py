@@ -39,3 +39,8 @@ class Algorithm(NamedTuple):
     # schedules(global env steps) -> {name: value} of the actor-side schedules the acting
     # uses (DQN: epsilon), for logging; None when the policy has none
     schedules: Callable[[Any], dict] | None = None
+    # update = learn(state, prepare(state, batch), fresh), split for reuse: a reuse pass runs
+    # learn again on what prepare made when the batch was first taken (PPO: the same
+    # proximal policy, advantages and weights, as further epochs are). None: not split.
+    prepare: Callable[[LearnerState, Any], Any] | None = None
+    learn: Callable[..., tuple[LearnerState, dict]] | None = None

@@ -13,7 +13,7 @@ dependencies), or, in sync mode, on exactly one fresh trajectory from every acto
            is behind by more than a trajectory per actor, the actors' credits are held back.
 
 The budget holds in every mode: credits are granted only while the env steps admitted
-(and not expired) plus those in flight stay within the fresh-step budget, so the actors
+plus those in flight stay within the fresh-step budget, so the actors
 stop producing when it is spent, and a run ends with `total_env_steps` env steps admitted
 to within one batch. Every parameter message carries the learner's count of admitted env
 steps, the global clock of actor-side schedules (epsilon).
@@ -140,6 +140,10 @@ class Learner:
             batch_template_tree = self._init_replay()
         self._replicated = replicated
         self.update = None  # compiled by compile(), after the sockets are up
+        # on-policy reuse with a split update (PPO): prepare once per batch, learn per pass
+        self._split = (self.algo.prepare is not None and not self.replay and config.mode == "async"
+                       and rt.max_reuse > 0 and jax.process_count() == 1)
+        self._prepared = None
         self.compile_time_s = 0.0
 
         host, ep = rt.bind_host, endpoints or {}
@@ -228,6 +232,16 @@ class Learner:
         self.update = jax.jit(self.algo.update, in_shardings=(replicated, self.batch_sharding, replicated),
                               out_shardings=(replicated, replicated), donate_argnums=0).lower(
             self.state, self._global_sds, fresh).compile()
+        if self._split:
+            # reuse passes run the epochs again on the batch as prepared when first taken
+            prepared = jax.eval_shape(self.algo.prepare, self.state, self._global_sds)
+            sharding = jax.tree.map(lambda x: NamedSharding(self.mesh, P(None, "data") if x.ndim >= 2 else P()),
+                                    prepared)
+            self._prepare = jax.jit(self.algo.prepare, in_shardings=(replicated, self.batch_sharding),
+                                    out_shardings=sharding).lower(self.state, self._global_sds).compile()
+            self._learn = jax.jit(self.algo.learn, in_shardings=(replicated, sharding, replicated),
+                                  out_shardings=(replicated, replicated), donate_argnums=0).lower(
+                self.state, prepared, fresh).compile()
         self.compile_time_s = time.perf_counter() - t
 
     def _init_replay(self):
@@ -254,8 +268,9 @@ class Learner:
 
     @property
     def kept_steps(self) -> int:
-        """Env steps admitted and not expired: what counts against the budget."""
-        return self.balance.produced - self.balance.expired
+        """Env steps admitted: what counts against the budget (also those that later expire
+        in the pool unlearned: they were produced, and the actors stop at the budget)."""
+        return self.balance.produced
 
     def _replay_owed(self) -> float:
         """Samples the learner still owes to the replay ratio: ratio x (samples admitted
@@ -503,6 +518,8 @@ class Learner:
             self._last_reuse += 1
         else:
             return None
+        if chosen is None and self._split:
+            return None, local.version, True  # the reuse pass learns on the prepared batch
         return self._global_batch(local), local.version, chosen is None
 
     def run(self, should_stop: Callable[[], bool] = lambda: False, t_start: float | None = None) -> dict:
@@ -582,7 +599,12 @@ class Learner:
             version = self.state_version
             taus = np.asarray(S.staleness(version, behaviour))
             with shutdown.critical():  # the update donates the state: finish it
-                self.state, metrics = self.update(self.state, batch, np.bool_(not reuse))
+                if self._split:
+                    if not reuse:
+                        self._prepared = self._prepare(self.state, batch)
+                    self.state, metrics = self._learn(self.state, self._prepared, np.bool_(not reuse))
+                else:
+                    self.state, metrics = self.update(self.state, batch, np.bool_(not reuse))
                 self._version_cache = version + 1 - int(to_host(metrics["update_skipped"]))
             pending.append(metrics)
             # off-policy, a sample is fresh when it enters the buffer, not when it is replayed
