@@ -41,6 +41,9 @@ CASES = {
     "async-ppo-1": (ASYNC_CFG, ["num_actors=1", "num_envs=4", "rollout_len=32", "ppo.num_minibatches=4"]),
     "async-ppo-4": (ASYNC_CFG, ["num_actors=4", "num_envs=4", "rollout_len=32"]),
     "async-dqn-2": (DQN, ["mode=async", "num_actors=2", *SMALL_DQN]),
+    "async-impala-2": (str(REPO / "configs" / "impala_cartpole.yaml"),
+                       ["mode=async", "num_actors=2", "env_backend=envpool", "num_envs=4", "rollout_len=32",
+                        "impala.num_minibatches=2"]),
 }
 
 
@@ -122,3 +125,34 @@ def test_async_dqn_actors_explore_on_one_global_schedule(tmp_path, num_actors):
         assert abs(r["epsilon"] - float(eps(r["env_steps"]))) <= slope * lag_bound + 1e-6, r
     assert records[-1]["epsilon"] == pytest.approx(config.dqn.eps_end)
     assert abs(s["replay_ratio"] / s["replay_ratio_target"] - 1) <= 0.1, s
+
+
+@pytest.mark.slow
+def test_a_replacement_actor_resumes_the_global_exploration_schedule(tmp_path, procs):
+    import signal
+
+    from .conftest import actor_processes, read_summary, records, wait_for
+
+    run_dir = tmp_path / "run"
+    overrides = ["mode=async", "num_actors=2", *SMALL_DQN, "total_env_steps=40000", "log_every=20",
+                 "target_return=null", "eval_episodes=0", "dqn.eps_fraction=0.8"]
+    launcher = procs.start(["-m", "tianjax.cli", "train", DQN, f"run_dir={run_dir}", *overrides, "--no-progress"],
+                           name="launcher")
+    actors = wait_for(lambda: len(actor_processes(launcher.pid)) == 2 and actor_processes(launcher.pid),
+                      120, what="2 actors")
+    wait_for(lambda: any(r.get("env_steps", 0) >= 12000 for r in records(run_dir)) or launcher.poll() is not None,
+             180, what="12k env steps")
+    assert launcher.poll() is None, procs.stderr(launcher)
+    killed_at = max(r["env_steps"] for r in records(run_dir))
+    actors[0].send_signal(signal.SIGKILL)
+    assert procs.wait(launcher, 240) == 0, procs.stderr(launcher)
+    s = read_summary(run_dir)
+    assert s["actor_restarts"] == 1, s
+    per_traj = 4 * 16
+    lag_bound = 2 * 2 * (2 + 2) * per_traj  # as in the test above, for 2 actors
+    after = [r for r in records(run_dir) if r["env_steps"] > killed_at]
+    assert len(after) >= 5
+    # a replacement acting on its own clock would act at 0 with epsilon 1: a lag of the
+    # whole count (over 12k steps), and an epsilon far above the schedule's
+    for r in after:
+        assert r["actor_steps_lag_max"] <= lag_bound, r

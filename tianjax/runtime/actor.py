@@ -44,6 +44,11 @@ class Actor:
         self.source = make_source(config, seed=config.seed + 7919 * (actor_id + 1))
         self.algo = self.source.algo
         self._params_template = jax.eval_shape(self.algo.init, jax.random.key(0)).params
+        # NOTE: compiled before connecting: a subscriber that does not read for seconds finds
+        # only the versions from when its pipe filled (a PUB drops the newest), so an actor
+        # that compiled after connecting would act first with parameters (and a global
+        # env-step count) as old as its compilation
+        self.source.compile(self._params_template)
         params_template = ParamsMessage(self._params_template, np.zeros((), np.int64))
         rt = config.runtime
         # actor-side schedules follow the global count, which moves on between versions
@@ -158,10 +163,6 @@ class Actor:
     def run(self) -> int:
         self.control.send({"type": "register", "actor": self.actor_id, "pid": os.getpid()})
         try:
-            # compiled while the learner compiles, not inside the first rollout: the global
-            # env-step count an actor acts at is read just before acting, and a first rollout
-            # that compiled for seconds would act far behind it
-            self.source.compile(self._params_template)
             # the learner may still be starting (compiling, joining a multi-host mesh)
             self._last_heard = time.monotonic()
             self._wait_for_version(0, timeout=self.config.runtime.connect_timeout_s)
