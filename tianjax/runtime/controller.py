@@ -1,0 +1,181 @@
+"""The adaptive balance controller: a set-point on the staleness of consumed samples.
+
+TianJi (He et al., arXiv 2502.20190) relaxes the dependencies between actors and the
+learner and balances production p against consumption c. `BalanceController`
+(balance.py) measures p, c and staleness and enforces limits; this class decides. Every
+`period_s` it compares the mean staleness tau of the samples consumed since its last
+decision with `balance.target_staleness` and moves one of its actions, within bounds:
+
+- `window`: trajectories all actors together may have in flight or pooled (credits). With a
+  learner that cannot keep up, the pool holds the whole window and a trajectory waits about
+  window / k updates (k trajectories per batch), so tau ~ window / k: the step is
+  proportional, dW = round(gain * k * (target - tau)), at least 1;
+- `publish_every`: tau grows by about (publish_every - 1) / 2;
+- `max_reuse`: every extra pass over a batch is an update that ages what waits in the pool.
+
+Too stale: publish_every falls first, then reuse, then the window (the cheapest knobs to
+give up first). Too fresh: the window grows first (throughput), then reuse (only used when
+the learner would otherwise idle), then publish_every. Inside a dead band around the
+target nothing moves; after a move the next decision waits a whole period, so the samples
+it measures were mostly made under the new setting (no oscillation from acting on stale
+measurements).
+
+Off-policy (DQN) the set-point is `balance.target_replay_ratio` (samples learned per
+sample produced): the learner behind it (c / p below target) shrinks the window, so the
+actors slow down; ahead of it, the window grows. Gradient steps per arriving trajectory
+are target x trajectory samples / batch size, reported as `balance_grad_steps`.
+
+With `balance.mode: fixed` the actions never move (the runtime section's values).
+Pure: no sockets, threads or clocks; the caller passes `now` (seconds).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Actions:
+    """What the runtime applies: the credits window split over actors, the publication
+    period and the reuse budget."""
+
+    window: int  # trajectories in flight or pooled, all actors together
+    publish_every: int
+    max_reuse: int
+
+    def credits(self, rank: int, n_actors: int) -> int:
+        """Credits of the actor at `rank` (0-based, in registration order): the window split
+        as evenly as integers allow, at least one each."""
+        n = max(n_actors, 1)
+        return max(1, self.window // n + (rank < self.window % n))
+
+
+@dataclass
+class AdaptiveBalance:
+    """Decides `Actions` from measurements. `max_*` are the bounds (the runtime section's
+    values); every action starts at its bound."""
+
+    adaptive: bool
+    target_staleness: float
+    batch_trajectories: int  # k: trajectories per update
+    max_credits_per_actor: int
+    max_publish_every: int
+    max_reuse: int
+    n_actors: int = 1
+    period_s: float = 1.0
+    deadband: float = 0.15  # relative: no move while |tau - target| <= deadband * target
+    gain: float = 0.5
+    target_replay_ratio: float | None = None  # off-policy set-point
+    traj_samples: int = 0  # samples per trajectory (off-policy: for balance_grad_steps)
+    batch_size: int = 0  # off-policy: samples per gradient step
+
+    actions: Actions = field(init=False)
+    moves: int = 0
+    last_action: str = "hold"
+    _last_decision: float | None = None
+    _tau_sum: float = 0.0
+    _tau_n: int = 0
+    _measured: float = float("nan")
+
+    def __post_init__(self):
+        self.actions = Actions(self.max_credits_per_actor * max(self.n_actors, 1),
+                               self.max_publish_every, self.max_reuse)
+
+    # ------------------------------------------------------------------ measurements
+    def consumed(self, tau_sum: float, samples: int) -> None:
+        """Samples learned from (reuse counted) and the sum of their staleness."""
+        self._tau_sum += float(tau_sum)
+        self._tau_n += int(samples)
+
+    def actors_changed(self, n_actors: int) -> None:
+        """An actor left or joined: the window keeps its per-actor share, within bounds."""
+        n_old, n_new = max(self.n_actors, 1), max(n_actors, 1)
+        self.n_actors = n_actors
+        if n_new != n_old:
+            share = self.actions.window / n_old
+            self._set(window=self._clip_window(round(share * n_new)))
+
+    # ------------------------------------------------------------------ decisions
+    def decide(self, now: float, production_rate: float = 0.0, consumption_rate: float = 0.0) -> Actions:
+        """The actions from now on. Moves at most once per `period_s`."""
+        if self._last_decision is None:
+            self._last_decision = now
+            return self.actions
+        if now - self._last_decision < self.period_s:
+            return self.actions
+        self._last_decision = now
+        tau_n, tau_sum = self._tau_n, self._tau_sum
+        self._tau_sum, self._tau_n = 0.0, 0
+        self.last_action = "hold"
+        if not self.adaptive:
+            return self.actions
+        if self.target_replay_ratio is not None:
+            self._decide_replay(production_rate, consumption_rate)
+            return self.actions
+        if tau_n == 0:
+            return self.actions  # nothing learned this period: nothing measured
+        tau = tau_sum / tau_n
+        self._measured = tau
+        error = self.target_staleness - tau  # > 0: fresher than asked
+        if abs(error) <= max(self.deadband * self.target_staleness, 0.05):
+            return self.actions
+        a = self.actions
+        step = max(1, round(self.gain * self.batch_trajectories * abs(error)))
+        if error < 0:  # too stale
+            if a.publish_every > 1:
+                self._set("publish_every_down", publish_every=a.publish_every - 1)
+            elif a.max_reuse > 0:
+                self._set("reuse_down", max_reuse=a.max_reuse - 1)
+            elif a.window > self._clip_window(0):
+                self._set("window_down", window=self._clip_window(a.window - step))
+        else:  # fresher than needed: spend the slack on throughput
+            if a.window < self._clip_window(10**9):
+                self._set("window_up", window=self._clip_window(a.window + step))
+            elif a.max_reuse < self.max_reuse:
+                self._set("reuse_up", max_reuse=a.max_reuse + 1)
+            elif a.publish_every < self.max_publish_every:
+                self._set("publish_every_up", publish_every=a.publish_every + 1)
+        return self.actions
+
+    def _decide_replay(self, p: float, c: float) -> None:
+        if p <= 0:
+            return
+        ratio = c / p
+        self._measured = ratio
+        error = self.target_replay_ratio - ratio  # > 0: the learner is behind
+        if abs(error) <= self.deadband * self.target_replay_ratio:
+            return
+        a = self.actions
+        if error > 0 and a.window > self._clip_window(0):
+            self._set("window_down", window=self._clip_window(a.window - 1))
+        elif error < 0 and a.window < self._clip_window(10**9):
+            self._set("window_up", window=self._clip_window(a.window + 1))
+
+    def _clip_window(self, w: int) -> int:
+        n = max(self.n_actors, 1)
+        return int(min(max(w, n), n * self.max_credits_per_actor))
+
+    def _set(self, name: str = "resize", **changes) -> None:
+        self.actions = Actions(**{**self.actions.__dict__, **changes})
+        self.moves += 1
+        self.last_action = name
+
+    # ------------------------------------------------------------------ reporting
+    def metrics(self) -> dict:
+        """Set-point, measurement and action (the report plots them over time)."""
+        a = self.actions
+        out = {"balance_adaptive": float(self.adaptive),
+               "balance_window": a.window,
+               "balance_credits_per_actor": a.window / max(self.n_actors, 1),
+               "balance_publish_every": a.publish_every,
+               "balance_max_reuse": a.max_reuse,
+               "balance_moves": self.moves}
+        if self.target_replay_ratio is not None:
+            out["balance_target_replay_ratio"] = self.target_replay_ratio
+            out["balance_replay_ratio_measured"] = self._measured
+            if self.batch_size:
+                out["balance_grad_steps"] = self.target_replay_ratio * self.traj_samples / self.batch_size
+        else:
+            out["balance_target_staleness"] = self.target_staleness
+            out["balance_staleness_measured"] = self._measured
+        return out
