@@ -44,6 +44,10 @@ def test_config_is_frozen():
     (["staleness.schedule=cutoff"], "staleness.max_staleness"),
     (["total_env_steps=100"], "total_env_steps"),
     (["ppo.gamma=nan"], "ppo.gamma"),
+    (["balance.mode=auto"], "balance.mode"),
+    (["balance.target_staleness=-1"], "balance.target_staleness"),
+    (["balance.target_replay_ratio=0"], "balance.target_replay_ratio"),
+    (["balance.deadband=1.5"], "balance.deadband"),
 ])
 def test_bad_values_name_the_key(overrides, key):
     with pytest.raises(ConfigError) as e:
@@ -80,3 +84,11 @@ def test_every_shipped_config_loads_and_every_key_is_commented():
             s = line.strip()
             if s and not s.startswith("#") and ":" in s and not s.endswith(":"):
                 assert "#" in s, f"{path}: key without a comment: {s}"
+
+
+def test_balance_is_adaptive_by_default_in_async_only():
+    assert load_config("configs/ppo_cartpole_async.yaml", ["balance.mode=null"]).balance_adaptive
+    assert not load_config("configs/ppo_cartpole_async.yaml", ["balance.mode=fixed"]).balance_adaptive
+    # sync and fused have nothing to balance: adaptive there is the fixed behaviour
+    assert not load_config("configs/ppo_cartpole_async.yaml", ["mode=sync", "balance.mode=adaptive"]).balance_adaptive
+    assert not load_config("configs/ppo_cartpole.yaml", []).balance_adaptive

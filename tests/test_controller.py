@@ -194,9 +194,11 @@ def test_replay_ratio_set_point_moves_the_window():
                           max_credits_per_actor=4, max_publish_every=1, max_reuse=0, n_actors=2,
                           target_replay_ratio=2.0, traj_samples=512, batch_size=128)
     ctl.decide(0.0)
-    ctl.decide(1.0, production_rate=1000.0, consumption_rate=1000.0)  # learner behind: ratio 1
+    ctl.decide(1.0, production_rate=1000.0, consumption_rate=0.0)  # before learning starts
+    assert ctl.moves == 0
+    ctl.decide(2.0, production_rate=1000.0, consumption_rate=1000.0)  # learner behind: ratio 1
     assert ctl.actions.window == 7 and ctl.last_action == "window_down"
-    ctl.decide(2.0, production_rate=1000.0, consumption_rate=3000.0)  # ahead: ratio 3
+    ctl.decide(3.0, production_rate=1000.0, consumption_rate=3000.0)  # ahead: ratio 3
     assert ctl.actions.window == 8
     m = ctl.metrics()
     assert m["balance_grad_steps"] == 8.0 and m["balance_replay_ratio_measured"] == 3.0

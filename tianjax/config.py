@@ -191,6 +191,28 @@ class RuntimeConfig:
 
 
 @dataclass(frozen=True)
+class BalanceConfig:
+    """The balance controller (mode async): a set-point on what the learner consumes. The
+    runtime section's credits_per_actor, publish_every and max_reuse are its upper bounds
+    (and where it starts); it moves them between 1 (0 for reuse) and those values."""
+
+    mode: Literal["fixed", "adaptive"] | None = None  # null: adaptive in mode async, else fixed
+    target_staleness: float = 2.0  # on-policy: mean tau (updates) of the consumed samples
+    target_replay_ratio: float | None = None  # off-policy: samples learned per sample produced
+    # (null: runtime.replay_ratio, or as in fused mode)
+    period_s: float = 1.0  # seconds between decisions
+    deadband: float = 0.15  # no move while |measured - target| <= deadband * target
+
+    def __post_init__(self):
+        _check(self.target_staleness >= 0, "balance.target_staleness",
+               f"must be >= 0, got {self.target_staleness}")
+        _check(self.target_replay_ratio is None or self.target_replay_ratio > 0,
+               "balance.target_replay_ratio", f"must be > 0 or null, got {self.target_replay_ratio}")
+        _check(self.period_s > 0, "balance.period_s", f"must be > 0, got {self.period_s}")
+        _check(0 <= self.deadband < 1, "balance.deadband", f"must be in [0, 1), got {self.deadband}")
+
+
+@dataclass(frozen=True)
 class CheckpointConfig:
     """Orbax checkpoints of the whole learner state, under <run_dir>/checkpoints."""
 
@@ -229,6 +251,7 @@ class Config:
     dqn: DQNConfig = field(default_factory=DQNConfig)
     staleness: StalenessConfig = field(default_factory=StalenessConfig)
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
+    balance: BalanceConfig = field(default_factory=BalanceConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
 
     def __post_init__(self):
@@ -277,6 +300,12 @@ class Config:
         if self.mode == "fused" or self.num_actors == 0:
             return 1
         return self.runtime.batch_trajectories or self.num_actors
+
+    @property
+    def balance_adaptive(self) -> bool:
+        """Whether the balance controller moves its actions (balance.mode; null: async)."""
+        mode = self.balance.mode or ("adaptive" if self.mode == "async" else "fixed")
+        return mode == "adaptive" and self.mode == "async"
 
     @property
     def steps_per_update(self) -> int:

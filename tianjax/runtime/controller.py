@@ -138,8 +138,8 @@ class AdaptiveBalance:
         return self.actions
 
     def _decide_replay(self, p: float, c: float) -> None:
-        if p <= 0:
-            return
+        if p <= 0 or c <= 0:
+            return  # nothing produced, or learning not started (dqn.learning_starts)
         ratio = c / p
         self._measured = ratio
         error = self.target_replay_ratio - ratio  # > 0: the learner is behind
@@ -157,8 +157,9 @@ class AdaptiveBalance:
 
     def _set(self, name: str = "resize", **changes) -> None:
         self.actions = Actions(**{**self.actions.__dict__, **changes})
-        self.moves += 1
-        self.last_action = name
+        if name != "resize":  # a resize follows the actors; a move is a decision
+            self.moves += 1
+            self.last_action = name
 
     # ------------------------------------------------------------------ reporting
     def metrics(self) -> dict:

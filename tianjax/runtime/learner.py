@@ -45,6 +45,7 @@ from tianjax.config import Config
 from tianjax.metrics import EpisodeTracker, Progress, RunLogger
 from tianjax.runtime import shutdown
 from tianjax.runtime.balance import BalanceController
+from tianjax.runtime.controller import AdaptiveBalance
 from tianjax.runtime.sources import batch_template, env_spec
 from tianjax.transport.channels import ControlServer, ParamPublisher, TrajectoryReceiver
 from tianjax.types import ParamsMessage
@@ -158,6 +159,15 @@ class Learner:
                                          rt.max_reuse if jax.process_count() == 1 else 0)
         self.tracker = EpisodeTracker(config.target_return)
         self.traj_steps = config.rollout_len * config.num_envs
+        # the set-point controller: the runtime's credits, publish_every and reuse are its bounds
+        bc = config.balance
+        self.controller = AdaptiveBalance(
+            adaptive=config.balance_adaptive, target_staleness=bc.target_staleness,
+            batch_trajectories=self.local_trajectories, max_credits_per_actor=rt.credits_per_actor,
+            max_publish_every=rt.publish_every, max_reuse=self.balance.max_reuse,
+            n_actors=max(config.num_actors, 1), period_s=bc.period_s, deadband=bc.deadband,
+            target_replay_ratio=self.replay_ratio if self.replay else None,
+            traj_samples=self.traj_steps, batch_size=config.dqn.batch_size if self.replay else 0)
         # env steps the actors may produce: on-policy, whole updates' worth (the schedules
         # end there); off-policy, whole trajectories' worth of total_env_steps
         self.budget = (config.total_env_steps // (config.steps_per_update if self.algo.buffer == "onpolicy"
@@ -178,6 +188,7 @@ class Learner:
         self.n_updates = self.budget // config.steps_per_update  # on-policy: fresh batches
         self.fresh_updates = 0
         self._counts0 = (0, 0, 0)  # env steps, samples consumed and fresh when this session began
+        self._busy_s = 0.0  # this session's wall time with an update running (dispatch to result)
         self.wall_offset = 0.0
         self.resumed_from = None
         self.checkpoint_root = checkpoint_root or (logger.run_dir if logger is not None else None)
@@ -257,7 +268,7 @@ class Learner:
                                    donate_argnums=0)
         self._replay_sample = jax.jit(lambda rb, key: buffers.replay_sample(rb, key, cfg.dqn.batch_size))
         self._sample_key = jax.random.key(cfg.seed + 1 + jax.process_index())
-        self.replay_ratio = cfg.runtime.replay_ratio or (
+        self.replay_ratio = cfg.balance.target_replay_ratio or cfg.runtime.replay_ratio or (
             cfg.dqn.updates_per_rollout * cfg.dqn.batch_size / (cfg.num_envs * cfg.rollout_len))
         n = cfg.dqn.batch_size * jax.process_count()
         global_sds = jax.tree.map(lambda x: jax.ShapeDtypeStruct((n,) + x.shape[1:], x.dtype), flat)
@@ -321,9 +332,26 @@ class Learner:
                           if now - max(info.get("last_seen", 0.0), info["last_traj"]) <= limit)
         return (self.budget - self.kept_steps) // self.traj_steps - outstanding
 
+    def _window(self, ident: bytes) -> int:
+        """Trajectories this actor may have in flight or waiting here: in sync mode one (it
+        waits for the next version after each); in async mode its share of the controller's
+        window, by registration order."""
+        if self.config.mode == "sync":
+            return 1
+        rank = list(self.actors).index(ident) if ident in self.actors else 0
+        return self.controller.actions.credits(rank, len(self.actors))
+
+    def _in_hand(self, ident: bytes) -> int:
+        """This actor's trajectories in flight (credits out) or held here (pooled, or
+        replay credits held back)."""
+        info = self.actors.get(ident)
+        out = max(info["outstanding"], 0) if info is not None else 0
+        return out + sum(item[1] == ident for item in self.pool) + self._held.count(ident)
+
     def _grant(self, ident: bytes, n: int = 1) -> None:
         info = self.actors.get(ident)
-        n = min(n, self._credits_left())
+        # NOTE: a window the controller shrank is reached by not re-granting freed slots
+        n = min(n, self._credits_left(), self._window(ident) - self._in_hand(ident))
         if n > 0 and info is not None and self.control.send(ident, {"type": "credit", "n": n}):
             info["outstanding"] += n
 
@@ -373,7 +401,9 @@ class Learner:
         info["last_seen"] = now
         # a sync actor waits for the next version after each trajectory: one slot is all it
         # uses, and more would let the first actors take a small budget from the others
-        window = 1 if self.config.mode == "sync" else self.config.runtime.credits_per_actor
+        if new:
+            self.controller.actors_changed(len(self.actors))
+        window = self._window(ident)
         if kind == "register" or new:
             # a new or restarted actor (or, heard first by a heartbeat, one that was working
             # for a learner that restarted): whatever it held before is gone
@@ -437,6 +467,7 @@ class Learner:
             if info.get("actor") == actor_id:
                 del self.actors[ident]
                 self.control.forget(ident)
+                self.controller.actors_changed(len(self.actors))
 
     # ------------------------------------------------------------------ consumption
     def _take_batch(self):
@@ -584,6 +615,7 @@ class Learner:
                                      f"({len(self.actors)} registered)")
             if self._held:
                 self._release_held()
+            self._steer(now)
             nxt = self._next_batch()
             busy = nxt is not None
             if nxt is None:
@@ -598,6 +630,7 @@ class Learner:
             batch, behaviour, reuse = nxt
             version = self.state_version
             taus = np.asarray(S.staleness(version, behaviour))
+            t_update = time.perf_counter()
             with shutdown.critical():  # the update donates the state: finish it
                 if self._split:
                     if not reuse:
@@ -606,12 +639,15 @@ class Learner:
                 else:
                     self.state, metrics = self.update(self.state, batch, np.bool_(not reuse))
                 self._version_cache = version + 1 - int(to_host(metrics["update_skipped"]))
+            # NOTE: the read of update_skipped waits for the update, so this spans its run
+            self._busy_s += time.perf_counter() - t_update
             pending.append(metrics)
             # off-policy, a sample is fresh when it enters the buffer, not when it is replayed
             self.balance.consumed_batch(taus, taus.size, time.perf_counter(), reuse=reuse,
                                         fresh=0 if reuse or self.replay else taus.size)
             self.fresh_updates += not reuse
-            if self.state_version % rt.publish_every == 0:
+            self.controller.consumed(float(taus.sum()), int(taus.size))
+            if self.state_version % self.controller.actions.publish_every == 0:
                 self.publish()
                 last_publish = time.perf_counter()
             if self.state_version % cfg.log_every == 0:
@@ -623,6 +659,18 @@ class Learner:
         if pending:
             self._log(pending, t_start, t_train)  # the last record holds the final counts
         self._train_time = time.perf_counter() - t_train
+
+    def _steer(self, now: float) -> None:
+        """Asks the controller for its actions (it moves at most once a period) and applies
+        a move: the reuse budget at once, a larger window by granting the new slots."""
+        moves = self.controller.moves
+        actions = self.controller.decide(now, self.balance.production_rate(now),
+                                         self.balance.consumption_rate(now))
+        if self.controller.moves == moves:
+            return
+        self.balance.max_reuse = actions.max_reuse
+        for ident in list(self.actors):
+            self._grant(ident, self._window(ident) - self._in_hand(ident))
 
     def _log(self, pending, t_start, t_train):
         now = time.perf_counter()
@@ -640,6 +688,7 @@ class Learner:
             "rejected_messages": sum(self.traj_in.rejected.values()) + sum(self.control.rejected.values()),
             "dropped_nonfinite": self.dropped_nonfinite,
             **self.balance.metrics(now),
+            **self.controller.metrics(),
             # consumed samples per tau since the previous record (TensorBoard histogram)
             "staleness_hist": self.balance.take_interval_histogram(),
         }
@@ -670,6 +719,8 @@ class Learner:
         consumed = self.balance.consumed - self._counts0[1]
         return {"samples_fresh_per_s": fresh / train_time,
                 "samples_consumed_per_s": consumed / train_time,
+                # share of training wall time (compilation excluded) with an update running
+                "learner_busy_fraction": min(self._busy_s / train_time, 1.0),
                 "reuse_fraction": 1.0 - fresh / consumed if consumed and not self.replay else 0.0}
 
     def _fresh_samples(self) -> int:
@@ -715,7 +766,7 @@ class Learner:
                 "trajectories_received": self.traj_in.accepted,
                 "rejected_messages": sum(rejected.values()),
                 "rejected_by_reason": dict(rejected),
-                "balance": self.balance.metrics(time.perf_counter()),
+                "balance": {**self.balance.metrics(time.perf_counter()), **self.controller.metrics()},
                 "learner_devices": int(self.mesh.devices.size),
             },
         }
