@@ -58,7 +58,8 @@ def test_report_figures_and_table_match_the_runs(runs, tmp_path, capsys):
     assert main(["report", *map(str, dirs), "--out", str(out)]) == 0
     assert str(out / "report.md") in capsys.readouterr().out
 
-    figures = ["return_vs_time.png", "return_vs_steps.png", "throughput.png", "staleness.png", "balance.png"]
+    figures = ["return_vs_time.png", "return_vs_steps.png", "throughput.png", "staleness.png", "balance.png",
+               "controller.png"]
     text = (out / "report.md").read_text()
     for name in figures:
         data = (out / name).read_bytes()
@@ -105,6 +106,7 @@ def test_one_run_reports_into_its_own_dir_without_the_figures_it_lacks(runs, cap
     assert (out / "return_vs_time.png").read_bytes().startswith(PNG)
     # no staleness histogram, no p and c: the in-process trainer has neither
     assert not (out / "staleness.png").exists() and not (out / "balance.png").exists()
+    assert not (out / "controller.png").exists()
     assert len(parse_table((out / "report.md").read_text())) == 1
 
 

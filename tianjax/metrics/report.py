@@ -219,6 +219,13 @@ FIGURES = {  # file -> (caption, builder)
         runs, [("wall_time_s", "production_rate", "p (samples/s)"),
                ("wall_time_s", "consumption_rate", "c (samples/s)")],
         "wall-clock time (s)", "Balance: production p and consumption c")),
+    "controller.png": ("Balance controller: set-point, measurement and actions", lambda runs: _line_figure(
+        runs, [("wall_time_s", "balance_target_staleness", "target staleness (set-point)"),
+               ("wall_time_s", "balance_staleness_measured", "measured staleness (per period)"),
+               ("wall_time_s", "balance_window", "credit window (trajectories)"),
+               ("wall_time_s", "balance_publish_every", "publish_every"),
+               ("wall_time_s", "balance_max_reuse", "reuse budget")],
+        "wall-clock time (s)", "Balance controller")),
 }
 
 
