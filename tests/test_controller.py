@@ -121,6 +121,14 @@ def test_a_slow_learner_settles_at_the_target(target):
     assert ctl.moves > 0
 
 
+def test_a_target_below_one_trajectory_per_actor_idles_actors():
+    # one trajectory per update: with every actor holding one, tau ~ 4 > 2; the window
+    # must fall below the actors, so that some wait
+    plant = run(Plant([0.1] * 4, update_s=0.2, k=1), ctl := controller(2.0, 4, 1, credits=6), 25.0)
+    settled(plant, 2.0, 0.0, horizon=10.0, tail=14.0)
+    assert ctl.actions.window < 4 and ctl.actions.credits(3, 4) == 0
+
+
 @pytest.mark.parametrize("target", [2.0, 4.0])
 def test_fixed_mode_drifts_from_the_target(target):
     # the same plant without the controller sits at tau ~7, whatever the target
@@ -159,23 +167,32 @@ def test_an_actor_leaves_and_one_joins():
 
 
 # ----------------------------------------------------------------------------- unit
-def test_credits_split_the_window_evenly_at_least_one_each():
+def test_credits_split_the_window_evenly():
     a = Actions(window=7, publish_every=1, max_reuse=0)
     assert [a.credits(r, 3) for r in range(3)] == [3, 2, 2]
-    assert [a.credits(r, 8) for r in range(8)] == [1] * 8
+    assert [a.credits(r, 8) for r in range(8)] == [1] * 7 + [0]  # the last actor waits
 
 
-def test_too_stale_gives_up_publish_every_then_reuse_then_window():
+def test_slightly_too_stale_gives_up_publish_every_then_reuse_then_window():
     ctl = controller(2.0, n=2, k=2, credits=3, publish=2, reuse=1)
     ctl.decide(0.0)
     names = []
     for j in range(1, 5):
-        ctl.consumed(tau_sum=10.0 * 4, samples=4)  # tau 10: far too stale
+        ctl.consumed(tau_sum=2.9 * 4, samples=4)  # tau 2.9: within what reuse alone adds (1)
         ctl.decide(float(j))
         names.append(ctl.last_action)
-    assert names == ["publish_every_down", "reuse_down", "window_down", "hold"]
-    # the window step is proportional (0.5 * k * |error| = 8) but clipped at 1 per actor
-    assert ctl.actions == Actions(2, 1, 0)
+    assert names == ["publish_every_down", "reuse_down", "window_down", "window_down"]
+    # proportional steps: 0.5 * k * |error| = 0.9 -> 1 trajectory each
+    assert ctl.actions == Actions(4, 1, 0)
+
+
+def test_far_too_stale_shrinks_the_window_first_down_to_one_batch():
+    ctl = controller(2.0, n=2, k=2, credits=3, publish=2, reuse=1)
+    ctl.decide(0.0)
+    ctl.consumed(tau_sum=10.0 * 4, samples=4)  # tau 10: more than publish and reuse can explain
+    ctl.decide(1.0)
+    # the step is proportional (0.5 * k * |error| = 8) but the window stops at one batch (k = 2)
+    assert ctl.last_action == "window_down" and ctl.actions == Actions(2, 2, 1)
 
 
 def test_inside_the_dead_band_and_without_samples_nothing_moves():

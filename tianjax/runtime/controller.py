@@ -6,15 +6,18 @@ learner and balances production p against consumption c. `BalanceController`
 `period_s` it compares the mean staleness tau of the samples consumed since its last
 decision with `balance.target_staleness` and moves one of its actions, within bounds:
 
-- `window`: trajectories all actors together may have in flight or pooled (credits). With a
+- `window`: trajectories all actors together may have in flight or pooled (credits), from
+  one batch (k) to the bound per actor times the actors; below one per actor, the last
+  actors wait (fresher samples, fewer produced). With a
   learner that cannot keep up, the pool holds the whole window and a trajectory waits about
   window / k updates (k trajectories per batch), so tau ~ window / k: the step is
   proportional, dW = round(gain * k * (target - tau)), at least 1;
 - `publish_every`: tau grows by about (publish_every - 1) / 2;
 - `max_reuse`: every extra pass over a batch is an update that ages what waits in the pool.
 
-Too stale: publish_every falls first, then reuse, then the window (the cheapest knobs to
-give up first). Too fresh: the window grows first (throughput), then reuse (only used when
+Too stale by more than publish_every and reuse can add ((publish_every - 1) / 2 + reuse):
+the window shrinks; by less: publish_every falls first, then reuse, then the window (the
+cheapest knobs to give up first). Too fresh: the window grows first (throughput), then reuse (only used when
 the learner would otherwise idle), then publish_every. Inside a dead band around the
 target nothing moves; after a move the next decision waits a whole period, so the samples
 it measures were mostly made under the new setting (no oscillation from acting on stale
@@ -45,9 +48,10 @@ class Actions:
 
     def credits(self, rank: int, n_actors: int) -> int:
         """Credits of the actor at `rank` (0-based, in registration order): the window split
-        as evenly as integers allow, at least one each."""
+        as evenly as integers allow; a window smaller than the actors leaves the last ones
+        idle (fresher samples at the cost of throughput)."""
         n = max(n_actors, 1)
-        return max(1, self.window // n + (rank < self.window % n))
+        return self.window // n + (rank < self.window % n)
 
 
 @dataclass
@@ -121,7 +125,11 @@ class AdaptiveBalance:
             return self.actions
         a = self.actions
         step = max(1, round(self.gain * self.batch_trajectories * abs(error)))
-        if error < 0:  # too stale
+        # what publish_every and reuse can take off at most: a larger error needs the window
+        small = (a.publish_every - 1) / 2 + a.max_reuse
+        if error < 0 and -error > small and a.window > self._clip_window(0):
+            self._set("window_down", window=self._clip_window(a.window - step))
+        elif error < 0:  # too stale, by less than the small knobs add
             if a.publish_every > 1:
                 self._set("publish_every_down", publish_every=a.publish_every - 1)
             elif a.max_reuse > 0:
@@ -152,8 +160,9 @@ class AdaptiveBalance:
             self._set("window_up", window=self._clip_window(a.window + 1))
 
     def _clip_window(self, w: int) -> int:
-        n = max(self.n_actors, 1)
-        return int(min(max(w, n), n * self.max_credits_per_actor))
+        # NOTE: never below one batch (k trajectories): the learner must be able to fill it
+        upper = max(self.n_actors, 1) * self.max_credits_per_actor
+        return int(min(max(w, self.batch_trajectories, 1), upper))
 
     def _set(self, name: str = "resize", **changes) -> None:
         self.actions = Actions(**{**self.actions.__dict__, **changes})
