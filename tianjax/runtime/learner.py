@@ -33,11 +33,9 @@ from typing import Callable
 
 import jax
 import numpy as np
-import zmq
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from tianjax import buffers
 from tianjax import checkpoint as ckpt
 from tianjax import staleness as S
 from tianjax.algos import make_algorithm
@@ -45,7 +43,9 @@ from tianjax.config import Config
 from tianjax.metrics import EpisodeTracker, Progress, RunLogger
 from tianjax.runtime import shutdown
 from tianjax.runtime.balance import BalanceController
+from tianjax.runtime.batching import BatchPolicy, batch_axis
 from tianjax.runtime.controller import AdaptiveBalance
+from tianjax.runtime.ingress import Ingress
 from tianjax.runtime.sources import batch_template, env_spec
 from tianjax.transport.channels import ControlServer, ParamPublisher, TrajectoryReceiver
 from tianjax.types import ParamsMessage
@@ -58,22 +58,6 @@ def learner_mesh(config: Config) -> Mesh:
     else:
         devices = jax.local_devices()[: config.runtime.learner_devices or None]
     return Mesh(np.array(devices), ("data",))
-
-
-# Trajectory fields that are [B, ...] rather than [T, B, ...]
-_PER_ENV = ("last_obs", "trunc_obs", "trunc_t")
-
-
-def batch_axis(field: str) -> int:
-    """The B axis of a batch field: [T, B, ...] leaves, except the per-env ones [B, ...]."""
-    return 0 if field in _PER_ENV else 1
-
-
-def concat_batches(batches: list):
-    """Joins actor batches along B."""
-    first = batches[0]
-    return type(first)(*[np.concatenate([getattr(b, name) for b in batches], axis=batch_axis(name))
-                         for name in first._fields])
 
 
 def to_host(tree):
@@ -89,23 +73,13 @@ def save_params(path: str, params) -> None:
     os.replace(tmp, path)
 
 
-def check_finite(batch) -> bool:
-    """Every floating field must be finite: observations and rewards, and also the
-    behaviour log-probs, values and bootstrap values the losses use (NaN/inf samples are
-    dropped and counted, never learned from)."""
-    for x in jax.tree.leaves(batch):
-        x = np.asarray(x)
-        if np.issubdtype(x.dtype, np.floating) and not np.isfinite(x).all():
-            return False
-    return True
-
-
 class LearnerStalled(RuntimeError):
     """No actor has delivered anything for longer than the configured timeout."""
 
 
-class Learner:
-    """The learner process's state and loop. `endpoints` are where actors connect."""
+class Learner(Ingress, BatchPolicy):
+    """The learner process's state and loop; ingress (runtime/ingress.py) and batch
+    policies (runtime/batching.py) are its mixins. `endpoints` are where actors connect."""
 
     def __init__(self, config: Config, run_key, logger: RunLogger | None = None,
                  progress: Progress | None = None, endpoints: dict | None = None,
@@ -255,58 +229,6 @@ class Learner:
                 self.state, prepared, fresh).compile()
         self.compile_time_s = time.perf_counter() - t
 
-    def _init_replay(self):
-        """Off-policy: a replay buffer local to this process; each update samples
-        `dqn.batch_size` transitions per process and learns from all processes' samples."""
-        cfg = self.config
-        batch = self.template[0]
-        flat = jax.tree.map(lambda x: jax.ShapeDtypeStruct((x.shape[0] * x.shape[1],) + x.shape[2:], x.dtype),
-                            batch)
-        one = jax.tree.map(lambda x: np.zeros(x.shape[1:], x.dtype), flat)
-        self.rb = jax.jit(buffers.replay_init, static_argnums=0)(cfg.dqn.buffer_size, one)
-        self._replay_add = jax.jit(lambda rb, b: buffers.replay_add(rb, buffers.flatten_time_batch(b)),
-                                   donate_argnums=0)
-        self._replay_sample = jax.jit(lambda rb, key: buffers.replay_sample(rb, key, cfg.dqn.batch_size))
-        self._sample_key = jax.random.key(cfg.seed + 1 + jax.process_index())
-        self.replay_ratio = cfg.balance.target_replay_ratio or cfg.runtime.replay_ratio or (
-            cfg.dqn.updates_per_rollout * cfg.dqn.batch_size / (cfg.num_envs * cfg.rollout_len))
-        n = cfg.dqn.batch_size * jax.process_count()
-        global_sds = jax.tree.map(lambda x: jax.ShapeDtypeStruct((n,) + x.shape[1:], x.dtype), flat)
-        self.batch_sharding = jax.tree.map(lambda _: NamedSharding(self.mesh, P("data")), global_sds)
-        self.learned = 0  # samples learned from, this process's share
-        self.replay_added = 0  # samples in the buffer (added by this process, ever)
-        return global_sds
-
-    @property
-    def kept_steps(self) -> int:
-        """Env steps admitted: what counts against the budget (also those that later expire
-        in the pool unlearned: they were produced, and the actors stop at the budget)."""
-        return self.balance.produced
-
-    def _replay_owed(self) -> float:
-        """Samples the learner still owes to the replay ratio: ratio x (samples admitted
-        after learning_starts) - samples learned (this process's share)."""
-        produced = self.replay_added - self.config.dqn.learning_starts
-        if produced < 0:
-            return 0.0
-        return self.replay_ratio * produced - self.learned
-
-    def replay_ratio_measured(self) -> float:
-        return self.learned / max(self.replay_added - self.config.dqn.learning_starts, 1)
-
-    def _replay_batch(self):
-        """The next update's batch (global, sharded) and its behaviour versions, or None
-        while the replay ratio says the learner is ahead of production."""
-        cfg = self.config
-        if self._replay_owed() < cfg.dqn.batch_size:
-            return None
-        self._sample_key, key = jax.random.split(self._sample_key)
-        local = jax.device_get(self._replay_sample(self.rb, key))
-        self.learned += cfg.dqn.batch_size
-        batch = jax.tree.map(lambda x, s, g: jax.make_array_from_process_local_data(s, x, g.shape),
-                             local, self.batch_sharding, self._global_sds)
-        return batch, np.asarray(local.version)
-
     @property
     def endpoints(self) -> dict:
         return {"params": self.params_pub.endpoint, "traj": self.traj_in.endpoint,
@@ -323,187 +245,6 @@ class Learner:
 
         return type(batch)(*[widen(n, getattr(batch, n)) for n in batch._fields])
 
-    # ------------------------------------------------------------------ ingress
-    def _credits_left(self) -> int:
-        """Trajectories the budget still allows beyond those admitted and in flight. (An actor
-        not heard from for the heartbeat timeout is gone: its slots no longer count.)"""
-        now, limit = time.perf_counter(), self.config.runtime.heartbeat_timeout_s
-        outstanding = sum(max(info["outstanding"], 0) for info in self.actors.values()
-                          if now - max(info.get("last_seen", 0.0), info["last_traj"]) <= limit)
-        return (self.budget - self.kept_steps) // self.traj_steps - outstanding
-
-    def _window(self, ident: bytes) -> int:
-        """Trajectories this actor may have in flight or waiting here: in sync mode one (it
-        waits for the next version after each); in async mode its share of the controller's
-        window, by registration order."""
-        if self.config.mode == "sync":
-            return 1
-        rank = list(self.actors).index(ident) if ident in self.actors else 0
-        return self.controller.actions.credits(rank, len(self.actors))
-
-    def _in_hand(self, ident: bytes) -> int:
-        """This actor's trajectories in flight (credits out) or held here (pooled, or
-        replay credits held back)."""
-        info = self.actors.get(ident)
-        out = max(info["outstanding"], 0) if info is not None else 0
-        return out + sum(item[1] == ident for item in self.pool) + self._held.count(ident)
-
-    def _grant(self, ident: bytes, n: int = 1) -> None:
-        info = self.actors.get(ident)
-        # NOTE: a window the controller shrank is reached by not re-granting freed slots
-        n = min(n, self._credits_left(), self._window(ident) - self._in_hand(ident))
-        if n > 0 and info is not None and self.control.send(ident, {"type": "credit", "n": n}):
-            info["outstanding"] += n
-
-    def _release_held(self) -> None:
-        """Replay: hands back the credits held while the learner was behind, once it owes
-        at most a trajectory per actor."""
-        slack = self.replay_ratio * self.traj_steps * max(len(self.actors), 1)
-        while self._held and self._replay_owed() <= slack:
-            self._grant(self._held.popleft())
-
-    def _ingest(self, msg, now: float, t_start: float) -> None:
-        batch, episodes, act_steps = msg.tree
-        samples = self.traj_steps
-        ident = msg.sender.encode()
-        if ident in self.actors:
-            self.actors[ident]["outstanding"] -= 1
-            self.actors[ident]["last_traj"] = now
-        if not check_finite(batch):
-            self.dropped_nonfinite += 1
-            self._grant(ident)
-            return
-        version = int(self.state_version)
-        admitted = self.balance.admit(int(msg.version), version, samples, now)
-        if admitted:
-            self._act_steps = int(act_steps)
-            self._lag_max = max(self._lag_max, self.env_steps - self._act_steps)
-            self.env_steps += samples
-        done = np.asarray(episodes.done)
-        if done.any():
-            self.tracker.add(np.asarray(episodes.returns)[done], self.env_steps, now - t_start)
-        if not admitted:
-            self._grant(ident)
-        elif self.replay:
-            self.rb = self._replay_add(self.rb, batch)
-            self.replay_added += samples
-            self._held.append(ident)
-            self._release_held()
-        else:
-            self.pool.append((int(msg.version), ident, batch))
-
-    def _handle_control(self, ident, msg: dict, now: float) -> None:
-        kind = msg.get("type")
-        if kind not in ("register", "heartbeat"):
-            return
-        new = ident not in self.actors
-        info = self.actors.setdefault(ident, {"actor": msg.get("actor"), "outstanding": 0, "last_traj": now})
-        info["last_seen"] = now
-        # a sync actor waits for the next version after each trajectory: one slot is all it
-        # uses, and more would let the first actors take a small budget from the others
-        if new:
-            self.controller.actors_changed(len(self.actors))
-        window = self._window(ident)
-        if kind == "register" or new:
-            # a new or restarted actor (or, heard first by a heartbeat, one that was working
-            # for a learner that restarted): whatever it held before is gone
-            info["outstanding"] = 0
-            self._grant(ident, window)
-            self.publish()  # a late joiner gets the current parameters at once
-        elif (msg.get("credits") == 0 and info["outstanding"] > 0
-              and now - info["last_traj"] > 2 * self.config.runtime.heartbeat_s
-              and self._reading and not self.traj_in.socket.poll(0)):
-            # its trajectories were lost on the way (rejected, dropped): hand the slots back.
-            # NOTE: only with nothing left unread: after a long update or compilation the
-            # heartbeats are read before the trajectories queued behind them, which are
-            # late, not lost (handing out slots for them let the actors run ahead)
-            info["outstanding"] = 0
-            self._grant(ident, window)
-
-    def pump(self, timeout_ms: int, t_start: float = 0.0) -> int:
-        """Waits up to timeout_ms for control messages and trajectories and takes in what
-        has arrived (the pool's room permitting: a full pool leaves the socket unread, so
-        the high-water marks push back on actors). Returns the trajectories received."""
-        if self._poller is None:
-            self._poller = zmq.Poller()
-            self._poller.register(self.control.socket, zmq.POLLIN)
-        room = self.balance.accept_more(len(self.pool))
-        if room and not self._reading:
-            self._poller.register(self.traj_in.socket, zmq.POLLIN)
-            self._reading = True
-        elif not room and self._reading:
-            self._poller.unregister(self.traj_in.socket)
-            self._reading = False
-        events = dict(self._poller.poll(timeout=timeout_ms))
-        now = time.perf_counter()
-        if self.control.socket in events:
-            self._drain_control(now)
-        received = 0
-        if self._reading and self.traj_in.socket in events:
-            while len(self.pool) < self.config.runtime.max_pool and (msg := self.traj_in.recv(0)) is not None:
-                self._ingest(msg, now, t_start)
-                received += 1
-        return received
-
-    def _drain_control(self, now: float) -> None:
-        while (item := self.control.poll(0)) is not None:
-            self._handle_control(*item, now)
-
-    def silent_actors(self, now: float) -> list[int]:
-        """Registered actors not heard from (control or trajectories) for longer than the
-        heartbeat timeout: hung, stopped, or cut off."""
-        limit = self.config.runtime.heartbeat_timeout_s
-        # NOTE: read what waits on the control socket first: after a long update the
-        # heartbeats that arrived meanwhile are queued, not missing
-        self._drain_control(now)
-        return sorted(info["actor"] for info in self.actors.values()
-                      if isinstance(info.get("actor"), int)
-                      and now - max(info["last_seen"], info["last_traj"]) > limit)
-
-    def forget_actor(self, actor_id: int) -> None:
-        """Drops an actor that is being replaced; its replacement registers afresh. What it
-        already delivered stays in the pool."""
-        for ident, info in list(self.actors.items()):
-            if info.get("actor") == actor_id:
-                del self.actors[ident]
-                self.control.forget(ident)
-                self.controller.actors_changed(len(self.actors))
-
-    # ------------------------------------------------------------------ consumption
-    def _take_batch(self):
-        """The trajectories for the next update, or None if the pool cannot make one."""
-        k = self.local_trajectories
-        if self.config.mode == "sync":
-            # strict: one trajectory per actor, made with the current version
-            current = int(self.state_version)
-            fresh = [item for item in self.pool if item[0] == current]
-            by_sender = {}
-            for item in fresh:
-                by_sender.setdefault(item[1], item)
-            if len(by_sender) < k:
-                return None
-            chosen = list(by_sender.values())[:k]
-            for item in chosen:
-                self.pool.remove(item)
-            # older leftovers can never be used in sync mode
-            for item in [i for i in self.pool if i[0] < current]:
-                self.pool.remove(item)
-                self.balance.expire(self.traj_steps)
-                self._grant(item[1])
-        else:
-            # admission again at consumption: a trajectory that aged past max_staleness
-            # while it waited in the pool is dropped, not learned from
-            for item in [i for i in self.pool if not self.balance.fresh_enough(i[0], self.state_version)]:
-                self.pool.remove(item)
-                self.balance.expire(self.traj_steps)
-                self._grant(item[1])
-            if len(self.pool) < k:
-                return None
-            chosen = [self.pool.popleft() for _ in range(k)]
-        for item in chosen:
-            self._grant(item[1])  # its slot is free again
-        return chosen
-
     @property
     def state_version(self) -> int:
         return int(self._version_cache)
@@ -519,40 +260,7 @@ class Learner:
             self._params_cache = (self.state_version, params)
         return self._params_cache[1]
 
-    def _global_batch(self, local):
-        return jax.tree.map(
-            lambda x, s, g: jax.make_array_from_process_local_data(s, x, g.shape),
-            local, self.batch_sharding, self._global_sds)
-
     # ------------------------------------------------------------------ the loop
-    def finished(self) -> bool:
-        """The budget is spent: every fresh batch learned from (on-policy), or every admitted
-        sample learned from as often as the replay ratio says (off-policy)."""
-        if self.kept_steps < self.budget:
-            return self.fresh_updates >= self.n_updates and not self.replay
-        if self.replay:
-            return self._replay_owed() < self.config.dqn.batch_size
-        return len(self.pool) < self.local_trajectories
-
-    def _next_batch(self):
-        """(global batch, behaviour versions, is_reuse) for the next update, or None."""
-        if self.replay:
-            got = self._replay_batch()
-            return None if got is None else (*got, False)
-        chosen = self._take_batch()
-        if chosen is not None:
-            local = concat_batches([item[2] for item in chosen])
-            self._last_batch, self._last_reuse = (local, min(i[0] for i in chosen)), 0
-        elif (self._last_batch is not None and self.config.mode == "async"
-              and self.balance.may_reuse(self._last_reuse, self._last_batch[1], self.state_version)):
-            local = self._last_batch[0]  # bounded reuse while no fresh data waits
-            self._last_reuse += 1
-        else:
-            return None
-        if chosen is None and self._split:
-            return None, local.version, True  # the reuse pass learns on the prepared batch
-        return self._global_batch(local), local.version, chosen is None
-
     def run(self, should_stop: Callable[[], bool] = lambda: False, t_start: float | None = None) -> dict:
         """Trains until `n_updates` fresh batches have been learned from (counting those of
         the run it resumed), `should_stop()` says so, or an error. Checkpoints every

@@ -1,0 +1,158 @@
+"""The learner's batch policies: which samples the next update learns from.
+
+    sync:   one trajectory from every actor, made with the current version;
+    async:  any `batch_trajectories` pooled trajectories still within max_staleness;
+    reuse:  (async, on-policy) another pass over the last batch while nothing fresh waits,
+            within the balance controller's reuse budget;
+    replay: (off-policy) a sample from the replay buffer whenever the replay ratio says
+            the learner owes gradient steps.
+
+A mixin of `Learner` (tianjax/runtime/learner.py), whose state it reads and writes.
+"""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from tianjax import buffers
+
+# Trajectory fields that are [B, ...] rather than [T, B, ...]
+_PER_ENV = ("last_obs", "trunc_obs", "trunc_t")
+
+
+def batch_axis(field: str) -> int:
+    """The B axis of a batch field: [T, B, ...] leaves, except the per-env ones [B, ...]."""
+    return 0 if field in _PER_ENV else 1
+
+
+def concat_batches(batches: list):
+    """Joins actor batches along B."""
+    first = batches[0]
+    return type(first)(*[np.concatenate([getattr(b, name) for b in batches], axis=batch_axis(name))
+                         for name in first._fields])
+
+
+class BatchPolicy:
+    """The batch for the next update, and when the budget is spent (methods of `Learner`)."""
+
+    def _init_replay(self):
+        """Off-policy: a replay buffer local to this process; each update samples
+        `dqn.batch_size` transitions per process and learns from all processes' samples."""
+        cfg = self.config
+        batch = self.template[0]
+        flat = jax.tree.map(lambda x: jax.ShapeDtypeStruct((x.shape[0] * x.shape[1],) + x.shape[2:], x.dtype),
+                            batch)
+        one = jax.tree.map(lambda x: np.zeros(x.shape[1:], x.dtype), flat)
+        self.rb = jax.jit(buffers.replay_init, static_argnums=0)(cfg.dqn.buffer_size, one)
+        self._replay_add = jax.jit(lambda rb, b: buffers.replay_add(rb, buffers.flatten_time_batch(b)),
+                                   donate_argnums=0)
+        self._replay_sample = jax.jit(lambda rb, key: buffers.replay_sample(rb, key, cfg.dqn.batch_size))
+        self._sample_key = jax.random.key(cfg.seed + 1 + jax.process_index())
+        self.replay_ratio = cfg.balance.target_replay_ratio or cfg.runtime.replay_ratio or (
+            cfg.dqn.updates_per_rollout * cfg.dqn.batch_size / (cfg.num_envs * cfg.rollout_len))
+        n = cfg.dqn.batch_size * jax.process_count()
+        global_sds = jax.tree.map(lambda x: jax.ShapeDtypeStruct((n,) + x.shape[1:], x.dtype), flat)
+        self.batch_sharding = jax.tree.map(lambda _: NamedSharding(self.mesh, P("data")), global_sds)
+        self.learned = 0  # samples learned from, this process's share
+        self.replay_added = 0  # samples in the buffer (added by this process, ever)
+        return global_sds
+
+    @property
+    def kept_steps(self) -> int:
+        """Env steps admitted: what counts against the budget (also those that later expire
+        in the pool unlearned: they were produced, and the actors stop at the budget)."""
+        return self.balance.produced
+
+    def _replay_owed(self) -> float:
+        """Samples the learner still owes to the replay ratio: ratio x (samples admitted
+        after learning_starts) - samples learned (this process's share)."""
+        produced = self.replay_added - self.config.dqn.learning_starts
+        if produced < 0:
+            return 0.0
+        return self.replay_ratio * produced - self.learned
+
+    def replay_ratio_measured(self) -> float:
+        return self.learned / max(self.replay_added - self.config.dqn.learning_starts, 1)
+
+    def _replay_batch(self):
+        """The next update's batch (global, sharded) and its behaviour versions, or None
+        while the replay ratio says the learner is ahead of production."""
+        cfg = self.config
+        if self._replay_owed() < cfg.dqn.batch_size:
+            return None
+        self._sample_key, key = jax.random.split(self._sample_key)
+        local = jax.device_get(self._replay_sample(self.rb, key))
+        self.learned += cfg.dqn.batch_size
+        batch = jax.tree.map(lambda x, s, g: jax.make_array_from_process_local_data(s, x, g.shape),
+                             local, self.batch_sharding, self._global_sds)
+        return batch, np.asarray(local.version)
+
+    def _take_batch(self):
+        """The trajectories for the next update, or None if the pool cannot make one."""
+        k = self.local_trajectories
+        if self.config.mode == "sync":
+            # strict: one trajectory per actor, made with the current version
+            current = int(self.state_version)
+            fresh = [item for item in self.pool if item[0] == current]
+            by_sender = {}
+            for item in fresh:
+                by_sender.setdefault(item[1], item)
+            if len(by_sender) < k:
+                return None
+            chosen = list(by_sender.values())[:k]
+            for item in chosen:
+                self.pool.remove(item)
+            # older leftovers can never be used in sync mode
+            for item in [i for i in self.pool if i[0] < current]:
+                self.pool.remove(item)
+                self.balance.expire(self.traj_steps)
+                self._grant(item[1])
+        else:
+            # admission again at consumption: a trajectory that aged past max_staleness
+            # while it waited in the pool is dropped, not learned from
+            for item in [i for i in self.pool if not self.balance.fresh_enough(i[0], self.state_version)]:
+                self.pool.remove(item)
+                self.balance.expire(self.traj_steps)
+                self._grant(item[1])
+            if len(self.pool) < k:
+                return None
+            chosen = [self.pool.popleft() for _ in range(k)]
+        for item in chosen:
+            self._grant(item[1])  # its slot is free again
+        return chosen
+
+    def _global_batch(self, local):
+        return jax.tree.map(
+            lambda x, s, g: jax.make_array_from_process_local_data(s, x, g.shape),
+            local, self.batch_sharding, self._global_sds)
+
+    def finished(self) -> bool:
+        """The budget is spent: every fresh batch learned from (on-policy), or every admitted
+        sample learned from as often as the replay ratio says (off-policy)."""
+        if self.kept_steps < self.budget:
+            return self.fresh_updates >= self.n_updates and not self.replay
+        if self.replay:
+            return self._replay_owed() < self.config.dqn.batch_size
+        return len(self.pool) < self.local_trajectories
+
+    def _next_batch(self):
+        """(global batch, behaviour versions, is_reuse) for the next update, or None."""
+        if self.replay:
+            got = self._replay_batch()
+            return None if got is None else (*got, False)
+        chosen = self._take_batch()
+        if chosen is not None:
+            local = concat_batches([item[2] for item in chosen])
+            self._last_batch, self._last_reuse = (local, min(i[0] for i in chosen)), 0
+        elif (self._last_batch is not None and self.config.mode == "async"
+              and self.balance.may_reuse(self._last_reuse, self._last_batch[1], self.state_version)):
+            local = self._last_batch[0]  # bounded reuse while no fresh data waits
+            self._last_reuse += 1
+        else:
+            return None
+        if chosen is None and self._split:
+            return None, local.version, True  # the reuse pass learns on the prepared batch
+        return self._global_batch(local), local.version, chosen is None

@@ -1,0 +1,179 @@
+"""The learner's ingress: who may send (credits), what is let in (admission), and the
+control conversation with actors (register, heartbeat, lost slots), over the learner's
+trajectory and control sockets.
+
+Credits are TianJi's flow control: an actor may have as many trajectories in flight or
+waiting here as its share of the balance controller's window (one in sync mode), and no
+more than the fresh-step budget still allows, so actors slow down exactly when the
+learner falls behind and stop when the budget is spent.
+
+A mixin of `Learner` (tianjax/runtime/learner.py), whose state it reads and writes.
+"""
+
+from __future__ import annotations
+
+import time
+
+import jax
+import numpy as np
+import zmq
+
+
+def check_finite(batch) -> bool:
+    """Every floating field must be finite: observations and rewards, and also the
+    behaviour log-probs, values and bootstrap values the losses use (NaN/inf samples are
+    dropped and counted, never learned from)."""
+    for x in jax.tree.leaves(batch):
+        x = np.asarray(x)
+        if np.issubdtype(x.dtype, np.floating) and not np.isfinite(x).all():
+            return False
+    return True
+
+
+class Ingress:
+    """Credits, admission and the control conversation (methods of `Learner`)."""
+
+    def _credits_left(self) -> int:
+        """Trajectories the budget still allows beyond those admitted and in flight. (An actor
+        not heard from for the heartbeat timeout is gone: its slots no longer count.)"""
+        now, limit = time.perf_counter(), self.config.runtime.heartbeat_timeout_s
+        outstanding = sum(max(info["outstanding"], 0) for info in self.actors.values()
+                          if now - max(info.get("last_seen", 0.0), info["last_traj"]) <= limit)
+        return (self.budget - self.kept_steps) // self.traj_steps - outstanding
+
+    def _window(self, ident: bytes) -> int:
+        """Trajectories this actor may have in flight or waiting here: in sync mode one (it
+        waits for the next version after each); in async mode its share of the controller's
+        window, by registration order."""
+        if self.config.mode == "sync":
+            return 1
+        rank = list(self.actors).index(ident) if ident in self.actors else 0
+        return self.controller.actions.credits(rank, len(self.actors))
+
+    def _in_hand(self, ident: bytes) -> int:
+        """This actor's trajectories in flight (credits out) or held here (pooled, or
+        replay credits held back)."""
+        info = self.actors.get(ident)
+        out = max(info["outstanding"], 0) if info is not None else 0
+        return out + sum(item[1] == ident for item in self.pool) + self._held.count(ident)
+
+    def _grant(self, ident: bytes, n: int = 1) -> None:
+        info = self.actors.get(ident)
+        # NOTE: a window the controller shrank is reached by not re-granting freed slots
+        n = min(n, self._credits_left(), self._window(ident) - self._in_hand(ident))
+        if n > 0 and info is not None and self.control.send(ident, {"type": "credit", "n": n}):
+            info["outstanding"] += n
+
+    def _release_held(self) -> None:
+        """Replay: hands back the credits held while the learner was behind, once it owes
+        at most a trajectory per actor."""
+        slack = self.replay_ratio * self.traj_steps * max(len(self.actors), 1)
+        while self._held and self._replay_owed() <= slack:
+            self._grant(self._held.popleft())
+
+    def _ingest(self, msg, now: float, t_start: float) -> None:
+        batch, episodes, act_steps = msg.tree
+        samples = self.traj_steps
+        ident = msg.sender.encode()
+        if ident in self.actors:
+            self.actors[ident]["outstanding"] -= 1
+            self.actors[ident]["last_traj"] = now
+        if not check_finite(batch):
+            self.dropped_nonfinite += 1
+            self._grant(ident)
+            return
+        version = int(self.state_version)
+        admitted = self.balance.admit(int(msg.version), version, samples, now)
+        if admitted:
+            self._act_steps = int(act_steps)
+            self._lag_max = max(self._lag_max, self.env_steps - self._act_steps)
+            self.env_steps += samples
+        done = np.asarray(episodes.done)
+        if done.any():
+            self.tracker.add(np.asarray(episodes.returns)[done], self.env_steps, now - t_start)
+        if not admitted:
+            self._grant(ident)
+        elif self.replay:
+            self.rb = self._replay_add(self.rb, batch)
+            self.replay_added += samples
+            self._held.append(ident)
+            self._release_held()
+        else:
+            self.pool.append((int(msg.version), ident, batch))
+
+    def _handle_control(self, ident, msg: dict, now: float) -> None:
+        kind = msg.get("type")
+        if kind not in ("register", "heartbeat"):
+            return
+        new = ident not in self.actors
+        info = self.actors.setdefault(ident, {"actor": msg.get("actor"), "outstanding": 0, "last_traj": now})
+        info["last_seen"] = now
+        # a sync actor waits for the next version after each trajectory: one slot is all it
+        # uses, and more would let the first actors take a small budget from the others
+        if new:
+            self.controller.actors_changed(len(self.actors))
+        window = self._window(ident)
+        if kind == "register" or new:
+            # a new or restarted actor (or, heard first by a heartbeat, one that was working
+            # for a learner that restarted): whatever it held before is gone
+            info["outstanding"] = 0
+            self._grant(ident, window)
+            self.publish()  # a late joiner gets the current parameters at once
+        elif (msg.get("credits") == 0 and info["outstanding"] > 0
+              and now - info["last_traj"] > 2 * self.config.runtime.heartbeat_s
+              and self._reading and not self.traj_in.socket.poll(0)):
+            # its trajectories were lost on the way (rejected, dropped): hand the slots back.
+            # NOTE: only with nothing left unread: after a long update or compilation the
+            # heartbeats are read before the trajectories queued behind them, which are
+            # late, not lost (handing out slots for them let the actors run ahead)
+            info["outstanding"] = 0
+            self._grant(ident, window)
+
+    def pump(self, timeout_ms: int, t_start: float = 0.0) -> int:
+        """Waits up to timeout_ms for control messages and trajectories and takes in what
+        has arrived (the pool's room permitting: a full pool leaves the socket unread, so
+        the high-water marks push back on actors). Returns the trajectories received."""
+        if self._poller is None:
+            self._poller = zmq.Poller()
+            self._poller.register(self.control.socket, zmq.POLLIN)
+        room = self.balance.accept_more(len(self.pool))
+        if room and not self._reading:
+            self._poller.register(self.traj_in.socket, zmq.POLLIN)
+            self._reading = True
+        elif not room and self._reading:
+            self._poller.unregister(self.traj_in.socket)
+            self._reading = False
+        events = dict(self._poller.poll(timeout=timeout_ms))
+        now = time.perf_counter()
+        if self.control.socket in events:
+            self._drain_control(now)
+        received = 0
+        if self._reading and self.traj_in.socket in events:
+            while len(self.pool) < self.config.runtime.max_pool and (msg := self.traj_in.recv(0)) is not None:
+                self._ingest(msg, now, t_start)
+                received += 1
+        return received
+
+    def _drain_control(self, now: float) -> None:
+        while (item := self.control.poll(0)) is not None:
+            self._handle_control(*item, now)
+
+    def silent_actors(self, now: float) -> list[int]:
+        """Registered actors not heard from (control or trajectories) for longer than the
+        heartbeat timeout: hung, stopped, or cut off."""
+        limit = self.config.runtime.heartbeat_timeout_s
+        # NOTE: read what waits on the control socket first: after a long update the
+        # heartbeats that arrived meanwhile are queued, not missing
+        self._drain_control(now)
+        return sorted(info["actor"] for info in self.actors.values()
+                      if isinstance(info.get("actor"), int)
+                      and now - max(info["last_seen"], info["last_traj"]) > limit)
+
+    def forget_actor(self, actor_id: int) -> None:
+        """Drops an actor that is being replaced; its replacement registers afresh. What it
+        already delivered stays in the pool."""
+        for ident, info in list(self.actors.items()):
+            if info.get("actor") == actor_id:
+                del self.actors[ident]
+                self.control.forget(ident)
+                self.controller.actors_changed(len(self.actors))
