@@ -30,6 +30,7 @@ class JaxStep(NamedTuple):
     terminated: jax.Array
     truncated: jax.Array
     final_obs: jax.Array
+    won: jax.Array | None = None  # [] the episode ended in a win (envs that report wins)
 
 
 class JaxEnv:
