@@ -117,6 +117,20 @@ class DQNConfig:
 
 
 @dataclass(frozen=True)
+class MultiAgentConfig:
+    """Multi-agent algorithms (ippo, ...) on env_backend: jaxmarl. IPPO takes its PPO
+    hyperparameters from the `ppo` section."""
+
+    agent_id: bool = True  # append a one-hot agent id to each agent's input (parameter sharing)
+    centralised_value: bool = False  # ippo: the critic sees the global state (MAPPO)
+
+
+
+# algorithms over a multi-agent env (env_backend: jaxmarl); all others are single-agent
+MULTI_AGENT_ALGOS = ("ippo",)
+
+
+@dataclass(frozen=True)
 class StalenessConfig:
     # w(tau): constant (1), polynomial (1 + tau)^-power, exponential exp(-tau / kappa),
     # hinge (1 up to tau0, then (1 + tau - tau0)^-power), cutoff (1 up to max_staleness, then 0)
@@ -207,14 +221,16 @@ class CheckpointConfig:
 
 @dataclass(frozen=True)
 class Config:
-    algo: Literal["ppo", "impala", "dqn"] = "ppo"
-    env: str = "CartPole-v1"  # env id (gymnax name, envpool task id or gymnasium id)
-    env_backend: Literal["gymnax", "envpool", "gymnasium"] = "gymnax"
+    algo: Literal["ppo", "impala", "dqn", "ippo"] = "ppo"
+    env: str = "CartPole-v1"  # env id (gymnax name, envpool task id, gymnasium id or JaxMARL id)
+    env_backend: Literal["gymnax", "envpool", "gymnasium", "jaxmarl"] = "gymnax"
     mode: Literal["fused", "sync", "async"] = "fused"
     seed: int = 0
     num_seeds: int = 1  # fused mode: independent seeds trained side by side (vmapped)
     total_env_steps: int = 500_000
     target_return: float | None = 475.0  # moving average (100 episodes) to call converged
+    target_win_rate: float | None = None  # envs that report wins (SMAX): the win rate of the
+    # last 100 episodes to call converged, in place of target_return (null: use target_return)
     run_dir: str | None = None  # default: runs/<algo>_<env>_<timestamp>
     num_actors: int = 1  # actor processes (sync/async); 0 = act inside the learner process (sync)
     num_envs: int = 4  # environments per actor
@@ -227,6 +243,7 @@ class Config:
     ppo: PPOConfig = field(default_factory=PPOConfig)
     impala: IMPALAConfig = field(default_factory=IMPALAConfig)
     dqn: DQNConfig = field(default_factory=DQNConfig)
+    marl: MultiAgentConfig = field(default_factory=MultiAgentConfig)
     staleness: StalenessConfig = field(default_factory=StalenessConfig)
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
@@ -243,11 +260,20 @@ class Config:
         _check(self.rollout_len >= 1, "rollout_len", f"must be >= 1, got {self.rollout_len}")
         _check(self.log_every >= 1, "log_every", f"must be >= 1, got {self.log_every}")
         _check(self.eval_episodes >= 0, "eval_episodes", "must be >= 0")
+        _check(self.target_win_rate is None or 0 <= self.target_win_rate <= 1, "target_win_rate",
+               f"must be in [0, 1] or null, got {self.target_win_rate}")
         _check(bool(self.env), "env", "must be a non-empty env id")
         batch = self.batch_trajectories * self.num_envs * self.rollout_len
         _check(self.steps_per_update <= self.total_env_steps, "total_env_steps",
                f"is smaller than one update's worth of steps ({self.steps_per_update})")
-        if self.algo == "ppo":
+        if self.algo in MULTI_AGENT_ALGOS:
+            _check(self.env_backend == "jaxmarl", "env_backend",
+                   f"algo '{self.algo}' is multi-agent and needs env_backend: jaxmarl, got "
+                   f"'{self.env_backend}'")
+        elif self.env_backend == "jaxmarl":
+            _check(False, "algo", f"'{self.algo}' is single-agent; env_backend: jaxmarl needs a "
+                   f"multi-agent algo ({', '.join(MULTI_AGENT_ALGOS)})")
+        if self.algo in ("ppo", "ippo"):
             _check(batch % self.ppo.num_minibatches == 0, "ppo.num_minibatches",
                    f"must divide the batch (trajectories x num_envs x rollout_len) = {batch}, got "
                    f"{self.ppo.num_minibatches} (a minibatch cannot be larger than the batch "
@@ -258,15 +284,15 @@ class Config:
                    f"must divide the batch width (trajectories x num_envs) = {width}, got "
                    f"{self.impala.num_minibatches}")
         if self.num_actors == 0 and self.mode != "fused":
-            _check(self.env_backend != "gymnax", "num_actors",
-                   "0 (acting inside the learner) is for host envs; gymnax envs use mode: fused")
+            _check(self.env_backend not in ("gymnax", "jaxmarl"), "num_actors",
+                   "0 (acting inside the learner) is for host envs; JAX envs use mode: fused")
         if self.algo == "dqn":
             _check(self.dqn.buffer_size >= self.num_envs * self.rollout_len, "dqn.buffer_size",
                    f"must hold at least one rollout (num_envs * rollout_len = "
                    f"{self.num_envs * self.rollout_len}), got {self.dqn.buffer_size}")
         if self.mode == "fused":
-            _check(self.env_backend == "gymnax", "mode",
-                   f"'fused' needs a JAX env (env_backend: gymnax), got env_backend "
+            _check(self.env_backend in ("gymnax", "jaxmarl"), "mode",
+                   f"'fused' needs a JAX env (env_backend: gymnax or jaxmarl), got env_backend "
                    f"'{self.env_backend}'; use mode: sync for host envs")
         if self.num_seeds > 1:
             _check(self.mode == "fused", "num_seeds", "several seeds side by side need mode: fused")
@@ -284,7 +310,7 @@ class Config:
 
     @property
     def algo_config(self):
-        return getattr(self, self.algo)
+        return getattr(self, "ppo" if self.algo == "ippo" else self.algo)
 
     def to_dict(self) -> dict:
         return _to_plain(dataclasses.asdict(self))

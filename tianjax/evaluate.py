@@ -12,7 +12,7 @@ import jax.numpy as jnp
 
 from tianjax.algos.base import Algorithm
 from tianjax.envs.jax_env import JaxEnv
-from tianjax.rollout import clip_action
+from tianjax.rollout import clip_action, team_reward
 
 
 def make_evaluator(env: JaxEnv, algo: Algorithm, episodes: int = 10, greedy: bool = True,
@@ -37,7 +37,7 @@ def _evaluate(env, algo, params, key, episodes, greedy, max_steps):
             action = algo.act(params, obs, k_act, jnp.iinfo(jnp.int32).max).action
         nxt = jax.vmap(env.step)(jax.random.split(k_env, episodes), state,
                                  clip_action(action, env.action_spec))
-        ret = ret + jnp.where(finished, 0.0, nxt.reward)
+        ret = ret + jnp.where(finished, 0.0, team_reward(nxt.reward, 1))
         finished = finished | nxt.terminated | nxt.truncated
         return nxt.obs, nxt.state, key, ret, finished, t + 1
 

@@ -31,6 +31,14 @@ class Episodes(NamedTuple):
     done: jax.Array  # [T, B] bool, an episode ended at this step
     returns: jax.Array  # [T, B] its undiscounted return (valid where done)
     lengths: jax.Array  # [T, B] its length (valid where done)
+    won: jax.Array | None = None  # [T, B] bool, it ended in a win (envs that report wins)
+
+
+def team_reward(reward: jax.Array, batch_ndim: int) -> jax.Array:
+    """The episode-return increment of one step: the reward itself for one agent, the mean
+    over the agent axis for [..., N] multi-agent rewards (JaxMARL's convention; SMAX gives
+    every agent the same team reward)."""
+    return reward if reward.ndim == batch_ndim else jnp.mean(reward, axis=-1)
 
 
 def clip_action(action, spec):
@@ -57,10 +65,11 @@ def make_rollout(env: JaxEnv, algo: Algorithm, num_envs: int, rollout_len: int):
             nxt = step_env(jax.random.split(k_env, num_envs), s.env_state,
                            clip_action(out.action, env.action_spec))
             done = nxt.terminated | nxt.truncated
-            ep_ret = s.stats.episode_return + nxt.reward
+            ep_ret = s.stats.episode_return + team_reward(nxt.reward, 1)
             ep_len = s.stats.episode_length + 1
             stats = EpisodeStats(jnp.where(done, 0.0, ep_ret), jnp.where(done, 0, ep_len))
-            episodes = Episodes(done, ep_ret, ep_len)
+            won = nxt.won if nxt.won is not None else jnp.zeros_like(done)
+            episodes = Episodes(done, ep_ret, ep_len, won & done)
             v = jnp.full((num_envs,), version, jnp.int32)
             if onpolicy:
                 # The truncation bootstrap is evaluated after the scan, batched over [T, B].
@@ -76,7 +85,8 @@ def make_rollout(env: JaxEnv, algo: Algorithm, num_envs: int, rollout_len: int):
             return state, rec, episodes
         obs, action, reward, done, (cut, final_obs), log_prob, value, v = rec
         # NOTE: one [T * B] forward is far cheaper than T small ones inside the scan.
-        boot = jnp.where(cut, algo.value(params, final_obs), 0.0)
+        boot = algo.value(params, final_obs)  # [T, B] or, multi-agent, [T, B, N]
+        boot = jnp.where(cut.reshape(cut.shape + (1,) * (boot.ndim - cut.ndim)), boot, 0.0)
         batch = Trajectory(obs, action, reward, done, boot, log_prob, value, v, state.obs)
         return state, batch, episodes
 

@@ -87,6 +87,7 @@ class MultiAgentEnv:
         self._has_masks = _has_avail_actions(env)
         self.max_steps = getattr(env, "max_steps", None)
         self._num_allies = getattr(env, "num_allies", None)
+        self.reports_wins = self._num_allies is not None  # SMAX battles are won or lost
         obs0 = jax.eval_shape(self.reset, jax.random.key(0))[0]
         self.obs_shape = tuple(obs0.obs.shape)  # (N, D)
         self.state_shape = tuple(obs0.state.shape)  # (S,)
