@@ -20,7 +20,7 @@ def smax():
 
 
 def test_agents_stacked_in_order_with_global_state(spread):
-    assert spread.num_agents == 3 and spread.obs_shape == (3, 18) and spread.state_shape == (54,)
+    assert spread.num_agents == 3 and spread.obs_shape == ((3, 18), (54,), (3, 5))
     assert spread.action_spec.discrete and spread.action_spec.num_actions == 5
     key = jax.random.key(3)
     obs, state = spread.reset(key)
@@ -58,7 +58,7 @@ def test_mpe_truncates_at_its_time_limit_and_auto_resets(spread):
 
 def test_smax_masks_match_the_env(smax):
     obs, state = smax.reset(jax.random.key(1))
-    assert smax.obs_shape == (3, 75) and smax.avail_shape == (3, 8)
+    assert smax.obs_shape.obs == (3, 75) and smax.obs_shape.avail == (3, 8)
     masks = smax.env.get_avail_actions(state)
     np.testing.assert_array_equal(obs.avail, np.stack([masks[a] for a in smax.agents]).astype(bool))
     # at the start the armies are out of range: move and stop only, no attack
@@ -95,7 +95,7 @@ def test_continuous_mpe_and_heterogeneous_agents_are_padded():
     assert out.reward.shape == (3,)
     adv = make_jaxmarl("MPE_simple_adversary_v3")  # observations of 8 and 10 floats
     obs, _ = adv.reset(jax.random.key(0))
-    assert adv.obs_shape == (3, 10)
+    assert adv.obs_shape.obs == (3, 10)
     np.testing.assert_array_equal(obs.obs[0, 8:], 0.0)
 
 

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 from tianjax import distributions as D
 from tianjax import staleness as S
 from tianjax.algos.base import Algorithm
-from tianjax.algos.policy import actor_critic
+from tianjax.algos.policy import ActorCriticPolicy, actor_critic
 from tianjax.config import Config
 from tianjax.learner import LearnerState, gradient_step, guarded, init_state, make_optimizer
 from tianjax.networks import ActionSpec
@@ -80,11 +80,12 @@ def advantages(traj: Trajectory, last_value: jax.Array, gamma: float, lambda_: f
 
 
 def make(config: Config, obs_shape: tuple[int, ...], action_spec: ActionSpec, *,
-         correct_staleness: bool = True) -> Algorithm:
+         correct_staleness: bool = True, policy: ActorCriticPolicy | None = None) -> Algorithm:
     """PPO for `config`. `correct_staleness=False` (fused mode, where tau is always 0)
-    skips computing weights that would all be 1."""
+    skips computing weights that would all be 1. `policy` replaces the default MLP
+    actor-critic (IPPO passes its shared per-agent one)."""
     cfg = config.ppo
-    policy = actor_critic(config, obs_shape, action_spec)
+    policy = policy or actor_critic(config, obs_shape, action_spec)
     apply_fn, value = policy.apply, policy.value
     num_updates = max(config.total_env_steps // config.steps_per_update, 1)
     optimizer = make_optimizer(cfg.lr, cfg.max_grad_norm,

@@ -89,9 +89,8 @@ class MultiAgentEnv:
         self._num_allies = getattr(env, "num_allies", None)
         self.reports_wins = self._num_allies is not None  # SMAX battles are won or lost
         obs0 = jax.eval_shape(self.reset, jax.random.key(0))[0]
-        self.obs_shape = tuple(obs0.obs.shape)  # (N, D)
-        self.state_shape = tuple(obs0.state.shape)  # (S,)
-        self.avail_shape = tuple(obs0.avail.shape)  # (N, A)
+        # the shapes of one env's observation, as an MAObs: ((N, D), (S,), (N, A))
+        self.obs_shape = MAObs(tuple(obs0.obs.shape), tuple(obs0.state.shape), tuple(obs0.avail.shape))
 
     # ------------------------------------------------------------------ observation
     def _observe(self, obs_dict, state) -> MAObs:
