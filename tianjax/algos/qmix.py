@@ -1,0 +1,172 @@
+"""QMIX (Rashid et al., 2018): recurrent agent Q-networks and a monotonic mixing network.
+
+Each agent i keeps a GRU hidden state h^i and outputs Q^i(h^i_t, a) from its own
+observation (plus a one-hot agent id; parameters shared). A hypernetwork mixer,
+conditioned on the global state s_t, combines the chosen agent Qs into
+
+    Q_tot(q, s) = w2(s) . elu(W1(s)^T q + b1(s)) + b2(s),   W1 = |hyper_1(s)|, w2 = |hyper_2(s)|
+
+whose absolute-valued weights make Q_tot monotonic in every q^i (so the per-agent argmax
+is the joint argmax). Targets are double-Q with a target network (agents and mixer):
+
+    a*^i  = argmax_{a available at t+1} Q^i_online(h^i_{t+1}, a)
+    y_t   = r_t + gamma * (1 - terminated_t) * Q_tot^target([Q^i_target(h'^i_{t+1}, a*^i)]_i, s_{t+1})
+    loss  = sum_t m_t w_t (Q_tot(q_t(a_t), s_t) - y_t)^2 / sum_t m_t
+
+over sequences [T, B] (time-major), where s_{t+1} and the observation at t+1 are the true
+next ones (the final observation where an episode ended: truncation bootstraps from it,
+termination does not), the hidden state starts from the one stored with the sequence and
+is reset after every episode end, the first `burn_in` steps only warm the hidden state (no
+loss, no gradient through it: R2D2's burn-in), and w_t is the staleness weight of the
+sample's behaviour version (1 when fresh).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import chex
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from tianjax.envs.marl import MAObs
+
+MASKED_Q = -1e9
+
+
+class QMIXSequences(NamedTuple):
+    """Replayed sequences, time-major [T, B] (agents on the axis after B)."""
+
+    obs: MAObs  # [T, B] (obs [T, B, N, D], state [T, B, S], avail [T, B, N, A]) at step t
+    action: jax.Array  # [T, B, N] int32
+    reward: jax.Array  # [T, B] team reward
+    next_obs: MAObs  # [T, B] the true next observation (the final one where an episode ended)
+    terminated: jax.Array  # [T, B] bool: no bootstrap
+    done: jax.Array  # [T, B] bool: an episode ended (the hidden state resets after it)
+    hidden: jax.Array  # [B, N, H] the agents' hidden state before step 0
+    version: jax.Array  # [T, B] int32 behaviour version
+
+
+class AgentRNN(nn.Module):
+    """Q^i(h, o): Dense -> GRU -> Dense, one step; inputs [..., D], hidden [..., H]."""
+
+    hidden_dim: int
+    num_actions: int
+
+    @nn.compact
+    def __call__(self, h, x):
+        x = nn.relu(nn.Dense(self.hidden_dim)(x))
+        h, _ = nn.GRUCell(self.hidden_dim)(h, x)
+        return h, nn.Dense(self.num_actions)(h)
+
+
+class Mixer(nn.Module):
+    """Q_tot(q [..., N], s [..., S]) -> [...], monotonic in every q^i."""
+
+    embed_dim: int = 32
+    hyper_hidden: int = 64
+
+    @nn.compact
+    def __call__(self, q, s):
+        n, e = q.shape[-1], self.embed_dim
+        w1_h = nn.relu(nn.Dense(self.hyper_hidden, name="hyper_w1_hidden")(s))
+        w1 = jnp.abs(nn.Dense(e * n, name="hyper_w1")(w1_h)).reshape(s.shape[:-1] + (n, e))
+        b1 = nn.Dense(e, name="hyper_b1")(s)
+        w2_h = nn.relu(nn.Dense(self.hyper_hidden, name="hyper_w2_hidden")(s))
+        w2 = jnp.abs(nn.Dense(e, name="hyper_w2")(w2_h))
+        b2 = nn.Dense(1, name="hyper_b2")(nn.relu(nn.Dense(e, name="hyper_b2_hidden")(s)))[..., 0]
+        h = nn.elu(jnp.einsum("...n,...ne->...e", q, w1) + b1)
+        return jnp.sum(h * w2, axis=-1) + b2
+
+
+def agent_inputs(obs: jax.Array) -> jax.Array:
+    """[..., N, D] -> [..., N, D + N]: each agent's observation with its one-hot id."""
+    n = obs.shape[-2]
+    ids = jnp.broadcast_to(jnp.eye(n, dtype=obs.dtype), obs.shape[:-1] + (n,))
+    return jnp.concatenate([obs, ids], axis=-1)
+
+
+def double_q_choice(q_next_online: jax.Array, q_next_target: jax.Array, avail_next: jax.Array) -> jax.Array:
+    """Per-agent double-Q bootstrap values [..., N]: the target net's Q of the online net's
+    best available action."""
+    chex.assert_equal_shape([q_next_online, q_next_target, avail_next])
+    best = jnp.argmax(jnp.where(avail_next, q_next_online, MASKED_Q), axis=-1)
+    return jnp.take_along_axis(q_next_target, best[..., None], axis=-1)[..., 0]
+
+
+def td_targets(reward_t: jax.Array, terminated_t: jax.Array, q_tot_next: jax.Array, gamma: float) -> jax.Array:
+    """y_t = r_t + gamma * (1 - terminated_t) * Q_tot^target(next) [...] (no gradient)."""
+    chex.assert_equal_shape([reward_t, terminated_t, q_tot_next])
+    return jax.lax.stop_gradient(reward_t + gamma * (1.0 - terminated_t.astype(jnp.float32)) * q_tot_next)
+
+
+class QMIXParams(NamedTuple):
+    agent: dict
+    mixer: dict
+
+
+def make_unroll(agent: AgentRNN):
+    """unroll(agent_params, hidden [B, N, H], seq) -> (q [T, B, N, A], q_next [T, B, N, A]).
+
+    q_t comes from the observation at t; q_next_t from the true next observation with the
+    hidden state after step t (before any reset), so it is Q at t + 1 within an episode
+    and Q of the final observation at an episode's end.
+    """
+
+    def unroll(params, hidden, seq: QMIXSequences):
+        def step(h, x):
+            obs, next_obs, done = x
+            h, q = agent.apply(params, h, agent_inputs(obs))
+            _, q_next = agent.apply(params, h, agent_inputs(next_obs))
+            h = jnp.where(done[:, None, None], jnp.zeros_like(h), h)
+            return h, (q, q_next)
+
+        _, (q, q_next) = jax.lax.scan(step, hidden, (seq.obs.obs, seq.next_obs.obs, seq.done))
+        return q, q_next
+
+    return unroll
+
+
+def make_loss(agent: AgentRNN, mixer: Mixer, *, gamma: float, burn_in: int):
+    """loss_fn(params: QMIXParams, target_params: QMIXParams, seq, weight [T, B]) -> (loss, metrics)."""
+    unroll = make_unroll(agent)
+
+    def loss_fn(params: QMIXParams, target_params: QMIXParams, seq: QMIXSequences, weight):
+        sg = jax.lax.stop_gradient
+        T = seq.reward.shape[0]
+        if burn_in:
+            warm = jax.tree.map(lambda x: x[:burn_in], seq)
+            seq = jax.tree.map(lambda x: x[burn_in:], seq)
+            hidden = sg(_final_hidden(agent, params.agent, warm))
+            h_target = sg(_final_hidden(agent, target_params.agent, warm))
+            weight = weight[burn_in:]
+        else:
+            hidden = h_target = seq.hidden
+        q, q_next = unroll(params.agent, hidden, seq)
+        _, q_next_target = unroll(target_params.agent, h_target, seq)
+        q_taken = jnp.take_along_axis(q, seq.action[..., None].astype(jnp.int32), axis=-1)[..., 0]
+        q_tot = mixer.apply(params.mixer, q_taken, seq.obs.state)
+        chosen = double_q_choice(sg(q_next), q_next_target, seq.next_obs.avail)
+        q_tot_next = mixer.apply(target_params.mixer, chosen, seq.next_obs.state)
+        y = td_targets(seq.reward, seq.terminated, q_tot_next, gamma)
+        td = q_tot - y
+        loss = jnp.sum(weight * jnp.square(td)) / jnp.maximum(jnp.sum(weight > 0), 1)
+        metrics = {"q_mean": sg(jnp.mean(q_tot)), "target_mean": sg(jnp.mean(y)),
+                   "td_abs": sg(jnp.mean(jnp.abs(td))), "learn_steps": jnp.asarray(T - burn_in, jnp.float32)}
+        return loss, metrics
+
+    return loss_fn
+
+
+def _final_hidden(agent: AgentRNN, params, seq: QMIXSequences) -> jax.Array:
+    def step(h, x):
+        obs, done = x
+        h, _ = agent.apply(params, h, agent_inputs(obs))
+        return jnp.where(done[:, None, None], jnp.zeros_like(h), h), None
+
+    return jax.lax.scan(step, seq.hidden, (seq.obs.obs, seq.done))[0]
+
+
+__all__ = ["AgentRNN", "Mixer", "QMIXParams", "QMIXSequences", "agent_inputs", "double_q_choice",
+           "make_loss", "make_unroll", "td_targets"]
