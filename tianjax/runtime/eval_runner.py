@@ -88,11 +88,11 @@ def evaluate_run(path: str, episodes: int = 10, greedy: bool = True, seed: int |
         step, state, _ = ckpt.restore_step(run_dir, step)
     params = state["learner"]["params"]
     seed = config.seed + 1 if seed is None else seed
-    if config.env_backend == "gymnax":
-        from tianjax.envs.jax_env import make_gymnax
+    if config.env_backend in ("gymnax", "jaxmarl"):
+        from tianjax.envs.jax_env import make_jax_env
         from tianjax.evaluate import make_evaluator
 
-        env = make_gymnax(config.env)
+        env = make_jax_env(config.env_backend, config.env)
         algo = make_algorithm(config, env.obs_shape, env.action_spec, correct_staleness=False)
         evaluate = make_evaluator(env, algo, episodes, greedy=greedy)
         if config.mode == "fused" and config.num_seeds > 1:  # one policy per seed, one at a time
