@@ -117,6 +117,46 @@ class DQNConfig:
 
 
 @dataclass(frozen=True)
+class QMIXConfig:
+    """QMIX: recurrent agents, a monotonic mixer, replay of [rollout_len] sequences."""
+
+    lr: float = 5e-4
+    gamma: float = 0.99
+    buffer_size: int = 5_000  # sequences (one per env per rollout) kept in the replay buffer
+    batch_size: int = 32  # sequences per gradient step
+    learning_starts: int = 10_000  # env steps before the first update
+    updates_per_rollout: int = 1  # gradient steps after each [T, B] rollout
+    burn_in: int = 0  # first steps of a sequence that only warm the hidden state (R2D2)
+    target_update_every: int = 200  # updates between target-network syncs
+    target_tau: float = 1.0  # 1.0 = hard copy, < 1 = Polyak averaging
+    hidden_dim: int = 64  # GRU width of the agent network
+    mixer_embed: int = 32  # mixing-network width
+    hyper_hidden: int = 64  # hypernetwork hidden width
+    eps_start: float = 1.0
+    eps_end: float = 0.05
+    eps_fraction: float = 0.1  # fraction of total_env_steps over which epsilon decays
+    max_grad_norm: float = 10.0
+
+    def __post_init__(self):
+        _check(self.lr > 0, "qmix.lr", f"must be > 0, got {self.lr}")
+        _check(0 < self.gamma <= 1, "qmix.gamma", f"must be in (0, 1], got {self.gamma}")
+        _check(self.buffer_size >= 1, "qmix.buffer_size", f"must be >= 1, got {self.buffer_size}")
+        _check(1 <= self.batch_size <= self.buffer_size, "qmix.batch_size",
+               f"must be in [1, qmix.buffer_size={self.buffer_size}], got {self.batch_size}")
+        _check(self.learning_starts >= 0, "qmix.learning_starts", "must be >= 0")
+        _check(self.updates_per_rollout >= 1, "qmix.updates_per_rollout", "must be >= 1")
+        _check(self.burn_in >= 0, "qmix.burn_in", "must be >= 0")
+        _check(self.target_update_every >= 1, "qmix.target_update_every", "must be >= 1")
+        _check(0 < self.target_tau <= 1, "qmix.target_tau", f"must be in (0, 1], got {self.target_tau}")
+        for k in ("hidden_dim", "mixer_embed", "hyper_hidden"):
+            _check(getattr(self, k) >= 1, f"qmix.{k}", "must be >= 1")
+        _check(0 <= self.eps_end <= self.eps_start <= 1, "qmix.eps_end",
+               "needs 0 <= qmix.eps_end <= qmix.eps_start <= 1")
+        _check(0 < self.eps_fraction <= 1, "qmix.eps_fraction", "must be in (0, 1]")
+        _check(self.max_grad_norm > 0, "qmix.max_grad_norm", "must be > 0")
+
+
+@dataclass(frozen=True)
 class MultiAgentConfig:
     """Multi-agent algorithms (ippo, ...) on env_backend: jaxmarl. IPPO takes its PPO
     hyperparameters from the `ppo` section."""
@@ -127,7 +167,7 @@ class MultiAgentConfig:
 
 
 # algorithms over a multi-agent env (env_backend: jaxmarl); all others are single-agent
-MULTI_AGENT_ALGOS = ("ippo",)
+MULTI_AGENT_ALGOS = ("ippo", "qmix")
 
 
 @dataclass(frozen=True)
@@ -221,7 +261,7 @@ class CheckpointConfig:
 
 @dataclass(frozen=True)
 class Config:
-    algo: Literal["ppo", "impala", "dqn", "ippo"] = "ppo"
+    algo: Literal["ppo", "impala", "dqn", "ippo", "qmix"] = "ppo"
     env: str = "CartPole-v1"  # env id (gymnax name, envpool task id, gymnasium id or JaxMARL id)
     env_backend: Literal["gymnax", "envpool", "gymnasium", "jaxmarl"] = "gymnax"
     mode: Literal["fused", "sync", "async"] = "fused"
@@ -243,6 +283,7 @@ class Config:
     ppo: PPOConfig = field(default_factory=PPOConfig)
     impala: IMPALAConfig = field(default_factory=IMPALAConfig)
     dqn: DQNConfig = field(default_factory=DQNConfig)
+    qmix: QMIXConfig = field(default_factory=QMIXConfig)
     marl: MultiAgentConfig = field(default_factory=MultiAgentConfig)
     staleness: StalenessConfig = field(default_factory=StalenessConfig)
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
@@ -285,6 +326,9 @@ class Config:
             _check(width % self.impala.num_minibatches == 0, "impala.num_minibatches",
                    f"must divide the batch width (trajectories x num_envs) = {width}, got "
                    f"{self.impala.num_minibatches}")
+        if self.algo == "qmix":
+            _check(self.qmix.burn_in < self.rollout_len, "qmix.burn_in",
+                   f"must be below rollout_len ({self.rollout_len}), the replayed sequence length")
         if self.num_actors == 0 and self.mode != "fused":
             _check(self.env_backend not in ("gymnax", "jaxmarl"), "num_actors",
                    "0 (acting inside the learner) is for host envs; JAX envs use mode: fused")
@@ -309,6 +353,12 @@ class Config:
     @property
     def steps_per_update(self) -> int:
         return self.batch_trajectories * self.num_envs * self.rollout_len
+
+    @property
+    def replay_config(self):
+        """The section with the replay settings (buffer_size, batch_size, learning_starts,
+        updates_per_rollout): qmix's for qmix (items are sequences), else dqn's."""
+        return self.qmix if self.algo == "qmix" else self.dqn
 
     @property
     def algo_config(self):

@@ -8,14 +8,14 @@ finished. One jitted call per rollout; Python never sees a single step.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 
 from tianjax.algos.base import Algorithm
 from tianjax.envs.jax_env import JaxEnv
-from tianjax.types import EpisodeStats, Trajectory, Transition
+from tianjax.types import EpisodeStats, Sequences, Trajectory, Transition
 
 
 class RolloutState(NamedTuple):
@@ -23,6 +23,7 @@ class RolloutState(NamedTuple):
     obs: jax.Array  # [B, ...]
     key: jax.Array
     stats: EpisodeStats
+    carry: Any = None  # recurrent policies: their state [B, ...], reset where an episode ended
 
 
 class Episodes(NamedTuple):
@@ -50,21 +51,31 @@ def clip_action(action, spec):
 def make_rollout(env: JaxEnv, algo: Algorithm, num_envs: int, rollout_len: int):
     """Returns (init(key) -> RolloutState, rollout(params, version, state, env_steps))."""
     onpolicy = algo.buffer == "onpolicy"
+    recurrent = algo.init_carry is not None
     step_env = jax.vmap(env.step)
 
     def init(key) -> RolloutState:
         key, sub = jax.random.split(key)
         obs, env_state = jax.vmap(env.reset)(jax.random.split(sub, num_envs))
         zeros = jnp.zeros((num_envs,), jnp.float32)
-        return RolloutState(env_state, obs, key, EpisodeStats(zeros, zeros.astype(jnp.int32)))
+        carry = algo.init_carry(num_envs) if recurrent else None
+        return RolloutState(env_state, obs, key, EpisodeStats(zeros, zeros.astype(jnp.int32)), carry)
 
     def rollout(params, version, state: RolloutState, env_steps=0):
         def step(s: RolloutState, t):
             key, k_act, k_env = jax.random.split(s.key, 3)
-            out = algo.act(params, s.obs, k_act, env_steps + t * num_envs)
+            if recurrent:
+                out = algo.act(params, s.obs, k_act, env_steps + t * num_envs, s.carry)
+            else:
+                out = algo.act(params, s.obs, k_act, env_steps + t * num_envs)
             nxt = step_env(jax.random.split(k_env, num_envs), s.env_state,
                            clip_action(out.action, env.action_spec))
             done = nxt.terminated | nxt.truncated
+            carry = None
+            if recurrent:  # a new episode starts from a fresh recurrent state
+                fresh = algo.init_carry(num_envs)
+                carry = jax.tree.map(lambda f, c: jnp.where(done.reshape(done.shape + (1,) * (c.ndim - 1)), f, c),
+                                     fresh, out.carry)
             ep_ret = s.stats.episode_return + team_reward(nxt.reward, 1)
             ep_len = s.stats.episode_length + 1
             stats = EpisodeStats(jnp.where(done, 0.0, ep_ret), jnp.where(done, 0, ep_len))
@@ -76,11 +87,17 @@ def make_rollout(env: JaxEnv, algo: Algorithm, num_envs: int, rollout_len: int):
                 cut = nxt.truncated & ~nxt.terminated
                 rec = (s.obs, out.action, nxt.reward, done, (cut, nxt.final_obs), out.log_prob,
                        out.value, v)
+            elif algo.buffer == "sequences":
+                rec = Sequences(s.obs, out.action, nxt.reward, nxt.final_obs, nxt.terminated, done, None, v)
             else:
                 rec = Transition(s.obs, out.action, nxt.reward, nxt.final_obs, nxt.terminated, v)
-            return RolloutState(nxt.state, nxt.obs, key, stats), (rec, episodes)
+            return RolloutState(nxt.state, nxt.obs, key, stats, carry), (rec, episodes)
 
+        carry0 = state.carry
         state, (rec, episodes) = jax.lax.scan(step, state, jnp.arange(rollout_len))
+        if algo.buffer == "sequences":  # one replay item per env: [B, T, ...] and its start carry
+            rec = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), rec)._replace(carry=carry0)
+            return state, rec, episodes
         if not onpolicy:
             return state, rec, episodes
         obs, action, reward, done, (cut, final_obs), log_prob, value, v = rec

@@ -17,11 +17,12 @@ class ActOutput(NamedTuple):
     action: jax.Array  # [B, ...]
     log_prob: jax.Array  # [B] log mu(a | s)
     value: jax.Array  # [B] V_mu(s) (zeros for value-free algorithms)
+    carry: Any = None  # recurrent policies: the state after this step [B, ...] (None otherwise)
 
 
 class Algorithm(NamedTuple):
     name: str
-    buffer: Literal["onpolicy", "replay"]
+    buffer: Literal["onpolicy", "replay", "sequences"]  # sequences: replay of [T] sequences
     # init(key) -> LearnerState
     init: Callable[[jax.Array], LearnerState]
     # act(params, obs [B, ...], key, env_steps) -> ActOutput   (sampled / exploring)
@@ -35,3 +36,6 @@ class Algorithm(NamedTuple):
     # loss_fn(params, batch, ...) -> (loss, metrics); exposed for tests and notebooks
     loss_fn: Callable[..., tuple[jax.Array, dict]]
     network: Any  # the flax module
+    # recurrent policies: init_carry(batch) -> the state before the first step [batch, ...];
+    # act then takes it as a fifth argument and returns the next one in ActOutput.carry
+    init_carry: Callable[[int], Any] | None = None

@@ -13,7 +13,8 @@ is the joint argmax). Targets are double-Q with a target network (agents and mix
     y_t   = r_t + gamma * (1 - terminated_t) * Q_tot^target([Q^i_target(h'^i_{t+1}, a*^i)]_i, s_{t+1})
     loss  = sum_t m_t w_t (Q_tot(q_t(a_t), s_t) - y_t)^2 / sum_t m_t
 
-over sequences [T, B] (time-major), where s_{t+1} and the observation at t+1 are the true
+over replayed sequences (tianjax.types.Sequences, time-major [T, B] here: obs and next_obs
+MAObs, reward the team reward [T, B]), where s_{t+1} and the observation at t+1 are the true
 next ones (the final observation where an episode ended: truncation bootstraps from it,
 termination does not), the hidden state starts from the one stored with the sequence and
 is reset after every episode end, the first `burn_in` steps only warm the hidden state (no
@@ -30,22 +31,16 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from tianjax import staleness as S
+from tianjax.algos.base import ActOutput, Algorithm
+from tianjax.algos.dqn import epsilon_schedule, target_sync
+from tianjax.config import Config, ConfigError
 from tianjax.envs.marl import MAObs
+from tianjax.learner import LearnerState, gradient_step, guarded, init_state, make_optimizer
+from tianjax.networks import ActionSpec
+from tianjax.types import Sequences
 
 MASKED_Q = -1e9
-
-
-class QMIXSequences(NamedTuple):
-    """Replayed sequences, time-major [T, B] (agents on the axis after B)."""
-
-    obs: MAObs  # [T, B] (obs [T, B, N, D], state [T, B, S], avail [T, B, N, A]) at step t
-    action: jax.Array  # [T, B, N] int32
-    reward: jax.Array  # [T, B] team reward
-    next_obs: MAObs  # [T, B] the true next observation (the final one where an episode ended)
-    terminated: jax.Array  # [T, B] bool: no bootstrap
-    done: jax.Array  # [T, B] bool: an episode ended (the hidden state resets after it)
-    hidden: jax.Array  # [B, N, H] the agents' hidden state before step 0
-    version: jax.Array  # [T, B] int32 behaviour version
 
 
 class AgentRNN(nn.Module):
@@ -114,7 +109,7 @@ def make_unroll(agent: AgentRNN):
     and Q of the final observation at an episode's end.
     """
 
-    def unroll(params, hidden, seq: QMIXSequences):
+    def unroll(params, hidden, seq: Sequences):
         def step(h, x):
             obs, next_obs, done = x
             h, q = agent.apply(params, h, agent_inputs(obs))
@@ -132,7 +127,7 @@ def make_loss(agent: AgentRNN, mixer: Mixer, *, gamma: float, burn_in: int):
     """loss_fn(params: QMIXParams, target_params: QMIXParams, seq, weight [T, B]) -> (loss, metrics)."""
     unroll = make_unroll(agent)
 
-    def loss_fn(params: QMIXParams, target_params: QMIXParams, seq: QMIXSequences, weight):
+    def loss_fn(params: QMIXParams, target_params: QMIXParams, seq: Sequences, weight):
         sg = jax.lax.stop_gradient
         T = seq.reward.shape[0]
         if burn_in:
@@ -142,7 +137,7 @@ def make_loss(agent: AgentRNN, mixer: Mixer, *, gamma: float, burn_in: int):
             h_target = sg(_final_hidden(agent, target_params.agent, warm))
             weight = weight[burn_in:]
         else:
-            hidden = h_target = seq.hidden
+            hidden = h_target = seq.carry
         q, q_next = unroll(params.agent, hidden, seq)
         _, q_next_target = unroll(target_params.agent, h_target, seq)
         q_taken = jnp.take_along_axis(q, seq.action[..., None].astype(jnp.int32), axis=-1)[..., 0]
@@ -159,14 +154,98 @@ def make_loss(agent: AgentRNN, mixer: Mixer, *, gamma: float, burn_in: int):
     return loss_fn
 
 
-def _final_hidden(agent: AgentRNN, params, seq: QMIXSequences) -> jax.Array:
+def _final_hidden(agent: AgentRNN, params, seq: Sequences) -> jax.Array:
     def step(h, x):
         obs, done = x
         h, _ = agent.apply(params, h, agent_inputs(obs))
         return jnp.where(done[:, None, None], jnp.zeros_like(h), h), None
 
-    return jax.lax.scan(step, seq.hidden, (seq.obs.obs, seq.done))[0]
+    return jax.lax.scan(step, seq.carry, (seq.obs.obs, seq.done))[0]
 
 
-__all__ = ["AgentRNN", "Mixer", "QMIXParams", "QMIXSequences", "agent_inputs", "double_q_choice",
-           "make_loss", "make_unroll", "td_targets"]
+def masked_epsilon_greedy(key, q: jax.Array, avail: jax.Array, epsilon) -> tuple[jax.Array, jax.Array]:
+    """Epsilon-greedy over available actions: q, avail [..., A] -> (action [...], log mu(a|s))."""
+    k_explore, k_rand = jax.random.split(key)
+    greedy = jnp.argmax(jnp.where(avail, q, MASKED_Q), axis=-1).astype(jnp.int32)
+    rand = jax.random.categorical(k_rand, jnp.where(avail, 0.0, MASKED_Q)).astype(jnp.int32)
+    explore = jax.random.uniform(k_explore, greedy.shape) < epsilon
+    action = jnp.where(explore, rand, greedy)
+    n_avail = jnp.maximum(jnp.sum(avail, axis=-1), 1)
+    prob = epsilon / n_avail + (1.0 - epsilon) * (action == greedy)
+    return action, jnp.log(prob)
+
+
+def time_major(items: Sequences) -> Sequences:
+    """Replayed items [B, T, ...] -> time-major [T, B, ...] with the team reward [T, B]."""
+    seq = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), items._replace(carry=None))
+    reward = seq.reward.mean(axis=-1) if seq.reward.ndim == 3 else seq.reward
+    return seq._replace(reward=reward, carry=items.carry)
+
+
+def make(config: Config, obs_shape, action_spec: ActionSpec, *, correct_staleness: bool = True) -> Algorithm:
+    """QMIX for a multi-agent env with discrete actions (`obs_shape` an MAObs of shapes).
+
+    Acts on MAObs [B] with the agents' GRU state [B, N, H] as its carry; learns from
+    replayed Sequences [batch, T] (the fused loop's items: one per env per rollout).
+    """
+    try:
+        (n, d), (s,), _ = (tuple(x) for x in obs_shape)
+    except (TypeError, ValueError):
+        raise ConfigError(f"config key 'env_backend': qmix needs a multi-agent env (jaxmarl), got "
+                          f"observations of shape {tuple(obs_shape)}") from None
+    if not action_spec.discrete:
+        raise ConfigError("config key 'algo': qmix needs discrete actions; for continuous MPE use maddpg")
+    cfg = config.qmix
+    agent = AgentRNN(cfg.hidden_dim, action_spec.num_actions)
+    mixer = Mixer(cfg.mixer_embed, cfg.hyper_hidden)
+    optimizer = make_optimizer(cfg.lr, cfg.max_grad_norm, None, False)
+    loss_fn = make_loss(agent, mixer, gamma=cfg.gamma, burn_in=cfg.burn_in)
+    epsilon = epsilon_schedule(cfg.eps_start, cfg.eps_end, cfg.eps_fraction * config.total_env_steps)
+
+    def init_carry(batch: int):
+        return jnp.zeros((batch, n, cfg.hidden_dim), jnp.float32)
+
+    def init(key):
+        k_agent, k_mixer, k_state = jax.random.split(key, 3)
+        params = QMIXParams(agent.init(k_agent, init_carry(1), jnp.zeros((1, n, d + n))),
+                            mixer.init(k_mixer, jnp.zeros((1, n)), jnp.zeros((1, s))))
+        return init_state(params, optimizer, k_state, with_target=True)
+
+    def act(params, obs: MAObs, key, env_steps=0, carry=None):
+        carry = init_carry(obs.obs.shape[0]) if carry is None else carry
+        h, q = agent.apply(params.agent, carry, agent_inputs(obs.obs))
+        action, log_prob = masked_epsilon_greedy(key, q, obs.avail, epsilon(env_steps))
+        return ActOutput(action, log_prob, jnp.zeros(action.shape, jnp.float32), h)
+
+    def greedy(params, obs: MAObs, carry=None):
+        """(action [B, N], next carry): the argmax over available actions."""
+        carry = init_carry(obs.obs.shape[0]) if carry is None else carry
+        h, q = agent.apply(params.agent, carry, agent_inputs(obs.obs))
+        return jnp.argmax(jnp.where(obs.avail, q, MASKED_Q), axis=-1).astype(jnp.int32), h
+
+    def value(params, obs: MAObs):
+        return jnp.zeros(obs.obs.shape[:-1], jnp.float32)
+
+    def update(state: LearnerState, items: Sequences):
+        seq = time_major(items)
+        if correct_staleness:
+            w, _ = S.staleness_weights(state.version, seq.version, config.staleness)
+        else:
+            w = jnp.ones(seq.reward.shape, jnp.float32)
+        params, opt_state, metrics = gradient_step(loss_fn, optimizer, state.params, state.opt_state,
+                                                   state.target_params, seq, w)
+        version = state.version + 1
+        do_sync = (version % cfg.target_update_every) == 0
+        target_params = target_sync(params, state.target_params, do_sync, cfg.target_tau)
+        metrics["weight_min"] = jnp.min(w)
+        metrics["weight_max"] = jnp.max(w)
+        metrics["target_synced"] = do_sync.astype(jnp.float32)
+        return state._replace(params=params, opt_state=opt_state, target_params=target_params,
+                              version=version), metrics
+
+    return Algorithm("qmix", "sequences", init, act, value, greedy, guarded(update), loss_fn,
+                     (agent, mixer), init_carry)
+
+
+__all__ = ["AgentRNN", "Mixer", "QMIXParams", "agent_inputs", "double_q_choice", "make",
+           "make_loss", "make_unroll", "masked_epsilon_greedy", "td_targets", "time_major"]

@@ -51,7 +51,7 @@ def run_fused(config: Config, logger: RunLogger, progress: Progress, env=None) -
         one = jax.jit(init)
         seeds = [one(keys[s]) for s in range(S)]
         state = jax.tree.map(lambda *xs: jnp.stack(xs), *seeds)
-    updates_per_iter = config.dqn.updates_per_rollout if algo.buffer == "replay" else 1
+    updates_per_iter = config.replay_config.updates_per_rollout if algo.buffer != "onpolicy" else 1
 
     wins = getattr(env, "reports_wins", False)
     trackers = [EpisodeTracker(config.target_return, target_win_rate=config.target_win_rate)
