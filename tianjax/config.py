@@ -157,6 +157,33 @@ class QMIXConfig:
 
 
 @dataclass(frozen=True)
+class MADDPGConfig:
+    """MADDPG: deterministic per-agent actors, centralised critics, replay of transitions."""
+
+    lr: float = 1e-3  # Adam, actors and critics
+    gamma: float = 0.95
+    tau: float = 0.01  # Polyak step of the target networks after every update
+    noise_std: float = 0.1  # Gaussian exploration noise on the actions (action units)
+    buffer_size: int = 100_000  # transitions kept in the replay buffer
+    batch_size: int = 1024  # transitions per gradient step
+    learning_starts: int = 10_000  # env steps before the first update
+    updates_per_rollout: int = 4  # gradient steps after each [T, B] rollout
+    max_grad_norm: float = 0.5
+
+    def __post_init__(self):
+        _check(self.lr > 0, "maddpg.lr", f"must be > 0, got {self.lr}")
+        _check(0 < self.gamma <= 1, "maddpg.gamma", f"must be in (0, 1], got {self.gamma}")
+        _check(0 < self.tau <= 1, "maddpg.tau", f"must be in (0, 1], got {self.tau}")
+        _check(self.noise_std >= 0, "maddpg.noise_std", "must be >= 0")
+        _check(self.buffer_size >= 1, "maddpg.buffer_size", f"must be >= 1, got {self.buffer_size}")
+        _check(1 <= self.batch_size <= self.buffer_size, "maddpg.batch_size",
+               f"must be in [1, maddpg.buffer_size={self.buffer_size}], got {self.batch_size}")
+        _check(self.learning_starts >= 0, "maddpg.learning_starts", "must be >= 0")
+        _check(self.updates_per_rollout >= 1, "maddpg.updates_per_rollout", "must be >= 1")
+        _check(self.max_grad_norm > 0, "maddpg.max_grad_norm", "must be > 0")
+
+
+@dataclass(frozen=True)
 class MultiAgentConfig:
     """Multi-agent algorithms (ippo, ...) on env_backend: jaxmarl. IPPO takes its PPO
     hyperparameters from the `ppo` section."""
@@ -167,7 +194,7 @@ class MultiAgentConfig:
 
 
 # algorithms over a multi-agent env (env_backend: jaxmarl); all others are single-agent
-MULTI_AGENT_ALGOS = ("ippo", "qmix")
+MULTI_AGENT_ALGOS = ("ippo", "qmix", "maddpg")
 
 
 @dataclass(frozen=True)
@@ -261,7 +288,7 @@ class CheckpointConfig:
 
 @dataclass(frozen=True)
 class Config:
-    algo: Literal["ppo", "impala", "dqn", "ippo", "qmix"] = "ppo"
+    algo: Literal["ppo", "impala", "dqn", "ippo", "qmix", "maddpg"] = "ppo"
     env: str = "CartPole-v1"  # env id (gymnax name, envpool task id, gymnasium id or JaxMARL id)
     env_backend: Literal["gymnax", "envpool", "gymnasium", "jaxmarl"] = "gymnax"
     mode: Literal["fused", "sync", "async"] = "fused"
@@ -284,6 +311,7 @@ class Config:
     impala: IMPALAConfig = field(default_factory=IMPALAConfig)
     dqn: DQNConfig = field(default_factory=DQNConfig)
     qmix: QMIXConfig = field(default_factory=QMIXConfig)
+    maddpg: MADDPGConfig = field(default_factory=MADDPGConfig)
     marl: MultiAgentConfig = field(default_factory=MultiAgentConfig)
     staleness: StalenessConfig = field(default_factory=StalenessConfig)
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
@@ -332,10 +360,11 @@ class Config:
         if self.num_actors == 0 and self.mode != "fused":
             _check(self.env_backend not in ("gymnax", "jaxmarl"), "num_actors",
                    "0 (acting inside the learner) is for host envs; JAX envs use mode: fused")
-        if self.algo == "dqn":
-            _check(self.dqn.buffer_size >= self.num_envs * self.rollout_len, "dqn.buffer_size",
+        if self.algo in ("dqn", "maddpg"):
+            _check(self.replay_config.buffer_size >= self.num_envs * self.rollout_len,
+                   f"{self.algo}.buffer_size",
                    f"must hold at least one rollout (num_envs * rollout_len = "
-                   f"{self.num_envs * self.rollout_len}), got {self.dqn.buffer_size}")
+                   f"{self.num_envs * self.rollout_len}), got {self.replay_config.buffer_size}")
         if self.mode == "fused":
             _check(self.env_backend in ("gymnax", "jaxmarl"), "mode",
                    f"'fused' needs a JAX env (env_backend: gymnax or jaxmarl), got env_backend "
@@ -357,8 +386,8 @@ class Config:
     @property
     def replay_config(self):
         """The section with the replay settings (buffer_size, batch_size, learning_starts,
-        updates_per_rollout): qmix's for qmix (items are sequences), else dqn's."""
-        return self.qmix if self.algo == "qmix" else self.dqn
+        updates_per_rollout): qmix's for qmix (items are sequences), maddpg's, else dqn's."""
+        return {"qmix": self.qmix, "maddpg": self.maddpg}.get(self.algo, self.dqn)
 
     @property
     def algo_config(self):

@@ -8,7 +8,7 @@ from tianjax.algos.base import ActOutput, Algorithm
 from tianjax.config import Config
 from tianjax.networks import ActionSpec
 
-ALGORITHMS = ("ppo", "impala", "dqn", "ippo", "qmix")
+ALGORITHMS = ("ppo", "impala", "dqn", "ippo", "qmix", "maddpg")
 
 
 def make_algorithm(config: Config, obs_shape, action_spec: ActionSpec, *,
