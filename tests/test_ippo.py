@@ -35,6 +35,8 @@ def _single_agent_traj(key, version=0):
         behaviour_value=jax.random.normal(ks[5], (T, B)),
         version=jnp.full((T, B), version, jnp.int32),
         last_obs=jax.random.normal(ks[0], (B, D)),
+        trunc_obs=jax.random.normal(ks[1], (B, D)),
+        trunc_t=jnp.array([-1, 3, -1, 7], jnp.int32),  # envs 1 and 3 were cut by a time limit
     )
 
 
@@ -46,7 +48,7 @@ def _one_agent(traj):
     ag = lambda x: x[..., None]  # noqa: E731
     return Trajectory(ma(traj.obs), ag(traj.action), ag(traj.reward), traj.done,
                       ag(traj.bootstrap_value), ag(traj.behaviour_log_prob), ag(traj.behaviour_value),
-                      traj.version, ma(traj.last_obs))
+                      traj.version, ma(traj.last_obs), ma(traj.trunc_obs), traj.trunc_t)
 
 
 @pytest.mark.parametrize("correct_staleness", [False, True])
@@ -97,7 +99,9 @@ def test_agent_columns_by_hand():
     obs = MAObs(val[..., None], jnp.stack([val[..., 0], -val[..., 0]], -1), jnp.ones((t, b, n, 2), bool))
     traj = Trajectory(obs, val.astype(jnp.int32), val, jnp.array([[True, False], [False, True]]), val, val,
                       val, jnp.array([[5, 6], [7, 8]], jnp.int32),
-                      MAObs(val[0, ..., None], jnp.zeros((b, 2)), jnp.ones((b, n, 2), bool)))
+                      MAObs(val[0, ..., None], jnp.zeros((b, 2)), jnp.ones((b, n, 2), bool)),
+                      MAObs(val[1, ..., None], jnp.zeros((b, 2)), jnp.ones((b, n, 2), bool)),
+                      jnp.array([-1, 1], jnp.int32))
     cols = I.agent_columns(traj)
     assert cols.reward.shape == (t, b * n)
     # column b * N + i is agent i of env b
@@ -107,6 +111,8 @@ def test_agent_columns_by_hand():
     np.testing.assert_array_equal(cols.obs.agent_id[0, 4], [0, 1, 0])
     np.testing.assert_array_equal(cols.obs.state[1, 3], [9, -9])  # env 1's global state
     assert cols.last_obs.obs.shape == (b * n, 1)
+    np.testing.assert_array_equal(cols.trunc_t, [-1, -1, -1, 1, 1, 1])
+    np.testing.assert_array_equal(cols.trunc_obs.obs[:, 0], val[1].reshape(-1))
 
 
 def test_agent_id_separates_agents_and_masks_hold():

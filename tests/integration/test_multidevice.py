@@ -59,7 +59,7 @@ def test_update_is_data_parallel_over_two_devices(tmp_path, procs):
     T, B = report["global_shapes"]["obs"][:2]
     assert (T, B) == (32, 2 * 16)  # two actor trajectories of 16 envs, joined along B
     for name, shape in report["global_shapes"].items():
-        b_axis = 0 if name == "last_obs" else 1  # [T, B, ...] fields, last_obs [B, ...]
+        b_axis = 0 if name in ("last_obs", "trunc_obs", "trunc_t") else 1  # [T, B, ...], per-env [B, ...]
         half = list(shape)
         half[b_axis] //= 2
         assert report["shard_shapes"][name] == half, name  # each device holds half of B

@@ -31,11 +31,15 @@ class Algorithm(NamedTuple):
     value: Callable[..., jax.Array]
     # greedy(params, obs [B, ...]) -> action [B, ...]
     greedy: Callable[..., jax.Array]
-    # update(state, batch) -> (state, metrics); batch is a Trajectory or a Transition
+    # update(state, batch, fresh=True) -> (state, metrics); batch is a Trajectory or a
+    # Transition; fresh=False marks a reuse pass (no progress on the schedules)
     update: Callable[[LearnerState, Any], tuple[LearnerState, dict]]
     # loss_fn(params, batch, ...) -> (loss, metrics); exposed for tests and notebooks
     loss_fn: Callable[..., tuple[jax.Array, dict]]
     network: Any  # the flax module
+    # schedules(global env steps) -> {name: value} of the actor-side schedules the acting
+    # uses (DQN: epsilon), for logging; None when the policy has none
+    schedules: Callable[[Any], dict] | None = None
     # recurrent policies: init_carry(batch) -> the state before the first step [batch, ...];
     # act then takes it as a fifth argument and returns the next one in ActOutput.carry
     init_carry: Callable[[int], Any] | None = None

@@ -57,7 +57,8 @@ def agent_view(obs: MAObs) -> AgentObs:
 def agent_columns(traj: Trajectory) -> Trajectory:
     """A multi-agent trajectory [T, B] (agent axis N inside) -> single-agent [T, B * N].
 
-    Column b * N + i is agent i of env b; env-level fields (done, version) repeat per agent.
+    Column b * N + i is agent i of env b; env-level fields (done, version, trunc_t) repeat
+    per agent.
     """
     T, B, N = traj.reward.shape
 
@@ -67,7 +68,9 @@ def agent_columns(traj: Trajectory) -> Trajectory:
     def per_env(x):  # [T, B] -> [T, B * N]
         return jnp.repeat(x, N, axis=1)
 
-    last = agent_view(traj.last_obs)
+    def per_env_obs(o):  # MAObs [B] -> AgentObs [B * N]
+        return jax.tree.map(lambda x: x.reshape((B * N,) + x.shape[2:]), agent_view(o))
+
     return Trajectory(
         obs=jax.tree.map(per_agent, agent_view(traj.obs)),
         action=per_agent(traj.action),
@@ -77,7 +80,9 @@ def agent_columns(traj: Trajectory) -> Trajectory:
         behaviour_log_prob=per_agent(traj.behaviour_log_prob),
         behaviour_value=per_agent(traj.behaviour_value),
         version=per_env(traj.version),
-        last_obs=jax.tree.map(lambda x: x.reshape((B * N,) + x.shape[2:]), last),
+        last_obs=per_env_obs(traj.last_obs),
+        trunc_obs=per_env_obs(traj.trunc_obs),
+        trunc_t=jnp.repeat(traj.trunc_t, N, axis=0),
     )
 
 
@@ -154,7 +159,7 @@ def make(config: Config, obs_shape, action_spec: ActionSpec, *, correct_stalenes
                           f"observations of shape {tuple(obs_shape)}") from None
     policy = agent_policy(config, shapes, action_spec)
     single = ppo.make(config, shapes.obs[1:], action_spec, correct_staleness=correct_staleness,
-                      policy=policy)
+                      policy=policy, samples_per_step=shapes.obs[0])
 
     def act(params, obs: MAObs, key, env_steps=0):
         return policy.act(params, agent_view(obs), key, env_steps)
@@ -165,8 +170,8 @@ def make(config: Config, obs_shape, action_spec: ActionSpec, *, correct_stalenes
     def greedy(params, obs: MAObs):
         return policy.greedy(params, agent_view(obs))
 
-    def update(state, traj: Trajectory):
-        return single.update(state, agent_columns(traj))
+    def update(state, traj: Trajectory, fresh=True):
+        return single.update(state, agent_columns(traj), fresh)
 
     return Algorithm("ippo", "onpolicy", single.init, act, value, greedy, update, single.loss_fn,
                      policy.network)

@@ -125,7 +125,7 @@ def make(config: Config, obs_shape, action_spec: ActionSpec, *, correct_stalenes
     cfg = config.maddpg
     actor_apply, critic_apply, actor, critic = make_networks(config, n, action_spec)
     a = action_spec.shape[0]
-    optimizer = make_optimizer(cfg.lr, cfg.max_grad_norm, None, False)
+    optimizer = make_optimizer(cfg.lr, cfg.max_grad_norm)
     loss_fn = make_loss(actor_apply, critic_apply, gamma=cfg.gamma)
     low, high = jnp.asarray(action_spec.low), jnp.asarray(action_spec.high)
 
@@ -148,7 +148,8 @@ def make(config: Config, obs_shape, action_spec: ActionSpec, *, correct_stalenes
     def value(params, obs: MAObs):
         return jnp.zeros(obs.obs.shape[:-1], jnp.float32)
 
-    def update(state: LearnerState, batch: Transition):
+    def update(state: LearnerState, batch: Transition, fresh=True):
+        """One gradient step on replayed transitions (`fresh` unused, as for DQN)."""
         if correct_staleness:
             w, _ = S.staleness_weights(state.version, batch.version, config.staleness)
         else:

@@ -198,7 +198,7 @@ def make(config: Config, obs_shape, action_spec: ActionSpec, *, correct_stalenes
     cfg = config.qmix
     agent = AgentRNN(cfg.hidden_dim, action_spec.num_actions)
     mixer = Mixer(cfg.mixer_embed, cfg.hyper_hidden)
-    optimizer = make_optimizer(cfg.lr, cfg.max_grad_norm, None, False)
+    optimizer = make_optimizer(cfg.lr, cfg.max_grad_norm)
     loss_fn = make_loss(agent, mixer, gamma=cfg.gamma, burn_in=cfg.burn_in)
     epsilon = epsilon_schedule(cfg.eps_start, cfg.eps_end, cfg.eps_fraction * config.total_env_steps)
 
@@ -226,7 +226,8 @@ def make(config: Config, obs_shape, action_spec: ActionSpec, *, correct_stalenes
     def value(params, obs: MAObs):
         return jnp.zeros(obs.obs.shape[:-1], jnp.float32)
 
-    def update(state: LearnerState, items: Sequences):
+    def update(state: LearnerState, items: Sequences, fresh=True):
+        """One gradient step on replayed sequences (`fresh` unused: replay has no fresh/reused batches)."""
         seq = time_major(items)
         if correct_staleness:
             w, _ = S.staleness_weights(state.version, seq.version, config.staleness)
@@ -243,8 +244,11 @@ def make(config: Config, obs_shape, action_spec: ActionSpec, *, correct_stalenes
         return state._replace(params=params, opt_state=opt_state, target_params=target_params,
                               version=version), metrics
 
+    def schedules(env_steps):
+        return {"epsilon": epsilon(env_steps)}
+
     return Algorithm("qmix", "sequences", init, act, value, greedy, guarded(update), loss_fn,
-                     (agent, mixer), init_carry)
+                     (agent, mixer), schedules=schedules, init_carry=init_carry)
 
 
 __all__ = ["AgentRNN", "Mixer", "QMIXParams", "agent_inputs", "double_q_choice", "make",

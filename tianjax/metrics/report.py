@@ -60,7 +60,9 @@ COLUMNS = [
     ("final_return", "final return", 2),
     ("final_win_rate", "final win rate", 2),
     ("env_steps_per_s", "env steps/s", 0),
-    ("samples_consumed_per_s", "samples consumed/s", 0),
+    ("samples_fresh_per_s", "fresh samples/s", 0),
+    ("samples_consumed_per_s", "samples consumed/s (reuse incl.)", 0),
+    ("reuse_fraction", "reuse fraction", 2),
 ]
 ROUNDING = ("convergence time to 0.1 s; env steps to target exact; final return and win rate to 2 decimals; "
             "throughputs to the nearest integer; '-' = not reached or not measured")
@@ -212,7 +214,8 @@ FIGURES = {  # file -> (caption, builder)
         "Win rate against env steps")),
     "throughput.png": ("Throughput over time", lambda runs: _line_figure(
         runs, [("wall_time_s", "env_steps_per_s", "env steps/s"),
-               ("wall_time_s", "samples_consumed_per_s", "samples consumed/s")],
+               ("wall_time_s", "samples_fresh_per_s", "fresh samples/s"),
+               ("wall_time_s", "samples_consumed_per_s", "samples consumed/s (reuse incl.)")],
         "wall-clock time (s)", "Throughput")),
     "staleness.png": ("Staleness histogram", _staleness_figure),
     "balance.png": ("Production rate p and consumption rate c", lambda runs: _line_figure(

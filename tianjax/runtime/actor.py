@@ -22,11 +22,13 @@ import sys
 import time
 
 import jax
+import numpy as np
 import zmq
 
 from tianjax.config import Config
 from tianjax.runtime.sources import make_source
 from tianjax.transport.channels import ControlClient, ParamSubscriber, TrajectorySender
+from tianjax.types import ParamsMessage
 
 
 class ActorStopped(Exception):
@@ -41,7 +43,8 @@ class Actor:
         # start-up time that every run pays)
         self.source = make_source(config, seed=config.seed + 7919 * (actor_id + 1))
         self.algo = self.source.algo
-        params_template = jax.eval_shape(self.algo.init, jax.random.key(0)).params
+        params_template = ParamsMessage(jax.eval_shape(self.algo.init, jax.random.key(0)).params,
+                                        np.zeros((), np.int64))
         rt = config.runtime
         self.params_in = ParamSubscriber(run_key, endpoints["params"], params_template,
                                          max_bytes=int(rt.max_message_mb * 2**20))
@@ -51,7 +54,8 @@ class Actor:
         self.version = -1
         self.params = None
         self.credits = 0
-        self.env_steps = 0
+        self.env_steps = 0  # stepped by this actor
+        self.global_steps = 0  # admitted by the learner, as of the newest parameters
         self._last_beat = 0.0
         self._last_heard = time.monotonic()
         self._learner_restarts = 0
@@ -81,7 +85,9 @@ class Actor:
             return False
         self._last_heard = time.monotonic()
         self.version = int(newest[0])
-        self.params = jax.device_put(newest[1])  # once per version
+        message: ParamsMessage = newest[1]
+        self.params = jax.device_put(message.params)  # once per version
+        self.global_steps = int(message.env_steps)
         if self.params_in.source_changes > self._learner_restarts:
             # the learner restarted (from its last checkpoint): its credits and version
             # count start afresh, so register again and follow its versions from here
@@ -120,9 +126,10 @@ class Actor:
                 raise ActorStopped(f"no word from the learner for {timeout:.0f} s")
             self.control.socket.poll(timeout=int(1000 * self.config.runtime.heartbeat_s))
 
-    def _send(self, rollout) -> None:
+    def _send(self, rollout, acted_at: int) -> None:
         poll_ms = int(1000 * self.config.runtime.heartbeat_s)
-        while not self.traj_out.send((rollout.batch, rollout.episodes), self.version, timeout_ms=poll_ms):
+        message = (rollout.batch, rollout.episodes, np.asarray(acted_at, np.int64))
+        while not self.traj_out.send(message, self.version, timeout_ms=poll_ms):
             # the learner is not reading (its pool is full): wait, but stay alive and stoppable
             self._check_control()
             self._beat()
@@ -140,10 +147,13 @@ class Actor:
                 self._wait_for_credit()
                 if self.config.mode == "async":
                     self._take_newest()
-                rollout = self.source(self.params, self.version, self.env_steps)
+                # actor-side schedules (epsilon) follow the learner's global count, so every
+                # actor, and a restarted one, is at the same point of one schedule
+                acted_at = self.global_steps
+                rollout = self.source(self.params, self.version, acted_at)
                 self.env_steps += self.source.steps_per_call
                 sent_with = self.version
-                self._send(rollout)
+                self._send(rollout, acted_at)
                 self.credits -= 1
                 self._beat()
                 if self.config.mode == "sync":
