@@ -172,3 +172,20 @@ def test_fused_ippo_on_smax_reports_wins_and_evaluates(tmp_path):
     assert all("win_rate_100" in r for r in records)
     out = evaluate_run(str(run), episodes=2)  # the checkpoint restores into the multi-agent state
     assert out.returns.shape == (2,) and np.all(np.isfinite(out.returns))
+
+
+def test_progress_counts_env_steps_not_agent_samples():
+    cfg = _config("ippo")
+    algo = make_algorithm(cfg, MAObs((3, D), (7,), (3, A)), SPEC)
+    state = algo.init(jax.random.key(0))
+    k = jax.random.split(jax.random.key(1), 4)
+    obs = MAObs(jax.random.normal(k[0], (T, B, 3, D)), jnp.zeros((T, B, 7)), jnp.ones((T, B, 3, A), bool))
+    last = MAObs(jnp.zeros((B, 3, D)), jnp.zeros((B, 7)), jnp.ones((B, 3, A), bool))
+    z = jnp.zeros((T, B, 3))
+    traj = Trajectory(obs, jax.random.randint(k[1], (T, B, 3), 0, A), jax.random.normal(k[2], (T, B, 3)),
+                      jnp.zeros((T, B), bool), z, jnp.full((T, B, 3), -1.0), z, jnp.zeros((T, B), jnp.int32),
+                      last, last, jnp.full((B,), -1, jnp.int32))
+    new, metrics = jax.jit(algo.update)(state, traj)
+    assert int(new.fresh_steps) == T * B  # 3 agents, but T * B env steps: the lr anneals on env steps
+    new, _ = jax.jit(algo.update)(new, traj, False)  # a reuse pass adds no progress
+    assert int(new.fresh_steps) == T * B

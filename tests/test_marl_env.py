@@ -63,6 +63,15 @@ def test_smax_masks_match_the_env(smax):
     np.testing.assert_array_equal(obs.avail, np.stack([masks[a] for a in smax.agents]).astype(bool))
     # at the start the armies are out of range: move and stop only, no attack
     assert obs.avail[:, :5].all() and not obs.avail[:, 5:].any()
+    # the world state, with unit positions (features 1 and 2 of 10 per unit) over the 32 x 32 map
+    raw = np.asarray(smax.env.get_world_state(state))
+    assert obs.state.shape == raw.shape == (72,)
+    pos = np.zeros(72, bool)
+    for u in range(6):
+        pos[u * 10 + 1:u * 10 + 3] = True
+    np.testing.assert_allclose(obs.state[pos], raw[pos] / 32.0, rtol=1e-6)
+    np.testing.assert_array_equal(obs.state[~pos], raw[~pos])
+    assert 0.0 < float(obs.state[pos].min()) and float(obs.state[pos].max()) < 1.0
 
 
 def test_smax_win_terminates_and_time_limit_truncates(smax):

@@ -12,8 +12,10 @@ where `MAObs` carries what multi-agent learners need:
 
     obs    [N, D]  each agent's own observation (zero-padded to the widest agent)
     state  [S]     the global state for centralised critics and mixers (JaxMARL's
-                   `world_state` where the env gives one, as SMAX does; else all agents'
-                   observations concatenated, as JaxMARL's MPE baselines build it)
+                   `world_state` where the env gives one, as SMAX does, with SMAX's unit
+                   positions divided by the map size: raw they run to 32 and swamp a
+                   hypernetwork mixer; else all agents' observations concatenated, as
+                   JaxMARL's MPE baselines build it)
     avail  [N, A]  available-action mask (SMAX); all true where the env has none, and
                    false on the padding of agents with fewer actions. Continuous action
                    spaces get a [N, 1] all-true mask.
@@ -88,6 +90,7 @@ class MultiAgentEnv:
         self.max_steps = getattr(env, "max_steps", None)
         self._num_allies = getattr(env, "num_allies", None)
         self.reports_wins = self._num_allies is not None  # SMAX battles are won or lost
+        self._state_scale = _smax_state_scale(env)
         obs0 = jax.eval_shape(self.reset, jax.random.key(0))[0]
         # the shapes of one env's observation, as an MAObs: ((N, D), (S,), (N, A))
         self.obs_shape = MAObs(tuple(obs0.obs.shape), tuple(obs0.state.shape), tuple(obs0.avail.shape))
@@ -98,6 +101,8 @@ class MultiAgentEnv:
         obs = jnp.stack([jnp.pad(r, (0, self.obs_dim - r.shape[0])) for r in rows])
         if "world_state" in obs_dict:
             global_state = jnp.ravel(obs_dict["world_state"]).astype(jnp.float32)
+            if self._state_scale is not None:
+                global_state = global_state * self._state_scale
         else:
             global_state = jnp.concatenate(rows)
         return MAObs(obs, global_state, self._avail(state))
@@ -163,6 +168,19 @@ def _action_spec(space) -> ActionSpec:
                           low=np.broadcast_to(np.asarray(space.low, np.float32), space.shape),
                           high=np.broadcast_to(np.asarray(space.high, np.float32), space.shape))
     raise ConfigError(f"config key 'env': unsupported JaxMARL action space {kind}")
+
+
+def _smax_state_scale(env) -> np.ndarray | None:
+    """Per-feature scale of SMAX's world state (units' features, then teams and types) that
+    puts unit positions in [0, 1]; None for other envs."""
+    feats = getattr(env, "own_features", None)
+    if feats is None or not hasattr(env, "map_width"):
+        return None
+    n_units = env.num_allies + env.num_enemies
+    unit = np.ones(len(feats), np.float32)
+    unit[feats.index("position_x")] = 1.0 / env.map_width
+    unit[feats.index("position_y")] = 1.0 / env.map_height
+    return np.concatenate([np.tile(unit, n_units), np.ones(2 * n_units, np.float32)])
 
 
 def _has_avail_actions(env) -> bool:
