@@ -45,7 +45,7 @@ def test_mpe_truncates_at_its_time_limit_and_auto_resets(spread):
             assert not bool(out.truncated) and not bool(out.terminated)
             np.testing.assert_array_equal(out.obs.obs, out.final_obs.obs)
             state = out.state
-    assert bool(out.truncated) and not bool(out.terminated) and not bool(out.won)
+    assert bool(out.truncated) and not bool(out.terminated) and out.won is None  # MPE has no wins
     # final_obs is what the un-reset step saw; obs is the next episode's first observation
     k_step, k_reset = jax.random.split(key)
     raw_obs, *_ = spread.env.step_env(k_step, state, {a: action[i] for i, a in enumerate(spread.agents)})

@@ -339,8 +339,9 @@ class Config:
             _check(self.env_backend == "jaxmarl", "env_backend",
                    f"algo '{self.algo}' is multi-agent and needs env_backend: jaxmarl, got "
                    f"'{self.env_backend}'")
-            _check(self.mode == "fused", "mode",
-                   f"multi-agent algo '{self.algo}' runs in mode: fused only so far, got '{self.mode}'")
+            _check(self.mode == "fused" or self.algo == "ippo", "mode",
+                   f"'{self.algo}' runs in mode: fused only so far (ippo also runs sync/async), "
+                   f"got '{self.mode}'")
         elif self.env_backend == "jaxmarl":
             _check(False, "algo", f"'{self.algo}' is single-agent; env_backend: jaxmarl needs a "
                    f"multi-agent algo ({', '.join(MULTI_AGENT_ALGOS)})")

@@ -94,8 +94,8 @@ def make_rollout(env: JaxEnv, algo: Algorithm, num_envs: int, rollout_len: int):
             ep_ret = s.stats.episode_return + team_reward(nxt.reward, 1)
             ep_len = s.stats.episode_length + 1
             stats = EpisodeStats(jnp.where(done, 0.0, ep_ret), jnp.where(done, 0, ep_len))
-            won = nxt.won if nxt.won is not None else jnp.zeros_like(done)
-            episodes = Episodes(done, ep_ret, ep_len, won & done)
+            # envs that report no wins keep the three-field Episodes the runtime's messages carry
+            episodes = Episodes(done, ep_ret, ep_len, None if nxt.won is None else nxt.won & done)
             v = jnp.full((num_envs,), version, jnp.int32)
             if onpolicy:
                 # The truncation bootstrap is evaluated after the scan, batched over [T, B].

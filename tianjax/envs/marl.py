@@ -25,7 +25,7 @@ JaxMARL's own auto-reset (`step_env`) so that `final_obs` is the observation the
 ended on; `obs` is already the next episode's first one. An episode cut by the env's
 time limit (`max_steps`) with no decisive end is truncated (it bootstraps); SMAX
 battles won or lost (one side entirely dead) terminate. `won` is true where an episode
-ended with every enemy dead and an ally alive (SMAX's win; always false elsewhere).
+ended with every enemy dead and an ally alive (SMAX's win); None for envs without wins.
 
 Env ids: any `jaxmarl.registered_envs` name (e.g. `MPE_simple_spread_v3`), and
 `SMAX_<map>` (e.g. `SMAX_3m`) for a SMAX map against JaxMARL's heuristic enemy, the
@@ -146,7 +146,7 @@ class MultiAgentEnv:
         pick = lambda new, old: jax.tree.map(lambda x, y: jnp.where(done, x, y), new, old)  # noqa: E731
         reward = jnp.stack([jnp.asarray(reward_d[a], jnp.float32) for a in self.agents])
         return JaxStep(pick(reset_obs, final_obs), pick(reset_state, next_state), reward,
-                       terminated, truncated, final_obs, done & won)
+                       terminated, truncated, final_obs, done & won if self.reports_wins else None)
 
     def _outcome(self, state) -> tuple[jax.Array, jax.Array]:
         """(won, decisive): SMAX-style battles end decisively when one side is all dead."""
