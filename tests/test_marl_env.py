@@ -64,14 +64,22 @@ def test_smax_masks_match_the_env(smax):
     # at the start the armies are out of range: move and stop only, no attack
     assert obs.avail[:, :5].all() and not obs.avail[:, 5:].any()
     # the world state, with unit positions (features 1 and 2 of 10 per unit) over the 32 x 32 map
+    # and weapon cooldowns (feature 3) floored at 0
+    inner = state.state
+    state = state.replace(state=inner.replace(unit_weapon_cooldowns=inner.unit_weapon_cooldowns.at[0].set(-7.0)
+                                              .at[1].set(0.5)))
+    obs = smax._observe(dict(smax.env.get_obs(state), world_state=smax.env.get_world_state(state)), state)
     raw = np.asarray(smax.env.get_world_state(state))
     assert obs.state.shape == raw.shape == (72,)
     pos = np.zeros(72, bool)
     for u in range(6):
         pos[u * 10 + 1:u * 10 + 3] = True
     np.testing.assert_allclose(obs.state[pos], raw[pos] / 32.0, rtol=1e-6)
-    np.testing.assert_array_equal(obs.state[~pos], raw[~pos])
     assert 0.0 < float(obs.state[pos].min()) and float(obs.state[pos].max()) < 1.0
+    assert raw[3] == -7.0 and obs.state[3] == 0.0 and obs.state[13] == 0.5
+    rest = ~pos
+    rest[3] = False
+    np.testing.assert_array_equal(obs.state[rest], raw[rest])
 
 
 def test_smax_win_terminates_and_time_limit_truncates(smax):

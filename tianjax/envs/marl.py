@@ -13,8 +13,9 @@ where `MAObs` carries what multi-agent learners need:
     obs    [N, D]  each agent's own observation (zero-padded to the widest agent)
     state  [S]     the global state for centralised critics and mixers (JaxMARL's
                    `world_state` where the env gives one, as SMAX does, with SMAX's unit
-                   positions divided by the map size: raw they run to 32 and swamp a
-                   hypernetwork mixer; else all agents' observations concatenated, as
+                   positions divided by the map size and weapon cooldowns floored at 0:
+                   raw, they run to 32 and to -30 and swamp a hypernetwork mixer; else
+                   all agents' observations concatenated, as
                    JaxMARL's MPE baselines build it)
     avail  [N, A]  available-action mask (SMAX); all true where the env has none, and
                    false on the padding of agents with fewer actions. Continuous action
@@ -90,7 +91,7 @@ class MultiAgentEnv:
         self.max_steps = getattr(env, "max_steps", None)
         self._num_allies = getattr(env, "num_allies", None)
         self.reports_wins = self._num_allies is not None  # SMAX battles are won or lost
-        self._state_scale = _smax_state_scale(env)
+        self._state_scale, self._state_floor = _smax_state_transform(env)
         obs0 = jax.eval_shape(self.reset, jax.random.key(0))[0]
         # the shapes of one env's observation, as an MAObs: ((N, D), (S,), (N, A))
         self.obs_shape = MAObs(tuple(obs0.obs.shape), tuple(obs0.state.shape), tuple(obs0.avail.shape))
@@ -102,7 +103,7 @@ class MultiAgentEnv:
         if "world_state" in obs_dict:
             global_state = jnp.ravel(obs_dict["world_state"]).astype(jnp.float32)
             if self._state_scale is not None:
-                global_state = global_state * self._state_scale
+                global_state = jnp.maximum(global_state * self._state_scale, self._state_floor)
         else:
             global_state = jnp.concatenate(rows)
         return MAObs(obs, global_state, self._avail(state))
@@ -170,17 +171,23 @@ def _action_spec(space) -> ActionSpec:
     raise ConfigError(f"config key 'env': unsupported JaxMARL action space {kind}")
 
 
-def _smax_state_scale(env) -> np.ndarray | None:
-    """Per-feature scale of SMAX's world state (units' features, then teams and types) that
-    puts unit positions in [0, 1]; None for other envs."""
+def _smax_state_transform(env) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """(scale, floor) per feature of SMAX's world state (units' features, then teams and
+    types): unit positions over the map size, into [0, 1], and weapon cooldowns floored at
+    0 (SMAX lets a ready weapon's cooldown run negative, to -30 and beyond in a long
+    battle). (None, None) for other envs."""
     feats = getattr(env, "own_features", None)
     if feats is None or not hasattr(env, "map_width"):
-        return None
+        return None, None
     n_units = env.num_allies + env.num_enemies
-    unit = np.ones(len(feats), np.float32)
-    unit[feats.index("position_x")] = 1.0 / env.map_width
-    unit[feats.index("position_y")] = 1.0 / env.map_height
-    return np.concatenate([np.tile(unit, n_units), np.ones(2 * n_units, np.float32)])
+    scale = np.ones(len(feats), np.float32)
+    scale[feats.index("position_x")] = 1.0 / env.map_width
+    scale[feats.index("position_y")] = 1.0 / env.map_height
+    floor = np.full(len(feats), -np.inf, np.float32)
+    floor[feats.index("weapon_cooldown")] = 0.0
+    rest = 2 * n_units
+    return (np.concatenate([np.tile(scale, n_units), np.ones(rest, np.float32)]),
+            np.concatenate([np.tile(floor, n_units), np.full(rest, -np.inf, np.float32)]))
 
 
 def _has_avail_actions(env) -> bool:
