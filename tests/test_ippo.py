@@ -147,10 +147,11 @@ def test_single_and_multi_agent_mismatch_names_the_key():
         load_config({"algo": "ppo", "env": "MPE_simple_spread_v3", "env_backend": "jaxmarl"})
 
 
-def test_multi_agent_actor_processes_are_refused_by_name():
-    with pytest.raises(ConfigError, match="'mode'"):
-        load_config({"algo": "ippo", "env": "MPE_simple_spread_v3", "env_backend": "jaxmarl", "mode": "async",
-                     "num_actors": 2})
+def test_replay_multi_agent_algos_with_actor_processes_are_refused_by_name():
+    for algo in ("qmix", "maddpg"):
+        with pytest.raises(ConfigError, match="'mode'"):
+            load_config({"algo": algo, "env": "SMAX_3m", "env_backend": "jaxmarl", "mode": "async", "num_actors": 2})
+    load_config({"algo": "ippo", "env": "SMAX_3m", "env_backend": "jaxmarl", "mode": "async", "num_actors": 2})
 
 
 def test_fused_ippo_on_smax_reports_wins_and_evaluates(tmp_path):
