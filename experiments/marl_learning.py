@@ -48,7 +48,8 @@ def random_policy(env, episodes: int, seed: int = 0) -> tuple[float, float | Non
             nxt = jax.vmap(env.step)(jax.random.split(k_env, episodes), state, action)
             ret = ret + jnp.where(finished, 0.0, team_reward(nxt.reward, 1))
             done = nxt.terminated | nxt.truncated
-            won = won | (~finished & done & nxt.won)
+            if nxt.won is not None:  # envs that report wins (SMAX)
+                won = won | (~finished & done & nxt.won)
             return nxt.obs, nxt.state, key, ret, finished | done, won
 
         init = (obs, state, key, zeros, zeros.astype(bool), zeros.astype(bool))
