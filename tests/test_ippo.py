@@ -173,6 +173,11 @@ def test_fused_ippo_on_smax_reports_wins_and_evaluates(tmp_path):
     assert all("win_rate_100" in r for r in records)
     out = evaluate_run(str(run), episodes=2)  # the checkpoint restores into the multi-agent state
     assert out.returns.shape == (2,) and np.all(np.isfinite(out.returns))
+    from tianjax.metrics.report import load_runs, table_rows, write_report
+
+    rep = write_report([str(run)], str(tmp_path / "report"))  # `tianjax report`: the win-rate curve
+    assert any(f.endswith("win_rate_vs_steps.png") for f in rep.figures)
+    assert table_rows(load_runs([str(run)]))[0]["final_win_rate"] == s["final_win_rate"]
 
 
 def test_progress_counts_env_steps_not_agent_samples():
