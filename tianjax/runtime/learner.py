@@ -497,7 +497,9 @@ class Learner:
     def finished(self) -> bool:
         """The budget is spent: every fresh batch learned from (on-policy), or every admitted
         sample learned from as often as the replay ratio says (off-policy)."""
-        if self.kept_steps < self.budget:
+        if self.kept_steps < self.budget or (jax.process_count() > 1 and not self.replay):
+            # NOTE: every process of a multi-process run must take the same number of
+            # (collective) updates: there only the count of fresh batches decides
             return self.fresh_updates >= self.n_updates and not self.replay
         if self.replay:
             return self._replay_owed() < self.config.dqn.batch_size
@@ -523,8 +525,8 @@ class Learner:
         return self._global_batch(local), local.version, chosen is None
 
     def run(self, should_stop: Callable[[], bool] = lambda: False, t_start: float | None = None) -> dict:
-        """Trains until `n_updates` fresh batches have been learned from (counting those of
-        the run it resumed), `should_stop()` says so, or an error. Checkpoints every
+        """Trains until the budget is spent (see finished(); counting what the run it resumed
+        learned), `should_stop()` says so, or an error. Checkpoints every
         `checkpoint.every` updates and, with `checkpoint.final`, at the end, including an
         end by Ctrl-C, SIGTERM or a stall (the state is always a whole update's)."""
         cfg = self.config
