@@ -224,15 +224,16 @@ class Learner:
     def compile(self) -> None:
         """Compiles the update. Separate from __init__ so that a launcher can bind the
         sockets, start the actors, and let them start up while this compiles."""
-        if self.update is not None:
+        if self.compile_time_s:
             return
         t = time.perf_counter()
         replicated = self._replicated
         fresh = jax.ShapeDtypeStruct((), np.bool_)
-        self.update = jax.jit(self.algo.update, in_shardings=(replicated, self.batch_sharding, replicated),
-                              out_shardings=(replicated, replicated), donate_argnums=0).lower(
-            self.state, self._global_sds, fresh).compile()
-        if self._split:
+        if not self._split:
+            self.update = jax.jit(self.algo.update, in_shardings=(replicated, self.batch_sharding, replicated),
+                                  out_shardings=(replicated, replicated), donate_argnums=0).lower(
+                self.state, self._global_sds, fresh).compile()
+        else:
             # reuse passes run the epochs again on the batch as prepared when first taken
             prepared = jax.eval_shape(self.algo.prepare, self.state, self._global_sds)
             sharding = jax.tree.map(lambda x: NamedSharding(self.mesh, P(None, "data") if x.ndim >= 2 else P()),
@@ -242,7 +243,7 @@ class Learner:
             self._learn = jax.jit(self.algo.learn, in_shardings=(replicated, sharding, replicated),
                                   out_shardings=(replicated, replicated), donate_argnums=0).lower(
                 self.state, prepared, fresh).compile()
-        self.compile_time_s = time.perf_counter() - t
+        self.compile_time_s = max(time.perf_counter() - t, 1e-9)
 
     def _init_replay(self):
         """Off-policy: a replay buffer local to this process; each update samples
