@@ -27,6 +27,7 @@ import zmq
 from tianjax.config import Config
 from tianjax.runtime.sources import make_source
 from tianjax.transport.channels import ControlClient, ParamSubscriber, TrajectorySender
+from tianjax.transport.security import secure_context
 
 
 class ActorStopped(Exception):
@@ -43,11 +44,14 @@ class Actor:
         self.algo = self.source.algo
         params_template = jax.eval_shape(self.algo.init, jax.random.key(0)).params
         rt = config.runtime
+        # the run's handshake: under curve the actor only talks to a learner holding its key
+        self.net = secure_context(run_key, rt, server=False)
+        net = dict(ctx=self.net.ctx, handshake=self.net.handshake)
         self.params_in = ParamSubscriber(run_key, endpoints["params"], params_template,
-                                         max_bytes=int(rt.max_message_mb * 2**20))
+                                         max_bytes=int(rt.max_message_mb * 2**20), **net)
         self.traj_out = TrajectorySender(run_key, endpoints["traj"], sender=f"actor-{actor_id}",
-                                         hwm=rt.send_hwm)
-        self.control = ControlClient(run_key, endpoints["control"], identity=f"actor-{actor_id}")
+                                         hwm=rt.send_hwm, **net)
+        self.control = ControlClient(run_key, endpoints["control"], identity=f"actor-{actor_id}", **net)
         self.version = -1
         self.params = None
         self.credits = 0
@@ -160,4 +164,5 @@ class Actor:
         self.source.close()
         for ch in (self.params_in, self.traj_out, self.control):
             ch.close()
+        self.net.close()
 

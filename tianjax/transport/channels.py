@@ -31,6 +31,7 @@ from typing import Any, Literal
 import zmq
 
 from tianjax.transport.auth import Authenticator, RunKey, as_authenticator
+from tianjax.transport.security import SENDER_MAX_BYTES, SUBSCRIPTION_MAX_BYTES, Handshake, limit_frames
 from tianjax.transport.codec import (
     MAX_HEADER_BYTES,
     CodecError,
@@ -63,19 +64,34 @@ def _first_seq() -> int:
 
 
 class _Channel:
-    """One socket, linger 0, closed by close() or a with block."""
+    """One socket, linger 0, closed by close() or a with block. `max_in` caps each inbound
+    frame (ZeroMQ's maxmsgsize: a larger one disconnects its sender unread); `handshake`,
+    if given, is the run's connection credentials (see `security`), set before the socket
+    binds (as a server) or connects (as a client)."""
 
-    def __init__(self, socket_type: int, ctx: zmq.Context | None):
+    def __init__(self, socket_type: int, ctx: zmq.Context | None, max_in: int,
+                 handshake: Handshake | None):
         self._ctx = ctx or zmq.Context.instance()
         self.socket: zmq.Socket = self._ctx.socket(socket_type)
         self.socket.linger = 0
+        limit_frames(self.socket, max_in)
+        self.handshake = handshake
         self.endpoint = ""
         self._ipc_path: str | None = None
 
-    def _bind(self, endpoint: str | None, host: str, transport: Literal["tcp", "ipc"]) -> None:
+    def _connect(self, endpoint: str) -> None:
+        if self.handshake is not None:
+            self.handshake.client(self.socket)
+        self.socket.connect(endpoint)
+        self.endpoint = endpoint
+
+    def _bind(self, endpoint: str | None, host: str, transport: Literal["tcp", "ipc"],
+              ipc_dir: str | None = None) -> None:
+        if self.handshake is not None:
+            self.handshake.server(self.socket)
         if endpoint is None and transport == "ipc":
             name = f"tianjax-{os.getpid()}-{secrets.token_hex(6)}.ipc"
-            endpoint = "ipc://" + os.path.join(tempfile.gettempdir(), name)
+            endpoint = "ipc://" + os.path.join(ipc_dir or tempfile.gettempdir(), name)
         if endpoint is None:
             if ":" in host:  # an IPv6 address
                 self.socket.ipv6 = True
@@ -149,14 +165,16 @@ class ParamPublisher(_Channel):
 
     def __init__(self, key: Key, *, endpoint: str | None = None, host: str = DEFAULT_HOST,
                  transport: Literal["tcp", "ipc"] = "tcp", sender: str = "learner",
-                 hwm: int = 8, batch_dims: int = 0, ctx: zmq.Context | None = None):
-        super().__init__(zmq.PUB, ctx)
+                 hwm: int = 8, batch_dims: int = 0, ctx: zmq.Context | None = None,
+                 handshake: Handshake | None = None, ipc_dir: str | None = None):
+        # what a PUB receives are subscriptions: tiny, so an oversized one is refused unread
+        super().__init__(zmq.PUB, ctx, SUBSCRIPTION_MAX_BYTES, handshake)
         self._auth = as_authenticator(key)
         self.sender = sender
         self.batch_dims = batch_dims
         self._seq = _first_seq()
         self.socket.sndhwm = hwm
-        self._bind(endpoint, host, transport)
+        self._bind(endpoint, host, transport, ipc_dir)
 
     def publish(self, version: int, params: Any) -> None:
         self._seq += 1
@@ -184,17 +202,18 @@ class ParamSubscriber(_Channel):
 
     def __init__(self, key: Key, endpoint: str, template: Any, *, hwm: int = 2,
                  max_bytes: int | None = None, batch_dims: int = 0,
-                 ctx: zmq.Context | None = None):
-        super().__init__(zmq.SUB, ctx)
+                 ctx: zmq.Context | None = None, handshake: Handshake | None = None):
+        spec = template if isinstance(template, TreeSpec) else TreeSpec(template, batch_dims=batch_dims)
+        max_bytes = max_bytes or _default_max_bytes(spec)
+        super().__init__(zmq.SUB, ctx, max_bytes, handshake)
         self._auth = as_authenticator(key)
-        self.spec = template if isinstance(template, TreeSpec) else TreeSpec(template, batch_dims=batch_dims)
-        self.max_bytes = max_bytes or _default_max_bytes(self.spec)
+        self.spec = spec
+        self.max_bytes = max_bytes
         # NOTE: a small RCVHWM bounds what can pile up behind a slow actor; ZMQ_CONFLATE
         # would keep only the last message but does not support multipart messages.
         self.socket.rcvhwm = hwm
         self.socket.setsockopt(zmq.SUBSCRIBE, b"")
-        self.socket.connect(endpoint)
-        self.endpoint = endpoint
+        self._connect(endpoint)
         self.version = -1
         self.source: str | None = None  # the sender (learner incarnation) of `version`
         self.source_changes = 0
@@ -257,15 +276,15 @@ class TrajectorySender(_Channel):
     """Actor side: pushes trajectory trees to the learner; `hwm` bounds what may queue."""
 
     def __init__(self, key: Key, endpoint: str, *, sender: str, hwm: int = 2,
-                 batch_dims: int = 0, ctx: zmq.Context | None = None):
-        super().__init__(zmq.PUSH, ctx)
+                 batch_dims: int = 0, ctx: zmq.Context | None = None,
+                 handshake: Handshake | None = None):
+        super().__init__(zmq.PUSH, ctx, SENDER_MAX_BYTES, handshake)
         self._auth = as_authenticator(key)
         self.sender = sender
         self.batch_dims = batch_dims
         self._seq = _first_seq()
         self.socket.sndhwm = hwm
-        self.socket.connect(endpoint)
-        self.endpoint = endpoint
+        self._connect(endpoint)
 
     def send(self, tree: Any, version: int, timeout_ms: int | None = 1000) -> bool:
         """Queues `tree` stamped with `version`. False if the high-water mark stays reached
@@ -297,13 +316,16 @@ class TrajectoryReceiver(_Channel):
     def __init__(self, key: Key, template: Any, *, endpoint: str | None = None,
                  host: str = DEFAULT_HOST, transport: Literal["tcp", "ipc"] = "tcp",
                  hwm: int = 4, max_bytes: int | None = None, batch_dims: int = 0,
-                 ctx: zmq.Context | None = None):
-        super().__init__(zmq.PULL, ctx)
+                 ctx: zmq.Context | None = None, handshake: Handshake | None = None,
+                 ipc_dir: str | None = None):
+        spec = template if isinstance(template, TreeSpec) else TreeSpec(template, batch_dims=batch_dims)
+        max_bytes = max_bytes or _default_max_bytes(spec)
+        super().__init__(zmq.PULL, ctx, max_bytes, handshake)
         self._auth = as_authenticator(key)
-        self.spec = template if isinstance(template, TreeSpec) else TreeSpec(template, batch_dims=batch_dims)
-        self.max_bytes = max_bytes or _default_max_bytes(self.spec)
+        self.spec = spec
+        self.max_bytes = max_bytes
         self.socket.rcvhwm = hwm
-        self._bind(endpoint, host, transport)
+        self._bind(endpoint, host, transport, ipc_dir)
         self.accepted = 0
         self.rejected: collections.Counter = collections.Counter()
         self._guard = ReplayGuard()
@@ -326,15 +348,16 @@ class ControlServer(_Channel):
 
     def __init__(self, key: Key, *, endpoint: str | None = None, host: str = DEFAULT_HOST,
                  transport: Literal["tcp", "ipc"] = "tcp", sender: str = "learner",
-                 max_bytes: int = CONTROL_MAX_BYTES, ctx: zmq.Context | None = None):
-        super().__init__(zmq.ROUTER, ctx)
+                 max_bytes: int = CONTROL_MAX_BYTES, ctx: zmq.Context | None = None,
+                 handshake: Handshake | None = None, ipc_dir: str | None = None):
+        super().__init__(zmq.ROUTER, ctx, max_bytes, handshake)
         self._auth = as_authenticator(key)
         self.sender = sender
         self.max_bytes = max_bytes
         self._seq = _first_seq()
         # unknown routes raise instead of vanishing
         self.socket.setsockopt(zmq.ROUTER_MANDATORY, 1)
-        self._bind(endpoint, host, transport)
+        self._bind(endpoint, host, transport, ipc_dir)
         self._routes: dict[bytes, bytes] = {}  # sender name -> routing id of its connection
         self.peers: dict[bytes, float] = {}  # identity -> monotonic time last heard
         self.accepted = 0
@@ -383,14 +406,13 @@ class ControlClient(_Channel):
     """Actor side of control; `identity` names the actor (its messages' sender)."""
 
     def __init__(self, key: Key, endpoint: str, *, identity: str, hwm: int = 1000,
-                 ctx: zmq.Context | None = None):
-        super().__init__(zmq.DEALER, ctx)
+                 ctx: zmq.Context | None = None, handshake: Handshake | None = None):
+        super().__init__(zmq.DEALER, ctx, CONTROL_MAX_BYTES, handshake)
         self._auth = as_authenticator(key)
         self.identity = identity
         self._seq = _first_seq()
         self.socket.sndhwm = hwm
-        self.socket.connect(endpoint)
-        self.endpoint = endpoint
+        self._connect(endpoint)
         self.accepted = 0
         self.rejected: collections.Counter = collections.Counter()
         self._guard = ReplayGuard()
