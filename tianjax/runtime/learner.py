@@ -95,11 +95,13 @@ class Learner:
 
     def __init__(self, config: Config, run_key, logger: RunLogger | None = None,
                  progress: Progress | None = None, endpoints: dict | None = None,
-                 checkpoint_root: str | None = None, ipc_dir: str | None = None):
+                 checkpoint_root: str | None = None, ipc_dir: str | None = None,
+                 listen_fds: dict | None = None):
         """`checkpoint_root`: the run directory whose checkpoints/ this learner writes
         (default: the logger's run directory; none without a logger). In a multi-process
         run every learner process must name the same one. `ipc_dir`: where ipc sockets
-        go (the launcher's private directory)."""
+        go (the launcher's private directory). `listen_fds`: listening sockets the launcher
+        holds for `endpoints` (channel name -> descriptor; see launch/ports.py)."""
         self.config = config
         self.logger = logger
         self.progress = progress
@@ -130,7 +132,7 @@ class Learner:
         self.update = None  # compiled by compile(), after the sockets are up
         self.compile_time_s = 0.0
 
-        host, ep = rt.bind_host, endpoints or {}
+        host, ep, fds = rt.bind_host, endpoints or {}, listen_fds or {}
         # peers hold descriptors here before they authenticate: use all the OS allows, and
         # keep a reserve for checkpoints (see runtime/resources.py)
         raise_fd_limit()
@@ -140,11 +142,12 @@ class Learner:
         net = dict(ctx=self.net.ctx, handshake=self.net.handshake, host=host, transport=rt.transport,
                    ipc_dir=ipc_dir)
         # the sender name is this incarnation's: actors follow a restarted learner's versions
-        self.params_pub = ParamPublisher(run_key, endpoint=ep.get("params"), **net,
+        self.params_pub = ParamPublisher(run_key, endpoint=ep.get("params"), **net, use_fd=fds.get("params"),
                                          sender=f"learner-{jax.process_index()}-{os.urandom(4).hex()}")
         self.traj_in = TrajectoryReceiver(run_key, self.template, endpoint=ep.get("traj"), **net,
+                                          use_fd=fds.get("traj"),
                                           hwm=rt.recv_hwm, max_bytes=int(rt.max_message_mb * 2**20))
-        self.control = ControlServer(run_key, endpoint=ep.get("control"), **net)
+        self.control = ControlServer(run_key, endpoint=ep.get("control"), **net, use_fd=fds.get("control"))
         self.balance = BalanceController(config.staleness.max_staleness, rt.max_pool,
                                          rt.max_reuse if jax.process_count() == 1 else 0)
         self.tracker = EpisodeTracker(config.target_return)

@@ -86,9 +86,18 @@ class _Channel:
         self.endpoint = endpoint
 
     def _bind(self, endpoint: str | None, host: str, transport: Literal["tcp", "ipc"],
-              ipc_dir: str | None = None) -> None:
+              ipc_dir: str | None = None, use_fd: int | None = None) -> None:
         if self.handshake is not None:
             self.handshake.server(self.socket)
+        if use_fd is not None:
+            # a listening socket bound and held by the launcher (see launch/ports.py):
+            # it owns the port or ipc path, so nothing here unlinks it
+            if endpoint is None:
+                raise ValueError("a listening descriptor needs its endpoint")
+            self.socket.setsockopt(zmq.USE_FD, use_fd)
+            self.socket.bind(endpoint)
+            self.endpoint = endpoint
+            return
         if endpoint is None and transport == "ipc":
             name = f"tianjax-{os.getpid()}-{secrets.token_hex(6)}.ipc"
             endpoint = "ipc://" + os.path.join(ipc_dir or tempfile.gettempdir(), name)
@@ -166,7 +175,8 @@ class ParamPublisher(_Channel):
     def __init__(self, key: Key, *, endpoint: str | None = None, host: str = DEFAULT_HOST,
                  transport: Literal["tcp", "ipc"] = "tcp", sender: str = "learner",
                  hwm: int = 8, batch_dims: int = 0, ctx: zmq.Context | None = None,
-                 handshake: Handshake | None = None, ipc_dir: str | None = None):
+                 handshake: Handshake | None = None, ipc_dir: str | None = None,
+                 use_fd: int | None = None):
         # what a PUB receives are subscriptions: tiny, so an oversized one is refused unread
         super().__init__(zmq.PUB, ctx, SUBSCRIPTION_MAX_BYTES, handshake)
         self._auth = as_authenticator(key)
@@ -174,7 +184,7 @@ class ParamPublisher(_Channel):
         self.batch_dims = batch_dims
         self._seq = _first_seq()
         self.socket.sndhwm = hwm
-        self._bind(endpoint, host, transport, ipc_dir)
+        self._bind(endpoint, host, transport, ipc_dir, use_fd)
 
     def publish(self, version: int, params: Any) -> None:
         self._seq += 1
@@ -204,7 +214,8 @@ class ParamSubscriber(_Channel):
                  max_bytes: int | None = None, batch_dims: int = 0,
                  ctx: zmq.Context | None = None, handshake: Handshake | None = None):
         spec = template if isinstance(template, TreeSpec) else TreeSpec(template, batch_dims=batch_dims)
-        max_bytes = max_bytes or _default_max_bytes(spec)
+        # never above the exact size a template without batch dims fixes
+        max_bytes = min(max_bytes or (1 << 62), _default_max_bytes(spec))
         super().__init__(zmq.SUB, ctx, max_bytes, handshake)
         self._auth = as_authenticator(key)
         self.spec = spec
@@ -317,15 +328,16 @@ class TrajectoryReceiver(_Channel):
                  host: str = DEFAULT_HOST, transport: Literal["tcp", "ipc"] = "tcp",
                  hwm: int = 4, max_bytes: int | None = None, batch_dims: int = 0,
                  ctx: zmq.Context | None = None, handshake: Handshake | None = None,
-                 ipc_dir: str | None = None):
+                 ipc_dir: str | None = None, use_fd: int | None = None):
         spec = template if isinstance(template, TreeSpec) else TreeSpec(template, batch_dims=batch_dims)
-        max_bytes = max_bytes or _default_max_bytes(spec)
+        # never above the exact size a template without batch dims fixes
+        max_bytes = min(max_bytes or (1 << 62), _default_max_bytes(spec))
         super().__init__(zmq.PULL, ctx, max_bytes, handshake)
         self._auth = as_authenticator(key)
         self.spec = spec
         self.max_bytes = max_bytes
         self.socket.rcvhwm = hwm
-        self._bind(endpoint, host, transport, ipc_dir)
+        self._bind(endpoint, host, transport, ipc_dir, use_fd)
         self.accepted = 0
         self.rejected: collections.Counter = collections.Counter()
         self._guard = ReplayGuard()
@@ -349,7 +361,8 @@ class ControlServer(_Channel):
     def __init__(self, key: Key, *, endpoint: str | None = None, host: str = DEFAULT_HOST,
                  transport: Literal["tcp", "ipc"] = "tcp", sender: str = "learner",
                  max_bytes: int = CONTROL_MAX_BYTES, ctx: zmq.Context | None = None,
-                 handshake: Handshake | None = None, ipc_dir: str | None = None):
+                 handshake: Handshake | None = None, ipc_dir: str | None = None,
+                 use_fd: int | None = None):
         super().__init__(zmq.ROUTER, ctx, max_bytes, handshake)
         self._auth = as_authenticator(key)
         self.sender = sender
@@ -357,7 +370,7 @@ class ControlServer(_Channel):
         self._seq = _first_seq()
         # unknown routes raise instead of vanishing
         self.socket.setsockopt(zmq.ROUTER_MANDATORY, 1)
-        self._bind(endpoint, host, transport, ipc_dir)
+        self._bind(endpoint, host, transport, ipc_dir, use_fd)
         self._routes: dict[bytes, bytes] = {}  # sender name -> routing id of its connection
         self.peers: dict[bytes, float] = {}  # identity -> monotonic time last heard
         self.accepted = 0
