@@ -591,6 +591,8 @@ class Learner:
                 "dropped_nonfinite": self.dropped_nonfinite,
                 "rejected_messages": sum(rejected.values()),
                 "rejected_by_reason": dict(rejected),
+                # connections refused at the handshake (no run credentials), by reason
+                "handshakes_refused": dict(self.net.gatekeeper.refused),
                 "balance": self.balance.metrics(time.perf_counter()),
                 "learner_devices": int(self.mesh.devices.size),
             },
