@@ -118,6 +118,14 @@ def test_only_the_runs_credentials_get_a_message_through(security):
         while server.gatekeeper.refused["credentials"] == 0 and time.monotonic() < deadline:
             time.sleep(0.05)
         assert server.gatekeeper.admitted >= 1 and server.gatekeeper.refused["credentials"] >= 1
+        # parameters too (the PUB's frame cap leaves room for CURVE's handshake commands)
+        pub = ParamPublisher(key, ctx=server.ctx, handshake=server.handshake)
+        sub = ParamSubscriber(key, pub.endpoint, TREE, ctx=good.ctx, handshake=good.handshake)
+        got, deadline = None, time.monotonic() + WAIT_MS / 1000
+        while got is None and time.monotonic() < deadline:
+            pub.publish(5, TREE)
+            got = sub.latest(20)
+        assert got is not None and got[0] == 5
     finally:
         bare.destroy(linger=0)
         for net in (good, bad, server):

@@ -52,8 +52,10 @@ from tianjax.transport.auth import RunKey
 Security = Literal["mac", "curve"]
 SECURITY_LEVELS = ("mac", "curve")
 HANDSHAKE_MS = 3000  # a connection that has not authenticated by then is closed
-SUBSCRIPTION_MAX_BYTES = 256  # a SUB's subscribe message is 1 byte + topic; ours is empty
-SENDER_MAX_BYTES = 1024  # sockets that only send still cap what a peer may push at them
+# NOTE: the cap covers handshake commands too: CurveZMQ's INITIATE is ~300 bytes with its
+# metadata, so these are not tighter than 4 KiB.
+SUBSCRIPTION_MAX_BYTES = 4096  # a SUB's subscribe message is 1 byte + topic; ours is empty
+SENDER_MAX_BYTES = 4096  # sockets that only send still cap what a peer may push at them
 ZAP_ENDPOINT = "inproc://zeromq.zap.01"  # fixed by the ZAP specification (RFC 27)
 _PLAIN_USER = b"tianjax"
 _ZAP_POLL_MS = 100
