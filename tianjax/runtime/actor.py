@@ -30,6 +30,10 @@ from tianjax.transport.channels import ControlClient, ParamSubscriber, Trajector
 from tianjax.transport.security import secure_context
 
 
+# the exit code of an actor whose learner is gone or failed: restarting it cannot help
+LEARNER_GONE = 3
+
+
 class ActorStopped(Exception):
     """The learner said stop (or went away for longer than the heartbeat timeout)."""
 
@@ -73,6 +77,8 @@ class Actor:
         while (msg := self.control.recv(0)) is not None:
             self._last_heard = time.monotonic()
             if msg.get("type") == "stop":
+                if isinstance(msg.get("error"), str):
+                    raise ActorStopped(f"the learner failed: {msg['error']}")
                 raise ActorStopped()
             if msg.get("type") == "credit":
                 n = msg.get("n")
@@ -132,6 +138,9 @@ class Actor:
             self._beat()
             if self.config.mode == "async":
                 self._take_newest()
+            timeout = self.config.runtime.heartbeat_timeout_s
+            if time.monotonic() - self._last_heard > timeout:
+                raise ActorStopped(f"the learner took nothing and said nothing for {timeout:.0f} s")
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> int:
@@ -155,7 +164,7 @@ class Actor:
         except ActorStopped as e:
             if e.args:
                 print(f"tianjax: actor {self.actor_id} stopping: {e.args[0]}", file=sys.stderr, flush=True)
-                return 1
+                return LEARNER_GONE
             return 0
         finally:
             self.close()

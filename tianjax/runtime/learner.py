@@ -557,8 +557,9 @@ class Learner:
             self.progress.update(self.env_steps, ret=record["return_mean_100"],
                                  tau=record["staleness_mean"], sps=int(record["env_steps_per_s"]))
 
-    def stop_actors(self) -> None:
-        self.control.broadcast({"type": "stop"})
+    def stop_actors(self, error: str | None = None) -> None:
+        """Tells every actor to stop; with `error`, that the run failed (they exit non-zero)."""
+        self.control.broadcast({"type": "stop"} if error is None else {"type": "stop", "error": error[:500]})
 
     def result(self, t_start: float) -> dict:
         train_time = getattr(self, "_train_time", time.perf_counter() - t_start - self.wall_offset)
