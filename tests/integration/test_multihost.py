@@ -60,8 +60,10 @@ def _start_readme_run(tmp_path, procs, *overrides: str):
     cmds = readme_commands(tmp_path / "run", base, coordinator)
     roles = [c[c.index("--role") + 1] for c in cmds]
     assert roles == ["learner", "learner", "actor", "actor"], cmds
-    learners = [procs.start([*c, *overrides], name=f"learner-{i}", env=env) for i, c in enumerate(cmds[:2])]
-    actors = [procs.start([*c, *overrides], name=f"actor-{k}", env=env) for k, c in enumerate(cmds[2:])]
+    if overrides:  # key=value overrides go with the config's (before the flags)
+        cmds = [c[:c.index("mode=sync")] + list(overrides) + c[c.index("mode=sync"):] for c in cmds]
+    learners = [procs.start(c, name=f"learner-{i}", env=env) for i, c in enumerate(cmds[:2])]
+    actors = [procs.start(c, name=f"actor-{k}", env=env) for k, c in enumerate(cmds[2:])]
     return env, learners, actors
 
 
