@@ -157,6 +157,9 @@ def run_learner(config: Config, *, coordinator: str | None, num_processes: int |
     summary = logger.write_summary(summary)
     logger.close()
     print(format_summary(summary), flush=True)
+    if count > 1 and out.get("interrupted"):
+        # the other learners are still in the run: jax.distributed.shutdown would wait for them
+        exit_now(f"tianjax: learner {index}/{count} interrupted; the last checkpoint stands", 143)
     jax.distributed.shutdown()
     return 130 if out.get("interrupted") else 0
 
