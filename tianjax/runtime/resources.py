@@ -90,14 +90,19 @@ class FdReserve:
         self.n = 0
 
 
-def describe_os_error(e: OSError, run_dir: str | None) -> str | None:
-    """One line for a resource error a run cannot go on from, or None for any other."""
-    where = f" in {run_dir}" if run_dir else ""
-    if e.errno == errno.ENOSPC or e.errno == errno.EDQUOT:
-        return f"no space left on the device{where}; free some and continue with resume={run_dir}"
+def describe_os_error(e: OSError) -> str | None:
+    """One line for a resource error a run cannot go on from, or None for any other. The
+    error's filename (the run's checkpoint directory, a port) says where."""
+    where = f" ({e.filename})" if e.filename else ""
+    if e.errno in (errno.ENOSPC, errno.EDQUOT):
+        run = os.path.dirname(os.path.normpath(e.filename)) if e.filename else "RUN_DIR"
+        return (f"no space left on the device{where}; the checkpoints before it are intact: free "
+                f"some and continue with resume={run}")
     if e.errno in (errno.EMFILE, errno.ENFILE):
-        return (f"out of file descriptors{where} ({open_fds()} open, limit "
-                f"{resource.getrlimit(resource.RLIMIT_NOFILE)[0]}); raise `ulimit -n`")
+        return (f"out of file descriptors{where}: {open_fds()} open, limit "
+                f"{resource.getrlimit(resource.RLIMIT_NOFILE)[0]}; raise the hard limit (ulimit -Hn)")
+    if e.errno == errno.EADDRINUSE:
+        return f"address already in use{where}: another process holds the port; pick another (--base-port)"
     return None
 
 

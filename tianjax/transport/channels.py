@@ -22,6 +22,7 @@ with the received message, which stays alive as long as they do.
 from __future__ import annotations
 
 import collections
+import errno
 import os
 import secrets
 import tempfile
@@ -55,6 +56,16 @@ def _deadline(timeout_ms: int | None) -> float | None:
 
 def _remaining_ms(deadline: float | None) -> int | None:
     return None if deadline is None else max(0, int((deadline - time.monotonic()) * 1000))
+
+
+def _bind_or_oserror(socket: zmq.Socket, endpoint: str) -> None:
+    """bind, with a port in use or descriptors exhausted raised as an OSError naming it."""
+    try:
+        socket.bind(endpoint)
+    except zmq.ZMQError as e:
+        if e.errno in (errno.EADDRINUSE, errno.EMFILE, errno.ENFILE, errno.EACCES):
+            raise OSError(e.errno, os.strerror(e.errno), endpoint) from None
+        raise
 
 
 def _first_seq() -> int:
@@ -95,7 +106,7 @@ class _Channel:
             if endpoint is None:
                 raise ValueError("a listening descriptor needs its endpoint")
             self.socket.setsockopt(zmq.USE_FD, use_fd)
-            self.socket.bind(endpoint)
+            _bind_or_oserror(self.socket, endpoint)
             self.endpoint = endpoint
             return
         if endpoint is None and transport == "ipc":
@@ -108,7 +119,7 @@ class _Channel:
             port = self.socket.bind_to_random_port(f"tcp://{host}")
             self.endpoint = f"tcp://{host}:{port}"
             return
-        self.socket.bind(endpoint)
+        _bind_or_oserror(self.socket, endpoint)
         # resolves "tcp://host:0" and "tcp://host:*" to the port the OS gave
         self.endpoint = self.socket.getsockopt_string(zmq.LAST_ENDPOINT)
         if endpoint.startswith("ipc://"):
