@@ -371,3 +371,16 @@ def test_squatter_never_gets_a_restarted_learners_ports(run_factory):
     assert s["learner_restarts"] == 1 and s["final_return"] >= 475, s
     report = json.loads(squat.read_text())
     assert report == {"bound": [], "connections": 0, "bytes": 0}, report
+
+
+def test_security_config_keys_are_checked():
+    from tianjax.config import ConfigError, load_config
+
+    config = load_config(ASYNC_CFG, ["runtime.security=curve", "runtime.allow_hosts=[10.0.0.5, '::1']"])
+    assert config.runtime.security == "curve" and config.runtime.allow_hosts == ("10.0.0.5", "::1")
+    with pytest.raises(ConfigError, match=r"runtime.allow_hosts\[1\]"):
+        load_config(ASYNC_CFG, ["runtime.allow_hosts=[10.0.0.5, host0]"])
+    with pytest.raises(ConfigError, match="runtime.security"):
+        load_config(ASYNC_CFG, ["runtime.security=tls"])
+    with pytest.raises(ConfigError, match="runtime.io_threads"):
+        load_config(ASYNC_CFG, ["runtime.io_threads=0"])
