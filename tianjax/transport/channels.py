@@ -9,7 +9,11 @@
 
 Every message is encoded by `codec` and authenticated with the run key (`auth`). A message
 that fails a check is counted in the receiving channel's `rejected` Counter (by reason)
-and dropped; receiving never raises for bad input. Sockets have linger 0, bind to
+and dropped; receiving never raises for bad input. Before that, a channel given the run's
+`security.Handshake` only connects to, or admits, peers holding the run's credentials,
+and every socket caps the frames it takes (ZeroMQ's maxmsgsize: a larger frame drops its
+sender's connection before it is buffered), so a peer without the key costs a bounded
+amount. Sockets have linger 0, bind to
 127.0.0.1 unless given another host, and expose `.socket` so a role can wait on several
 channels with one `zmq.Poller`; `recv(0)`/`poll(0)`/`latest(0)` then take what is there.
 Timeouts are in milliseconds; None waits forever.
