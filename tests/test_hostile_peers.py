@@ -384,3 +384,48 @@ def test_security_config_keys_are_checked():
         load_config(ASYNC_CFG, ["runtime.security=tls"])
     with pytest.raises(ConfigError, match="runtime.io_threads"):
         load_config(ASYNC_CFG, ["runtime.io_threads=0"])
+
+
+@pytest.mark.parametrize("transport", ["tcp", "ipc"])
+def test_held_ports_are_served_by_each_learner_and_never_free(transport):
+    """What a restarted learner relies on: the launcher's listening sockets serve one
+    receiver after another, and between them nobody else can bind the address."""
+    import socket
+    import stat
+
+    from tianjax.launch.ports import HeldPorts, PrivateDir
+
+    key = new_run_key()
+    private = PrivateDir()
+    ports = HeldPorts("127.0.0.1", transport, private.path)
+    server, client = SecureContext(key, "mac", server=True), _client(key)
+    try:
+        assert stat.S_IMODE(os.stat(private.path).st_mode) == 0o700
+        endpoint = ports.endpoints["traj"]
+        if transport == "ipc":
+            assert endpoint == f"ipc://{private.path}/traj.ipc"
+        tx = TrajectorySender(key, endpoint, sender="actor-0", ctx=client.ctx, handshake=client.handshake)
+        for version in (1, 2):  # two learner incarnations on the same held socket
+            # (each learner process gets its own copy of the descriptor: so does this one)
+            rx = TrajectoryReceiver(key, TREE, endpoint=endpoint, use_fd=os.dup(ports.fds["traj"]),
+                                    ctx=server.ctx, handshake=server.handshake)
+            # (a send racing the sender's noticing that the last receiver is gone is lost,
+            # as with a dead learner: send until one arrives)
+            msg, deadline = None, time.monotonic() + WAIT_MS / 1000
+            while msg is None and time.monotonic() < deadline:
+                tx.send(TREE, version, timeout_ms=100)
+                msg = rx.recv(100)
+            assert msg is not None and msg.version == version
+            rx.close()
+            if transport == "tcp":  # between incarnations, a squatter cannot bind the port
+                host, port = endpoint[len("tcp://"):].rsplit(":", 1)
+                with socket.socket() as squatter, pytest.raises(OSError):
+                    squatter.bind((host, int(port)))
+            else:
+                assert os.path.exists(endpoint[len("ipc://"):])  # the path is the launcher's
+    finally:
+        client.close()
+        server.close()
+        ports.close()
+        private.close()
+    assert not os.path.exists(private.path)
