@@ -133,8 +133,12 @@ def run_learner(config: Config, *, coordinator: str | None, num_processes: int |
             raise
         # a collective failed: another learner process is gone. Say so once, tell our actors
         # the run failed, and leave without jax.distributed.shutdown (it would wait for it)
-        why = (peers.lost if peers and peers.lost else
-               f"a collective failed ({type(e).__name__}: {str(e).strip().splitlines()[0][:160]})")
+        if type(e).__name__ == "LearnerStalled":
+            why = (f"{e}: start its actors with --actor-id {', '.join(map(str, ids))} --num-learners {count} "
+                   f"(num_actors={config.num_actors} per learner)")
+        else:
+            why = (peers.lost if peers and peers.lost else
+                   f"a collective failed ({type(e).__name__}: {str(e).strip().splitlines()[0][:160]})")
         learner.stop_actors(error=f"learner {index}: {why}")
         time.sleep(0.5)  # let the stop go out
         exit_now(f"tianjax: error: learner {index}/{count}: {why}; another learner process is "
