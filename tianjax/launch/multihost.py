@@ -138,11 +138,11 @@ def run_learner(config: Config, *, coordinator: str | None, num_processes: int |
                    f"(num_actors={config.num_actors} per learner)")
         else:
             why = (peers.lost if peers and peers.lost else
-                   f"a collective failed ({type(e).__name__}: {str(e).strip().splitlines()[0][:160]})")
+                   f"a collective failed, another learner process is lost ({type(e).__name__}: "
+                   f"{str(e).strip().splitlines()[0][:160]})")
         learner.stop_actors(error=f"learner {index}: {why}")
         time.sleep(0.5)  # let the stop go out
-        exit_now(f"tianjax: error: learner {index}/{count}: {why}; another learner process is "
-                 f"lost; the last checkpoint stands", 1)
+        exit_now(f"tianjax: error: learner {index}/{count}: {why}; the last checkpoint stands", 1)
     finally:
         if peers is not None:
             peers.close()
