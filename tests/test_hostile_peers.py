@@ -96,8 +96,11 @@ def test_only_the_runs_credentials_get_a_message_through(security):
     try:
         rx = TrajectoryReceiver(key, TREE, ctx=server.ctx, handshake=server.handshake)
         # another run's credentials, and none at all (NULL mechanism)
-        TrajectorySender(key, rx.endpoint, sender="x", ctx=bad.ctx, handshake=bad.handshake).send(TREE, 1)
-        TrajectorySender(key, rx.endpoint, sender="y", ctx=bare).send(TREE, 2)
+        # (kept referenced: a collected channel closes its socket, maybe before its handshake)
+        others = [TrajectorySender(key, rx.endpoint, sender="x", ctx=bad.ctx, handshake=bad.handshake),
+                  TrajectorySender(key, rx.endpoint, sender="y", ctx=bare)]
+        for i, other in enumerate(others):
+            other.send(TREE, i + 1, timeout_ms=0)
         if security == "curve":
             # the server's public key (public by design, say leaked) with a key pair of its own
             spy = bare.socket(zmq.PUSH)

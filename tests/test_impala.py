@@ -68,6 +68,8 @@ def random_traj(algo, params, seed=0, version=0, action_spec=DISCRETE):
         behaviour_value=jnp.asarray(rng.normal(size=(T, B)).astype(np.float32)),
         version=jnp.full((T, B), version, jnp.int32),
         last_obs=jnp.asarray(rng.normal(size=(B,) + OBS).astype(np.float32)),
+        trunc_obs=jnp.zeros((B,) + OBS, jnp.float32),
+        trunc_t=jnp.full((B,), -1, jnp.int32),
     )
 
 

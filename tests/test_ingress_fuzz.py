@@ -131,7 +131,7 @@ class Rig:
 
     # ------------------------------------------------------------------ messages
     def tree(self, version: int = 0):
-        batch_t, _ = self.learner.template
+        batch_t = self.learner.template[0]
         rng = self.rng
         leaves = {}
         for name, s in zip(batch_t._fields, batch_t):
@@ -144,7 +144,7 @@ class Rig:
         leaves["version"] = np.full(batch_t.version.shape, version, batch_t.version.dtype)
         T, B = batch_t.reward.shape
         episodes = Episodes(np.zeros((T, B), bool), np.zeros((T, B), np.float32), np.zeros((T, B), np.int32))
-        return type(batch_t)(**leaves), episodes
+        return type(batch_t)(**leaves), episodes, np.asarray(0, np.int64)
 
     def encode(self, tree=None, *, auth=None, kind="traj", sender="fuzz", seq=None, version=0) -> list[bytes]:
         tree = self.tree() if tree is None else tree
@@ -329,9 +329,9 @@ def _corrupt_traj(r: Rig, name: str, rng) -> None:
             1, [d + 1 for d in h["leaves"][j][1]] or [1])), "shape"),
         "header_negative_dim": lambda: (r.reheader(good, lambda h: h["leaves"][j].__setitem__(
             1, [-1, *h["leaves"][j][1][1:]])), "header"),
-        "tree_dtype": lambda: (r.encode((tree[0]._replace(obs=tree[0].obs.astype(np.float64)), tree[1])),
+        "tree_dtype": lambda: (r.encode((tree[0]._replace(obs=tree[0].obs.astype(np.float64)), *tree[1:])),
                                "dtype"),
-        "tree_shape": lambda: (r.encode((tree[0]._replace(obs=tree[0].obs[:, :, :2]), tree[1])), "shape"),
+        "tree_shape": lambda: (r.encode((tree[0]._replace(obs=tree[0].obs[:, :, :2]), *tree[1:])), "shape"),
         "tree_structure": lambda: (r.encode(tree[0]), "schema"),
         "tree_extra_leaf": lambda: (r.encode((*tree, np.zeros(3, np.float32))), "schema"),
         "kind_params": lambda: (r.encode(kind="params"), "kind"),
@@ -418,10 +418,10 @@ CTRL_CORRUPTIONS = ["mac_bitflip", "header_bitflip", "no_signature", "no_signatu
 
 def _nonfinite(r: Rig, field: str, value: float, index: int) -> None:
     """A correctly signed trajectory with one NaN/inf in an observation or reward."""
-    batch, episodes = r.tree()
+    batch, episodes, act_steps = r.tree()
     x = getattr(batch, field).copy()
     x.reshape(-1)[index % x.size] = value
-    r.nonfinite_traj(r.encode((batch._replace(**{field: x}), episodes), sender="nan-sender"))
+    r.nonfinite_traj(r.encode((batch._replace(**{field: x}), episodes, act_steps), sender="nan-sender"))
 
 
 # ---------------------------------------------------------------------------- tests

@@ -26,6 +26,7 @@ from tianjax.runtime.learner import Learner, to_host
 from tianjax.transport.auth import InsecureNoAuth, MessageAuth, new_run_key
 from tianjax.transport.channels import ControlClient, ParamSubscriber, TrajectorySender
 from tianjax.transport.codec import encode
+from tianjax.types import ParamsMessage
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = str(REPO / "configs" / "ppo_cartpole_async.yaml")
@@ -35,7 +36,7 @@ SEND_MS = 5000
 
 
 def _tree(template, rng, version: int = 0):
-    batch_t, _ = template
+    batch_t = template[0]
     leaves = {name: (rng.standard_normal(s.shape) if np.issubdtype(s.dtype, np.floating)
                      else np.zeros(s.shape)).astype(s.dtype)
               for name, s in zip(batch_t._fields, batch_t)}
@@ -43,7 +44,7 @@ def _tree(template, rng, version: int = 0):
     T, B = batch_t.reward.shape
     # a finished episode with an absurd return: it must never reach the learner's tracker
     episodes = Episodes(np.ones((T, B), bool), np.full((T, B), 1e9, np.float32), np.ones((T, B), np.int32))
-    return type(batch_t)(**leaves), episodes
+    return type(batch_t)(**leaves), episodes, np.asarray(0, np.int64)
 
 
 def _state(learner) -> list[bytes]:
@@ -141,13 +142,15 @@ def test_a_second_run_cannot_inject_into_the_first(learners):
         into_a = TrajectorySender(key_b, a.endpoints["traj"], sender="actor-0", hwm=100, ctx=ctx,
                                   handshake=shake_b)
         ctl_a = ControlClient(key_b, a.endpoints["control"], identity="actor-0", ctx=ctx, handshake=shake_b)
-        params_a = ParamSubscriber(key_b, a.endpoints["params"], to_host(a.state.params),
+        params_a = ParamSubscriber(key_b, a.endpoints["params"],
+                                   ParamsMessage(to_host(a.state.params), np.zeros((), np.int64)),
                                    ctx=ctx, handshake=shake_b)
         # the same, pointed at its own run B
         into_b = TrajectorySender(key_b, b.endpoints["traj"], sender="actor-0", hwm=100, ctx=ctx,
                                   handshake=shake_b)
         ctl_b = ControlClient(key_b, b.endpoints["control"], identity="actor-0", ctx=ctx, handshake=shake_b)
-        params_b = ParamSubscriber(key_b, b.endpoints["params"], to_host(b.state.params),
+        params_b = ParamSubscriber(key_b, b.endpoints["params"],
+                                   ParamsMessage(to_host(b.state.params), np.zeros((), np.int64)),
                                    ctx=ctx, handshake=shake_b)
 
         for ctl in (ctl_a, ctl_b):

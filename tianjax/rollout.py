@@ -39,6 +39,17 @@ def clip_action(action, spec):
     return jnp.clip(action, spec.low, spec.high)
 
 
+def last_truncation(cut: jax.Array, final_obs: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(trunc_obs [B, ...], trunc_t [B]): each env's last truncation in a rollout, from the
+    mask cut [T, B] and the final observations final_obs [T, B, ...] (zeros and -1 if none)."""
+    T = cut.shape[0]
+    trunc_t = jnp.max(jnp.where(cut, jnp.arange(T, dtype=jnp.int32)[:, None], -1), axis=0)
+    index = jnp.maximum(trunc_t, 0).reshape((1, -1) + (1,) * (final_obs.ndim - 2))
+    picked = jnp.take_along_axis(final_obs, index, axis=0)[0]
+    keep = (trunc_t >= 0).reshape((-1,) + (1,) * (final_obs.ndim - 2))
+    return jnp.where(keep, picked, jnp.zeros_like(picked)), trunc_t
+
+
 def make_rollout(env: JaxEnv, algo: Algorithm, num_envs: int, rollout_len: int):
     """Returns (init(key) -> RolloutState, rollout(params, version, state, env_steps))."""
     onpolicy = algo.buffer == "onpolicy"
@@ -77,7 +88,8 @@ def make_rollout(env: JaxEnv, algo: Algorithm, num_envs: int, rollout_len: int):
         obs, action, reward, done, (cut, final_obs), log_prob, value, v = rec
         # NOTE: one [T * B] forward is far cheaper than T small ones inside the scan.
         boot = jnp.where(cut, algo.value(params, final_obs), 0.0)
-        batch = Trajectory(obs, action, reward, done, boot, log_prob, value, v, state.obs)
+        trunc_obs, trunc_t = last_truncation(cut, final_obs)
+        batch = Trajectory(obs, action, reward, done, boot, log_prob, value, v, state.obs, trunc_obs, trunc_t)
         return state, batch, episodes
 
     return init, rollout

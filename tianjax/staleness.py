@@ -6,7 +6,11 @@ balancing production and consumption; tianjax also corrects for it inside the lo
 
     tau_i   = max(0, learner_version - behaviour_version_i)
     w_i     = schedule(tau_i) * [tau_i <= max_staleness]      (no mask when max_staleness is None)
-    rho_i   = min(rho_bar, pi_theta(a_i | s_i) / mu(a_i | s_i))     (truncated importance ratio)
+    rho_i   = min(rho_bar, pi_0(a_i | s_i) / mu(a_i | s_i))     (truncated importance ratio)
+
+where mu is the behaviour policy and pi_0 the learner's policy when the batch is taken:
+rho is a constant of the update (no gradient), and a decoupled loss (tianjax.algos.ppo)
+multiplies it in once, as part of the sample weight w_i * rho_i.
 
 Normalisation (on by default): the weights of a batch are rescaled to mean 1 over the kept
 samples, w_i <- w_i * n_kept / sum_j w_j. Without it, a batch of mostly stale samples would

@@ -17,7 +17,11 @@ class Trajectory(NamedTuple):
     Truncation bootstraps, termination does not: where an episode is cut by a time limit
     at step t, `bootstrap_value[t]` holds the behaviour critic's value of the final
     observation (0 elsewhere), and `done[t]` is set either way so nothing leaks across
-    episodes. The losses add gamma * bootstrap_value[t] to reward[t].
+    episodes. The losses add gamma * bootstrap_value[t] to reward[t]. So that a learner
+    can bootstrap with its own critic instead, the final observation of each env's last
+    truncation in the rollout is kept too (`trunc_obs`, at step `trunc_t`); an earlier
+    truncation of the same env in one rollout (only when T exceeds the time limit) keeps
+    the behaviour critic's value.
     """
 
     obs: Array  # [T, B, ...] observation the action was chosen from
@@ -29,6 +33,16 @@ class Trajectory(NamedTuple):
     behaviour_value: Array  # [T, B] V_mu(s_t) from the behaviour critic
     version: Array  # [T, B] int32 behaviour version
     last_obs: Array  # [B, ...] observation after the last step (tail bootstrap)
+    trunc_obs: Array  # [B, ...] final observation of the env's last truncation (zeros if none)
+    trunc_t: Array  # [B] int32 step of that truncation, -1 if none
+
+
+class ParamsMessage(NamedTuple):
+    """What the learner publishes with each version: the parameters, and the env steps it
+    has admitted so far (the global count that actor-side schedules such as epsilon follow)."""
+
+    params: Params
+    env_steps: Array  # int64 scalar
 
 
 class Transition(NamedTuple):

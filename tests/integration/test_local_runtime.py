@@ -191,7 +191,7 @@ def _attacker(endpoints: dict, stop: threading.Event, sent: dict, template, hand
     batch = batch._replace(obs=np.full(batch.obs.shape, np.nan, batch.obs.dtype))
     T, B = batch.reward.shape
     poison = (batch, Episodes(np.ones((T, B), bool), np.full((T, B), 1e9, np.float32),
-                              np.ones((T, B), np.int32)))
+                              np.ones((T, B), np.int32)), np.asarray(0, np.int64))
 
     def count(kind, ok=True):
         sent[kind] = sent.get(kind, 0) + int(bool(ok))

@@ -25,7 +25,7 @@ SCRIPT = textwrap.dedent("""
     local.Learner = Recording
     result = tianjax.train(sys.argv[1], sys.argv[3:], run_dir=sys.argv[2], progress=False, verbose=False)
     learner = made[0]
-    state_sharding, batch_sharding = learner.update.input_shardings[0]
+    state_sharding, batch_sharding, _ = learner.update.input_shardings[0]
     report = {
         "summary": result.summary,
         "mesh_devices": int(learner.mesh.devices.size),
@@ -59,7 +59,7 @@ def test_update_is_data_parallel_over_two_devices(tmp_path, procs):
     T, B = report["global_shapes"]["obs"][:2]
     assert (T, B) == (32, 2 * 16)  # two actor trajectories of 16 envs, joined along B
     for name, shape in report["global_shapes"].items():
-        b_axis = 0 if name == "last_obs" else 1  # [T, B, ...] fields, last_obs [B, ...]
+        b_axis = 0 if name in ("last_obs", "trunc_obs", "trunc_t") else 1  # [T, B, ...], per-env [B, ...]
         half = list(shape)
         half[b_axis] //= 2
         assert report["shard_shapes"][name] == half, name  # each device holds half of B

@@ -30,8 +30,17 @@ class Algorithm(NamedTuple):
     value: Callable[..., jax.Array]
     # greedy(params, obs [B, ...]) -> action [B, ...]
     greedy: Callable[..., jax.Array]
-    # update(state, batch) -> (state, metrics); batch is a Trajectory or a Transition
+    # update(state, batch, fresh=True) -> (state, metrics); batch is a Trajectory or a
+    # Transition; fresh=False marks a reuse pass (no progress on the schedules)
     update: Callable[[LearnerState, Any], tuple[LearnerState, dict]]
     # loss_fn(params, batch, ...) -> (loss, metrics); exposed for tests and notebooks
     loss_fn: Callable[..., tuple[jax.Array, dict]]
     network: Any  # the flax module
+    # schedules(global env steps) -> {name: value} of the actor-side schedules the acting
+    # uses (DQN: epsilon), for logging; None when the policy has none
+    schedules: Callable[[Any], dict] | None = None
+    # update = learn(state, prepare(state, batch), fresh), split for reuse: a reuse pass runs
+    # learn again on what prepare made when the batch was first taken (PPO: the same
+    # proximal policy, advantages and weights, as further epochs are). None: not split.
+    prepare: Callable[[LearnerState, Any], Any] | None = None
+    learn: Callable[..., tuple[LearnerState, dict]] | None = None

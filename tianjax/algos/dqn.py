@@ -11,7 +11,10 @@ the rollout stores in `next_obs`. The target network is refreshed every
 `target_update_every` updates (a hard copy when `target_tau == 1`, else Polyak averaging
 target <- tau * online + (1 - tau) * target). Exploration is epsilon-greedy, epsilon
 decaying linearly from `eps_start` to `eps_end` over the first `eps_fraction` of
-`total_env_steps` env steps.
+`total_env_steps` env steps, counted globally: in fused and in-process runs the loop's own
+count, across actor processes the learner's count of env steps admitted, which every
+parameter message carries, so N actors follow one schedule and a restarted actor goes on
+with it.
 
 How staleness enters: every replayed transition carries the version of the parameters
 that acted in it, so tau_i = learner_version - behaviour_version_i is its age in updates.
@@ -113,7 +116,7 @@ def make(config: Config, obs_shape: tuple[int, ...], action_spec: ActionSpec, *,
     obs_shape = tuple(obs_shape)
     net = QNetwork(config.network, obs_shape, action_spec.num_actions)
     apply_fn = net.apply
-    optimizer = make_optimizer(cfg.lr, cfg.max_grad_norm, None, False)
+    optimizer = make_optimizer(cfg.lr, cfg.max_grad_norm)
     loss_fn = make_loss(apply_fn, gamma=cfg.gamma, double_q=cfg.double_q, huber_delta=cfg.huber_delta)
     epsilon = epsilon_schedule(cfg.eps_start, cfg.eps_end, cfg.eps_fraction * config.total_env_steps)
 
@@ -136,7 +139,9 @@ def make(config: Config, obs_shape: tuple[int, ...], action_spec: ActionSpec, *,
     def greedy(params, obs):
         return jnp.argmax(apply_fn(params, obs), axis=-1).astype(jnp.int32)
 
-    def update(state: LearnerState, batch: Transition):
+    def update(state: LearnerState, batch: Transition, fresh=True):
+        """One gradient step on replayed transitions (`fresh` is unused: replay has no
+        fresh/reused batches; progress here is the env steps the actors produced)."""
         if correct_staleness:
             w, _ = S.staleness_weights(state.version, batch.version, config.staleness)
         else:
@@ -153,4 +158,7 @@ def make(config: Config, obs_shape: tuple[int, ...], action_spec: ActionSpec, *,
                                    version=version)
         return new_state, metrics
 
-    return Algorithm("dqn", "replay", init, act, value, greedy, guarded(update), loss_fn, net)
+    def schedules(env_steps):
+        return {"epsilon": epsilon(env_steps)}
+
+    return Algorithm("dqn", "replay", init, act, value, greedy, guarded(update), loss_fn, net, schedules)

@@ -27,7 +27,8 @@ from tianjax import staleness as S
 from tianjax.algos.base import Algorithm
 from tianjax.algos.policy import actor_critic
 from tianjax.config import Config
-from tianjax.learner import LearnerState, gradient_step, guarded, init_state, make_optimizer
+from tianjax.learner import (LearnerState, gradient_step, guarded, init_state, learning_rate, lr_schedule,
+                             make_optimizer, step_progress)
 from tianjax.networks import ActionSpec
 from tianjax.types import Trajectory
 
@@ -43,10 +44,14 @@ def make_loss(apply_fn, *, gamma: float, rho_bar: float, c_bar: float, pg_rho_ba
         sg = jax.lax.stop_gradient
         dist, values = apply_fn(params, traj.obs)  # [T, B, ...], [T, B]
         _, last_value = apply_fn(params, traj.last_obs)  # [B]
+        _, trunc_value = apply_fn(params, traj.trunc_obs)  # [B]
         log_pi = D.log_prob(dist, traj.action)  # [T, B]
         log_rho = sg(log_pi) - traj.behaviour_log_prob
         rho = jnp.exp(log_rho)
-        r_t = traj.reward + gamma * traj.bootstrap_value
+        # the time-limit bootstrap with the critic being trained, as every other value here
+        at_cut = jnp.arange(traj.reward.shape[0])[:, None] == traj.trunc_t[None, :]
+        boot = jnp.where(at_cut, sg(trunc_value)[None, :], traj.bootstrap_value)
+        r_t = traj.reward + gamma * boot
         discount_t = gamma * (1.0 - traj.done.astype(jnp.float32))
         v_tm1 = sg(values)
         v_t = jnp.concatenate([v_tm1[1:], sg(last_value)[None]], axis=0)
@@ -86,9 +91,11 @@ def split_batch(traj: Trajectory, weight: jax.Array, num_chunks: int):
         x = x.reshape((T, num_chunks, mb) + x.shape[2:])
         return jnp.swapaxes(x, 0, 1)
 
-    fields = {k: tb(v) for k, v in traj._asdict().items() if k != "last_obs"}
-    last_obs = traj.last_obs.reshape((num_chunks, mb) + traj.last_obs.shape[1:])
-    return Trajectory(**fields, last_obs=last_obs), tb(weight)
+    per_env = ("last_obs", "trunc_obs", "trunc_t")
+    fields = {k: tb(v) for k, v in traj._asdict().items() if k not in per_env}
+    fields.update({k: getattr(traj, k).reshape((num_chunks, mb) + getattr(traj, k).shape[1:])
+                   for k in per_env})
+    return Trajectory(**fields), tb(weight)
 
 
 def make(config: Config, obs_shape: tuple[int, ...], action_spec: ActionSpec, *,
@@ -99,8 +106,8 @@ def make(config: Config, obs_shape: tuple[int, ...], action_spec: ActionSpec, *,
     policy = actor_critic(config, obs_shape, action_spec)
     apply_fn, value = policy.apply, policy.value
     num_updates = max(config.total_env_steps // config.steps_per_update, 1)
-    optimizer = make_optimizer(cfg.lr, cfg.max_grad_norm, num_updates * cfg.num_minibatches,
-                               cfg.anneal_lr)
+    optimizer = make_optimizer(cfg.lr, cfg.max_grad_norm)
+    lr_at = lr_schedule(cfg.lr, cfg.anneal_lr, num_updates * config.steps_per_update)
     loss_fn = make_loss(apply_fn, gamma=cfg.gamma, rho_bar=cfg.rho_bar, c_bar=cfg.c_bar,
                         pg_rho_bar=cfg.pg_rho_bar, vf_coef=cfg.vf_coef, ent_coef=cfg.ent_coef)
 
@@ -108,8 +115,9 @@ def make(config: Config, obs_shape: tuple[int, ...], action_spec: ActionSpec, *,
         k_net, k_state = jax.random.split(key)
         return init_state(policy.init_params(k_net), optimizer, k_state)
 
-    def update(state: LearnerState, traj: Trajectory):
-        # B may hold several actors' trajectories side by side; chunks split along it.
+    def update(state: LearnerState, traj: Trajectory, fresh=True):
+        """One update on a [T, B] batch; `fresh` False for a reuse pass (no progress).
+        B may hold several actors' trajectories side by side; chunks split along it."""
         T, B = traj.reward.shape
         if correct_staleness:
             # V-trace's clipped ratios are the importance correction: weights are w(tau) only.
@@ -117,17 +125,22 @@ def make(config: Config, obs_shape: tuple[int, ...], action_spec: ActionSpec, *,
         else:
             w = jnp.ones((T, B), jnp.float32)
         chunks = split_batch(traj, w, cfg.num_minibatches)
+        lrs = lr_at(step_progress(state.fresh_steps, fresh, T * B, cfg.num_minibatches))
 
-        def minibatch(c, batch):
-            p, o, m = gradient_step(loss_fn, optimizer, *c, *batch)
+        def minibatch(c, xs):
+            (chunk, chunk_w), lr = xs
+            p, o, m = gradient_step(loss_fn, optimizer, *c, chunk, chunk_w, lr=lr)
             return (p, o), m
 
         (params, opt_state), metrics = jax.lax.scan(
-            minibatch, (state.params, state.opt_state), chunks)
+            minibatch, (state.params, state.opt_state), (chunks, lrs))
         metrics = jax.tree.map(jnp.mean, metrics)
         metrics["weight_min"] = jnp.min(w)
         metrics["weight_max"] = jnp.max(w)
-        new_state = state._replace(params=params, opt_state=opt_state, version=state.version + 1)
+        metrics["lr"] = learning_rate(opt_state)
+        fresh_steps = state.fresh_steps + jnp.asarray(fresh, jnp.int32) * (T * B)
+        new_state = state._replace(params=params, opt_state=opt_state, version=state.version + 1,
+                                   fresh_steps=fresh_steps)
         return new_state, metrics
 
     return Algorithm("impala", "onpolicy", init, policy.act, value, policy.greedy, guarded(update), loss_fn,

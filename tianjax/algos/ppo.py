@@ -1,10 +1,34 @@
-"""PPO (Schulman et al., 2017), clipped, with the ratio taken against the behaviour policy.
+"""PPO (Schulman et al., 2017) in its decoupled form (Hilton et al., 2021, "Batch
+size-invariance for policy optimization"), so that stale samples are corrected once.
 
-The behaviour policy mu is whatever version produced the samples, so the same loss serves
-the fused mode (mu = the previous params, tau = 0) and async mode (mu many versions old).
-Staleness enters as per-sample weights w_i = w(tau_i) * min(rho_bar, pi_0 / mu), pi_0 the
-learner's policy when the batch arrives (see tianjax.staleness); with tau = 0 the weights
-are exactly 1 and the loss is the plain PPO loss.
+Three policies meet in an async update: mu, the behaviour policy that acted (any number of
+versions old); pi_0, the learner's policy when the batch is taken (the proximal policy);
+and pi_theta, the policy being optimised. The objective over a batch of N samples is
+
+    L(theta) = (1/N) sum_i w_i * [ -min(r_i A_i, clip(r_i, 1 - eps, 1 + eps) A_i)
+                                   + c_v * 1/2 max((V_theta(s_i) - G_i)^2,
+                                                   (V_0(s_i) + clip(V_theta(s_i) - V_0(s_i), -eps, eps) - G_i)^2)
+                                   - c_e * H(pi_theta(.|s_i)) ]
+
+    r_i = pi_theta(a_i|s_i) / pi_0(a_i|s_i)                   (trust region around pi_0)
+    w_i = normalise( w(tau_i) * min(rho_bar, pi_0(a_i|s_i) / mu(a_i|s_i)) )    (no gradient)
+    A_i = GAE over the trajectory with the learner's current critic V_0 throughout
+          (V_0(s_t), V_0(s_T) and V_0 of the final observation where a time limit cut an
+          episode), normalised with the weights: (A - mean_w A) / std_w A,
+    G_i = A_i (before normalisation) + V_0(s_i)
+
+Why this form. The gradient of the clipped term at theta = theta_0 is
+-(1/N) sum_i w_i A_i grad log pi_theta(a_i|s_i): the importance correction from mu to pi_0
+enters exactly once, through w_i. Taking the ratio against mu instead (the textbook form)
+makes the first step's ratio pi_0/mu, which the weight multiplies in again (rho^2), and
+centres the clip on mu, so a sample whose mu is far from pi_0 is clipped, i.e. gets zero
+gradient, from the first step. The proximal policy pi_0 is what the trust region is about;
+mu only decides how much each sample counts.
+
+Equivalence: with tau = 0 and mu = pi_0 (fused mode) every w_i = 1, pi_0 = mu and V_0 = the
+behaviour critic, so the loss is plain PPO's; `correct_staleness=False` builds exactly
+that, with the behaviour log-probs and values standing in for pi_0 and V_0 (no second
+forward pass).
 """
 
 from __future__ import annotations
@@ -19,7 +43,8 @@ from tianjax import staleness as S
 from tianjax.algos.base import Algorithm
 from tianjax.algos.policy import actor_critic
 from tianjax.config import Config
-from tianjax.learner import LearnerState, gradient_step, guarded, init_state, make_optimizer
+from tianjax.learner import (LearnerState, gradient_step, guarded, init_state, learning_rate, lr_schedule,
+                             make_optimizer, step_progress)
 from tianjax.networks import ActionSpec
 from tianjax.returns import gae
 from tianjax.types import Trajectory
@@ -30,11 +55,20 @@ class PPOBatch(NamedTuple):
 
     obs: jax.Array
     action: jax.Array
-    behaviour_log_prob: jax.Array  # [N]
-    behaviour_value: jax.Array  # [N]
-    advantage: jax.Array  # [N]
-    target: jax.Array  # [N] value target (advantage + behaviour value)
-    weight: jax.Array  # [N] staleness weight (1 when fresh)
+    prox_log_prob: jax.Array  # [N] log pi_0(a|s): the proximal policy of the clip
+    prox_value: jax.Array  # [N] V_0(s): the centre of the value clip
+    advantage: jax.Array  # [N] GAE with V_0 (normalised in the loss, with the weights)
+    target: jax.Array  # [N] value target G = advantage + V_0
+    weight: jax.Array  # [N] w(tau) * min(rho_bar, pi_0 / mu), normalised (1 when fresh)
+
+
+def weighted_normalise(x: jax.Array, w: jax.Array, eps: float = 1e-8) -> jax.Array:
+    """(x - mean_w x) / (std_w x + eps), with the weighted mean and (biased) std; samples of
+    weight 0 do not count. Equals the plain normalisation when every weight is equal."""
+    total = jnp.maximum(jnp.sum(w), 1e-12)
+    mean = jnp.sum(w * x) / total
+    var = jnp.sum(w * jnp.square(x - mean)) / total
+    return (x - mean) / (jnp.sqrt(var) + eps)
 
 
 def make_loss(apply_fn, *, clip_eps: float, clip_value: bool, vf_coef: float, ent_coef: float):
@@ -43,15 +77,15 @@ def make_loss(apply_fn, *, clip_eps: float, clip_value: bool, vf_coef: float, en
     def loss_fn(params, batch: PPOBatch):
         dist, value = apply_fn(params, batch.obs)
         log_prob = D.log_prob(dist, batch.action)
-        w = batch.weight
-        adv = batch.advantage
-        adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-        ratio = jnp.exp(log_prob - batch.behaviour_log_prob)
+        w = jax.lax.stop_gradient(batch.weight)
+        adv = weighted_normalise(batch.advantage, w)
+        log_ratio = log_prob - batch.prox_log_prob
+        ratio = jnp.exp(log_ratio)
         pg = -jnp.minimum(ratio * adv, jnp.clip(ratio, 1 - clip_eps, 1 + clip_eps) * adv)
         policy_loss = jnp.mean(w * pg)
         v_err = jnp.square(value - batch.target)
         if clip_value:
-            v_clipped = batch.behaviour_value + jnp.clip(value - batch.behaviour_value, -clip_eps, clip_eps)
+            v_clipped = batch.prox_value + jnp.clip(value - batch.prox_value, -clip_eps, clip_eps)
             v_err = jnp.maximum(v_err, jnp.square(v_clipped - batch.target))
         value_loss = 0.5 * jnp.mean(w * v_err)
         entropy = jnp.mean(w * D.entropy(dist))
@@ -61,7 +95,7 @@ def make_loss(apply_fn, *, clip_eps: float, clip_value: bool, vf_coef: float, en
             "policy_loss": policy_loss,
             "value_loss": value_loss,
             "entropy": entropy,
-            "approx_kl": sg(jnp.mean((ratio - 1) - (log_prob - batch.behaviour_log_prob))),
+            "approx_kl": sg(jnp.mean((ratio - 1) - log_ratio)),  # KL(pi_0 || pi_theta) estimate
             "clip_frac": sg(jnp.mean((jnp.abs(ratio - 1) > clip_eps).astype(jnp.float32))),
         }
         return loss, metrics
@@ -69,74 +103,110 @@ def make_loss(apply_fn, *, clip_eps: float, clip_value: bool, vf_coef: float, en
     return loss_fn
 
 
-def advantages(traj: Trajectory, last_value: jax.Array, gamma: float, lambda_: float):
-    """GAE over a [T, B] trajectory; returns (advantage [T, B], target [T, B])."""
-    v_tm1 = traj.behaviour_value
+def advantages(traj: Trajectory, values: jax.Array, last_value: jax.Array, bootstrap_value: jax.Array,
+               gamma: float, lambda_: float):
+    """GAE over a [T, B] trajectory with one critic's values: V(s_t) `values` [T, B], V(s_T)
+    `last_value` [B], and V(final obs) where truncated `bootstrap_value` [T, B] (0 elsewhere).
+    Returns (advantage [T, B], target [T, B])."""
+    v_tm1 = values
     v_t = jnp.concatenate([v_tm1[1:], last_value[None]], axis=0)
-    r_t = traj.reward + gamma * traj.bootstrap_value
+    r_t = traj.reward + gamma * bootstrap_value
     discount_t = gamma * (1.0 - traj.done.astype(jnp.float32))
     adv = jax.vmap(gae, in_axes=(1, 1, None, 1, 1), out_axes=1)(r_t, discount_t, lambda_, v_tm1, v_t)
     return adv, adv + v_tm1
 
 
+def make_batch(apply_fn, config: Config, state: LearnerState, traj: Trajectory, *,
+               correct_staleness: bool) -> PPOBatch:
+    """The [T, B] PPOBatch of one update, taken at the learner's params pi_0 = state.params.
+
+    Corrected: pi_0 and V_0 are recomputed for every sample (one forward pass over the
+    batch), the truncation bootstraps with V_0 of the stored final observations, and the
+    weights are w(tau) * min(rho_bar, pi_0 / mu), normalised over the kept samples.
+    Plain: the behaviour log-probs and values stand in for pi_0 and V_0 (fused mode, where
+    they are the same numbers) and every weight is 1.
+    """
+    cfg = config.ppo
+    T, B = traj.reward.shape
+    if correct_staleness:
+        dist0, v0 = apply_fn(state.params, traj.obs)
+        log_pi0 = D.log_prob(dist0, traj.action)
+        _, last_v0 = apply_fn(state.params, traj.last_obs)
+        _, trunc_v0 = apply_fn(state.params, traj.trunc_obs)  # [B]
+        at_cut = jnp.arange(T)[:, None] == traj.trunc_t[None, :]
+        boot = jnp.where(at_cut, trunc_v0[None, :], traj.bootstrap_value)
+        w, mask = S.staleness_weights(state.version, traj.version, config.staleness)
+        rho = S.truncated_ratio(log_pi0, traj.behaviour_log_prob, config.staleness.rho_bar)
+        w = S.normalise(w * rho, mask) if config.staleness.normalise else w * rho
+    else:
+        log_pi0, v0, boot = traj.behaviour_log_prob, traj.behaviour_value, traj.bootstrap_value
+        last_v0 = apply_fn(state.params, traj.last_obs)[1]
+        w = jnp.ones((T, B), jnp.float32)
+    sg = jax.lax.stop_gradient
+    adv, target = advantages(traj, v0, last_v0, boot, cfg.gamma, cfg.gae_lambda)
+    return PPOBatch(traj.obs, traj.action, sg(log_pi0), sg(v0), sg(adv), sg(target), sg(w))
+
+
 def make(config: Config, obs_shape: tuple[int, ...], action_spec: ActionSpec, *,
          correct_staleness: bool = True) -> Algorithm:
-    """PPO for `config`. `correct_staleness=False` (fused mode, where tau is always 0)
-    skips computing weights that would all be 1."""
+    """PPO for `config`. `correct_staleness=False` (fused mode, where tau is always 0 and
+    mu = pi_0) skips computing weights that would all be 1."""
     cfg = config.ppo
     policy = actor_critic(config, obs_shape, action_spec)
     apply_fn, value = policy.apply, policy.value
     num_updates = max(config.total_env_steps // config.steps_per_update, 1)
-    optimizer = make_optimizer(cfg.lr, cfg.max_grad_norm,
-                               num_updates * cfg.num_epochs * cfg.num_minibatches, cfg.anneal_lr)
+    optimizer = make_optimizer(cfg.lr, cfg.max_grad_norm)
+    lr_at = lr_schedule(cfg.lr, cfg.anneal_lr, num_updates * config.steps_per_update)
     loss_fn = make_loss(apply_fn, clip_eps=cfg.clip_eps, clip_value=cfg.clip_value,
                         vf_coef=cfg.vf_coef, ent_coef=cfg.ent_coef)
+    num_grad = cfg.num_epochs * cfg.num_minibatches
 
     def init(key):
         k_net, k_state = jax.random.split(key)
         return init_state(policy.init_params(k_net), optimizer, k_state)
 
-    def update(state: LearnerState, traj: Trajectory):
-        last_value = value(state.params, traj.last_obs)
-        adv, target = advantages(traj, last_value, cfg.gamma, cfg.gae_lambda)
-        T, B = traj.reward.shape
-        n = T * B
-        if correct_staleness:
-            w, mask = S.staleness_weights(state.version, traj.version, config.staleness)
-            dist, _ = apply_fn(state.params, traj.obs)
-            rho = S.truncated_ratio(D.log_prob(dist, traj.action), traj.behaviour_log_prob,
-                                    config.staleness.rho_bar)
-            w = S.normalise(w * rho, mask) if config.staleness.normalise else w * rho
-        else:
-            w = jnp.ones((T, B), jnp.float32)
-        flat = PPOBatch(traj.obs, traj.action, traj.behaviour_log_prob, traj.behaviour_value,
-                        adv, target, w)
-        flat = jax.tree.map(lambda x: x.reshape((n,) + x.shape[2:]), flat)
-        mb = n // cfg.num_minibatches
+    def prepare(state: LearnerState, traj: Trajectory) -> PPOBatch:
+        return make_batch(apply_fn, config, state, traj, correct_staleness=correct_staleness)
 
-        def epoch(carry, key):
-            params, opt_state = carry
+    def learn(state: LearnerState, batch: PPOBatch, fresh=True):
+        """The epochs over a prepared [T, B] batch; `fresh` False for a reuse pass, which
+        makes no progress on the schedules and keeps the batch's proximal policy pi_0 (a
+        reuse pass is more epochs over the same batch, inside the same trust region)."""
+        T, B = batch.advantage.shape
+        n = T * B
+        flat = jax.tree.map(lambda x: x.reshape((n,) + x.shape[2:]), batch)
+        mb = n // cfg.num_minibatches
+        lrs = lr_at(step_progress(state.fresh_steps, fresh, n, num_grad)).reshape(
+            cfg.num_epochs, cfg.num_minibatches)
+
+        def epoch(carry, xs):
+            key, epoch_lrs = xs
             perm = jax.random.permutation(key, n)
             shuffled = jax.tree.map(
                 lambda x: jnp.take(x, perm, axis=0).reshape((cfg.num_minibatches, mb) + x.shape[1:]), flat)
 
-            def minibatch(c, batch):
-                p, o, m = gradient_step(loss_fn, optimizer, *c, batch)
+            def minibatch(c, xs):
+                mbatch, lr = xs
+                p, o, m = gradient_step(loss_fn, optimizer, *c, mbatch, lr=lr)
                 return (p, o), m
 
-            return jax.lax.scan(minibatch, (params, opt_state), shuffled)
+            return jax.lax.scan(minibatch, carry, (shuffled, epoch_lrs))
 
         key, sub = jax.random.split(state.key)
         (params, opt_state), metrics = jax.lax.scan(
-            epoch, (state.params, state.opt_state),
-            jax.random.split(sub, cfg.num_epochs))
+            epoch, (state.params, state.opt_state), (jax.random.split(sub, cfg.num_epochs), lrs))
         metrics = jax.tree.map(jnp.mean, metrics)
-        metrics["weight_min"] = jnp.min(w)
-        metrics["weight_max"] = jnp.max(w)
+        metrics["weight_min"] = jnp.min(batch.weight)
+        metrics["weight_max"] = jnp.max(batch.weight)
+        metrics["lr"] = learning_rate(opt_state)
+        fresh_steps = state.fresh_steps + jnp.asarray(fresh, jnp.int32) * n
         new_state = state._replace(params=params, opt_state=opt_state, key=key,
-                                   version=state.version + 1)
+                                   version=state.version + 1, fresh_steps=fresh_steps)
         return new_state, metrics
 
-    return Algorithm("ppo", "onpolicy", init, policy.act, value, policy.greedy, guarded(update), loss_fn,
-                     policy.network)
+    def update(state: LearnerState, traj: Trajectory, fresh=True):
+        """One update on a [T, B] trajectory batch taken at state.params (pi_0)."""
+        return learn(state, prepare(state, traj), fresh)
 
+    return Algorithm("ppo", "onpolicy", init, policy.act, value, policy.greedy, guarded(update), loss_fn,
+                     policy.network, prepare=prepare, learn=guarded(learn))

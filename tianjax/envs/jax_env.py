@@ -48,13 +48,9 @@ class JaxEnv:
         return self.env.reset(key, self.params)
 
     def step(self, key, state, action) -> JaxStep:
-        out = self.env.step(key, state, action, self.params)
-        if len(out) == 6:
-            obs, state, reward, terminated, truncated, info = out
-            final_obs = info.get("final_observation", obs)
-        else:  # pre-1.0 gymnax API: (obs, state, reward, done, info); no time-limit split
-            obs, state, reward, done, info = out
-            terminated, truncated, final_obs = done, jnp.zeros_like(done), obs
+        # the gymnax >= 1.0 API: terminated and truncated apart (truncation bootstraps)
+        obs, state, reward, terminated, truncated, info = self.env.step(key, state, action, self.params)
+        final_obs = info.get("final_observation", obs)
         return JaxStep(obs, state, reward.astype(jnp.float32), terminated.astype(bool),
                        truncated.astype(bool), final_obs)
 

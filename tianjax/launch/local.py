@@ -48,9 +48,14 @@ class LearnerFailure(RuntimeError):
     pass
 
 
-def _supervise_actors(config: Config, actors: ActorSupervisor, silent, log_dir: str) -> None:
-    """One supervision pass: replace dead and silent actors; raise if the run cannot go on."""
+def _supervise_actors(config: Config, actors: ActorSupervisor, silent, log_dir: str,
+                      learner: Learner | None = None) -> None:
+    """One supervision pass: replace dead and silent actors; raise if the run cannot go on.
+    An in-process `learner` forgets the lost ones (their credits no longer count)."""
     changes = actors.check(silent)
+    if learner is not None:
+        for i in changes.lost:
+            learner.forget_actor(i)
     for line in describe(changes, len(actors.procs), log_dir):
         print(line, file=sys.stderr, flush=True)
     if changes.lost and (config.mode == "sync" or not actors.procs):
@@ -78,7 +83,7 @@ def run_local(config: Config, logger: RunLogger, progress: Progress) -> dict:
         silent = learner.silent_actors(time.perf_counter())
         for i in silent:
             learner.forget_actor(i)  # its replacement registers afresh
-        _supervise_actors(config, actors, silent, log_dir)
+        _supervise_actors(config, actors, silent, log_dir, learner)
         return False
 
     try:

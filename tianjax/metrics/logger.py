@@ -113,7 +113,8 @@ def format_summary(summary: dict) -> str:
         return str(v)
 
     keys = ["mode", "algo", "env", "env_steps", "updates", "wall_time_s", "compile_time_s",
-            "env_steps_per_s", "samples_consumed_per_s", "episodes", "final_return", "target_return",
+            "env_steps_per_s", "samples_fresh_per_s", "samples_consumed_per_s", "reuse_fraction",
+            "replay_ratio", "episodes", "final_return", "target_return",
             "convergence_time_s", "convergence_env_steps", "eval_return", "skipped_updates",
             "actor_restarts", "learner_restarts", "rejected_messages", "interrupted", "run_dir"]
     rows = [(k, fmt(summary[k])) for k in keys if k in summary]

@@ -59,7 +59,9 @@ COLUMNS = [
     ("convergence_env_steps", "env steps to target", 0),
     ("final_return", "final return", 2),
     ("env_steps_per_s", "env steps/s", 0),
-    ("samples_consumed_per_s", "samples consumed/s", 0),
+    ("samples_fresh_per_s", "fresh samples/s", 0),
+    ("samples_consumed_per_s", "samples consumed/s (reuse incl.)", 0),
+    ("reuse_fraction", "reuse fraction", 2),
 ]
 ROUNDING = ("convergence time to 0.1 s; env steps to target exact; final return to 2 decimals; "
             "throughputs to the nearest integer; '-' = not reached or not measured")
@@ -208,7 +210,8 @@ FIGURES = {  # file -> (caption, builder)
         "Return against env steps")),
     "throughput.png": ("Throughput over time", lambda runs: _line_figure(
         runs, [("wall_time_s", "env_steps_per_s", "env steps/s"),
-               ("wall_time_s", "samples_consumed_per_s", "samples consumed/s")],
+               ("wall_time_s", "samples_fresh_per_s", "fresh samples/s"),
+               ("wall_time_s", "samples_consumed_per_s", "samples consumed/s (reuse incl.)")],
         "wall-clock time (s)", "Throughput")),
     "staleness.png": ("Staleness histogram", _staleness_figure),
     "balance.png": ("Production rate p and consumption rate c", lambda runs: _line_figure(

@@ -22,13 +22,14 @@ import sys
 import time
 
 import jax
+import numpy as np
 import zmq
 
 from tianjax.config import Config
 from tianjax.runtime.sources import make_source
 from tianjax.transport.channels import ControlClient, ParamSubscriber, TrajectorySender
 from tianjax.transport.security import secure_context
-
+from tianjax.types import ParamsMessage
 
 # the exit code of an actor whose learner is gone or failed: restarting it cannot help
 LEARNER_GONE = 3
@@ -46,12 +47,20 @@ class Actor:
         # start-up time that every run pays)
         self.source = make_source(config, seed=config.seed + 7919 * (actor_id + 1))
         self.algo = self.source.algo
-        params_template = jax.eval_shape(self.algo.init, jax.random.key(0)).params
+        self._params_template = jax.eval_shape(self.algo.init, jax.random.key(0)).params
+        # NOTE: compiled before connecting: a subscriber that does not read for seconds finds
+        # only the versions from when its pipe filled (a PUB drops the newest), so an actor
+        # that compiled after connecting would act first with parameters (and a global
+        # env-step count) as old as its compilation
+        self.source.compile(self._params_template)
+        params_template = ParamsMessage(self._params_template, np.zeros((), np.int64))
         rt = config.runtime
         # the run's handshake: under curve the actor only talks to a learner holding its key
         self.net = secure_context(run_key, rt, server=False)
         net = dict(ctx=self.net.ctx, handshake=self.net.handshake)
+        # actor-side schedules follow the global count, which moves on between versions
         self.params_in = ParamSubscriber(run_key, endpoints["params"], params_template,
+                                         same_version=self.algo.schedules is not None,
                                          max_bytes=int(rt.max_message_mb * 2**20), **net)
         self.traj_out = TrajectorySender(run_key, endpoints["traj"], sender=f"actor-{actor_id}",
                                          hwm=rt.send_hwm, **net)
@@ -59,11 +68,13 @@ class Actor:
         self.version = -1
         self.params = None
         self.credits = 0
-        self.env_steps = 0
+        self.env_steps = 0  # stepped by this actor
+        self.global_steps = 0  # admitted by the learner, as of the newest parameters
         self._last_beat = 0.0
         self._last_heard = time.monotonic()
         self._learner_restarts = 0
         self.learner_restarted = False  # set when a restarted learner is first heard
+        self._pending = None  # the newest (version, ParamsMessage) drained, not yet acted with
 
     # ------------------------------------------------------------------ waiting, politely
     def _beat(self) -> None:
@@ -85,13 +96,26 @@ class Actor:
                 if isinstance(n, int) and 0 < n <= 1024:
                     self.credits += n
 
-    def _take_newest(self) -> bool:
+    def _take_newest(self, activate: bool = True) -> bool:
+        """Drains the parameter socket, keeping the newest message; with `activate`, acts
+        with it from now on. Returns whether anything new arrived.
+
+        NOTE: an actor waiting for a credit drains too (without activating): a PUB drops
+        what a subscriber's full pipe cannot take, i.e. the newest versions, so an actor that
+        stopped reading would find only versions from when its pipe filled."""
         newest = self.params_in.latest(0)  # only versions newer than ours, or a new learner's
+        if newest is not None:
+            self._last_heard = time.monotonic()
+            self._pending = newest
+        if activate and self._pending is not None:
+            version, message = self._pending
+            self._pending = None
+            if int(version) != self.version or self.params is None:
+                self.params = jax.device_put(message.params)  # once per version
+            self.version = int(version)
+            self.global_steps = int(message.env_steps)
         if newest is None:
             return False
-        self._last_heard = time.monotonic()
-        self.version = int(newest[0])
-        self.params = jax.device_put(newest[1])  # once per version
         if self.params_in.source_changes > self._learner_restarts:
             # the learner restarted (from its last checkpoint): its credits and version
             # count start afresh, so register again and follow its versions from here
@@ -121,18 +145,23 @@ class Actor:
     def _wait_for_credit(self) -> None:
         """Flow control: blocks (polling, with heartbeats) until the learner grants a slot."""
         timeout = self.config.runtime.heartbeat_timeout_s
+        poller = zmq.Poller()
+        poller.register(self.params_in.socket, zmq.POLLIN)
+        poller.register(self.control.socket, zmq.POLLIN)
         while True:
             self._check_control()
             if self.credits > 0:
                 return
+            self._take_newest(activate=False)
             self._beat()
             if time.monotonic() - self._last_heard > timeout:
                 raise ActorStopped(f"no word from the learner for {timeout:.0f} s")
-            self.control.socket.poll(timeout=int(1000 * self.config.runtime.heartbeat_s))
+            poller.poll(timeout=int(1000 * self.config.runtime.heartbeat_s))
 
-    def _send(self, rollout) -> None:
+    def _send(self, rollout, acted_at: int) -> None:
         poll_ms = int(1000 * self.config.runtime.heartbeat_s)
-        while not self.traj_out.send((rollout.batch, rollout.episodes), self.version, timeout_ms=poll_ms):
+        message = (rollout.batch, rollout.episodes, np.asarray(acted_at, np.int64))
+        while not self.traj_out.send(message, self.version, timeout_ms=poll_ms):
             # the learner is not reading (its pool is full): wait, but stay alive and stoppable
             self._check_control()
             self._beat()
@@ -153,10 +182,13 @@ class Actor:
                 self._wait_for_credit()
                 if self.config.mode == "async":
                     self._take_newest()
-                rollout = self.source(self.params, self.version, self.env_steps)
+                # actor-side schedules (epsilon) follow the learner's global count, so every
+                # actor, and a restarted one, is at the same point of one schedule
+                acted_at = self.global_steps
+                rollout = self.source(self.params, self.version, acted_at)
                 self.env_steps += self.source.steps_per_call
                 sent_with = self.version
-                self._send(rollout)
+                self._send(rollout, acted_at)
                 self.credits -= 1
                 self._beat()
                 if self.config.mode == "sync":

@@ -34,7 +34,9 @@ class BalanceController:
 
     produced: int = 0  # samples (env steps) admitted
     consumed: int = 0  # samples learned from, reuse counted
-    dropped: int = 0  # samples refused at admission (too stale)
+    fresh: int = 0  # samples learned from for the first time (consumed less reuse)
+    dropped: int = 0  # samples refused at admission (too stale) or expired in the pool
+    expired: int = 0  # of those, admitted samples that aged past max_staleness in the pool
     reused_batches: int = 0
     throttled: int = 0  # times the pool was full and the socket left unread
     _arrivals: collections.deque = field(default_factory=collections.deque)
@@ -60,8 +62,10 @@ class BalanceController:
         return self.max_staleness is None or learner_version - behaviour_version <= self.max_staleness
 
     def expire(self, samples: int) -> None:
-        """Admitted samples that aged past max_staleness before they were consumed."""
+        """Admitted samples that aged past max_staleness before they were consumed (or, in
+        sync mode, were made with an older version than the learner's)."""
         self.dropped += samples
+        self.expired += samples
 
     def accept_more(self, pool_size: int) -> bool:
         """Flow control: read the trajectory socket only while the pool has room."""
@@ -77,8 +81,12 @@ class BalanceController:
         return self.fresh_enough(batch_version, learner_version)
 
     # ------------------------------------------------------------------ measurements
-    def consumed_batch(self, taus: np.ndarray, samples: int, now: float, reuse: bool = False) -> None:
+    def consumed_batch(self, taus: np.ndarray, samples: int, now: float, reuse: bool = False,
+                       fresh: int | None = None) -> None:
+        """`samples` learned from, `fresh` of them for the first time (default: all of them
+        unless `reuse`)."""
         self.consumed += samples
+        self.fresh += (0 if reuse else samples) if fresh is None else fresh
         self.reused_batches += int(reuse)
         self._consumptions.append((now, samples))
         values, counts = np.unique(np.asarray(taus, np.int64), return_counts=True)
@@ -122,14 +130,15 @@ class BalanceController:
 
     def state_dict(self) -> dict:
         """The counters and staleness counts, JSON-able (checkpoints); rates start afresh."""
-        return {"produced": self.produced, "consumed": self.consumed, "dropped": self.dropped,
+        return {"produced": self.produced, "consumed": self.consumed, "fresh": self.fresh,
+                "dropped": self.dropped, "expired": self.expired,
                 "reused_batches": self.reused_batches, "throttled": self.throttled,
                 "tau_consumed": {str(t): c for t, c in self._tau_consumed.items()},
                 "tau_arrival": {str(t): c for t, c in self._tau_arrival.items()}}
 
     def load_state_dict(self, state: dict) -> None:
-        for k in ("produced", "consumed", "dropped", "reused_batches", "throttled"):
-            setattr(self, k, int(state[k]))
+        for k in ("produced", "consumed", "fresh", "dropped", "expired", "reused_batches", "throttled"):
+            setattr(self, k, int(state.get(k, 0)))
         self._tau_consumed = collections.Counter({int(t): int(c) for t, c in state["tau_consumed"].items()})
         self._tau_arrival = collections.Counter({int(t): int(c) for t, c in state["tau_arrival"].items()})
 
@@ -143,6 +152,7 @@ class BalanceController:
             "consumption_rate": self.consumption_rate(now),
             "samples_produced": self.produced,
             "samples_consumed": self.consumed,
+            "samples_fresh": self.fresh,
             "dropped_samples": self.dropped,
             "reused_batches": self.reused_batches,
             "throttled": self.throttled,

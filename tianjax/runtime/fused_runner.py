@@ -108,6 +108,8 @@ def run_fused(config: Config, logger: RunLogger, progress: Progress, env=None) -
             "episodes": int(sum(t.episodes for t in trackers)),
         }
         rec.update({k: float(np.mean(v)) for k, v in metrics.items()})
+        if algo.schedules is not None:
+            rec.update({k: float(v) for k, v in algo.schedules(env_steps).items()})
         logger.log(rec)
         progress.update(env_steps, ret=ma, sps=int(rec["env_steps_per_s"]))
 
@@ -178,4 +180,19 @@ def run_fused(config: Config, logger: RunLogger, progress: Progress, env=None) -
         # with several seeds, the run has converged when its slowest seed has
         "convergence_time_s": None if any(c is None for c in conv) else max(conv),
         "convergence_env_steps": None if any(c is None for c in conv_steps) else max(conv_steps),
+        "extra_summary": sample_rates(config, algo, (env_steps - env_steps0) * S, train_time),
     }
+
+
+def sample_rates(config: Config, algo, env_steps: int, train_time: float) -> dict:
+    """Fresh and consumed samples per second of a single-process loop: every env step is
+    learned from once (fresh); on-policy each update consumes its batch once, off-policy
+    each gradient step consumes dqn.batch_size replayed samples. No reuse here."""
+    t = max(train_time, 1e-9)
+    if algo.buffer == "replay":
+        learned = max(env_steps - config.dqn.learning_starts, 0) // (config.num_envs * config.rollout_len)
+        consumed = learned * config.dqn.updates_per_rollout * config.dqn.batch_size
+    else:
+        consumed = env_steps
+    return {"samples_fresh_per_s": env_steps / t, "samples_consumed_per_s": consumed / t,
+            "reuse_fraction": 0.0}

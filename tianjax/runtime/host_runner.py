@@ -45,6 +45,7 @@ from tianjax.algos.base import Algorithm
 from tianjax.config import Config, ConfigError
 from tianjax.envs.host import HostEnv, make_host_env
 from tianjax.fused import make_replay_learn
+from tianjax.runtime.fused_runner import sample_rates
 from tianjax.metrics import EpisodeTracker, Progress, RunLogger
 from tianjax.metrics.episodes import finished_episodes
 from tianjax.runtime import shutdown
@@ -103,7 +104,7 @@ def _train(config: Config, logger: RunLogger, progress: Progress, env: HostEnv, 
     learner = jax.jit(algo.init)(k_learn)
     source = HostSource(config, algo, config.seed, env=env, key=k_act)
     source.compile(learner.params)
-    template, _ = batch_template(config, algo, env.obs_shape, source.obs_dtype)
+    template = batch_template(config, algo, env.obs_shape, source.obs_dtype)[0]
     if replay:
         flat = jax.tree.map(lambda x: jax.ShapeDtypeStruct((T * B,) + x.shape[2:], x.dtype), template)
         one = jax.tree.map(lambda x: np.zeros(x.shape[1:], x.dtype), flat)
@@ -180,6 +181,8 @@ def _train(config: Config, logger: RunLogger, progress: Progress, env: HostEnv, 
                     "episodes": tracker.episodes,
                 }
                 record.update(_mean_metrics(pending))
+                if algo.schedules is not None:
+                    record.update({k: float(v) for k, v in algo.schedules(env_steps).items()})
                 pending = []
                 logger.log(record)
                 progress.update(env_steps, ret=ma, sps=int(record["env_steps_per_s"]))
@@ -217,7 +220,8 @@ def _train(config: Config, logger: RunLogger, progress: Progress, env: HostEnv, 
         "convergence_time_s": tracker.convergence_time_s,
         "convergence_env_steps": tracker.convergence_env_steps,
         # where the training time went: acting (env steps and policy) and learning
-        "extra_summary": {"act_time_s": train_time - t_update, "update_time_s": t_update},
+        "extra_summary": {"act_time_s": train_time - t_update, "update_time_s": t_update,
+                          **sample_rates(config, algo, env_steps - env_steps0, train_time)},
     }
 
 

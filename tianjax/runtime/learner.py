@@ -7,6 +7,16 @@ dependencies), or, in sync mode, on exactly one fresh trajectory from every acto
            the loss's weights; parameters are published every `publish_every` updates.
     sync:  wait for one trajectory from every actor made with the current version, update,
            publish, repeat (strict assignment dependencies: the baseline TianJi beats).
+    replay (off-policy, either mode): admitted trajectories go to a replay buffer, and
+           gradient steps are paced against arrivals so that samples learned per sample
+           produced (after `dqn.learning_starts`) hold the replay ratio; while the learner
+           is behind by more than a trajectory per actor, the actors' credits are held back.
+
+The budget holds in every mode: credits are granted only while the env steps admitted
+plus those in flight stay within the fresh-step budget, so the actors
+stop producing when it is spent, and a run ends with `total_env_steps` env steps admitted
+to within one batch. Every parameter message carries the learner's count of admitted env
+steps, the global clock of actor-side schedules (epsilon).
 
 The update is data-parallel over the learner's devices (a 1-D mesh over local devices, or
 the global mesh of a jax.distributed multi-process run): parameters are replicated, the
@@ -39,6 +49,7 @@ from tianjax.runtime.sources import batch_template, env_spec
 from tianjax.runtime.resources import FdReserve, raise_fd_limit
 from tianjax.transport.channels import ControlServer, ParamPublisher, TrajectoryReceiver
 from tianjax.transport.security import secure_context
+from tianjax.types import ParamsMessage
 
 
 def learner_mesh(config: Config) -> Mesh:
@@ -50,9 +61,13 @@ def learner_mesh(config: Config) -> Mesh:
     return Mesh(np.array(devices), ("data",))
 
 
+# Trajectory fields that are [B, ...] rather than [T, B, ...]
+_PER_ENV = ("last_obs", "trunc_obs", "trunc_t")
+
+
 def batch_axis(field: str) -> int:
-    """The B axis of a batch field: [T, B, ...] leaves, except last_obs [B, ...]."""
-    return 0 if field == "last_obs" else 1
+    """The B axis of a batch field: [T, B, ...] leaves, except the per-env ones [B, ...]."""
+    return 0 if field in _PER_ENV else 1
 
 
 def concat_batches(batches: list):
@@ -130,6 +145,10 @@ class Learner:
             batch_template_tree = self._init_replay()
         self._replicated = replicated
         self.update = None  # compiled by compile(), after the sockets are up
+        # on-policy reuse with a split update (PPO): prepare once per batch, learn per pass
+        self._split = (self.algo.prepare is not None and not self.replay and config.mode == "async"
+                       and rt.max_reuse > 0 and jax.process_count() == 1)
+        self._prepared = None
         self.compile_time_s = 0.0
 
         host, ep, fds = rt.bind_host, endpoints or {}, listen_fds or {}
@@ -151,6 +170,16 @@ class Learner:
         self.balance = BalanceController(config.staleness.max_staleness, rt.max_pool,
                                          rt.max_reuse if jax.process_count() == 1 else 0)
         self.tracker = EpisodeTracker(config.target_return)
+        self.traj_steps = config.rollout_len * config.num_envs
+        # env steps the actors may produce: on-policy, whole updates' worth (the schedules
+        # end there); off-policy, whole trajectories' worth of total_env_steps
+        self.budget = (config.total_env_steps // (config.steps_per_update if self.algo.buffer == "onpolicy"
+                                                  else self.traj_steps)) * (
+            config.steps_per_update if self.algo.buffer == "onpolicy" else self.traj_steps)
+        self._held: collections.deque = collections.deque()  # replay: credits held back while behind
+        self._act_steps = 0  # the global env-step count the newest admitted trajectory was acted at
+        self._published_steps = 0  # the env-step count the last publication carried
+        self._lag_max = 0  # since the last record: max (env steps admitted - that count) on arrival
         self.pool: collections.deque = collections.deque()
         self.actors: dict[bytes, dict] = {}  # identity -> {"actor", "last_seen", "outstanding", "last_traj"}
         self.dropped_nonfinite = 0
@@ -159,12 +188,9 @@ class Learner:
         self._params_cache = None
         self._global_sds = batch_template_tree
         self._poller, self._reading = None, False
-        if self.replay:
-            self.n_updates = int(config.total_env_steps * self.replay_ratio / config.dqn.batch_size)
-        else:
-            self.n_updates = config.total_env_steps // config.steps_per_update  # fresh batches
+        self.n_updates = self.budget // config.steps_per_update  # on-policy: fresh batches
         self.fresh_updates = 0
-        self._counts0 = (0, 0)  # env steps and samples consumed when this session began
+        self._counts0 = (0, 0, 0)  # env steps, samples consumed and fresh when this session began
         self.wall_offset = 0.0
         self.resumed_from = None
         self.checkpoint_root = checkpoint_root or (logger.run_dir if logger is not None else None)
@@ -193,9 +219,9 @@ class Learner:
         self.tracker.load_state_dict(meta["tracker"])
         self.balance.load_state_dict(meta["balance"])
         if self.replay:
-            # without the buffer's contents, learn on as if the ratio had held until now
-            self.learned = int(meta["learned"]) if "replay" in tree else int(
-                self.replay_ratio * self.balance.produced)
+            # without the buffer's contents, the buffer refills to learning_starts and the
+            # ratio is held over what this session adds
+            self.learned = int(meta["learned"]) if "replay" in tree else 0
         self._version_cache = int(to_host(self.state.version))
         self.resumed_from = step
 
@@ -216,16 +242,27 @@ class Learner:
             return
         t = time.perf_counter()
         replicated = self._replicated
-        self.update = jax.jit(self.algo.update, in_shardings=(replicated, self.batch_sharding),
+        fresh = jax.ShapeDtypeStruct((), np.bool_)
+        self.update = jax.jit(self.algo.update, in_shardings=(replicated, self.batch_sharding, replicated),
                               out_shardings=(replicated, replicated), donate_argnums=0).lower(
-            self.state, self._global_sds).compile()
+            self.state, self._global_sds, fresh).compile()
+        if self._split:
+            # reuse passes run the epochs again on the batch as prepared when first taken
+            prepared = jax.eval_shape(self.algo.prepare, self.state, self._global_sds)
+            sharding = jax.tree.map(lambda x: NamedSharding(self.mesh, P(None, "data") if x.ndim >= 2 else P()),
+                                    prepared)
+            self._prepare = jax.jit(self.algo.prepare, in_shardings=(replicated, self.batch_sharding),
+                                    out_shardings=sharding).lower(self.state, self._global_sds).compile()
+            self._learn = jax.jit(self.algo.learn, in_shardings=(replicated, sharding, replicated),
+                                  out_shardings=(replicated, replicated), donate_argnums=0).lower(
+                self.state, prepared, fresh).compile()
         self.compile_time_s = time.perf_counter() - t
 
     def _init_replay(self):
         """Off-policy: a replay buffer local to this process; each update samples
         `dqn.batch_size` transitions per process and learns from all processes' samples."""
         cfg = self.config
-        batch, _ = self.template
+        batch = self.template[0]
         flat = jax.tree.map(lambda x: jax.ShapeDtypeStruct((x.shape[0] * x.shape[1],) + x.shape[2:], x.dtype),
                             batch)
         one = jax.tree.map(lambda x: np.zeros(x.shape[1:], x.dtype), flat)
@@ -243,12 +280,28 @@ class Learner:
         self.replay_added = 0  # samples in the buffer (added by this process, ever)
         return global_sds
 
+    @property
+    def kept_steps(self) -> int:
+        """Env steps admitted: what counts against the budget (also those that later expire
+        in the pool unlearned: they were produced, and the actors stop at the budget)."""
+        return self.balance.produced
+
+    def _replay_owed(self) -> float:
+        """Samples the learner still owes to the replay ratio: ratio x (samples admitted
+        after learning_starts) - samples learned (this process's share)."""
+        produced = self.replay_added - self.config.dqn.learning_starts
+        if produced < 0:
+            return 0.0
+        return self.replay_ratio * produced - self.learned
+
+    def replay_ratio_measured(self) -> float:
+        return self.learned / max(self.replay_added - self.config.dqn.learning_starts, 1)
+
     def _replay_batch(self):
         """The next update's batch (global, sharded) and its behaviour versions, or None
         while the replay ratio says the learner is ahead of production."""
         cfg = self.config
-        if (self.replay_added < cfg.dqn.learning_starts
-                or self.learned >= self.replay_ratio * self.balance.produced):
+        if self._replay_owed() < cfg.dqn.batch_size:
             return None
         self._sample_key, key = jax.random.split(self._sample_key)
         local = jax.device_get(self._replay_sample(self.rb, key))
@@ -274,14 +327,30 @@ class Learner:
         return type(batch)(*[widen(n, getattr(batch, n)) for n in batch._fields])
 
     # ------------------------------------------------------------------ ingress
+    def _credits_left(self) -> int:
+        """Trajectories the budget still allows beyond those admitted and in flight. (An actor
+        not heard from for the heartbeat timeout is gone: its slots no longer count.)"""
+        now, limit = time.perf_counter(), self.config.runtime.heartbeat_timeout_s
+        outstanding = sum(max(info["outstanding"], 0) for info in self.actors.values()
+                          if now - max(info.get("last_seen", 0.0), info["last_traj"]) <= limit)
+        return (self.budget - self.kept_steps) // self.traj_steps - outstanding
+
     def _grant(self, ident: bytes, n: int = 1) -> None:
         info = self.actors.get(ident)
-        if info is not None and self.control.send(ident, {"type": "credit", "n": n}):
+        n = min(n, self._credits_left())
+        if n > 0 and info is not None and self.control.send(ident, {"type": "credit", "n": n}):
             info["outstanding"] += n
 
+    def _release_held(self) -> None:
+        """Replay: hands back the credits held while the learner was behind, once it owes
+        at most a trajectory per actor."""
+        slack = self.replay_ratio * self.traj_steps * max(len(self.actors), 1)
+        while self._held and self._replay_owed() <= slack:
+            self._grant(self._held.popleft())
+
     def _ingest(self, msg, now: float, t_start: float) -> None:
-        batch, episodes = msg.tree
-        samples = self.config.rollout_len * self.config.num_envs
+        batch, episodes, act_steps = msg.tree
+        samples = self.traj_steps
         ident = msg.sender.encode()
         if ident in self.actors:
             self.actors[ident]["outstanding"] -= 1
@@ -290,17 +359,22 @@ class Learner:
             self.dropped_nonfinite += 1
             self._grant(ident)
             return
-        self.env_steps += samples
+        version = int(self.state_version)
+        admitted = self.balance.admit(int(msg.version), version, samples, now)
+        if admitted:
+            self._act_steps = int(act_steps)
+            self._lag_max = max(self._lag_max, self.env_steps - self._act_steps)
+            self.env_steps += samples
         done = np.asarray(episodes.done)
         if done.any():
             self.tracker.add(np.asarray(episodes.returns)[done], self.env_steps, now - t_start)
-        version = int(self.state_version)
-        if not self.balance.admit(int(msg.version), version, samples, now):
+        if not admitted:
             self._grant(ident)
         elif self.replay:
             self.rb = self._replay_add(self.rb, batch)
             self.replay_added += samples
-            self._grant(ident)
+            self._held.append(ident)
+            self._release_held()
         else:
             self.pool.append((int(msg.version), ident, batch))
 
@@ -311,7 +385,9 @@ class Learner:
         new = ident not in self.actors
         info = self.actors.setdefault(ident, {"actor": msg.get("actor"), "outstanding": 0, "last_traj": now})
         info["last_seen"] = now
-        window = self.config.runtime.credits_per_actor
+        # a sync actor waits for the next version after each trajectory: one slot is all it
+        # uses, and more would let the first actors take a small budget from the others
+        window = 1 if self.config.mode == "sync" else self.config.runtime.credits_per_actor
         if kind == "register" or new:
             # a new or restarted actor (or, heard first by a heartbeat, one that was working
             # for a learner that restarted): whatever it held before is gone
@@ -319,8 +395,12 @@ class Learner:
             self._grant(ident, window)
             self.publish()  # a late joiner gets the current parameters at once
         elif (msg.get("credits") == 0 and info["outstanding"] > 0
-              and now - info["last_traj"] > 2 * self.config.runtime.heartbeat_s):
-            # its trajectories were lost on the way (rejected, dropped): hand the slots back
+              and now - info["last_traj"] > 2 * self.config.runtime.heartbeat_s
+              and self._reading and not self.traj_in.socket.poll(0)):
+            # its trajectories were lost on the way (rejected, dropped): hand the slots back.
+            # NOTE: only with nothing left unread: after a long update or compilation the
+            # heartbeats are read before the trajectories queued behind them, which are
+            # late, not lost (handing out slots for them let the actors run ahead)
             info["outstanding"] = 0
             self._grant(ident, window)
 
@@ -391,13 +471,14 @@ class Learner:
             # older leftovers can never be used in sync mode
             for item in [i for i in self.pool if i[0] < current]:
                 self.pool.remove(item)
+                self.balance.expire(self.traj_steps)
                 self._grant(item[1])
         else:
             # admission again at consumption: a trajectory that aged past max_staleness
             # while it waited in the pool is dropped, not learned from
             for item in [i for i in self.pool if not self.balance.fresh_enough(i[0], self.state_version)]:
                 self.pool.remove(item)
-                self.balance.expire(self.config.rollout_len * self.config.num_envs)
+                self.balance.expire(self.traj_steps)
                 self._grant(item[1])
             if len(self.pool) < k:
                 return None
@@ -411,7 +492,9 @@ class Learner:
         return int(self._version_cache)
 
     def publish(self) -> None:
-        self.params_pub.publish(self.state_version, self._host_params())
+        self._published_steps = self.env_steps
+        self.params_pub.publish(self.state_version,
+                                ParamsMessage(self._host_params(), np.asarray(self.env_steps, np.int64)))
 
     def _host_params(self):
         if self._params_cache is None or self._params_cache[0] != self.state_version:
@@ -425,6 +508,15 @@ class Learner:
             local, self.batch_sharding, self._global_sds)
 
     # ------------------------------------------------------------------ the loop
+    def finished(self) -> bool:
+        """The budget is spent: every fresh batch learned from (on-policy), or every admitted
+        sample learned from as often as the replay ratio says (off-policy)."""
+        if self.kept_steps < self.budget:
+            return self.fresh_updates >= self.n_updates and not self.replay
+        if self.replay:
+            return self._replay_owed() < self.config.dqn.batch_size
+        return len(self.pool) < self.local_trajectories
+
     def _next_batch(self):
         """(global batch, behaviour versions, is_reuse) for the next update, or None."""
         if self.replay:
@@ -440,6 +532,8 @@ class Learner:
             self._last_reuse += 1
         else:
             return None
+        if chosen is None and self._split:
+            return None, local.version, True  # the reuse pass learns on the prepared batch
         return self._global_batch(local), local.version, chosen is None
 
     def run(self, should_stop: Callable[[], bool] = lambda: False, t_start: float | None = None) -> dict:
@@ -453,7 +547,7 @@ class Learner:
         if self.checkpoint_root is not None and self.saver is None:
             self.saver = ckpt.Checkpointer(self.checkpoint_root, cfg.checkpoint.keep, cfg.checkpoint.every,
                                            start=self.state_version)
-        self._counts0 = (self.env_steps, self.balance.consumed)
+        self._counts0 = (self.env_steps, self.balance.consumed, self._fresh_samples())
         self.compile()
         completed = False
         self.interrupted = False
@@ -489,7 +583,7 @@ class Learner:
         self.publish()
         t_train = last_publish = last_arrival = time.perf_counter()
         busy = False
-        while self.fresh_updates < self.n_updates and not should_stop():
+        while not self.finished() and not should_stop():
             shutdown.check()
             # NOTE: block (until a message or 50 ms) only when the last pass found no work;
             # right after an update more may be waiting in the pool.
@@ -502,31 +596,46 @@ class Learner:
             if now - last_arrival > limit:
                 raise LearnerStalled(f"no trajectory from any actor for {limit:.0f} s "
                                      f"({len(self.actors)} registered)")
+            if self._held:
+                self._release_held()
             nxt = self._next_batch()
             busy = nxt is not None
             if nxt is None:
-                if now - last_publish > rt.heartbeat_s:
-                    self.publish()  # slow joiners and restarted actors catch up
+                # slow joiners and restarted actors catch up; actor-side schedules (epsilon)
+                # hear of the env steps admitted while no update runs (before learning starts)
+                moved = (self.algo.schedules is not None
+                         and self.env_steps - self._published_steps >= self.traj_steps * max(len(self.actors), 1))
+                if now - last_publish > rt.heartbeat_s or moved:
+                    self.publish()
                     last_publish = now
                 continue
             batch, behaviour, reuse = nxt
             version = self.state_version
             taus = np.asarray(S.staleness(version, behaviour))
             with shutdown.critical():  # the update donates the state: finish it
-                self.state, metrics = self.update(self.state, batch)
+                if self._split:
+                    if not reuse:
+                        self._prepared = self._prepare(self.state, batch)
+                    self.state, metrics = self._learn(self.state, self._prepared, np.bool_(not reuse))
+                else:
+                    self.state, metrics = self.update(self.state, batch, np.bool_(not reuse))
                 self._version_cache = version + 1 - int(to_host(metrics["update_skipped"]))
             pending.append(metrics)
-            self.balance.consumed_batch(taus, taus.size, time.perf_counter(), reuse=reuse)
+            # off-policy, a sample is fresh when it enters the buffer, not when it is replayed
+            self.balance.consumed_batch(taus, taus.size, time.perf_counter(), reuse=reuse,
+                                        fresh=0 if reuse or self.replay else taus.size)
             self.fresh_updates += not reuse
             if self.state_version % rt.publish_every == 0:
                 self.publish()
                 last_publish = time.perf_counter()
-            if self.state_version % cfg.log_every == 0 or self.fresh_updates == self.n_updates:
+            if self.state_version % cfg.log_every == 0:
                 self._log(pending, t_start, t_train)
                 pending = []
             if self.saver is not None and self.saver.due(self.state_version):
                 with shutdown.critical():
                     self.save_checkpoint(time.perf_counter(), t_start)
+        if pending:
+            self._log(pending, t_start, t_train)  # the last record holds the final counts
         self._train_time = time.perf_counter() - t_train
 
     def _log(self, pending, t_start, t_train):
@@ -537,7 +646,7 @@ class Learner:
             "updates": self.state_version,
             "wall_time_s": now - t_start,
             "env_steps_per_s": (self.env_steps - self._counts0[0]) / train_time,
-            "samples_consumed_per_s": (self.balance.consumed - self._counts0[1]) / train_time,
+            **self._sample_rates(train_time),
             "return_mean_100": self.tracker.moving_average,
             "episodes": self.tracker.episodes,
             "pool": len(self.pool),
@@ -548,6 +657,16 @@ class Learner:
             # consumed samples per tau since the previous record (TensorBoard histogram)
             "staleness_hist": self.balance.take_interval_histogram(),
         }
+        record["samples_fresh"] = self._fresh_samples()
+        if self.replay:
+            record["replay_ratio"] = self.replay_ratio_measured()
+            record["replay_ratio_target"] = self.replay_ratio
+        if self.algo.schedules is not None:
+            # what the actors acted with: the schedules at the global count they last used
+            record["actor_env_steps"] = self._act_steps
+            # how far behind the global count an actor's schedules were, at worst, this interval
+            record["actor_steps_lag_max"], self._lag_max = self._lag_max, 0
+            record.update({k: float(v) for k, v in self.algo.schedules(self._act_steps).items()})
         if pending:
             host = to_host(pending)
             record.update({k: float(np.mean([m[k] for m in host])) for k in host[0]})
@@ -556,6 +675,21 @@ class Learner:
         if self.progress is not None:
             self.progress.update(self.env_steps, ret=record["return_mean_100"],
                                  tau=record["staleness_mean"], sps=int(record["env_steps_per_s"]))
+
+    def _sample_rates(self, train_time: float) -> dict:
+        """Fresh samples (learned from for the first time; off-policy: added to replay) and
+        consumed samples (every sample of every update, reuse and replay included) per
+        second of this session's training, and the share of consumption that was reuse."""
+        fresh = self._fresh_samples() - self._counts0[2]
+        consumed = self.balance.consumed - self._counts0[1]
+        return {"samples_fresh_per_s": fresh / train_time,
+                "samples_consumed_per_s": consumed / train_time,
+                "reuse_fraction": 1.0 - fresh / consumed if consumed and not self.replay else 0.0}
+
+    def _fresh_samples(self) -> int:
+        # off-policy, a sample is fresh when it enters the replay buffer: it is learned from
+        # (replay_ratio times on average) from then on
+        return self.replay_added if self.replay else self.balance.fresh
 
     def stop_actors(self, error: str | None = None) -> None:
         """Tells every actor to stop; with `error`, that the run failed (they exit non-zero)."""
@@ -584,12 +718,16 @@ class Learner:
             "convergence_env_steps": self.tracker.convergence_env_steps,
             "extra_summary": {
                 "num_actors": self.config.num_actors,
-                "samples_consumed_per_s": (self.balance.consumed - self._counts0[1]) / max(train_time, 1e-9),
+                **self._sample_rates(max(train_time, 1e-9)),
+                **({"replay_ratio": self.replay_ratio_measured(), "replay_ratio_target": self.replay_ratio}
+                   if self.replay else {}),
                 "staleness_mean": stats["staleness_mean"],
                 "staleness_max": stats["staleness_max"],
                 "staleness_histogram": self.balance.staleness_histogram(),
                 "dropped_samples": self.balance.dropped,
                 "dropped_nonfinite": self.dropped_nonfinite,
+                # every valid trajectory that arrived (admitted or dropped): what the actors sent
+                "trajectories_received": self.traj_in.accepted,
                 "rejected_messages": sum(rejected.values()),
                 "rejected_by_reason": dict(rejected),
                 # connections refused at the handshake (no run credentials), by reason

@@ -40,7 +40,8 @@ def env_spec(config: Config):
 
 
 def batch_template(config: Config, algo: Algorithm, obs_shape, obs_dtype) -> tuple:
-    """ShapeDtypeStructs of one actor's rollout message: (batch, episodes)."""
+    """ShapeDtypeStructs of one actor's rollout message: (batch, episodes, act_steps), where
+    act_steps (int64 scalar) is the global env-step count the actor's schedules used."""
     T, B = config.rollout_len, config.num_envs
     sds = jax.ShapeDtypeStruct
     params = jax.eval_shape(algo.init, jax.random.key(0)).params
@@ -51,8 +52,9 @@ def batch_template(config: Config, algo: Algorithm, obs_shape, obs_dtype) -> tup
     if algo.buffer == "replay":
         batch = Transition(obs, act, f32, obs, b, i32)
     else:
-        batch = Trajectory(obs, act, f32, b, f32, f32, f32, i32, sds((B,) + tuple(obs_shape), obs_dtype))
-    return batch, Episodes(b, f32, i32)
+        last = sds((B,) + tuple(obs_shape), obs_dtype)
+        batch = Trajectory(obs, act, f32, b, f32, f32, f32, i32, last, last, sds((B,), np.int32))
+    return batch, Episodes(b, f32, i32), sds((), np.int64)
 
 
 class JaxSource:
@@ -65,6 +67,10 @@ class JaxSource:
         self._state = jax.jit(init)(jax.random.key(seed))
         self._rollout = jax.jit(rollout, donate_argnums=2)
         self.steps_per_call = config.num_envs * config.rollout_len
+
+    def compile(self, params) -> None:
+        """Compiles the rollout now (params may be ShapeDtypeStructs) rather than at the first call."""
+        self._rollout = self._rollout.lower(params, np.int32(0), self._state, np.int32(0)).compile()
 
     def __call__(self, params, version: int, env_steps: int) -> Rollout:
         self._state, batch, episodes = self._rollout(params, np.int32(version), self._state, np.int32(env_steps))
@@ -165,6 +171,11 @@ class HostSource:
         if self.replay:
             return Rollout(Transition(obs_buf, act_buf, rew_buf, next_buf, term_buf, v_stamp), episodes)
         boot = np.zeros((T, B), np.float32)
+        trunc_obs = np.zeros((B,) + obs_shape, self._obs_dtype)
+        trunc_t = np.full(B, -1, np.int32)
+        for t, ids, final in cuts:  # in step order: each env keeps its last truncation
+            trunc_obs[ids] = final
+            trunc_t[ids] = t
         if cuts:
             # NOTE: padded to a multiple of B so the value function compiles for one shape only
             ts = np.concatenate([np.full(len(ids), t) for t, ids, _ in cuts])
@@ -176,7 +187,7 @@ class HostSource:
             values = [np.asarray(self._value(params, c)) for c in np.split(padded, len(padded) // B)]
             boot[ts, ids] = np.concatenate(values)[:n]
         traj = Trajectory(obs_buf, act_buf, rew_buf, done_buf, boot, logp_buf, val_buf, v_stamp,
-                          self._obs.copy())
+                          self._obs.copy(), trunc_obs, trunc_t)
         return Rollout(traj, episodes)
 
     def close(self):

@@ -217,7 +217,9 @@ class ParamSubscriber(_Channel):
     A restarted learner publishes under a new sender name (its incarnation); its first
     valid message is taken whatever its version (a resumed learner goes on from its last
     checkpoint, which may be behind what the subscriber held), and `source_changes`
-    counts such restarts.
+    counts such restarts. With `same_version`, a newer message of the version held is
+    handed out too (the learner republishes a version when what rides with it, such as its
+    env-step count, has moved on).
     """
 
     # NOTE: everything queued is drained (a backlog left in the kernel's socket buffers
@@ -226,12 +228,13 @@ class ParamSubscriber(_Channel):
     _MAX_DRAIN = 100_000
 
     def __init__(self, key: Key, endpoint: str, template: Any, *, hwm: int = 2,
-                 max_bytes: int | None = None, batch_dims: int = 0,
+                 max_bytes: int | None = None, batch_dims: int = 0, same_version: bool = False,
                  ctx: zmq.Context | None = None, handshake: Handshake | None = None):
         spec = template if isinstance(template, TreeSpec) else TreeSpec(template, batch_dims=batch_dims)
         # never above the exact size a template without batch dims fixes
         max_bytes = min(max_bytes or (1 << 62), _default_max_bytes(spec))
         super().__init__(zmq.SUB, ctx, max_bytes, handshake)
+        self.same_version = same_version
         self._auth = as_authenticator(key)
         self.spec = spec
         self.max_bytes = max_bytes
@@ -272,7 +275,8 @@ class ParamSubscriber(_Channel):
             except CodecError as e:
                 self.rejected[e.reason] += 1
                 continue
-            if msg.version <= self.version and msg.sender == self.source:
+            older = msg.version < self.version or (msg.version == self.version and not self.same_version)
+            if older and msg.sender == self.source:
                 self.stale += 1
                 continue
             if self.source is not None and msg.sender != self.source:
