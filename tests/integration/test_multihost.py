@@ -119,7 +119,7 @@ def _one_error_line(text: str) -> list[str]:
 
 @pytest.mark.slow
 def test_a_killed_learner_ends_every_process_nonzero_with_one_line(tmp_path, procs):
-    timeout = 10
+    timeout = 20
     env, learners, actors = _start_readme_run(tmp_path, procs, f"runtime.heartbeat_timeout_s={timeout}")
     wait_for(lambda: updates_logged(tmp_path / "run" / "learner-0") >= 10
              or any(p.poll() is not None for p in learners), 240, what="10 updates")

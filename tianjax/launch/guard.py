@@ -27,6 +27,7 @@ import sys
 import threading
 import time
 
+FAILED_KEY = "tianjax/failed"  # set by a learner that is ending the run on an error
 
 def exit_now(line: str, code: int) -> None:
     print(line, file=sys.stderr, flush=True)
@@ -74,6 +75,17 @@ class PeerWatch:
     def _key(self, i: int) -> str:
         return f"tianjax/alive/{i}"
 
+    def announce_failure(self, why: str) -> None:
+        """Tells the other learners this one is failing, so they end with that line rather
+        than with JAX's abort when this process (maybe the coordination service's host)
+        exits; then waits a moment for them to read it."""
+        self._stop.set()  # this learner's own watch must not report its own failure
+        try:
+            self.client.key_value_set(FAILED_KEY, why, allow_overwrite=True)
+        except Exception:  # noqa: BLE001 - the service may be gone already
+            return
+        time.sleep(2 * self.period_s + 0.5)
+
     def _try_get(self, key: str) -> str | None:
         try:
             return self.client.key_value_try_get(key)
@@ -91,6 +103,10 @@ class PeerWatch:
             now = time.monotonic()
             try:
                 self.client.key_value_set(self._key(self.index), str(beat), allow_overwrite=True)
+                failed = self._try_get(FAILED_KEY)
+                if failed is not None:
+                    self._report(failed)
+                    return
                 for j in range(self.count):
                     if j == self.index:
                         continue

@@ -102,7 +102,7 @@ def run_learner(config: Config, *, coordinator: str | None, num_processes: int |
             # the main thread stops at its next check, tells its actors and exits (below);
             # if it is blocked in a collective with the lost process, end the process here
             shutdown.requested.set()
-            time.sleep(SIGTERM_GRACE_S)
+            time.sleep(1.0)  # (before a failing learner 0 takes JAX's coordination service down)
             exit_now(line, 1)
 
         peers = PeerWatch(global_state.client, index, count, config.runtime.heartbeat_timeout_s, on_lost=lost)
@@ -141,7 +141,10 @@ def run_learner(config: Config, *, coordinator: str | None, num_processes: int |
                    f"a collective failed, another learner process is lost ({type(e).__name__}: "
                    f"{str(e).strip().splitlines()[0][:160]})")
         learner.stop_actors(error=f"learner {index}: {why}")
-        time.sleep(0.5)  # let the stop go out
+        if peers is not None and not peers.lost:
+            peers.announce_failure(f"learner {index} failed: {why}")  # lets the stop go out too
+        else:
+            time.sleep(0.5)  # let the stop go out
         exit_now(f"tianjax: error: learner {index}/{count}: {why}; the last checkpoint stands", 1)
     finally:
         if peers is not None:
