@@ -9,6 +9,7 @@ code closes over these objects, never over dicts.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import math
 import os
 import types
@@ -155,6 +156,13 @@ class RuntimeConfig:
     recv_hwm: int = 4  # trajectories queued at the learner's socket
     transport: Literal["tcp", "ipc"] = "tcp"
     bind_host: str = "127.0.0.1"  # where the learner binds; loopback unless set
+    security: Literal["mac", "curve"] | None = None  # who may connect: mac (a token derived
+    # from the run key at the handshake, MACs on every message; cheap), curve (CurveZMQ: also
+    # encrypts, and actors verify the learner's key; costs CPU per byte); null: curve unless
+    # bind_host is loopback
+    allow_hosts: tuple[str, ...] = ()  # IP addresses allowed to connect to the learner (empty: any
+    # holding the run's credentials)
+    io_threads: int | None = None  # ZeroMQ I/O threads of the learner (null: 2 with curve, else 1)
     heartbeat_s: float = 1.0  # actor -> learner heartbeat period
     heartbeat_timeout_s: float = 120.0  # silence after which a peer counts as lost (a learner
     # is silent during an update: raise this for updates that take minutes, e.g. CNNs on CPU)
@@ -183,6 +191,12 @@ class RuntimeConfig:
                "must be larger than runtime.heartbeat_s")
         _check(self.connect_timeout_s > 0, "runtime.connect_timeout_s", "must be > 0")
         _check(self.max_message_mb > 0, "runtime.max_message_mb", "must be > 0")
+        for i, host in enumerate(self.allow_hosts):
+            try:
+                ipaddress.ip_address(host)
+            except ValueError:
+                _check(False, f"runtime.allow_hosts[{i}]", f"must be an IP address, got {host!r}")
+        _check(self.io_threads is None or self.io_threads >= 1, "runtime.io_threads", "must be >= 1 or null")
         _check(self.learner_devices is None or self.learner_devices >= 1, "runtime.learner_devices",
                "must be >= 1 or null")
         _check(self.actor_threads >= 1, "runtime.actor_threads", "must be >= 1")

@@ -61,7 +61,10 @@ def train(config: Config | str | os.PathLike | dict | None = None, overrides: Se
     try:
         out = runner(config, logger, bar)
     except BaseException:
-        logger.close()  # keep what was logged (TensorBoard queues events) when a run fails
+        try:
+            logger.close()  # keep what was logged (TensorBoard queues events) when a run fails
+        except OSError:
+            pass  # a full disk fails this too: the run's own error is the one to report
         raise
     finally:
         bar.close()

@@ -54,7 +54,9 @@ def _run_learner(args, config) -> int:
     logger = RunLogger(config, args.run_dir, tensorboard=True)
     progress = Progress(config.total_env_steps, desc=f"{config.algo} {config.env} [{config.mode}]")
     endpoints = json.loads(args.endpoints_json) if args.endpoints_json else None
-    learner = Learner(config, load_key(), logger, progress, endpoints=endpoints)
+    listen_fds = json.loads(args.listen_fds_json) if args.listen_fds_json else None
+    learner = Learner(config, load_key(), logger, progress, endpoints=endpoints, listen_fds=listen_fds,
+                      ipc_dir=args.ipc_dir)
     _event("endpoints", endpoints=learner.endpoints)
 
     def should_stop() -> bool:
@@ -86,6 +88,9 @@ def main(argv=None) -> int:
     ap.add_argument("--config-json", required=True)
     ap.add_argument("--endpoints-json")
     ap.add_argument("--run-dir", help="learner: the run directory (metrics, checkpoints)")
+    ap.add_argument("--listen-fds-json", help="learner: listening sockets held by the launcher "
+                                              "(channel -> inherited descriptor), for --endpoints-json")
+    ap.add_argument("--ipc-dir", help="learner: the launcher's private directory for ipc sockets")
     ap.add_argument("--parent-pid", type=int, help="the launcher's pid: exit if it is gone")
     args = ap.parse_args(argv)
     _die_with_parent(args.parent_pid)

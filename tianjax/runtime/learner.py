@@ -46,7 +46,9 @@ from tianjax.metrics import EpisodeTracker, Progress, RunLogger
 from tianjax.runtime import shutdown
 from tianjax.runtime.balance import BalanceController
 from tianjax.runtime.sources import batch_template, env_spec
+from tianjax.runtime.resources import FdReserve, raise_fd_limit
 from tianjax.transport.channels import ControlServer, ParamPublisher, TrajectoryReceiver
+from tianjax.transport.security import secure_context
 from tianjax.types import ParamsMessage
 
 
@@ -108,10 +110,13 @@ class Learner:
 
     def __init__(self, config: Config, run_key, logger: RunLogger | None = None,
                  progress: Progress | None = None, endpoints: dict | None = None,
-                 checkpoint_root: str | None = None):
+                 checkpoint_root: str | None = None, ipc_dir: str | None = None,
+                 listen_fds: dict | None = None):
         """`checkpoint_root`: the run directory whose checkpoints/ this learner writes
         (default: the logger's run directory; none without a logger). In a multi-process
-        run every learner process must name the same one."""
+        run every learner process must name the same one. `ipc_dir`: where ipc sockets
+        go (the launcher's private directory). `listen_fds`: listening sockets the launcher
+        holds for `endpoints` (channel name -> descriptor; see launch/ports.py)."""
         self.config = config
         self.logger = logger
         self.progress = progress
@@ -146,14 +151,22 @@ class Learner:
         self._prepared = None
         self.compile_time_s = 0.0
 
-        host, ep = rt.bind_host, endpoints or {}
+        host, ep, fds = rt.bind_host, endpoints or {}, listen_fds or {}
+        # peers hold descriptors here before they authenticate: use all the OS allows, and
+        # keep a reserve for checkpoints (see runtime/resources.py)
+        raise_fd_limit()
+        self.fd_reserve = FdReserve()
+        # its own context: the gatekeeper (ZAP handler) admits only this run's peers
+        self.net = secure_context(run_key, rt, server=True)
+        net = dict(ctx=self.net.ctx, handshake=self.net.handshake, host=host, transport=rt.transport,
+                   ipc_dir=ipc_dir)
         # the sender name is this incarnation's: actors follow a restarted learner's versions
-        self.params_pub = ParamPublisher(run_key, endpoint=ep.get("params"), host=host, transport=rt.transport,
+        self.params_pub = ParamPublisher(run_key, endpoint=ep.get("params"), **net, use_fd=fds.get("params"),
                                          sender=f"learner-{jax.process_index()}-{os.urandom(4).hex()}")
-        self.traj_in = TrajectoryReceiver(run_key, self.template, endpoint=ep.get("traj"), host=host,
-                                          transport=rt.transport, hwm=rt.recv_hwm,
-                                          max_bytes=int(rt.max_message_mb * 2**20))
-        self.control = ControlServer(run_key, endpoint=ep.get("control"), host=host, transport=rt.transport)
+        self.traj_in = TrajectoryReceiver(run_key, self.template, endpoint=ep.get("traj"), **net,
+                                          use_fd=fds.get("traj"),
+                                          hwm=rt.recv_hwm, max_bytes=int(rt.max_message_mb * 2**20))
+        self.control = ControlServer(run_key, endpoint=ep.get("control"), **net, use_fd=fds.get("control"))
         self.balance = BalanceController(config.staleness.max_staleness, rt.max_pool,
                                          rt.max_reuse if jax.process_count() == 1 else 0)
         self.tracker = EpisodeTracker(config.target_return)
@@ -219,7 +232,8 @@ class Learner:
                     fresh_updates=self.fresh_updates, wall_time_s=self.wall_offset + now - t_start,
                     tracker=self.tracker.state_dict(), balance=self.balance.state_dict(),
                     learned=getattr(self, "learned", 0), replay_added=getattr(self, "replay_added", 0))
-        self.saver.save(self.state_version, self._checkpoint_tree(), meta)
+        with self.fd_reserve.released():
+            self.saver.save(self.state_version, self._checkpoint_tree(), meta)
 
     def compile(self) -> None:
         """Compiles the update. Separate from __init__ so that a launcher can bind the
@@ -680,8 +694,9 @@ class Learner:
         # (replay_ratio times on average) from then on
         return self.replay_added if self.replay else self.balance.fresh
 
-    def stop_actors(self) -> None:
-        self.control.broadcast({"type": "stop"})
+    def stop_actors(self, error: str | None = None) -> None:
+        """Tells every actor to stop; with `error`, that the run failed (they exit non-zero)."""
+        self.control.broadcast({"type": "stop"} if error is None else {"type": "stop", "error": error[:500]})
 
     def result(self, t_start: float) -> dict:
         train_time = getattr(self, "_train_time", time.perf_counter() - t_start - self.wall_offset)
@@ -718,6 +733,8 @@ class Learner:
                 "trajectories_received": self.traj_in.accepted,
                 "rejected_messages": sum(rejected.values()),
                 "rejected_by_reason": dict(rejected),
+                # connections refused at the handshake (no run credentials), by reason
+                "handshakes_refused": dict(self.net.gatekeeper.refused),
                 "balance": self.balance.metrics(time.perf_counter()),
                 "learner_devices": int(self.mesh.devices.size),
             },
@@ -726,3 +743,5 @@ class Learner:
     def close(self) -> None:
         for ch in (self.params_pub, self.traj_in, self.control):
             ch.close()
+        self.net.close()
+        self.fd_reserve.close()
