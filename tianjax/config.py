@@ -30,8 +30,11 @@ def _check(cond: bool, key: str, msg: str) -> None:
 
 @dataclass(frozen=True)
 class NetworkConfig:
-    hidden: tuple[int, ...] = (64, 64)  # widths of the MLP hidden layers
-    activation: Literal["tanh", "relu"] = "tanh"
+    # auto: mlp for vectors, minatar_cnn for small maps (MinAtar's 10x10xC), nature_cnn for
+    # frames of 36x36 or more (Atari's 84x84); see tianjax/networks.py
+    torso: Literal["auto", "mlp", "minatar_cnn", "nature_cnn", "impala_cnn"] = "auto"
+    hidden: tuple[int, ...] = (64, 64)  # widths of the MLP (after the convolutions of a CNN torso)
+    activation: Literal["tanh", "relu"] = "tanh"  # of an mlp torso (CNN torsos use relu)
 
     def __post_init__(self):
         _check(len(self.hidden) > 0 and all(h > 0 for h in self.hidden), "network.hidden",
