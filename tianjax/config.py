@@ -35,10 +35,15 @@ class NetworkConfig:
     torso: Literal["auto", "mlp", "minatar_cnn", "nature_cnn", "impala_cnn"] = "auto"
     hidden: tuple[int, ...] = (64, 64)  # widths of the MLP (after the convolutions of a CNN torso)
     activation: Literal["tanh", "relu"] = "tanh"  # of an mlp torso (CNN torsos use relu)
+    # "module:Attr": your own flax module instead of the built-in actor-critic (ppo, impala
+    # and your algorithms); Attr is a module instance or a factory(obs_shape, action_spec)
+    module: str | None = None
 
     def __post_init__(self):
         _check(len(self.hidden) > 0 and all(h > 0 for h in self.hidden), "network.hidden",
                f"needs one or more positive widths, got {self.hidden}")
+        _check(self.module is None or _is_reference(self.module), "network.module",
+               f"must be 'module:Attr', got {self.module!r}")
 
 
 @dataclass(frozen=True)
@@ -210,8 +215,10 @@ class CheckpointConfig:
 
 @dataclass(frozen=True)
 class Config:
-    algo: Literal["ppo", "impala", "dqn"] = "ppo"
-    env: str = "CartPole-v1"  # env id (gymnax name, envpool task id or gymnasium id)
+    algo: str = "ppo"  # a registered algorithm: ppo | impala | dqn | yours (tianjax.algos.register)
+    env: str = "CartPole-v1"  # env id (gymnax name, envpool task id or gymnasium id), or
+    # "module:EnvId" (gymnasium: import module, which registers EnvId; gymnax: module.EnvId is
+    # a gymnax-API env class, instance or factory)
     env_backend: Literal["gymnax", "envpool", "gymnasium"] = "gymnax"
     mode: Literal["fused", "sync", "async"] = "fused"
     seed: int = 0
@@ -226,6 +233,9 @@ class Config:
     eval_episodes: int = 0  # greedy episodes at the end (0 = none)
     compile_cache: str | None = "~/.cache/tianjax/xla"  # persistent XLA cache (null: off)
     resume: str | None = None  # a run directory to continue from its latest checkpoint
+    # Python modules ("my_pkg.envs") or .py files every process (actors included) imports
+    # before it builds the config: they may register envs and algorithms
+    imports: tuple[str, ...] = ()
     network: NetworkConfig = field(default_factory=NetworkConfig)
     ppo: PPOConfig = field(default_factory=PPOConfig)
     impala: IMPALAConfig = field(default_factory=IMPALAConfig)
@@ -247,6 +257,11 @@ class Config:
         _check(self.log_every >= 1, "log_every", f"must be >= 1, got {self.log_every}")
         _check(self.eval_episodes >= 0, "eval_episodes", "must be >= 0")
         _check(bool(self.env), "env", "must be a non-empty env id")
+        from tianjax.algos import registered  # the registry imports this module
+
+        _check(self.algo in registered(), "algo",
+               f"unknown algorithm {self.algo!r} (registered: {', '.join(registered())}; "
+               "add yours with tianjax.algos.register before building the config)")
         batch = self.batch_trajectories * self.num_envs * self.rollout_len
         _check(self.steps_per_update <= self.total_env_steps, "total_env_steps",
                f"is smaller than one update's worth of steps ({self.steps_per_update})")
@@ -287,10 +302,48 @@ class Config:
 
     @property
     def algo_config(self):
-        return getattr(self, self.algo)
+        """The algorithm's own section (None for a user algorithm, which has none)."""
+        return getattr(self, self.algo, None)
 
     def to_dict(self) -> dict:
         return _to_plain(dataclasses.asdict(self))
+
+
+def _is_reference(text: str) -> bool:
+    module, sep, attr = text.partition(":")
+    return bool(sep and module and attr)
+
+
+def import_modules(names: Sequence[str]) -> None:
+    """Imports each module name, or runs each .py file as a module named after the file
+    (its `if __name__ == "__main__":` block does not run); ConfigError naming `imports`."""
+    import importlib
+    import importlib.util
+    import sys
+
+    for name in names:
+        try:
+            if name.endswith(".py"):
+                path = os.path.abspath(os.path.expanduser(name))
+                mod_name = os.path.splitext(os.path.basename(path))[0]
+                if mod_name in sys.modules and getattr(sys.modules[mod_name], "__file__", None) == path:
+                    continue
+                spec = importlib.util.spec_from_file_location(mod_name, path)
+                if spec is None or not os.path.isfile(path):
+                    raise FileNotFoundError(f"no file {path}")
+                module = importlib.util.module_from_spec(spec)
+                sys.modules[mod_name] = module
+                try:
+                    spec.loader.exec_module(module)
+                except BaseException:
+                    del sys.modules[mod_name]
+                    raise
+            else:
+                importlib.import_module(name)
+        except Exception as e:
+            line = (str(e).strip().splitlines() or [""])[0]
+            raise ConfigError(f"config key 'imports': cannot import {name!r} "
+                              f"({type(e).__name__}: {line})") from None
 
 
 def _to_plain(x):
@@ -441,4 +494,9 @@ def load_config(source: str | os.PathLike | Mapping | Config | None = None,
     data = apply_overrides(data, overrides)
     for k, v in kwargs.items():
         data[k] = v
+    imports = data.get("imports") or ()
+    if isinstance(imports, str):
+        imports = data["imports"] = [imports]
+    if isinstance(imports, (list, tuple)) and all(isinstance(m, str) for m in imports):
+        import_modules(imports)  # first: they may register the algorithm the config names
     return _build(Config, data)

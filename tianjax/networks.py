@@ -23,13 +23,21 @@ Inputs are cast to float32 inside the network; only uint8 inputs (frames) are sc
 With a CNN torso the policy and value heads share it (two towers would double the cost);
 an MLP torso keeps separate policy and value towers.
 
+Your own network replaces the built-in actor-critic (ppo, impala, and algorithms that
+call `custom_network`): `network.module: "module:Attr"` in the config, or
+`tianjax.train(config, network=module)` for a run in this process. It must return what
+the algorithm's apply expects (for ppo and impala: (logits [B, A] or Gaussian, value [B])).
+
 Parameters are plain pytrees (`module.init(...)["params"]` style dicts); every apply is a
 pure function of (params, obs).
 """
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple, Sequence
+import contextlib
+import contextvars
+import importlib
+from typing import Any, Callable, NamedTuple, Sequence
 
 import flax.linen as nn
 import jax.numpy as jnp
@@ -233,3 +241,56 @@ class QNetwork(nn.Module):
     def __call__(self, obs):
         h = Torso(self.cfg, self.obs_shape)(obs)
         return nn.Dense(self.num_actions)(h)
+
+
+# ----------------------------------------------------------------------------- your own network
+
+# NOTE: a network object given to tianjax.train() lives in this process only (it cannot be
+# rebuilt in an actor process from the config); train() sets it here for the run.
+_NETWORK: contextvars.ContextVar[Any] = contextvars.ContextVar("tianjax_network", default=None)
+
+
+@contextlib.contextmanager
+def use_network(network):
+    """Within the block, `custom_network` returns `network` (a flax module or a factory)."""
+    token = _NETWORK.set(network)
+    try:
+        yield
+    finally:
+        _NETWORK.reset(token)
+
+
+def resolve_reference(text: str, key: str):
+    """The object named by "module:Attr" (Attr may be dotted); ConfigError naming `key`."""
+    module_name, sep, attr = text.partition(":")
+    if not (sep and module_name and attr):
+        raise ConfigError(f"config key '{key}': must be 'module:Attr', got {text!r}")
+    try:
+        obj = importlib.import_module(module_name)
+    except Exception as e:
+        line = (str(e).strip().splitlines() or [""])[0]
+        raise ConfigError(f"config key '{key}': cannot import {module_name!r} "
+                          f"({type(e).__name__}: {line})") from None
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise ConfigError(f"config key '{key}': module {module_name!r} has no {attr!r}")
+        obj = getattr(obj, part)
+    return obj
+
+
+def custom_network(network_cfg: NetworkConfig, obs_shape: tuple[int, ...], action: ActionSpec):
+    """The user's flax module for these spaces, or None when the built-in one is asked for."""
+    obj = _NETWORK.get()
+    if obj is None and network_cfg.module:
+        obj = resolve_reference(network_cfg.module, "network.module")
+    if obj is None:
+        return None
+    if not isinstance(obj, nn.Module):
+        if not callable(obj):
+            raise ConfigError(f"config key 'network.module': {obj!r} is neither a flax module nor "
+                              "a factory(obs_shape, action_spec)")
+        obj = obj(tuple(obs_shape), action)
+    if not isinstance(obj, nn.Module):
+        raise ConfigError(f"config key 'network.module': the factory returned {type(obj).__name__}, "
+                          "not a flax module")
+    return obj

@@ -203,8 +203,13 @@ class GymnasiumVectorEnv:
         import gymnasium as gym
 
         try:
-            gym.spec(env_id)
-        except (gym.error.Error, ModuleNotFoundError, ImportError) as e:
+            module, _, bare_id = env_id.rpartition(":")
+            if module:  # gymnasium's own "module:EnvId": importing the module registers EnvId
+                import importlib
+
+                importlib.import_module(module)
+            gym.spec(bare_id)
+        except Exception as e:  # noqa: BLE001 (a user module may raise anything on import)
             reason = (str(e).strip().splitlines() or [type(e).__name__])[0].rstrip(". ")
             raise ConfigError(f"config key 'env': '{env_id}' is not a registered gymnasium env id "
                               f"({reason}); list them with `python -c \"import gymnasium; "

@@ -69,10 +69,37 @@ def action_spec_from_gymnax(space) -> ActionSpec:
     raise ValueError(f"unsupported gymnax action space {kind}")
 
 
+def _is_gymnax_env(obj) -> bool:
+    return all(hasattr(obj, a) for a in ("reset", "step", "default_params", "observation_space",
+                                         "action_space"))
+
+
+def from_reference(text: str, params=None) -> JaxEnv:
+    """A JaxEnv from "module:Attr": Attr is a gymnax-API env instance, or a class or
+    function that returns one (or (env, params)) when called without arguments."""
+    from tianjax.networks import resolve_reference
+
+    obj = resolve_reference(text, "env")
+    if isinstance(obj, type) or (not _is_gymnax_env(obj) and callable(obj)):
+        obj = obj()
+    env_params = None
+    if isinstance(obj, tuple) and len(obj) == 2:
+        obj, env_params = obj
+    if not _is_gymnax_env(obj):
+        raise ConfigError(f"config key 'env': {text!r} is not a gymnax-API env (needs reset, step, "
+                          "default_params, observation_space and action_space)")
+    return JaxEnv(obj, params if params is not None else env_params, name=text)
+
+
 def make_gymnax(name_or_env, params=None) -> JaxEnv:
-    """A JaxEnv from a gymnax registry name, or from an env object following its API."""
+    """A JaxEnv from a gymnax registry name, from "module:Attr" naming your own env, or
+    from an env object following the gymnax API."""
+    if isinstance(name_or_env, JaxEnv):
+        return name_or_env
     if not isinstance(name_or_env, str):
         return JaxEnv(name_or_env, params)
+    if ":" in name_or_env:
+        return from_reference(name_or_env, params)
     import gymnax
 
     if name_or_env not in gymnax.registered_envs:

@@ -28,7 +28,7 @@ from tianjax import checkpoint as ckpt
 from tianjax.config import Config
 from tianjax.metrics import Progress, RunLogger
 from tianjax.runtime.learner import Learner
-from tianjax.runtime.supervisor import ActorSupervisor, describe
+from tianjax.runtime.supervisor import ActorSupervisor, describe, python_path
 from tianjax.transport.auth import KEY_ENV, new_run_key
 
 RESULT_FILE = "learner_result.json"  # what a learner process reports (params: its checkpoint)
@@ -45,6 +45,9 @@ class LearnerFailure(RuntimeError):
 def _supervise_actors(config: Config, actors: ActorSupervisor, silent, log_dir: str) -> None:
     """One supervision pass: replace dead and silent actors; raise if the run cannot go on."""
     changes = actors.check(silent)
+    if changes.failed:  # deterministic: restarting would fail the same way
+        i, why = sorted(changes.failed.items())[0]
+        raise ActorFailure(f"actor {i} cannot start: {why}")
     for line in describe(changes, len(actors.procs), log_dir):
         print(line, file=sys.stderr, flush=True)
     if changes.lost and (config.mode == "sync" or not actors.procs):
@@ -89,6 +92,7 @@ class _LearnerProcess:
         env = dict(os.environ)
         env[KEY_ENV] = run_key.hex()
         env.setdefault("PYTHONUNBUFFERED", "1")
+        env["PYTHONPATH"] = python_path(env.get("PYTHONPATH", ""))
         cmd = [sys.executable, "-m", "tianjax.launch.role", "learner",
                "--config-json", json.dumps(config.to_dict()), "--run-dir", run_dir,
                "--parent-pid", str(os.getpid())]
