@@ -121,6 +121,10 @@ def test_catch_learns_fused_with_objects_given_to_train(custom_parts, tmp_path):
     assert result.summary["final_return"] >= 0.5
     assert "CatchNet_0" not in result.params and "params" in result.params  # the user's module: no wrapper
     assert set(result.params["params"]) == {"Dense_0", "Dense_1", "Dense_2"}
+    # the result remembers its env and network: evaluation needs nothing more
+    assert tianjax.evaluate(result, episodes=20).returns.mean() >= 0.5
+    loaded = tianjax.load(result.run_dir, env=custom_parts.Catch(), network=custom_parts.CatchNet(3))
+    assert loaded.obs_shape == (10, 5) and tianjax.evaluate(loaded, episodes=20).returns.mean() >= 0.5
 
 
 def test_objects_cannot_go_to_actor_processes(custom_parts):
@@ -141,7 +145,7 @@ def test_custom_parts_script_runs_fused_and_async(tmp_path):
 
     summary = json.load(open(tmp_path / "async" / "summary.json"))
     assert summary["env"] == "custom_parts:Catch" and summary["num_actors"] == 2
-    assert summary["env_steps"] == 4096 and summary["actor_restarts"] == 0
+    assert summary["env_steps"] >= 4096 and summary["actor_restarts"] == 0  # async: actors may run one rollout ahead
 
 
 # ----------------------------------------------------------------------------- module:EnvId, gymnasium

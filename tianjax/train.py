@@ -22,6 +22,8 @@ class TrainResult(NamedTuple):
     metrics: list[dict]  # the metrics.jsonl records
     run_dir: str
     config: Config
+    env: Any = None  # the env object given to train() (None: the config's env id)
+    network: Any = None  # the network object given to train()
 
 
 def _runner(config: Config):
@@ -80,7 +82,8 @@ def train(config: Config | str | os.PathLike | dict | None = None, overrides: Se
     config = load_config(config, overrides, **kwargs)
     _own_parts(config, env_obj, network)
     with use_network(network):
-        return _train(config, env_obj, progress, verbose)
+        result = _train(config, env_obj, progress, verbose)
+    return result._replace(env=env, network=network)
 
 
 def _train(config: Config, env, progress, verbose) -> TrainResult:
@@ -109,7 +112,7 @@ def _train(config: Config, env, progress, verbose) -> TrainResult:
     wall = time.perf_counter() - t0
     eval_return = None
     if config.eval_episodes and config.mode == "fused" and config.num_seeds == 1:
-        from tianjax.evaluate import make_evaluator
+        from tianjax.evaluation import make_evaluator
 
         evaluate = make_evaluator(out["env"], out["algo"], config.eval_episodes)
         rets = evaluate(out["params"], jax.random.key(config.seed + 1))
