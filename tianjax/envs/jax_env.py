@@ -40,6 +40,9 @@ class JaxEnv:
         self.params = env.default_params if params is None else params
         self.name = name or getattr(env, "name", type(env).__name__)
         obs_space = env.observation_space(self.params)
+        if getattr(obs_space, "shape", None) is None:
+            raise ConfigError(f"config key 'env': '{self.name}' has a {type(obs_space).__name__} "
+                              "observation space; only array (Box) observations are supported")
         self.obs_shape = tuple(obs_space.shape)
         self.obs_dtype = np.dtype(getattr(obs_space, "dtype", np.float32))
         self.action_spec = action_spec_from_gymnax(env.action_space(self.params))
@@ -66,7 +69,8 @@ def action_spec_from_gymnax(space) -> ActionSpec:
     if kind == "Box":
         return ActionSpec(discrete=False, shape=tuple(space.shape),
                           low=np.asarray(space.low, np.float32), high=np.asarray(space.high, np.float32))
-    raise ValueError(f"unsupported gymnax action space {kind}")
+    raise ConfigError(f"config key 'env': a {kind} action space is not supported; only Discrete "
+                      "and Box actions are")
 
 
 def _is_gymnax_env(obj) -> bool:
@@ -103,7 +107,10 @@ def make_gymnax(name_or_env, params=None) -> JaxEnv:
     import gymnax
 
     if name_or_env not in gymnax.registered_envs:
-        raise ConfigError(f"config key 'env': '{name_or_env}' is not a gymnax environment "
-                         f"(known: {', '.join(sorted(gymnax.registered_envs))})")
+        from tianjax.envs.host import other_backend_hint
+
+        hint = other_backend_hint(name_or_env, "gymnax")
+        raise ConfigError(f"config key 'env': '{name_or_env}' is not a gymnax environment"
+                          + (hint or f" (known: {', '.join(sorted(gymnax.registered_envs))})"))
     env, default_params = gymnax.make(name_or_env)
     return JaxEnv(env, default_params if params is None else params, name=name_or_env)
