@@ -220,6 +220,9 @@ class Config:
     # "module:EnvId" (gymnasium: import module, which registers EnvId; gymnax: module.EnvId is
     # a gymnax-API env class, instance or factory)
     env_backend: Literal["gymnax", "envpool", "gymnasium"] = "gymnax"
+    # host envs: keyword arguments for envpool.make / gymnasium.make_vec (e.g. Atari's
+    # episodic_life, reward_clip, stack_num; max_episode_steps)
+    env_options: dict[str, Any] = field(default_factory=dict)
     mode: Literal["fused", "sync", "async"] = "fused"
     seed: int = 0
     num_seeds: int = 1  # fused mode: independent seeds trained side by side (vmapped)
@@ -282,6 +285,9 @@ class Config:
             _check(self.dqn.buffer_size >= self.num_envs * self.rollout_len, "dqn.buffer_size",
                    f"must hold at least one rollout (num_envs * rollout_len = "
                    f"{self.num_envs * self.rollout_len}), got {self.dqn.buffer_size}")
+        _check(not self.env_options or self.env_backend != "gymnax", "env_options",
+               "is for host envs (env_backend: envpool or gymnasium); a gymnax env takes its "
+               "options in its own code (env: module:Attr)")
         if self.mode == "fused":
             _check(self.env_backend == "gymnax", "mode",
                    f"'fused' needs a JAX env (env_backend: gymnax), got env_backend "
@@ -378,6 +384,16 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
             except ConfigError as e:
                 errors.append(str(e))
         raise ConfigError(errors[0])
+    if origin is dict:
+        _check(isinstance(value, Mapping), key, f"must be a mapping, got {value!r}")
+        out = {}
+        for k, v in value.items():
+            _check(isinstance(k, str), key, f"keys must be strings, got {k!r}")
+            scalar = (bool, int, float, str, type(None))
+            _check(isinstance(v, scalar) or (isinstance(v, (list, tuple)) and all(isinstance(x, scalar) for x in v)),
+                   f"{key}.{k}", f"must be a number, string, bool, null or a list of them, got {v!r}")
+            out[k] = list(v) if isinstance(v, tuple) else v
+        return out
     if origin is tuple:
         args = typing.get_args(tp)
         _check(isinstance(value, (list, tuple)), key, f"must be a list, got {value!r}")

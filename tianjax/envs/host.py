@@ -134,7 +134,14 @@ class EnvpoolEnv:
         self.num_envs = int(num_envs)
         self._kwargs = dict(kwargs)
         self._seed = int(seed)
-        self._env = self._make(self._seed)
+        try:
+            self._env = self._make(self._seed)
+        except Exception as e:  # noqa: BLE001 (envpool checks options with asserts and KeyErrors)
+            if not kwargs:
+                raise
+            line = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            raise ConfigError(f"config key 'env_options': envpool refused {sorted(kwargs)} for "
+                              f"'{env_id}' ({type(e).__name__}: {line})") from None
         with _quiet_spaces():
             obs_space, act_space = self._env.observation_space, self._env.action_space
         self.obs_shape, self.obs_dtype = _obs_space(obs_space, env_id)

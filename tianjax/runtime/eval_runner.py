@@ -51,7 +51,7 @@ def _host_returns(config: Config, algo, action_spec, params, episodes: int, gree
                   max_steps: int = 100_000) -> np.ndarray:
     from tianjax.envs.host import make_host_env
 
-    env = make_host_env(config.env_backend, config.env, episodes, seed)
+    env = make_host_env(config.env_backend, config.env, episodes, seed, **config.env_options)
     try:
         policy = jax.jit(algo.greedy if greedy else
                          (lambda p, o, k: algo.act(p, o, k, np.iinfo(np.int32).max).action))
