@@ -2,8 +2,8 @@
 
 An actor that cannot start (it exits with code 78 after one line saying why: a bad env
 id, a module it cannot import) would fail the same way again: it is not restarted, and
-the caller ends the run with its line. An actor that exits while the run goes on, or that the learner reports silent (no
-heartbeat or trajectory for `runtime.heartbeat_timeout_s`: hung, stopped, cut off), is
+the caller ends the run with its line. An actor that exits while the run goes on, or
+that the learner reports silent (no heartbeat or trajectory for `runtime.heartbeat_timeout_s`: hung, stopped, cut off), is
 killed if need be and started again under the same id, at most `runtime.max_actor_restarts`
 times per id. A replacement registers with the learner like any actor and gets the newest
 parameters at once; in async mode the learner keeps updating on what the others send
@@ -29,9 +29,8 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from tianjax.config import Config
+from tianjax.launch.role import STARTUP_FAILED  # the actor could not start, and never will
 from tianjax.transport.auth import KEY_ENV
-
-STARTUP_FAILED = 78  # tianjax.launch.role: the actor could not start, and never will
 
 # Actors share this machine's cores with the learner: one XLA thread pool each.
 _ACTOR_XLA_FLAGS = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
