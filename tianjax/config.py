@@ -390,8 +390,9 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
         for k, v in value.items():
             _check(isinstance(k, str), key, f"keys must be strings, got {k!r}")
             scalar = (bool, int, float, str, type(None))
-            _check(isinstance(v, scalar) or (isinstance(v, (list, tuple)) and all(isinstance(x, scalar) for x in v)),
-                   f"{key}.{k}", f"must be a number, string, bool, null or a list of them, got {v!r}")
+            is_list = isinstance(v, (list, tuple)) and all(isinstance(x, scalar) for x in v)
+            _check(isinstance(v, scalar) or is_list, f"{key}.{k}",
+                   f"must be a number, string, bool, null or a list of them, got {v!r}")
             out[k] = list(v) if isinstance(v, tuple) else v
         return out
     if origin is tuple:

@@ -3,9 +3,9 @@
 An actor that cannot start (it exits with code 78 after one line saying why: a bad env
 id, a module it cannot import) would fail the same way again: it is not restarted, and
 the caller ends the run with its line. An actor that exits while the run goes on, or
-that the learner reports silent (no heartbeat or trajectory for `runtime.heartbeat_timeout_s`: hung, stopped, cut off), is
-killed if need be and started again under the same id, at most `runtime.max_actor_restarts`
-times per id. A replacement registers with the learner like any actor and gets the newest
+that the learner reports silent (no heartbeat or trajectory for
+`runtime.heartbeat_timeout_s`: hung, stopped, cut off), is killed if need be and started
+again under the same id, at most `runtime.max_actor_restarts` times per id. A replacement registers with the learner like any actor and gets the newest
 parameters at once; in async mode the learner keeps updating on what the others send
 meanwhile. An actor out of restarts is lost: the caller decides whether the run can go on.
 
