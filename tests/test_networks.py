@@ -56,29 +56,34 @@ def _init(net, shape, dtype=jnp.float32):
     return net.init(jax.random.key(0), jnp.zeros((1,) + shape, dtype))
 
 
+def _abstract(net, shape, dtype=jnp.float32):
+    """The parameter tree's shapes without running the init (no compile, no FLOPs)."""
+    return jax.eval_shape(net.init, jax.random.key(0), jax.ShapeDtypeStruct((1,) + shape, dtype))
+
+
 def test_known_parameter_shapes_per_torso():
     cfg = NetworkConfig(torso="auto", hidden=(128,))
     # MinAtar: 3x3x4 -> 16 channels, SAME padding keeps 10x10: 10*10*16 = 1600 features
-    s = _shapes(_init(ActorCritic(cfg, (10, 10, 4), DISCRETE), (10, 10, 4)))
+    s = _shapes(_abstract(ActorCritic(cfg, (10, 10, 4), DISCRETE), (10, 10, 4)))
     assert s["params/Torso_0/MinAtarCNN_0/Conv_0/kernel"] == (3, 3, 4, 16)
     assert s["params/Torso_0/MLP_0/Dense_0/kernel"] == (1600, 128)
     assert s["params/Dense_0/kernel"] == (128, 1) and s["params/Dense_1/kernel"] == (128, 3)
     assert not any(k.startswith("params/Torso_1") for k in s)  # one torso shared by both heads
     # Nature: 84 -> 20 -> 9 -> 7, 7*7*64 = 3136 features
-    s = _shapes(_init(QNetwork(NetworkConfig(hidden=(512,)), (4, 84, 84), 6), (4, 84, 84), jnp.uint8))
+    s = _shapes(_abstract(QNetwork(NetworkConfig(hidden=(512,)), (4, 84, 84), 6), (4, 84, 84), jnp.uint8))
     assert s["params/Torso_0/NatureCNN_0/Conv_0/kernel"] == (8, 8, 4, 32)
     assert s["params/Torso_0/MLP_0/Dense_0/kernel"] == (3136, 512)
     assert s["params/Dense_0/kernel"] == (512, 6)
     # IMPALA: three max-pools 3x3/2 SAME: 84 -> 42 -> 21 -> 11, 11*11*32 = 3872 features
-    s = _shapes(_init(QNetwork(NetworkConfig(torso="impala_cnn", hidden=(256,)), (84, 84, 4), 6), (84, 84, 4)))
+    s = _shapes(_abstract(QNetwork(NetworkConfig(torso="impala_cnn", hidden=(256,)), (84, 84, 4), 6), (84, 84, 4)))
     assert s["params/Torso_0/MLP_0/Dense_0/kernel"] == (3872, 256)
     assert sum(k.endswith("kernel") and "ImpalaCNN" in k for k in s) == 3 * 5
     # MLP: separate policy and value towers, as before
-    s = _shapes(_init(ActorCritic(NetworkConfig(hidden=(64, 64)), (4,), DISCRETE), (4,)))
+    s = _shapes(_abstract(ActorCritic(NetworkConfig(hidden=(64, 64)), (4,), DISCRETE), (4,)))
     assert s["params/Torso_0/MLP_0/Dense_0/kernel"] == (4, 64)
     assert s["params/Torso_1/MLP_0/Dense_1/kernel"] == (64, 64)
     # mlp on a map flattens it
-    s = _shapes(_init(QNetwork(NetworkConfig(torso="mlp", hidden=(32,)), (10, 10, 4), 3), (10, 10, 4)))
+    s = _shapes(_abstract(QNetwork(NetworkConfig(torso="mlp", hidden=(32,)), (10, 10, 4), 3), (10, 10, 4)))
     assert s["params/Torso_0/MLP_0/Dense_0/kernel"] == (400, 32)
 
 
@@ -88,9 +93,9 @@ def test_only_uint8_is_scaled():
     np.testing.assert_array_equal(as_float(jnp.array([False, True])), [0.0, 1.0])
     np.testing.assert_array_equal(as_float(jnp.array([7], jnp.int32)), [7.0])
     # the whole network: uint8 frames give what the same frames as float/255 give
-    net = QNetwork(NetworkConfig(), (4, 84, 84), 6)
-    params = _init(net, (4, 84, 84), jnp.uint8)
-    frames = jax.random.randint(jax.random.key(1), (2, 4, 84, 84), 0, 256).astype(jnp.uint8)
+    net = QNetwork(NetworkConfig(), (4, 36, 36), 6)
+    params = _init(net, (4, 36, 36), jnp.uint8)
+    frames = jax.random.randint(jax.random.key(1), (2, 4, 36, 36), 0, 256).astype(jnp.uint8)
     np.testing.assert_allclose(net.apply(params, frames), net.apply(params, frames.astype(jnp.float32) / 255),
                                rtol=1e-5, atol=1e-6)
     # while {0, 1} MinAtar maps (float32 or bool) are not divided by 255
@@ -107,7 +112,7 @@ def test_channels_first_frames_equal_channels_last():
     chw = QNetwork(NetworkConfig(), (4, 84, 84), 6)
     hwc = QNetwork(NetworkConfig(), (84, 84, 4), 6)
     params = _init(chw, (4, 84, 84))
-    assert _shapes(params) == _shapes(_init(hwc, (84, 84, 4)))
+    assert _shapes(params) == _shapes(_abstract(hwc, (84, 84, 4)))
     x = jax.random.uniform(jax.random.key(3), (2, 4, 84, 84))
     np.testing.assert_allclose(chw.apply(params, x), hwc.apply(params, jnp.moveaxis(x, 1, -1)),
                                rtol=1e-5, atol=1e-5)
