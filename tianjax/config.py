@@ -31,12 +31,20 @@ def _check(cond: bool, key: str, msg: str) -> None:
 
 @dataclass(frozen=True)
 class NetworkConfig:
-    hidden: tuple[int, ...] = (64, 64)  # widths of the MLP hidden layers
-    activation: Literal["tanh", "relu"] = "tanh"
+    # auto: mlp for vectors, minatar_cnn for small maps (MinAtar's 10x10xC), nature_cnn for
+    # frames of 36x36 or more (Atari's 84x84); see tianjax/networks.py
+    torso: Literal["auto", "mlp", "minatar_cnn", "nature_cnn", "impala_cnn"] = "auto"
+    hidden: tuple[int, ...] = (64, 64)  # widths of the MLP (after the convolutions of a CNN torso)
+    activation: Literal["tanh", "relu"] = "tanh"  # of an mlp torso (CNN torsos use relu)
+    # "module:Attr": your own flax module instead of the built-in actor-critic (ppo, impala
+    # and your algorithms); Attr is a module instance or a factory(obs_shape, action_spec)
+    module: str | None = None
 
     def __post_init__(self):
         _check(len(self.hidden) > 0 and all(h > 0 for h in self.hidden), "network.hidden",
                f"needs one or more positive widths, got {self.hidden}")
+        _check(self.module is None or _is_reference(self.module), "network.module",
+               f"must be 'module:Attr', got {self.module!r}")
 
 
 @dataclass(frozen=True)
@@ -221,9 +229,14 @@ class CheckpointConfig:
 
 @dataclass(frozen=True)
 class Config:
-    algo: Literal["ppo", "impala", "dqn"] = "ppo"
-    env: str = "CartPole-v1"  # env id (gymnax name, envpool task id or gymnasium id)
+    algo: str = "ppo"  # a registered algorithm: ppo | impala | dqn | yours (tianjax.algos.register)
+    env: str = "CartPole-v1"  # env id (gymnax name, envpool task id or gymnasium id), or
+    # "module:EnvId" (gymnasium: import module, which registers EnvId; gymnax: module.EnvId is
+    # a gymnax-API env class, instance or factory)
     env_backend: Literal["gymnax", "envpool", "gymnasium"] = "gymnax"
+    # host envs: keyword arguments for envpool.make / gymnasium.make_vec (e.g. Atari's
+    # episodic_life, reward_clip, stack_num; max_episode_steps)
+    env_options: dict[str, Any] = field(default_factory=dict)
     mode: Literal["fused", "sync", "async"] = "fused"
     seed: int = 0
     num_seeds: int = 1  # fused mode: independent seeds trained side by side (vmapped)
@@ -237,6 +250,9 @@ class Config:
     eval_episodes: int = 0  # greedy episodes at the end (0 = none)
     compile_cache: str | None = "~/.cache/tianjax/xla"  # persistent XLA cache (null: off)
     resume: str | None = None  # a run directory to continue from its latest checkpoint
+    # Python modules ("my_pkg.envs") or .py files every process (actors included) imports
+    # before it builds the config: they may register envs and algorithms
+    imports: tuple[str, ...] = ()
     network: NetworkConfig = field(default_factory=NetworkConfig)
     ppo: PPOConfig = field(default_factory=PPOConfig)
     impala: IMPALAConfig = field(default_factory=IMPALAConfig)
@@ -258,6 +274,11 @@ class Config:
         _check(self.log_every >= 1, "log_every", f"must be >= 1, got {self.log_every}")
         _check(self.eval_episodes >= 0, "eval_episodes", "must be >= 0")
         _check(bool(self.env), "env", "must be a non-empty env id")
+        from tianjax.algos import registered  # the registry imports this module
+
+        _check(self.algo in registered(), "algo",
+               f"unknown algorithm {self.algo!r} (registered: {', '.join(registered())}; "
+               "add yours with tianjax.algos.register before building the config)")
         batch = self.batch_trajectories * self.num_envs * self.rollout_len
         _check(self.steps_per_update <= self.total_env_steps, "total_env_steps",
                f"is smaller than one update's worth of steps ({self.steps_per_update})")
@@ -278,6 +299,9 @@ class Config:
             _check(self.dqn.buffer_size >= self.num_envs * self.rollout_len, "dqn.buffer_size",
                    f"must hold at least one rollout (num_envs * rollout_len = "
                    f"{self.num_envs * self.rollout_len}), got {self.dqn.buffer_size}")
+        _check(not self.env_options or self.env_backend != "gymnax", "env_options",
+               "is for host envs (env_backend: envpool or gymnasium); a gymnax env takes its "
+               "options in its own code (env: module:Attr)")
         if self.mode == "fused":
             _check(self.env_backend == "gymnax", "mode",
                    f"'fused' needs a JAX env (env_backend: gymnax), got env_backend "
@@ -298,10 +322,48 @@ class Config:
 
     @property
     def algo_config(self):
-        return getattr(self, self.algo)
+        """The algorithm's own section (None for a user algorithm, which has none)."""
+        return getattr(self, self.algo, None)
 
     def to_dict(self) -> dict:
         return _to_plain(dataclasses.asdict(self))
+
+
+def _is_reference(text: str) -> bool:
+    module, sep, attr = text.partition(":")
+    return bool(sep and module and attr)
+
+
+def import_modules(names: Sequence[str]) -> None:
+    """Imports each module name, or runs each .py file as a module named after the file
+    (its `if __name__ == "__main__":` block does not run); ConfigError naming `imports`."""
+    import importlib
+    import importlib.util
+    import sys
+
+    for name in names:
+        try:
+            if name.endswith(".py"):
+                path = os.path.abspath(os.path.expanduser(name))
+                mod_name = os.path.splitext(os.path.basename(path))[0]
+                if mod_name in sys.modules and getattr(sys.modules[mod_name], "__file__", None) == path:
+                    continue
+                spec = importlib.util.spec_from_file_location(mod_name, path)
+                if spec is None or not os.path.isfile(path):
+                    raise FileNotFoundError(f"no file {path}")
+                module = importlib.util.module_from_spec(spec)
+                sys.modules[mod_name] = module
+                try:
+                    spec.loader.exec_module(module)
+                except BaseException:
+                    del sys.modules[mod_name]
+                    raise
+            else:
+                importlib.import_module(name)
+        except Exception as e:
+            line = (str(e).strip().splitlines() or [""])[0]
+            raise ConfigError(f"config key 'imports': cannot import {name!r} "
+                              f"({type(e).__name__}: {line})") from None
 
 
 def _to_plain(x):
@@ -336,6 +398,17 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
             except ConfigError as e:
                 errors.append(str(e))
         raise ConfigError(errors[0])
+    if origin is dict:
+        _check(isinstance(value, Mapping), key, f"must be a mapping, got {value!r}")
+        out = {}
+        for k, v in value.items():
+            _check(isinstance(k, str), key, f"keys must be strings, got {k!r}")
+            scalar = (bool, int, float, str, type(None))
+            is_list = isinstance(v, (list, tuple)) and all(isinstance(x, scalar) for x in v)
+            _check(isinstance(v, scalar) or is_list, f"{key}.{k}",
+                   f"must be a number, string, bool, null or a list of them, got {v!r}")
+            out[k] = list(v) if isinstance(v, tuple) else v
+        return out
     if origin is tuple:
         args = typing.get_args(tp)
         _check(isinstance(value, (list, tuple)), key, f"must be a list, got {value!r}")
@@ -452,4 +525,9 @@ def load_config(source: str | os.PathLike | Mapping | Config | None = None,
     data = apply_overrides(data, overrides)
     for k, v in kwargs.items():
         data[k] = v
+    imports = data.get("imports") or ()
+    if isinstance(imports, str):
+        imports = data["imports"] = [imports]
+    if isinstance(imports, (list, tuple)) and all(isinstance(m, str) for m in imports):
+        import_modules(imports)  # first: they may register the algorithm the config names
     return _build(Config, data)

@@ -34,7 +34,7 @@ from tianjax.config import Config
 from tianjax.launch.ports import HeldPorts, PrivateDir
 from tianjax.metrics import Progress, RunLogger
 from tianjax.runtime.learner import Learner
-from tianjax.runtime.supervisor import ActorSupervisor, describe
+from tianjax.runtime.supervisor import ActorSupervisor, describe, python_path
 from tianjax.transport.auth import KEY_ENV, new_run_key
 
 RESULT_FILE = "learner_result.json"  # what a learner process reports (params: its checkpoint)
@@ -53,6 +53,9 @@ def _supervise_actors(config: Config, actors: ActorSupervisor, silent, log_dir: 
     """One supervision pass: replace dead and silent actors; raise if the run cannot go on.
     An in-process `learner` forgets the lost ones (their credits no longer count)."""
     changes = actors.check(silent)
+    if changes.failed:  # deterministic: restarting would fail the same way
+        i, why = sorted(changes.failed.items())[0]
+        raise ActorFailure(f"actor {i} cannot start: {why}")
     if learner is not None:
         for i in changes.lost:
             learner.forget_actor(i)
@@ -108,6 +111,7 @@ class _LearnerProcess:
         env = dict(os.environ)
         env[KEY_ENV] = run_key.hex()
         env.setdefault("PYTHONUNBUFFERED", "1")
+        env["PYTHONPATH"] = python_path(env.get("PYTHONPATH", ""))
         cmd = [sys.executable, "-m", "tianjax.launch.role", "learner",
                "--config-json", json.dumps(config.to_dict()), "--run-dir", run_dir,
                "--parent-pid", str(os.getpid()), "--endpoints-json", json.dumps(ports.endpoints),

@@ -32,11 +32,31 @@ def _event(kind: str, **fields) -> None:
     print(json.dumps({"tianjax_event": kind, **fields}), flush=True)
 
 
-def _run_actor(args, config) -> int:
+# An actor that cannot start (bad env id, a module it cannot import, a torso that does not
+# fit) would fail the same way every time: it exits with this code after one line saying
+# why, and the supervisor ends the run with that line instead of restarting it.
+STARTUP_FAILED = 78  # EX_CONFIG
+
+
+def _startup_failed(args, e: BaseException) -> int:
+    line = (str(e).strip().splitlines() or [""])[0]
+    name = "" if type(e).__name__ == "ConfigError" else f"{type(e).__name__}: "
+    print(f"tianjax: actor {args.actor_id} cannot start: {name}{line}", file=sys.stderr, flush=True)
+    return STARTUP_FAILED
+
+
+def _run_actor(args, raw_config: dict) -> int:
+    from tianjax.config import load_config
+    from tianjax.runtime import compile_cache
     from tianjax.runtime.actor import Actor
     from tianjax.transport.auth import load_key
 
-    actor = Actor(config, args.actor_id, json.loads(args.endpoints_json), load_key())
+    try:
+        config = load_config(raw_config)
+        compile_cache.enable(config.compile_cache)
+        actor = Actor(config, args.actor_id, json.loads(args.endpoints_json), load_key())
+    except Exception as e:  # noqa: BLE001 (whatever stops the start-up stops it every time)
+        return _startup_failed(args, e)
     return actor.run()
 
 
@@ -109,11 +129,11 @@ def main(argv=None) -> int:
     from tianjax.config import load_config
     from tianjax.runtime import compile_cache
 
-    config = load_config(json.loads(args.config_json))
-    compile_cache.enable(config.compile_cache)
     try:
         if args.role == "actor":
-            return _run_actor(args, config)
+            return _run_actor(args, json.loads(args.config_json))
+        config = load_config(json.loads(args.config_json))
+        compile_cache.enable(config.compile_cache)
         return _run_learner(args, config)
     except KeyboardInterrupt:
         return 143 if args.role == "learner" else 130

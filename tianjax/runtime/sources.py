@@ -32,7 +32,7 @@ def env_spec(config: Config):
     if config.env_backend == "gymnax":
         env = make_gymnax(config.env)
         return env.obs_shape, jax.dtypes.canonicalize_dtype(env.obs_dtype), env.action_spec
-    env = make_host_env(config.env_backend, config.env, 1, config.seed)
+    env = make_host_env(config.env_backend, config.env, 1, config.seed, **config.env_options)
     try:
         return tuple(env.obs_shape), jax.dtypes.canonicalize_dtype(env.obs_dtype), env.action_spec
     finally:
@@ -89,7 +89,8 @@ class HostSource:
 
     def __init__(self, config: Config, algo: Algorithm, seed: int, env: HostEnv | None = None,
                  key: jax.Array | None = None):
-        self.env = env or make_host_env(config.env_backend, config.env, config.num_envs, seed)
+        self.env = env or make_host_env(config.env_backend, config.env, config.num_envs, seed,
+                                           **config.env_options)
         self.algo = algo
         self.T, self.B = config.rollout_len, config.num_envs
         self.replay = algo.buffer == "replay"
@@ -200,6 +201,6 @@ def make_source(config: Config, seed: int):
         env = make_gymnax(config.env)
         algo = make_algorithm(config, env.obs_shape, env.action_spec)
         return JaxSource(config, algo, seed, env=env)
-    env = make_host_env(config.env_backend, config.env, config.num_envs, seed)
+    env = make_host_env(config.env_backend, config.env, config.num_envs, seed, **config.env_options)
     algo = make_algorithm(config, tuple(env.obs_shape), env.action_spec)
     return HostSource(config, algo, seed, env=env)
