@@ -141,6 +141,9 @@ def _train(config: Config, env, progress, verbose) -> TrainResult:
         "eval_return": eval_return,
         "run_dir": logger.run_dir,
     }
+    if out.get("final_win_rate") is not None:  # envs that report wins (SMAX)
+        summary["final_win_rate"] = out["final_win_rate"]
+        summary["target_win_rate"] = config.target_win_rate
     summary["interrupted"] = bool(out.get("interrupted", False))  # stopped by Ctrl-C / SIGTERM
     if out.get("resumed_from_step") is not None:
         summary["resumed_from_step"] = out["resumed_from_step"]

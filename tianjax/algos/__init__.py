@@ -28,6 +28,9 @@ _REGISTRY: dict[str, str | Callable[..., Algorithm]] = {
     "ppo": "tianjax.algos.ppo:make",
     "impala": "tianjax.algos.impala:make",
     "dqn": "tianjax.algos.dqn:make",
+    "ippo": "tianjax.algos.ippo:make",
+    "qmix": "tianjax.algos.qmix:make",
+    "maddpg": "tianjax.algos.maddpg:make",
 }
 BUILTIN = tuple(_REGISTRY)
 ALGORITHMS = BUILTIN  # the built-in names (kept for callers that list them)

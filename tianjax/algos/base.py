@@ -50,11 +50,12 @@ class ActOutput(NamedTuple):
     action: jax.Array  # [B, ...]
     log_prob: jax.Array  # [B] log mu(a | s)
     value: jax.Array  # [B] V_mu(s) (zeros for value-free algorithms)
+    carry: Any = None  # recurrent policies: the state after this step [B, ...] (None otherwise)
 
 
 class Algorithm(NamedTuple):
     name: str
-    buffer: Literal["onpolicy", "replay"]
+    buffer: Literal["onpolicy", "replay", "sequences"]  # sequences: replay of [T] sequences
     # init(key) -> LearnerState
     init: Callable[[jax.Array], LearnerState]
     # act(params, obs [B, ...], key, env_steps) -> ActOutput   (sampled / exploring)
@@ -77,3 +78,6 @@ class Algorithm(NamedTuple):
     # proximal policy, advantages and weights, as further epochs are). None: not split.
     prepare: Callable[[LearnerState, Any], Any] | None = None
     learn: Callable[..., tuple[LearnerState, dict]] | None = None
+    # recurrent policies: init_carry(batch) -> the state before the first step [batch, ...];
+    # act then takes it as a fifth argument and returns the next one in ActOutput.carry
+    init_carry: Callable[[int], Any] | None = None

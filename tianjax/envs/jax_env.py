@@ -30,6 +30,7 @@ class JaxStep(NamedTuple):
     terminated: jax.Array
     truncated: jax.Array
     final_obs: jax.Array
+    won: jax.Array | None = None  # [] the episode ended in a win (envs that report wins)
 
 
 class JaxEnv:
@@ -110,3 +111,12 @@ def make_gymnax(name_or_env, params=None) -> JaxEnv:
                           + (hint or f" (known: {', '.join(sorted(gymnax.registered_envs))})"))
     env, default_params = gymnax.make(name_or_env)
     return JaxEnv(env, default_params if params is None else params, name=name_or_env)
+
+
+def make_jax_env(backend: str, name: str):
+    """The JAX env `name` of `backend` ('gymnax' or 'jaxmarl', the multi-agent one)."""
+    if backend == "jaxmarl":
+        from tianjax.envs.marl import make_jaxmarl
+
+        return make_jaxmarl(name)
+    return make_gymnax(name)

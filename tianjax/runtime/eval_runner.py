@@ -95,11 +95,11 @@ def evaluate_params(config: Config, params, episodes: int = 10, greedy: bool = T
     """Returns [episodes] (x seeds, flattened) of the policy `params` in the config's env
     (`env`: a JaxEnv or gymnax-API object to use instead of the config's)."""
     seed = config.seed + 1 if seed is None else seed
-    if config.env_backend == "gymnax":
-        from tianjax.envs.jax_env import make_gymnax
+    if config.env_backend in ("gymnax", "jaxmarl"):
+        from tianjax.envs.jax_env import make_gymnax, make_jax_env
         from tianjax.evaluation import make_evaluator
 
-        env = make_gymnax(config.env if env is None else env)
+        env = make_jax_env(config.env_backend, config.env) if env is None else make_gymnax(env)
         algo = make_algorithm(config, env.obs_shape, env.action_spec, correct_staleness=False)
         evaluate = make_evaluator(env, algo, episodes, greedy=greedy)
         if config.mode == "fused" and config.num_seeds > 1:  # one policy per seed, one at a time

@@ -72,8 +72,9 @@ def batch_axis(field: str) -> int:
 
 def concat_batches(batches: list):
     """Joins actor batches along B."""
-    first = batches[0]
-    return type(first)(*[np.concatenate([getattr(b, name) for b in batches], axis=batch_axis(name))
+    first = batches[0]  # a field may be a tree itself (multi-agent observations)
+    return type(first)(*[jax.tree.map(lambda *xs, a=batch_axis(name): np.concatenate(xs, axis=a),
+                                      *[getattr(b, name) for b in batches])
                          for name in first._fields])
 
 
@@ -135,7 +136,8 @@ class Learner:
         replicated = NamedSharding(self.mesh, P())
         batch_template_tree = self._global_template()
         self.batch_sharding = type(batch_template_tree)(*[
-            NamedSharding(self.mesh, P(*([None] * batch_axis(name)), "data"))
+            jax.tree.map(lambda _, a=batch_axis(name): NamedSharding(self.mesh, P(*([None] * a), "data")),
+                         getattr(batch_template_tree, name))
             for name in batch_template_tree._fields])
         # NOTE: initialised by a jitted program with a replicated output so that, in a
         # multi-process run, every learner process holds the same global state.
@@ -169,7 +171,7 @@ class Learner:
         self.control = ControlServer(run_key, endpoint=ep.get("control"), **net, use_fd=fds.get("control"))
         self.balance = BalanceController(config.staleness.max_staleness, rt.max_pool,
                                          rt.max_reuse if jax.process_count() == 1 else 0)
-        self.tracker = EpisodeTracker(config.target_return)
+        self.tracker = EpisodeTracker(config.target_return, target_win_rate=config.target_win_rate)
         self.traj_steps = config.rollout_len * config.num_envs
         # env steps the actors may produce: on-policy, whole updates' worth (the schedules
         # end there); off-policy, whole trajectories' worth of total_env_steps
@@ -325,7 +327,8 @@ class Learner:
             shape[batch_axis(name)] *= k
             return jax.ShapeDtypeStruct(tuple(shape), x.dtype)
 
-        return type(batch)(*[widen(n, getattr(batch, n)) for n in batch._fields])
+        return type(batch)(*[jax.tree.map(lambda x, n=n: widen(n, x), getattr(batch, n))
+                             for n in batch._fields])
 
     # ------------------------------------------------------------------ ingress
     def _credits_left(self) -> int:
@@ -368,7 +371,8 @@ class Learner:
             self.env_steps += samples
         done = np.asarray(episodes.done)
         if done.any():
-            self.tracker.add(np.asarray(episodes.returns)[done], self.env_steps, now - t_start)
+            won = None if getattr(episodes, "won", None) is None else np.asarray(episodes.won)[done]
+            self.tracker.add(np.asarray(episodes.returns)[done], self.env_steps, now - t_start, wins=won)
         if not admitted:
             self._grant(ident)
         elif self.replay:
@@ -651,6 +655,7 @@ class Learner:
             "env_steps_per_s": (self.env_steps - self._counts0[0]) / train_time,
             **self._sample_rates(train_time),
             "return_mean_100": self.tracker.moving_average,
+            **({"win_rate_100": self.tracker.win_rate} if self.tracker.reports_wins else {}),
             "episodes": self.tracker.episodes,
             "pool": len(self.pool),
             "actors_seen": len(self.actors),
@@ -719,6 +724,7 @@ class Learner:
             "final_return": self.tracker.moving_average,
             "convergence_time_s": self.tracker.convergence_time_s,
             "convergence_env_steps": self.tracker.convergence_env_steps,
+            "final_win_rate": self.tracker.win_rate if self.tracker.reports_wins else None,
             "extra_summary": {
                 "num_actors": self.config.num_actors,
                 **self._sample_rates(max(train_time, 1e-9)),
