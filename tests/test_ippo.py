@@ -154,11 +154,10 @@ def test_replay_multi_agent_algos_with_actor_processes_are_refused_by_name():
     load_config({"algo": "ippo", "env": "SMAX_3m", "env_backend": "jaxmarl", "mode": "async", "num_actors": 2})
 
 
-def test_fused_ippo_on_smax_reports_wins_and_evaluates(tmp_path):
+def test_fused_ippo_on_smax_reports_wins(tmp_path):
     import json
 
     import tianjax
-    from tianjax.runtime.eval_runner import evaluate_run
 
     run = tmp_path / "smax"
     result = tianjax.train({"algo": "ippo", "env": "SMAX_3m", "env_backend": "jaxmarl", "num_envs": 4,
@@ -171,8 +170,6 @@ def test_fused_ippo_on_smax_reports_wins_and_evaluates(tmp_path):
     assert s["episodes"] >= 4 and 0.0 <= s["final_win_rate"] <= 1.0
     records = [json.loads(line) for line in open(run / "metrics.jsonl")]
     assert all("win_rate_100" in r for r in records)
-    out = evaluate_run(str(run), episodes=2)  # the checkpoint restores into the multi-agent state
-    assert out.returns.shape == (2,) and np.all(np.isfinite(out.returns))
     from tianjax.metrics.report import load_runs, table_rows, write_report
 
     rep = write_report([str(run)], str(tmp_path / "report"))  # `tianjax report`: the win-rate curve

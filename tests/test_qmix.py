@@ -158,3 +158,8 @@ def test_fused_qmix_learns_from_replayed_sequences(tmp_path):
     # 16 iterations, learning from the 4th on (256 env steps collected): 13 updates
     assert result.summary["updates"] == 13 and result.summary["skipped_updates"] == 0
     assert np.isfinite(result.metrics[-1]["loss"]) and result.metrics[-1]["target_synced"] >= 0
+    from tianjax.runtime.eval_runner import evaluate_run
+
+    # `tianjax eval`: the checkpoint restores, and the greedy policy carries its GRU state
+    out = evaluate_run(str(tmp_path / "q"), episodes=2)
+    assert out.returns.shape == (2,) and np.all(np.isfinite(out.returns)) and out.returns.max() < 0

@@ -101,6 +101,7 @@ def evaluate_params(config: Config, params, episodes: int = 10, greedy: bool = T
 
         env = make_jax_env(config.env_backend, config.env) if env is None else make_gymnax(env)
         algo = make_algorithm(config, env.obs_shape, env.action_spec, correct_staleness=False)
+        params = _as_tree_of(jax.eval_shape(algo.init, jax.random.key(0)).params, params)
         evaluate = make_evaluator(env, algo, episodes, greedy=greedy)
         if config.mode == "fused" and config.num_seeds > 1:  # one policy per seed, one at a time
             rets = [evaluate(jax.tree.map(lambda x, i=i: x[i], params), jax.random.key(seed))
@@ -113,6 +114,16 @@ def evaluate_params(config: Config, params, episodes: int = 10, greedy: bool = T
     obs_shape, _, action_spec = env_spec(config)
     algo = make_algorithm(config, obs_shape, action_spec, correct_staleness=False)
     return _host_returns(config, algo, action_spec, params, episodes, greedy, seed)
+
+
+def _as_tree_of(template, restored):
+    """Restored params (nested dicts, as read without a template) in the structure of the
+    algorithm's own params: NamedTuples (QMIX, MADDPG) are rebuilt from their field names."""
+    if isinstance(template, tuple) and hasattr(template, "_fields") and isinstance(restored, dict):
+        return type(template)(*[_as_tree_of(getattr(template, f), restored[f]) for f in template._fields])
+    if isinstance(template, dict) and isinstance(restored, dict):
+        return {k: _as_tree_of(template[k], restored[k]) if k in template else v for k, v in restored.items()}
+    return restored
 
 
 __all__ = ["EvalResult", "evaluate_params", "evaluate_run", "locate"]
