@@ -1,12 +1,20 @@
-"""Staleness weighting on vs off at high staleness (many actors, a slow learner).
+"""Staleness correction at high staleness: none, truncated IS only, and w(tau) with
+truncated IS (decoupled PPO), against the sync baseline, same env-step budget.
 
-    python experiments/staleness_weighting.py [--seeds 2] [--steps 150000]
+    python experiments/staleness_weighting.py [--seeds 3] [--steps 200000]
 
-Async PPO on envpool CartPole-v1 with 4 actors, 4 credits each and a learner that takes
-4 epochs over 1-trajectory batches, so samples arrive several versions old. "off" is the
-plain loss (constant weights, no drop); "on" weights samples by (1 + tau)^-1 and drops
-those staler than 8 updates. Same seeds, same env-step budget; the table gives the final
-100-episode return, the return reached at each quarter of the budget, and tau.
+Async PPO on envpool CartPole-v1 with 4 actors, 4 credits each, 1-trajectory batches and
+parameters published every 4 updates, so that consumed samples are several versions old
+(the table shows the measured mean tau). The arms:
+
+- none:      the textbook loss, ratio and clip against the behaviour policy mu, weights 1;
+- IS only:   decoupled PPO (clip against pi_0), weights min(rho_bar, pi_0 / mu);
+- w(tau)+IS: decoupled PPO, weights (1 + tau)^-1 * min(rho_bar, pi_0 / mu);
+- sync:      the same config in sync mode (no staleness), the reference for env steps.
+
+Per arm, over the seeds: final 100-episode return (mean), env steps and wall-clock time to
+475 (median over the seeds that reached it; time from launch, start-up included), how many
+seeds reached 475, and the mean staleness of consumed samples.
 """
 
 from __future__ import annotations
@@ -14,46 +22,45 @@ from __future__ import annotations
 import argparse
 import statistics
 
-from _runs import fmt, run
+from _runs import fmt, median, run
 
-BASE = ["num_actors=4", "runtime.credits_per_actor=4", "runtime.batch_trajectories=1",
-        "target_return=475"]
-SETTINGS = {
-    "off": ["staleness.correct=false", "staleness.max_staleness=null"],
-    "on": ["staleness.schedule=polynomial", "staleness.power=1.0", "staleness.max_staleness=8"],
+CONFIG = "configs/ppo_cartpole_async.yaml"
+BASE = ["num_actors=4", "runtime.credits_per_actor=4", "runtime.batch_trajectories=1", "runtime.publish_every=4",
+        "runtime.max_reuse=0", "staleness.max_staleness=null", "target_return=475", "ppo.num_minibatches=4"]
+ARMS = {
+    "none": ["staleness.correct=false"],
+    "IS only": ["staleness.schedule=constant"],
+    "w(tau)+IS": ["staleness.schedule=polynomial", "staleness.power=1.0"],
+    "sync": ["mode=sync", "runtime.batch_trajectories=null"],
 }
-
-
-def return_at(metrics, steps):
-    best = None
-    for r in metrics:
-        if r["env_steps"] <= steps and r.get("return_mean_100") is not None:
-            best = r["return_mean_100"]
-    return best
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--seeds", type=int, default=2)
-    ap.add_argument("--steps", type=int, default=150_000)
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=200_000)
+    ap.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
     args = ap.parse_args()
-    results = {k: [] for k in SETTINGS}
+    results = {k: [] for k in args.arms}
     for seed in range(args.seeds):
-        for name, extra in SETTINGS.items():
-            results[name].append(run("configs/ppo_cartpole_async.yaml",
-                                     BASE + extra + [f"seed={seed}", f"total_env_steps={args.steps}"]))
-    quarters = [args.steps * q // 4 for q in (1, 2, 3, 4)]
-    print(f"\nasync PPO, envpool CartPole-v1, 4 actors, {args.steps:,} env steps, {args.seeds} seeds (mean)")
-    print(f"{'weighting':<10}" + "".join(f"{'ret@' + format(q, ','):>14}" for q in quarters)
-          + f"{'final':>8}{'reached':>9}{'tau mean':>10}{'tau max':>9}{'dropped':>9}")
+        for name in args.arms:  # interleaved, so drifts of the machine's speed hit every arm
+            results[name].append(run(CONFIG, BASE + ARMS[name] + [f"seed={seed}", f"total_env_steps={args.steps}"]))
+    print(f"\nasync PPO, envpool CartPole-v1, 4 actors, publish every 4 updates, {args.steps:,} env steps, "
+          f"{args.seeds} seeds")
+    print(f"{'arm':<11}{'final (mean)':>13}{'steps to 475':>14}{'time to 475 s':>15}{'reached':>9}{'tau mean':>10}")
+    sync_steps = median([r["convergence_env_steps"] for r in results.get("sync", [])])
     for name, runs in results.items():
-        at = [statistics.mean([return_at(r["metrics"], q) or 0.0 for r in runs]) for q in quarters]
-        print(f"{name:<10}" + "".join(f"{a:>14.1f}" for a in at)
-              + f"{statistics.mean(r['final_return'] for r in runs):>8.1f}"
-              + f"{sum(r['convergence_time_s'] is not None for r in runs):>6}/{len(runs):<2}"
-              + f"{statistics.mean(r['staleness_mean'] for r in runs):>10.2f}"
-              + f"{max(r['staleness_max'] for r in runs):>9}"
-              + f"{fmt(statistics.mean(r['dropped_samples'] for r in runs)):>9}")
+        steps = median([r["convergence_env_steps"] for r in runs])
+        print(f"{name:<11}{statistics.mean(r['final_return'] for r in runs):>13.1f}{fmt(steps):>14}"
+              f"{fmt(median([r['convergence_time_s'] for r in runs]), '.1f'):>15}"
+              f"{sum(r['convergence_time_s'] is not None for r in runs):>6}/{len(runs):<2}"
+              f"{statistics.mean(r.get('staleness_mean', 0.0) for r in runs):>10.2f}")
+    if sync_steps:
+        for name in ("IS only", "w(tau)+IS", "none"):
+            if name in results:
+                worst = [r["convergence_env_steps"] for r in results[name]]
+                ratio = None if None in worst else max(worst) / sync_steps
+                print(f"{name}: env steps to 475, worst seed / sync median = {fmt(ratio, '.2f')}")
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ code closes over these objects, never over dicts.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import math
 import os
 import types
@@ -30,12 +31,20 @@ def _check(cond: bool, key: str, msg: str) -> None:
 
 @dataclass(frozen=True)
 class NetworkConfig:
-    hidden: tuple[int, ...] = (64, 64)  # widths of the MLP hidden layers
-    activation: Literal["tanh", "relu"] = "tanh"
+    # auto: mlp for vectors, minatar_cnn for small maps (MinAtar's 10x10xC), nature_cnn for
+    # frames of 36x36 or more (Atari's 84x84); see tianjax/networks.py
+    torso: Literal["auto", "mlp", "minatar_cnn", "nature_cnn", "impala_cnn"] = "auto"
+    hidden: tuple[int, ...] = (64, 64)  # widths of the MLP (after the convolutions of a CNN torso)
+    activation: Literal["tanh", "relu"] = "tanh"  # of an mlp torso (CNN torsos use relu)
+    # "module:Attr": your own flax module instead of the built-in actor-critic (ppo, impala
+    # and your algorithms); Attr is a module instance or a factory(obs_shape, action_spec)
+    module: str | None = None
 
     def __post_init__(self):
         _check(len(self.hidden) > 0 and all(h > 0 for h in self.hidden), "network.hidden",
                f"needs one or more positive widths, got {self.hidden}")
+        _check(self.module is None or _is_reference(self.module), "network.module",
+               f"must be 'module:Attr', got {self.module!r}")
 
 
 @dataclass(frozen=True)
@@ -236,6 +245,13 @@ class RuntimeConfig:
     recv_hwm: int = 4  # trajectories queued at the learner's socket
     transport: Literal["tcp", "ipc"] = "tcp"
     bind_host: str = "127.0.0.1"  # where the learner binds; loopback unless set
+    security: Literal["mac", "curve"] | None = None  # who may connect: mac (a token derived
+    # from the run key at the handshake, MACs on every message; cheap), curve (CurveZMQ: also
+    # encrypts, and actors verify the learner's key; costs CPU per byte); null: curve unless
+    # bind_host is loopback
+    allow_hosts: tuple[str, ...] = ()  # IP addresses allowed to connect to the learner (empty: any
+    # holding the run's credentials)
+    io_threads: int | None = None  # ZeroMQ I/O threads of the learner (null: 2 with curve, else 1)
     heartbeat_s: float = 1.0  # actor -> learner heartbeat period
     heartbeat_timeout_s: float = 120.0  # silence after which a peer counts as lost (a learner
     # is silent during an update: raise this for updates that take minutes, e.g. CNNs on CPU)
@@ -264,6 +280,12 @@ class RuntimeConfig:
                "must be larger than runtime.heartbeat_s")
         _check(self.connect_timeout_s > 0, "runtime.connect_timeout_s", "must be > 0")
         _check(self.max_message_mb > 0, "runtime.max_message_mb", "must be > 0")
+        for i, host in enumerate(self.allow_hosts):
+            try:
+                ipaddress.ip_address(host)
+            except ValueError:
+                _check(False, f"runtime.allow_hosts[{i}]", f"must be an IP address, got {host!r}")
+        _check(self.io_threads is None or self.io_threads >= 1, "runtime.io_threads", "must be >= 1 or null")
         _check(self.learner_devices is None or self.learner_devices >= 1, "runtime.learner_devices",
                "must be >= 1 or null")
         _check(self.actor_threads >= 1, "runtime.actor_threads", "must be >= 1")
@@ -288,9 +310,15 @@ class CheckpointConfig:
 
 @dataclass(frozen=True)
 class Config:
-    algo: Literal["ppo", "impala", "dqn", "ippo", "qmix", "maddpg"] = "ppo"
-    env: str = "CartPole-v1"  # env id (gymnax name, envpool task id, gymnasium id or JaxMARL id)
+    algo: str = "ppo"  # a registered algorithm: ppo | impala | dqn | ippo | qmix | maddpg | yours
+    # (tianjax.algos.register)
+    env: str = "CartPole-v1"  # env id (gymnax name, envpool task id, gymnasium id or JaxMARL id),
+    # or "module:EnvId" (gymnasium: import module, which registers EnvId; gymnax: module.EnvId
+    # is a gymnax-API env class, instance or factory)
     env_backend: Literal["gymnax", "envpool", "gymnasium", "jaxmarl"] = "gymnax"
+    # host envs: keyword arguments for envpool.make / gymnasium.make_vec (e.g. Atari's
+    # episodic_life, reward_clip, stack_num; max_episode_steps)
+    env_options: dict[str, Any] = field(default_factory=dict)
     mode: Literal["fused", "sync", "async"] = "fused"
     seed: int = 0
     num_seeds: int = 1  # fused mode: independent seeds trained side by side (vmapped)
@@ -306,6 +334,9 @@ class Config:
     eval_episodes: int = 0  # greedy episodes at the end (0 = none)
     compile_cache: str | None = "~/.cache/tianjax/xla"  # persistent XLA cache (null: off)
     resume: str | None = None  # a run directory to continue from its latest checkpoint
+    # Python modules ("my_pkg.envs") or .py files every process (actors included) imports
+    # before it builds the config: they may register envs and algorithms
+    imports: tuple[str, ...] = ()
     network: NetworkConfig = field(default_factory=NetworkConfig)
     ppo: PPOConfig = field(default_factory=PPOConfig)
     impala: IMPALAConfig = field(default_factory=IMPALAConfig)
@@ -332,6 +363,11 @@ class Config:
         _check(self.target_win_rate is None or 0 <= self.target_win_rate <= 1, "target_win_rate",
                f"must be in [0, 1] or null, got {self.target_win_rate}")
         _check(bool(self.env), "env", "must be a non-empty env id")
+        from tianjax.algos import registered  # the registry imports this module
+
+        _check(self.algo in registered(), "algo",
+               f"unknown algorithm {self.algo!r} (registered: {', '.join(registered())}; "
+               "add yours with tianjax.algos.register before building the config)")
         batch = self.batch_trajectories * self.num_envs * self.rollout_len
         _check(self.steps_per_update <= self.total_env_steps, "total_env_steps",
                f"is smaller than one update's worth of steps ({self.steps_per_update})")
@@ -366,6 +402,9 @@ class Config:
                    f"{self.algo}.buffer_size",
                    f"must hold at least one rollout (num_envs * rollout_len = "
                    f"{self.num_envs * self.rollout_len}), got {self.replay_config.buffer_size}")
+        _check(not self.env_options or self.env_backend in ("envpool", "gymnasium"), "env_options",
+               "is for host envs (env_backend: envpool or gymnasium); a JAX env takes its "
+               "options in its own code (env: module:Attr)")
         if self.mode == "fused":
             _check(self.env_backend in ("gymnax", "jaxmarl"), "mode",
                    f"'fused' needs a JAX env (env_backend: gymnax or jaxmarl), got env_backend "
@@ -392,10 +431,48 @@ class Config:
 
     @property
     def algo_config(self):
-        return getattr(self, "ppo" if self.algo == "ippo" else self.algo)
+        """The algorithm's own section (IPPO uses PPO's; None for a user algorithm, which has none)."""
+        return getattr(self, "ppo" if self.algo == "ippo" else self.algo, None)
 
     def to_dict(self) -> dict:
         return _to_plain(dataclasses.asdict(self))
+
+
+def _is_reference(text: str) -> bool:
+    module, sep, attr = text.partition(":")
+    return bool(sep and module and attr)
+
+
+def import_modules(names: Sequence[str]) -> None:
+    """Imports each module name, or runs each .py file as a module named after the file
+    (its `if __name__ == "__main__":` block does not run); ConfigError naming `imports`."""
+    import importlib
+    import importlib.util
+    import sys
+
+    for name in names:
+        try:
+            if name.endswith(".py"):
+                path = os.path.abspath(os.path.expanduser(name))
+                mod_name = os.path.splitext(os.path.basename(path))[0]
+                if mod_name in sys.modules and getattr(sys.modules[mod_name], "__file__", None) == path:
+                    continue
+                spec = importlib.util.spec_from_file_location(mod_name, path)
+                if spec is None or not os.path.isfile(path):
+                    raise FileNotFoundError(f"no file {path}")
+                module = importlib.util.module_from_spec(spec)
+                sys.modules[mod_name] = module
+                try:
+                    spec.loader.exec_module(module)
+                except BaseException:
+                    del sys.modules[mod_name]
+                    raise
+            else:
+                importlib.import_module(name)
+        except Exception as e:
+            line = (str(e).strip().splitlines() or [""])[0]
+            raise ConfigError(f"config key 'imports': cannot import {name!r} "
+                              f"({type(e).__name__}: {line})") from None
 
 
 def _to_plain(x):
@@ -430,6 +507,17 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
             except ConfigError as e:
                 errors.append(str(e))
         raise ConfigError(errors[0])
+    if origin is dict:
+        _check(isinstance(value, Mapping), key, f"must be a mapping, got {value!r}")
+        out = {}
+        for k, v in value.items():
+            _check(isinstance(k, str), key, f"keys must be strings, got {k!r}")
+            scalar = (bool, int, float, str, type(None))
+            is_list = isinstance(v, (list, tuple)) and all(isinstance(x, scalar) for x in v)
+            _check(isinstance(v, scalar) or is_list, f"{key}.{k}",
+                   f"must be a number, string, bool, null or a list of them, got {v!r}")
+            out[k] = list(v) if isinstance(v, tuple) else v
+        return out
     if origin is tuple:
         args = typing.get_args(tp)
         _check(isinstance(value, (list, tuple)), key, f"must be a list, got {value!r}")
@@ -546,4 +634,9 @@ def load_config(source: str | os.PathLike | Mapping | Config | None = None,
     data = apply_overrides(data, overrides)
     for k, v in kwargs.items():
         data[k] = v
+    imports = data.get("imports") or ()
+    if isinstance(imports, str):
+        imports = data["imports"] = [imports]
+    if isinstance(imports, (list, tuple)) and all(isinstance(m, str) for m in imports):
+        import_modules(imports)  # first: they may register the algorithm the config names
     return _build(Config, data)

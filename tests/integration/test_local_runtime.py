@@ -171,15 +171,19 @@ def test_actors_do_not_outlive_a_killed_launcher(tmp_path, procs, when):
 
 
 # ----------------------------------------------------------------------------- authentication
-def _attacker(endpoints: dict, stop: threading.Event, sent: dict, template) -> None:
-    """Sends, until told to stop, what a peer without the run key could send."""
+def _attacker(endpoints: dict, stop: threading.Event, sent: dict, template, handshake) -> None:
+    """Sends, until told to stop, what a peer without the run key could send once past the
+    handshake (with the connection credentials, as read off a network under `mac`)."""
     ctx = zmq.Context.instance()
     push = ctx.socket(zmq.PUSH)
     push.linger = 2000  # what it queued still reaches the learner after stop
+    handshake.client(push)
     push.connect(endpoints["traj"])
-    wrong_key = TrajectorySender(new_run_key(), endpoints["traj"], sender="actor-0", hwm=1000)
-    unsigned = TrajectorySender(InsecureNoAuth(), endpoints["traj"], sender="actor-0", hwm=1000)
-    intruder = ControlClient(new_run_key(), endpoints["control"], identity="intruder")
+    wrong_key = TrajectorySender(new_run_key(), endpoints["traj"], sender="actor-0", hwm=1000,
+                                 handshake=handshake)
+    unsigned = TrajectorySender(InsecureNoAuth(), endpoints["traj"], sender="actor-0", hwm=1000,
+                                handshake=handshake)
+    intruder = ControlClient(new_run_key(), endpoints["control"], identity="intruder", handshake=handshake)
     rng = np.random.default_rng(0)
     # a well-formed trajectory that would poison the run if it got in: NaN observations,
     # episodes with absurd returns, a version from the future
@@ -222,7 +226,8 @@ def test_a_peer_without_the_run_key_cannot_inject(tmp_path):
     actor_result = {}
     actor = Actor(config, 0, learner.endpoints, run_key)
     actor_thread = threading.Thread(target=lambda: actor_result.setdefault("code", actor.run()), daemon=True)
-    attack_thread = threading.Thread(target=_attacker, args=(learner.endpoints, stop, sent, learner.template),
+    attack_thread = threading.Thread(target=_attacker, args=(learner.endpoints, stop, sent, learner.template,
+                                                               learner.net.handshake),
                                      daemon=True)
     try:
         attack_thread.start()

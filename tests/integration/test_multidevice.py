@@ -25,7 +25,7 @@ SCRIPT = textwrap.dedent("""
     local.Learner = Recording
     result = tianjax.train(sys.argv[1], sys.argv[3:], run_dir=sys.argv[2], progress=False, verbose=False)
     learner = made[0]
-    state_sharding, batch_sharding = learner.update.input_shardings[0]
+    state_sharding, batch_sharding, _ = learner.update.input_shardings[0]
     report = {
         "summary": result.summary,
         "mesh_devices": int(learner.mesh.devices.size),

@@ -168,11 +168,15 @@ def make(config: Config, obs_shape: tuple[int, ...], action_spec: ActionSpec, *,
         k_net, k_state = jax.random.split(key)
         return init_state(policy.init_params(k_net), optimizer, k_state)
 
-    def update(state: LearnerState, traj: Trajectory, fresh=True):
-        """One update on a [T, B] batch; `fresh` False for a reuse pass (no progress)."""
-        T, B = traj.reward.shape
+    def prepare(state: LearnerState, traj: Trajectory) -> PPOBatch:
+        return make_batch(apply_fn, config, state, traj, correct_staleness=correct_staleness)
+
+    def learn(state: LearnerState, batch: PPOBatch, fresh=True):
+        """The epochs over a prepared [T, B] batch; `fresh` False for a reuse pass, which
+        makes no progress on the schedules and keeps the batch's proximal policy pi_0 (a
+        reuse pass is more epochs over the same batch, inside the same trust region)."""
+        T, B = batch.advantage.shape
         n = T * B
-        batch = make_batch(apply_fn, config, state, traj, correct_staleness=correct_staleness)
         flat = jax.tree.map(lambda x: x.reshape((n,) + x.shape[2:]), batch)
         mb = n // cfg.num_minibatches
         steps = n // samples_per_step  # env steps in the batch
@@ -204,5 +208,9 @@ def make(config: Config, obs_shape: tuple[int, ...], action_spec: ActionSpec, *,
                                    version=state.version + 1, fresh_steps=fresh_steps)
         return new_state, metrics
 
+    def update(state: LearnerState, traj: Trajectory, fresh=True):
+        """One update on a [T, B] trajectory batch taken at state.params (pi_0)."""
+        return learn(state, prepare(state, traj), fresh)
+
     return Algorithm("ppo", "onpolicy", init, policy.act, value, policy.greedy, guarded(update), loss_fn,
-                     policy.network)
+                     policy.network, prepare=prepare, learn=guarded(learn))

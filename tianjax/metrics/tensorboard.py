@@ -35,6 +35,7 @@ TAGS = {
     "lr": "schedules/lr",
     "epsilon": "schedules/epsilon",
     "actor_env_steps": "schedules/actor_env_steps",
+    "actor_steps_lag_max": "schedules/actor_steps_lag_max",
     "replay_ratio": "balance/replay_ratio",
     "replay_ratio_target": "balance/replay_ratio_target",
     "samples_fresh": "balance/samples_fresh",

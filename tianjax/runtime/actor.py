@@ -28,7 +28,11 @@ import zmq
 from tianjax.config import Config
 from tianjax.runtime.sources import make_source
 from tianjax.transport.channels import ControlClient, ParamSubscriber, TrajectorySender
+from tianjax.transport.security import secure_context
 from tianjax.types import ParamsMessage
+
+# the exit code of an actor whose learner is gone or failed: restarting it cannot help
+LEARNER_GONE = 3
 
 
 class ActorStopped(Exception):
@@ -43,14 +47,24 @@ class Actor:
         # start-up time that every run pays)
         self.source = make_source(config, seed=config.seed + 7919 * (actor_id + 1))
         self.algo = self.source.algo
-        params_template = ParamsMessage(jax.eval_shape(self.algo.init, jax.random.key(0)).params,
-                                        np.zeros((), np.int64))
+        self._params_template = jax.eval_shape(self.algo.init, jax.random.key(0)).params
+        # NOTE: compiled before connecting: a subscriber that does not read for seconds finds
+        # only the versions from when its pipe filled (a PUB drops the newest), so an actor
+        # that compiled after connecting would act first with parameters (and a global
+        # env-step count) as old as its compilation
+        self.source.compile(self._params_template)
+        params_template = ParamsMessage(self._params_template, np.zeros((), np.int64))
         rt = config.runtime
+        # the run's handshake: under curve the actor only talks to a learner holding its key
+        self.net = secure_context(run_key, rt, server=False)
+        net = dict(ctx=self.net.ctx, handshake=self.net.handshake)
+        # actor-side schedules follow the global count, which moves on between versions
         self.params_in = ParamSubscriber(run_key, endpoints["params"], params_template,
-                                         max_bytes=int(rt.max_message_mb * 2**20))
+                                         same_version=self.algo.schedules is not None,
+                                         max_bytes=int(rt.max_message_mb * 2**20), **net)
         self.traj_out = TrajectorySender(run_key, endpoints["traj"], sender=f"actor-{actor_id}",
-                                         hwm=rt.send_hwm)
-        self.control = ControlClient(run_key, endpoints["control"], identity=f"actor-{actor_id}")
+                                         hwm=rt.send_hwm, **net)
+        self.control = ControlClient(run_key, endpoints["control"], identity=f"actor-{actor_id}", **net)
         self.version = -1
         self.params = None
         self.credits = 0
@@ -60,6 +74,7 @@ class Actor:
         self._last_heard = time.monotonic()
         self._learner_restarts = 0
         self.learner_restarted = False  # set when a restarted learner is first heard
+        self._pending = None  # the newest (version, ParamsMessage) drained, not yet acted with
 
     # ------------------------------------------------------------------ waiting, politely
     def _beat(self) -> None:
@@ -73,21 +88,34 @@ class Actor:
         while (msg := self.control.recv(0)) is not None:
             self._last_heard = time.monotonic()
             if msg.get("type") == "stop":
+                if isinstance(msg.get("error"), str):
+                    raise ActorStopped(f"the learner failed: {msg['error']}")
                 raise ActorStopped()
             if msg.get("type") == "credit":
                 n = msg.get("n")
                 if isinstance(n, int) and 0 < n <= 1024:
                     self.credits += n
 
-    def _take_newest(self) -> bool:
+    def _take_newest(self, activate: bool = True) -> bool:
+        """Drains the parameter socket, keeping the newest message; with `activate`, acts
+        with it from now on. Returns whether anything new arrived.
+
+        NOTE: an actor waiting for a credit drains too (without activating): a PUB drops
+        what a subscriber's full pipe cannot take, i.e. the newest versions, so an actor that
+        stopped reading would find only versions from when its pipe filled."""
         newest = self.params_in.latest(0)  # only versions newer than ours, or a new learner's
+        if newest is not None:
+            self._last_heard = time.monotonic()
+            self._pending = newest
+        if activate and self._pending is not None:
+            version, message = self._pending
+            self._pending = None
+            if int(version) != self.version or self.params is None:
+                self.params = jax.device_put(message.params)  # once per version
+            self.version = int(version)
+            self.global_steps = int(message.env_steps)
         if newest is None:
             return False
-        self._last_heard = time.monotonic()
-        self.version = int(newest[0])
-        message: ParamsMessage = newest[1]
-        self.params = jax.device_put(message.params)  # once per version
-        self.global_steps = int(message.env_steps)
         if self.params_in.source_changes > self._learner_restarts:
             # the learner restarted (from its last checkpoint): its credits and version
             # count start afresh, so register again and follow its versions from here
@@ -117,14 +145,18 @@ class Actor:
     def _wait_for_credit(self) -> None:
         """Flow control: blocks (polling, with heartbeats) until the learner grants a slot."""
         timeout = self.config.runtime.heartbeat_timeout_s
+        poller = zmq.Poller()
+        poller.register(self.params_in.socket, zmq.POLLIN)
+        poller.register(self.control.socket, zmq.POLLIN)
         while True:
             self._check_control()
             if self.credits > 0:
                 return
+            self._take_newest(activate=False)
             self._beat()
             if time.monotonic() - self._last_heard > timeout:
                 raise ActorStopped(f"no word from the learner for {timeout:.0f} s")
-            self.control.socket.poll(timeout=int(1000 * self.config.runtime.heartbeat_s))
+            poller.poll(timeout=int(1000 * self.config.runtime.heartbeat_s))
 
     def _send(self, rollout, acted_at: int) -> None:
         poll_ms = int(1000 * self.config.runtime.heartbeat_s)
@@ -135,6 +167,9 @@ class Actor:
             self._beat()
             if self.config.mode == "async":
                 self._take_newest()
+            timeout = self.config.runtime.heartbeat_timeout_s
+            if time.monotonic() - self._last_heard > timeout:
+                raise ActorStopped(f"the learner took nothing and said nothing for {timeout:.0f} s")
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> int:
@@ -161,7 +196,7 @@ class Actor:
         except ActorStopped as e:
             if e.args:
                 print(f"tianjax: actor {self.actor_id} stopping: {e.args[0]}", file=sys.stderr, flush=True)
-                return 1
+                return LEARNER_GONE
             return 0
         finally:
             self.close()
@@ -170,4 +205,5 @@ class Actor:
         self.source.close()
         for ch in (self.params_in, self.traj_out, self.control):
             ch.close()
+        self.net.close()
 

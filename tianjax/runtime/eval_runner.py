@@ -2,7 +2,7 @@
 
 The run's config.yaml says which env and network; the newest readable checkpoint (or the
 one named) gives the parameters. JAX envs are evaluated in one jitted loop
-(tianjax.evaluate); host envs (envpool, gymnasium) by stepping `episodes` envs from Python
+(tianjax.evaluation); host envs (envpool, gymnasium) by stepping `episodes` envs from Python
 with the jitted policy until each has finished one episode.
 """
 
@@ -51,7 +51,7 @@ def _host_returns(config: Config, algo, action_spec, params, episodes: int, gree
                   max_steps: int = 100_000) -> np.ndarray:
     from tianjax.envs.host import make_host_env
 
-    env = make_host_env(config.env_backend, config.env, episodes, seed)
+    env = make_host_env(config.env_backend, config.env, episodes, seed, **config.env_options)
     try:
         policy = jax.jit(algo.greedy if greedy else
                          (lambda p, o, k: algo.act(p, o, k, np.iinfo(np.int32).max).action))
@@ -87,12 +87,19 @@ def evaluate_run(path: str, episodes: int = 10, greedy: bool = True, seed: int |
     else:
         step, state, _ = ckpt.restore_step(run_dir, step)
     params = state["learner"]["params"]
+    return EvalResult(evaluate_params(config, params, episodes, greedy, seed), step, run_dir)
+
+
+def evaluate_params(config: Config, params, episodes: int = 10, greedy: bool = True, seed: int | None = None,
+                    env=None) -> np.ndarray:
+    """Returns [episodes] (x seeds, flattened) of the policy `params` in the config's env
+    (`env`: a JaxEnv or gymnax-API object to use instead of the config's)."""
     seed = config.seed + 1 if seed is None else seed
     if config.env_backend in ("gymnax", "jaxmarl"):
-        from tianjax.envs.jax_env import make_jax_env
-        from tianjax.evaluate import make_evaluator
+        from tianjax.envs.jax_env import make_gymnax, make_jax_env
+        from tianjax.evaluation import make_evaluator
 
-        env = make_jax_env(config.env_backend, config.env)
+        env = make_jax_env(config.env_backend, config.env) if env is None else make_gymnax(env)
         algo = make_algorithm(config, env.obs_shape, env.action_spec, correct_staleness=False)
         params = _as_tree_of(jax.eval_shape(algo.init, jax.random.key(0)).params, params)
         evaluate = make_evaluator(env, algo, episodes, greedy=greedy)
@@ -101,12 +108,12 @@ def evaluate_run(path: str, episodes: int = 10, greedy: bool = True, seed: int |
                     for i in range(config.num_seeds)]
         else:
             rets = evaluate(params, jax.random.key(seed))
-        return EvalResult(np.asarray(rets, np.float64).reshape(-1), step, run_dir)
+        return np.asarray(rets, np.float64).reshape(-1)
     from tianjax.runtime.sources import env_spec
 
     obs_shape, _, action_spec = env_spec(config)
     algo = make_algorithm(config, obs_shape, action_spec, correct_staleness=False)
-    return EvalResult(_host_returns(config, algo, action_spec, params, episodes, greedy, seed), step, run_dir)
+    return _host_returns(config, algo, action_spec, params, episodes, greedy, seed)
 
 
 def _as_tree_of(template, restored):
@@ -119,4 +126,4 @@ def _as_tree_of(template, restored):
     return restored
 
 
-__all__ = ["EvalResult", "evaluate_run", "locate"]
+__all__ = ["EvalResult", "evaluate_params", "evaluate_run", "locate"]

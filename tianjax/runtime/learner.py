@@ -13,7 +13,7 @@ dependencies), or, in sync mode, on exactly one fresh trajectory from every acto
            is behind by more than a trajectory per actor, the actors' credits are held back.
 
 The budget holds in every mode: credits are granted only while the env steps admitted
-(and not expired) plus those in flight stay within the fresh-step budget, so the actors
+plus those in flight stay within the fresh-step budget, so the actors
 stop producing when it is spent, and a run ends with `total_env_steps` env steps admitted
 to within one batch. Every parameter message carries the learner's count of admitted env
 steps, the global clock of actor-side schedules (epsilon).
@@ -46,7 +46,9 @@ from tianjax.metrics import EpisodeTracker, Progress, RunLogger
 from tianjax.runtime import shutdown
 from tianjax.runtime.balance import BalanceController
 from tianjax.runtime.sources import batch_template, env_spec
+from tianjax.runtime.resources import FdReserve, raise_fd_limit
 from tianjax.transport.channels import ControlServer, ParamPublisher, TrajectoryReceiver
+from tianjax.transport.security import secure_context
 from tianjax.types import ParamsMessage
 
 
@@ -109,10 +111,13 @@ class Learner:
 
     def __init__(self, config: Config, run_key, logger: RunLogger | None = None,
                  progress: Progress | None = None, endpoints: dict | None = None,
-                 checkpoint_root: str | None = None):
+                 checkpoint_root: str | None = None, ipc_dir: str | None = None,
+                 listen_fds: dict | None = None):
         """`checkpoint_root`: the run directory whose checkpoints/ this learner writes
         (default: the logger's run directory; none without a logger). In a multi-process
-        run every learner process must name the same one."""
+        run every learner process must name the same one. `ipc_dir`: where ipc sockets
+        go (the launcher's private directory). `listen_fds`: listening sockets the launcher
+        holds for `endpoints` (channel name -> descriptor; see launch/ports.py)."""
         self.config = config
         self.logger = logger
         self.progress = progress
@@ -142,16 +147,28 @@ class Learner:
             batch_template_tree = self._init_replay()
         self._replicated = replicated
         self.update = None  # compiled by compile(), after the sockets are up
+        # on-policy reuse with a split update (PPO): prepare once per batch, learn per pass
+        self._split = (self.algo.prepare is not None and not self.replay and config.mode == "async"
+                       and rt.max_reuse > 0 and jax.process_count() == 1)
+        self._prepared = None
         self.compile_time_s = 0.0
 
-        host, ep = rt.bind_host, endpoints or {}
+        host, ep, fds = rt.bind_host, endpoints or {}, listen_fds or {}
+        # peers hold descriptors here before they authenticate: use all the OS allows, and
+        # keep a reserve for checkpoints (see runtime/resources.py)
+        raise_fd_limit()
+        self.fd_reserve = FdReserve()
+        # its own context: the gatekeeper (ZAP handler) admits only this run's peers
+        self.net = secure_context(run_key, rt, server=True)
+        net = dict(ctx=self.net.ctx, handshake=self.net.handshake, host=host, transport=rt.transport,
+                   ipc_dir=ipc_dir)
         # the sender name is this incarnation's: actors follow a restarted learner's versions
-        self.params_pub = ParamPublisher(run_key, endpoint=ep.get("params"), host=host, transport=rt.transport,
+        self.params_pub = ParamPublisher(run_key, endpoint=ep.get("params"), **net, use_fd=fds.get("params"),
                                          sender=f"learner-{jax.process_index()}-{os.urandom(4).hex()}")
-        self.traj_in = TrajectoryReceiver(run_key, self.template, endpoint=ep.get("traj"), host=host,
-                                          transport=rt.transport, hwm=rt.recv_hwm,
-                                          max_bytes=int(rt.max_message_mb * 2**20))
-        self.control = ControlServer(run_key, endpoint=ep.get("control"), host=host, transport=rt.transport)
+        self.traj_in = TrajectoryReceiver(run_key, self.template, endpoint=ep.get("traj"), **net,
+                                          use_fd=fds.get("traj"),
+                                          hwm=rt.recv_hwm, max_bytes=int(rt.max_message_mb * 2**20))
+        self.control = ControlServer(run_key, endpoint=ep.get("control"), **net, use_fd=fds.get("control"))
         self.balance = BalanceController(config.staleness.max_staleness, rt.max_pool,
                                          rt.max_reuse if jax.process_count() == 1 else 0)
         self.tracker = EpisodeTracker(config.target_return, target_win_rate=config.target_win_rate)
@@ -163,6 +180,8 @@ class Learner:
             config.steps_per_update if self.algo.buffer == "onpolicy" else self.traj_steps)
         self._held: collections.deque = collections.deque()  # replay: credits held back while behind
         self._act_steps = 0  # the global env-step count the newest admitted trajectory was acted at
+        self._published_steps = 0  # the env-step count the last publication carried
+        self._lag_max = 0  # since the last record: max (env steps admitted - that count) on arrival
         self.pool: collections.deque = collections.deque()
         self.actors: dict[bytes, dict] = {}  # identity -> {"actor", "last_seen", "outstanding", "last_traj"}
         self.dropped_nonfinite = 0
@@ -215,20 +234,32 @@ class Learner:
                     fresh_updates=self.fresh_updates, wall_time_s=self.wall_offset + now - t_start,
                     tracker=self.tracker.state_dict(), balance=self.balance.state_dict(),
                     learned=getattr(self, "learned", 0), replay_added=getattr(self, "replay_added", 0))
-        self.saver.save(self.state_version, self._checkpoint_tree(), meta)
+        with self.fd_reserve.released():
+            self.saver.save(self.state_version, self._checkpoint_tree(), meta)
 
     def compile(self) -> None:
         """Compiles the update. Separate from __init__ so that a launcher can bind the
         sockets, start the actors, and let them start up while this compiles."""
-        if self.update is not None:
+        if self.compile_time_s:
             return
         t = time.perf_counter()
         replicated = self._replicated
         fresh = jax.ShapeDtypeStruct((), np.bool_)
-        self.update = jax.jit(self.algo.update, in_shardings=(replicated, self.batch_sharding, replicated),
-                              out_shardings=(replicated, replicated), donate_argnums=0).lower(
-            self.state, self._global_sds, fresh).compile()
-        self.compile_time_s = time.perf_counter() - t
+        if not self._split:
+            self.update = jax.jit(self.algo.update, in_shardings=(replicated, self.batch_sharding, replicated),
+                                  out_shardings=(replicated, replicated), donate_argnums=0).lower(
+                self.state, self._global_sds, fresh).compile()
+        else:
+            # reuse passes run the epochs again on the batch as prepared when first taken
+            prepared = jax.eval_shape(self.algo.prepare, self.state, self._global_sds)
+            sharding = jax.tree.map(lambda x: NamedSharding(self.mesh, P(None, "data") if x.ndim >= 2 else P()),
+                                    prepared)
+            self._prepare = jax.jit(self.algo.prepare, in_shardings=(replicated, self.batch_sharding),
+                                    out_shardings=sharding).lower(self.state, self._global_sds).compile()
+            self._learn = jax.jit(self.algo.learn, in_shardings=(replicated, sharding, replicated),
+                                  out_shardings=(replicated, replicated), donate_argnums=0).lower(
+                self.state, prepared, fresh).compile()
+        self.compile_time_s = max(time.perf_counter() - t, 1e-9)
 
     def _init_replay(self):
         """Off-policy: a replay buffer local to this process; each update samples
@@ -254,8 +285,9 @@ class Learner:
 
     @property
     def kept_steps(self) -> int:
-        """Env steps admitted and not expired: what counts against the budget."""
-        return self.balance.produced - self.balance.expired
+        """Env steps admitted: what counts against the budget (also those that later expire
+        in the pool unlearned: they were produced, and the actors stop at the budget)."""
+        return self.balance.produced
 
     def _replay_owed(self) -> float:
         """Samples the learner still owes to the replay ratio: ratio x (samples admitted
@@ -300,8 +332,11 @@ class Learner:
 
     # ------------------------------------------------------------------ ingress
     def _credits_left(self) -> int:
-        """Trajectories the budget still allows beyond those admitted and in flight."""
-        outstanding = sum(max(info["outstanding"], 0) for info in self.actors.values())
+        """Trajectories the budget still allows beyond those admitted and in flight. (An actor
+        not heard from for the heartbeat timeout is gone: its slots no longer count.)"""
+        now, limit = time.perf_counter(), self.config.runtime.heartbeat_timeout_s
+        outstanding = sum(max(info["outstanding"], 0) for info in self.actors.values()
+                          if now - max(info.get("last_seen", 0.0), info["last_traj"]) <= limit)
         return (self.budget - self.kept_steps) // self.traj_steps - outstanding
 
     def _grant(self, ident: bytes, n: int = 1) -> None:
@@ -331,8 +366,9 @@ class Learner:
         version = int(self.state_version)
         admitted = self.balance.admit(int(msg.version), version, samples, now)
         if admitted:
-            self.env_steps += samples
             self._act_steps = int(act_steps)
+            self._lag_max = max(self._lag_max, self.env_steps - self._act_steps)
+            self.env_steps += samples
         done = np.asarray(episodes.done)
         if done.any():
             won = None if getattr(episodes, "won", None) is None else np.asarray(episodes.won)[done]
@@ -364,8 +400,12 @@ class Learner:
             self._grant(ident, window)
             self.publish()  # a late joiner gets the current parameters at once
         elif (msg.get("credits") == 0 and info["outstanding"] > 0
-              and now - info["last_traj"] > 2 * self.config.runtime.heartbeat_s):
-            # its trajectories were lost on the way (rejected, dropped): hand the slots back
+              and now - info["last_traj"] > 2 * self.config.runtime.heartbeat_s
+              and self._reading and not self.traj_in.socket.poll(0)):
+            # its trajectories were lost on the way (rejected, dropped): hand the slots back.
+            # NOTE: only with nothing left unread: after a long update or compilation the
+            # heartbeats are read before the trajectories queued behind them, which are
+            # late, not lost (handing out slots for them let the actors run ahead)
             info["outstanding"] = 0
             self._grant(ident, window)
 
@@ -457,6 +497,7 @@ class Learner:
         return int(self._version_cache)
 
     def publish(self) -> None:
+        self._published_steps = self.env_steps
         self.params_pub.publish(self.state_version,
                                 ParamsMessage(self._host_params(), np.asarray(self.env_steps, np.int64)))
 
@@ -475,7 +516,9 @@ class Learner:
     def finished(self) -> bool:
         """The budget is spent: every fresh batch learned from (on-policy), or every admitted
         sample learned from as often as the replay ratio says (off-policy)."""
-        if self.kept_steps < self.budget:
+        if self.kept_steps < self.budget or (jax.process_count() > 1 and not self.replay):
+            # NOTE: every process of a multi-process run must take the same number of
+            # (collective) updates: there only the count of fresh batches decides
             return self.fresh_updates >= self.n_updates and not self.replay
         if self.replay:
             return self._replay_owed() < self.config.dqn.batch_size
@@ -496,11 +539,13 @@ class Learner:
             self._last_reuse += 1
         else:
             return None
+        if chosen is None and self._split:
+            return None, local.version, True  # the reuse pass learns on the prepared batch
         return self._global_batch(local), local.version, chosen is None
 
     def run(self, should_stop: Callable[[], bool] = lambda: False, t_start: float | None = None) -> dict:
-        """Trains until `n_updates` fresh batches have been learned from (counting those of
-        the run it resumed), `should_stop()` says so, or an error. Checkpoints every
+        """Trains until the budget is spent (see finished(); counting what the run it resumed
+        learned), `should_stop()` says so, or an error. Checkpoints every
         `checkpoint.every` updates and, with `checkpoint.final`, at the end, including an
         end by Ctrl-C, SIGTERM or a stall (the state is always a whole update's)."""
         cfg = self.config
@@ -563,15 +608,24 @@ class Learner:
             nxt = self._next_batch()
             busy = nxt is not None
             if nxt is None:
-                if now - last_publish > rt.heartbeat_s:
-                    self.publish()  # slow joiners and restarted actors catch up
+                # slow joiners and restarted actors catch up; actor-side schedules (epsilon)
+                # hear of the env steps admitted while no update runs (before learning starts)
+                moved = (self.algo.schedules is not None
+                         and self.env_steps - self._published_steps >= self.traj_steps * max(len(self.actors), 1))
+                if now - last_publish > rt.heartbeat_s or moved:
+                    self.publish()
                     last_publish = now
                 continue
             batch, behaviour, reuse = nxt
             version = self.state_version
             taus = np.asarray(S.staleness(version, behaviour))
             with shutdown.critical():  # the update donates the state: finish it
-                self.state, metrics = self.update(self.state, batch, np.bool_(not reuse))
+                if self._split:
+                    if not reuse:
+                        self._prepared = self._prepare(self.state, batch)
+                    self.state, metrics = self._learn(self.state, self._prepared, np.bool_(not reuse))
+                else:
+                    self.state, metrics = self.update(self.state, batch, np.bool_(not reuse))
                 self._version_cache = version + 1 - int(to_host(metrics["update_skipped"]))
             pending.append(metrics)
             # off-policy, a sample is fresh when it enters the buffer, not when it is replayed
@@ -618,6 +672,8 @@ class Learner:
         if self.algo.schedules is not None:
             # what the actors acted with: the schedules at the global count they last used
             record["actor_env_steps"] = self._act_steps
+            # how far behind the global count an actor's schedules were, at worst, this interval
+            record["actor_steps_lag_max"], self._lag_max = self._lag_max, 0
             record.update({k: float(v) for k, v in self.algo.schedules(self._act_steps).items()})
         if pending:
             host = to_host(pending)
@@ -643,8 +699,9 @@ class Learner:
         # (replay_ratio times on average) from then on
         return self.replay_added if self.replay else self.balance.fresh
 
-    def stop_actors(self) -> None:
-        self.control.broadcast({"type": "stop"})
+    def stop_actors(self, error: str | None = None) -> None:
+        """Tells every actor to stop; with `error`, that the run failed (they exit non-zero)."""
+        self.control.broadcast({"type": "stop"} if error is None else {"type": "stop", "error": error[:500]})
 
     def result(self, t_start: float) -> dict:
         train_time = getattr(self, "_train_time", time.perf_counter() - t_start - self.wall_offset)
@@ -678,8 +735,12 @@ class Learner:
                 "staleness_histogram": self.balance.staleness_histogram(),
                 "dropped_samples": self.balance.dropped,
                 "dropped_nonfinite": self.dropped_nonfinite,
+                # every valid trajectory that arrived (admitted or dropped): what the actors sent
+                "trajectories_received": self.traj_in.accepted,
                 "rejected_messages": sum(rejected.values()),
                 "rejected_by_reason": dict(rejected),
+                # connections refused at the handshake (no run credentials), by reason
+                "handshakes_refused": dict(self.net.gatekeeper.refused),
                 "balance": self.balance.metrics(time.perf_counter()),
                 "learner_devices": int(self.mesh.devices.size),
             },
@@ -688,3 +749,5 @@ class Learner:
     def close(self) -> None:
         for ch in (self.params_pub, self.traj_in, self.control):
             ch.close()
+        self.net.close()
+        self.fd_reserve.close()

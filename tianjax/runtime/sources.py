@@ -35,7 +35,7 @@ def env_spec(config: Config):
     if config.env_backend == "jaxmarl":  # obs_shape: an MAObs of shapes (float32 leaves)
         env = make_jax_env(config.env_backend, config.env)
         return env.obs_shape, np.dtype(np.float32), env.action_spec
-    env = make_host_env(config.env_backend, config.env, 1, config.seed)
+    env = make_host_env(config.env_backend, config.env, 1, config.seed, **config.env_options)
     try:
         return tuple(env.obs_shape), jax.dtypes.canonicalize_dtype(env.obs_dtype), env.action_spec
     finally:
@@ -78,6 +78,10 @@ class JaxSource:
         self._rollout = jax.jit(rollout, donate_argnums=2)
         self.steps_per_call = config.num_envs * config.rollout_len
 
+    def compile(self, params) -> None:
+        """Compiles the rollout now (params may be ShapeDtypeStructs) rather than at the first call."""
+        self._rollout = self._rollout.lower(params, np.int32(0), self._state, np.int32(0)).compile()
+
     def __call__(self, params, version: int, env_steps: int) -> Rollout:
         self._state, batch, episodes = self._rollout(params, np.int32(version), self._state, np.int32(env_steps))
         batch, episodes = jax.device_get((batch, episodes))
@@ -95,7 +99,8 @@ class HostSource:
 
     def __init__(self, config: Config, algo: Algorithm, seed: int, env: HostEnv | None = None,
                  key: jax.Array | None = None):
-        self.env = env or make_host_env(config.env_backend, config.env, config.num_envs, seed)
+        self.env = env or make_host_env(config.env_backend, config.env, config.num_envs, seed,
+                                           **config.env_options)
         self.algo = algo
         self.T, self.B = config.rollout_len, config.num_envs
         self.replay = algo.buffer == "replay"
@@ -206,6 +211,6 @@ def make_source(config: Config, seed: int):
         env = make_jax_env(config.env_backend, config.env)
         algo = make_algorithm(config, env.obs_shape, env.action_spec)
         return JaxSource(config, algo, seed, env=env)
-    env = make_host_env(config.env_backend, config.env, config.num_envs, seed)
+    env = make_host_env(config.env_backend, config.env, config.num_envs, seed, **config.env_options)
     algo = make_algorithm(config, tuple(env.obs_shape), env.action_spec)
     return HostSource(config, algo, seed, env=env)
