@@ -24,6 +24,7 @@ import hashlib
 import logging
 import os
 import shutil
+import sys
 import warnings
 from typing import Any
 
@@ -109,6 +110,34 @@ def _resource_errno(e: BaseException) -> int | None:
     return None
 
 
+class _ErrorLinesOnly:
+    """A stderr that passes only `tianjax:` lines (and the newline that ends each)."""
+
+    def __init__(self, out):
+        self._out, self._passing = out, False
+
+    def write(self, text: str) -> int:
+        if text.startswith("tianjax:") or (self._passing and text == "\n"):
+            self._passing = text != "\n"
+            return self._out.write(text)
+        self._passing = False
+        return len(text)
+
+    def flush(self) -> None:
+        self._out.flush()
+
+    def __getattr__(self, name):
+        return getattr(self._out, name)
+
+
+def _only_error_lines() -> None:
+    """NOTE: after a full disk or descriptor limit the run ends with one line; closing
+    orbax's manager then lets tensorstore's threads call into its closed event loop, and each
+    prints a traceback. Nothing this process writes to stderr afterwards is news."""
+    if not isinstance(sys.stderr, _ErrorLinesOnly):
+        sys.stderr = _ErrorLinesOnly(sys.stderr)
+
+
 def checkpoint_dir(run_dir: str) -> str:
     return os.path.join(os.path.abspath(run_dir), CHECKPOINT_DIR)
 
@@ -152,6 +181,7 @@ class Checkpointer:
             for name in os.listdir(self.directory):
                 if "orbax-checkpoint-tmp" in name:
                     shutil.rmtree(os.path.join(self.directory, name), ignore_errors=True)
+            _only_error_lines()
             raise OSError(failed, os.strerror(failed), self.directory) from None
         self._last = step
 
