@@ -146,14 +146,14 @@ def a2c_loss(apply_fn):
 def make_a2c(config, obs_shape, action_spec, *, correct_staleness: bool = True) -> Algorithm:
     """A2C for tianjax's protocol (tianjax/algos/base.py): one gradient step per batch."""
     policy = actor_critic(config, obs_shape, action_spec)  # honours network.module / network=
-    optimizer = make_optimizer(LR, MAX_GRAD_NORM, None, False)
+    optimizer = make_optimizer(LR, MAX_GRAD_NORM)  # constant learning rate
     loss_fn = a2c_loss(policy.apply)
 
     def init(key):
         k_net, k_state = jax.random.split(key)
         return init_state(policy.init_params(k_net), optimizer, k_state)
 
-    def update(state, traj):
+    def update(state, traj, fresh=True):  # fresh: False for a reuse pass (no schedule here uses it)
         last_value = policy.value(state.params, traj.last_obs)
         v_t = jnp.concatenate([traj.behaviour_value[1:], last_value[None]], axis=0)
         r_t = traj.reward + GAMMA * traj.bootstrap_value  # truncation bootstraps

@@ -34,12 +34,12 @@ def test_pong_frames_are_uint8_from_env_to_learner():
     try:
         with TrajectoryReceiver(KEY, template, ctx=ctx) as rx, \
                 TrajectorySender(KEY, rx.endpoint, sender="actor-0", ctx=ctx) as tx:
-            assert tx.send((rollout.batch, rollout.episodes), 0, timeout_ms=5000)
+            assert tx.send((rollout.batch, rollout.episodes, np.asarray(0, np.int64)), 0, timeout_ms=5000)
             msg = rx.recv(timeout_ms=10_000)
     finally:
         ctx.term()
     assert msg is not None and rx.accepted == 1
-    got, _ = msg.tree
+    got = msg.tree[0]
     assert got.obs.dtype == np.uint8 and got.obs.nbytes == T * B * 4 * 84 * 84  # one byte a pixel
     np.testing.assert_array_equal(got.obs, obs)
 

@@ -103,7 +103,8 @@ def test_a2c_loss_is_the_closed_form_and_fresh_weights_are_one(custom_parts):
     traj = tianjax.types.Trajectory(obs, jnp.broadcast_to(out.action, (T, B)), jnp.ones((T, B)),
                                     jnp.zeros((T, B), bool), jnp.zeros((T, B)),
                                     jnp.broadcast_to(out.log_prob, (T, B)), jnp.broadcast_to(out.value, (T, B)),
-                                    jnp.zeros((T, B), jnp.int32), obs[-1])
+                                    jnp.zeros((T, B), jnp.int32), obs[-1], jnp.zeros_like(obs[-1]),
+                                    jnp.full((B,), -1, jnp.int32))
     traj = traj._replace(behaviour_log_prob=jax.vmap(lambda o, a: tianjax.distributions.log_prob(
         net.apply(state.params, o)[0], a))(traj.obs, traj.action))
     s1, m1 = corrected.update(state, traj)

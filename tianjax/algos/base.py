@@ -14,9 +14,12 @@ What an algorithm gives:
   algorithm has no critic). Pure and jittable: the runtime jits it in actors and scans it
   in fused mode.
 - `value(params, obs) -> [B]` (truncation bootstrap) and `greedy(params, obs) -> action`.
-- `update(state, batch) -> (state, metrics)`: jittable; it must add 1 to `state.version`
-  per call, and should be wrapped in `tianjax.learner.guarded` so that a non-finite step
-  is skipped and counted. Metrics are a flat dict of scalars.
+- `update(state, batch, fresh=True) -> (state, metrics)`: jittable; it must add 1 to
+  `state.version` per call, and should be wrapped in `tianjax.learner.guarded` so that a
+  non-finite step is skipped and counted. Metrics are a flat dict of scalars. `fresh` is
+  False for a reuse pass over a batch already learned from: schedules follow progress
+  (fresh env steps learned, `state.fresh_steps`; see tianjax.learner), which such a pass
+  must not advance.
 - `loss_fn(params, batch, ...) -> (loss, metrics)` with per-sample weights as an explicit
   input (exposed for tests and notebooks; the runtime calls only `update`).
 - `buffer`: "onpolicy" (batches are Trajectory [T, B]) or "replay" (batches are
@@ -31,7 +34,10 @@ What the runtime guarantees it:
   skipped there;
 - Trajectory fields follow tianjax.types: `done` ends an episode, `bootstrap_value` is
   V(final obs) where the episode was truncated (0 elsewhere), `last_obs` is the
-  observation after the last step;
+  observation after the last step, and `trunc_obs` / `trunc_t` the final observation of
+  each env's last truncation, for bootstrapping with the learner's own critic;
+- every parameter message carries the learner's count of env steps admitted, which the
+  actors pass to `act` as `env_steps`: actor-side schedules are global;
 - observations keep the env's dtype (uint8 frames stay uint8 up to the network);
 - `update` runs in one process (the learner), `act` in any number of actor processes,
   each with the newest parameters it holds; nothing else is shared.
