@@ -56,8 +56,13 @@ def test_reaches_target_and_reports_balance(tmp_path, mode):
     assert s["final_return"] >= 475, s
     for key in BALANCE_KEYS:
         assert key in s, key
-    # whole fresh batches within the budget; async may also take bounded extra passes
-    assert s["updates"] - s["balance"]["reused_batches"] == 150_000 // (2 * 16 * 32)
+    # whole fresh batches of what was admitted within the budget and learned (samples that
+    # aged past max_staleness in the pool count against the budget, unlearned); async may
+    # also take bounded extra passes
+    batch = 2 * 16 * 32
+    assert s["env_steps"] == 150_000 // batch * batch
+    fresh = s["updates"] - s["balance"]["reused_batches"]
+    assert fresh == (s["env_steps"] - s["balance"]["expired_samples"]) // batch
     assert s["rejected_messages"] == 0
     assert s["actor_restarts"] == 0 and s["actors_lost"] == 0
     assert s["balance"]["samples_consumed"] == s["updates"] * 2 * 16 * 32
