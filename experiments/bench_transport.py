@@ -9,8 +9,10 @@ measures bytes/s of
       process), measured at the subscriber until it holds the last version (latest-version-
       wins: it verifies the newest message it finds queued, not the ones behind it);
 against raw ZeroMQ PUSH/PULL and PUB/SUB moving the same bytes as one frame with
-copy=False. "noauth" rows use auth.InsecureNoAuth (measurement only) to show what the MAC
-costs. Raw and ours alternate within each repeat; the table shows medians. It also shows
+copy=False. "ours" is a run's default (`runtime.security: mac`: per-message MACs, a PLAIN
+handshake token); "curve" adds CurveZMQ encryption (`runtime.security: curve`, the
+default off loopback); "noauth" rows use auth.InsecureNoAuth and no handshake
+(measurement only) to show what the MAC costs. Raw and ours alternate within each repeat; the table shows medians. It also shows
 CPU seconds per GB (both processes, all threads): on a machine shared with other work,
 wall-clock rates swing with the load, the CPU a byte costs much less.
 
@@ -63,6 +65,20 @@ def _auth(mode: str):
     return InsecureNoAuth() if mode == "noauth" else RunKey(bytes(range(32)))
 
 
+def _net(mode: str, server: bool, io_threads: int | None = None):
+    """The handshake side of a mode: None (noauth) or a SecureContext (its .ctx, .handshake)."""
+    from tianjax.transport.security import SecureContext
+
+    if mode == "noauth":
+        return None
+    return SecureContext(_auth(mode), "curve" if mode == "curve" else "mac", server=server,
+                         io_threads=io_threads)
+
+
+def _with(net, ctx) -> dict:
+    return {"ctx": ctx} if net is None else {"ctx": net.ctx, "handshake": net.handshake}
+
+
 def _recv_json(sock: zmq.Socket) -> dict:
     if not sock.poll(SYNC_TIMEOUT_MS):
         raise TimeoutError("benchmark peer went silent")
@@ -104,13 +120,16 @@ def _push(ctx, sync, cmd) -> dict:
             s.send(flat, copy=False)
     else:
         tree = _tree(mib)
-        s = TrajectorySender(_auth(mode), cmd["endpoint"], sender="bench", hwm=TRAJ_HWM, ctx=ctx)
+        net = _net(mode, server=False)
+        s = TrajectorySender(_auth(mode), cmd["endpoint"], sender="bench", hwm=TRAJ_HWM, **_with(net, ctx))
         cpu = _cpu()
         for i in range(WARMUP + n):
             assert s.send(tree, i, timeout_ms=SYNC_TIMEOUT_MS)
     _recv_json(sync)  # the receiver has everything (and our I/O thread is done)
     cpu = _cpu() - cpu
     s.close()
+    if mode != "raw" and net is not None:
+        net.close()
     return {"cpu": cpu}
 
 
@@ -138,7 +157,8 @@ def _subscribe(ctx, sync, cmd) -> dict:
                 t0 = t0 or time.perf_counter()
         dt, moved, verified = time.perf_counter() - t0, (n - 1) * size, n
     else:
-        s = ParamSubscriber(_auth(mode), cmd["endpoint"], _template(mib), hwm=hwm, ctx=ctx)
+        net = _net(mode, server=False)
+        s = ParamSubscriber(_auth(mode), cmd["endpoint"], _template(mib), hwm=hwm, **_with(net, ctx))
         if s.latest(SYNC_TIMEOUT_MS) is None:
             raise TimeoutError("publisher went silent")
         cpu = _cpu()
@@ -157,6 +177,8 @@ def _subscribe(ctx, sync, cmd) -> dict:
         dt, moved = time.perf_counter() - t0, (got[0] - first) * size
     cpu = _cpu() - cpu
     s.close()
+    if mode != "raw" and net is not None:
+        net.close()
     return {"rate": moved / dt if dt > 0 else float("nan"), "verified": verified, "cpu": cpu}
 
 
@@ -180,8 +202,9 @@ def _traj_trial(ctx, sync, transport: str, mode: str, mib: int, n: int) -> tuple
         endpoint = _bind(r, transport, "traj")
         recv = lambda: r.recv(copy=False) if r.poll(SYNC_TIMEOUT_MS) else None  # noqa: E731
     else:
+        net = _net(mode, server=True)
         r = TrajectoryReceiver(_auth(mode), _template(mib), hwm=TRAJ_HWM, transport=transport,
-                               ctx=ctx, max_bytes=2 * size)
+                               max_bytes=2 * size, **_with(net, ctx))
         endpoint = r.endpoint
         recv = lambda: r.recv(SYNC_TIMEOUT_MS)  # noqa: E731
     cpu = _cpu()
@@ -198,6 +221,8 @@ def _traj_trial(ctx, sync, transport: str, mode: str, mib: int, n: int) -> tuple
     sync.send_json({"op": "done"})
     peer = _recv_json(sync)
     r.close()
+    if mode != "raw" and net is not None:
+        net.close()
     return n * size / dt, cpu + peer["cpu"], (WARMUP + n) * size
 
 
@@ -215,7 +240,8 @@ def _params_trial(ctx, sync, transport: str, mode: str, mib: int, n: int) -> tup
         timed = lambda i: p.send(flat, copy=False)  # noqa: E731
     else:
         tree = _tree(mib)
-        p = ParamPublisher(_auth(mode), transport=transport, hwm=hwm, ctx=ctx)
+        net = _net(mode, server=True)
+        p = ParamPublisher(_auth(mode), transport=transport, hwm=hwm, **_with(net, ctx))
         endpoint = p.endpoint
         warm = lambda i: p.publish(i + 1, tree)  # noqa: E731
         timed = lambda i: p.publish(TIMED_VERSION + i, tree)  # noqa: E731
@@ -232,6 +258,8 @@ def _params_trial(ctx, sync, transport: str, mode: str, mib: int, n: int) -> tup
     result = _recv_json(sync)
     cpu = _cpu() - cpu
     p.close()
+    if mode != "raw" and net is not None:
+        net.close()
     return result["rate"], cpu + result["cpu"], n * (mib << 20), result["verified"]
 
 
@@ -243,8 +271,9 @@ def main(argv=None) -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--mib-per-trial", type=int, default=256, help="bytes moved per measurement")
     ap.add_argument("--no-noauth", action="store_true", help="skip the auth-off rows")
+    ap.add_argument("--no-curve", action="store_true", help="skip the CurveZMQ rows")
     args = ap.parse_args(argv)
-    modes = ["raw", "ours"] + ([] if args.no_noauth else ["noauth"])
+    modes = ["raw", "ours"] + ([] if args.no_curve else ["curve"]) + ([] if args.no_noauth else ["noauth"])
 
     rows = []
     t_start = time.perf_counter()
@@ -296,9 +325,13 @@ def main(argv=None) -> None:
 
 def _header(modes) -> str:
     cols = f"{'transport':9} {'pattern':7} {'MiB':>4} {'msgs':>4} {'raw GB/s':>8} {'ours GB/s':>9} {'ours/raw':>8}"
+    if "curve" in modes:
+        cols += f" {'curve GB/s':>10} {'curve/raw':>9} {'curve/ours':>10}"
     if "noauth" in modes:
         cols += f" {'noauth GB/s':>11} {'noauth/raw':>10}"
     cols += "  cpu s/GB: raw  ours"
+    if "curve" in modes:
+        cols += " curve"
     if "noauth" in modes:
         cols += " noauth"
     return cols + "  verified"
@@ -308,9 +341,13 @@ def _row(row, modes) -> str:
     transport, pattern, mib, n, med, cpu, verified = row
     out = (f"{transport:9} {pattern:7} {mib:>4} {n:>4} {med['raw'] / 1e9:>8.2f} {med['ours'] / 1e9:>9.2f} "
            f"{med['ours'] / med['raw']:>8.2f}")
+    if "curve" in modes:
+        out += f" {med['curve'] / 1e9:>10.2f} {med['curve'] / med['raw']:>9.2f} {med['curve'] / med['ours']:>10.2f}"
     if "noauth" in modes:
         out += f" {med['noauth'] / 1e9:>11.2f} {med['noauth'] / med['raw']:>10.2f}"
     out += f"  {'':9}{cpu['raw']:>4.2f}  {cpu['ours']:>4.2f}"
+    if "curve" in modes:
+        out += f"  {cpu['curve']:>4.2f}"
     if "noauth" in modes:
         out += f"   {cpu['noauth']:>4.2f}"
     return out + (f"  {min(verified)}-{max(verified)}/{n}" if verified else "  all")

@@ -40,6 +40,7 @@ import json
 import os
 import random
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -210,6 +211,10 @@ class GarbageStreamer(threading.Thread):
         self.by_target = {"PUSH": 0, "DEALER": 0}
         self.by_kind = dict.fromkeys(GARBAGE_KINDS, 0)
         self.error: str | None = None
+        # without the run's credentials every handshake is refused (the learner's
+        # gatekeeper): then the garbage goes over raw TCP, at ZeroMQ's handshake parser
+        self.handshake_refused = False
+        self.raw_sent = 0
 
     def stop(self) -> None:
         self._halt.set()
@@ -301,7 +306,8 @@ class GarbageStreamer(threading.Thread):
                             self.refused_pairs.append({"type": name, "port": port})
                             s.close(linger=0)
                     if not pending and not live:
-                        self.error = "no socket type was accepted on any of the learner's ports"
+                        self.handshake_refused = True
+                        self._raw_garbage()
                         return
                 if not live or now < t_next:
                     self._halt.wait(0.05 if not live else min(t_next - now, 0.05))
@@ -328,8 +334,24 @@ class GarbageStreamer(threading.Thread):
                 s.close(linger=0)
             ctx.term()
 
+    def _raw_garbage(self) -> None:
+        """Random bytes on fresh TCP connections (half behind a valid NULL greeting)."""
+        greeting = b"\xff" + bytes(8) + b"\x7f\x03\x00" + b"NULL".ljust(20, b"\0") + bytes(32)
+        period = 1.0 / self.rate
+        while not self._halt.wait(period):
+            port = self.rng.choice(self.ports)
+            data = (greeting if self.rng.random() < 0.5 else b"") + self._rand(self.rng.randrange(1, 4097))
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1.0) as s:
+                    s.sendall(data)
+            except OSError:
+                continue  # closed by the learner mid-send: it is meant to
+            self.sent += 1
+            self.raw_sent += 1
+            self.sent_bytes += len(data)
+
     def report(self) -> dict:
-        return {"sent": self.sent, "sent_mib": self.sent_bytes / 2**20, "refused_at_hwm": self.refused_hwm,
+        return {"sent": self.sent, "raw_sent": self.raw_sent, "handshake_refused": self.handshake_refused, "sent_mib": self.sent_bytes / 2**20, "refused_at_hwm": self.refused_hwm,
                 "by_target": {"PUSH->PULL (trajectories)": self.by_target["PUSH"],
                               "DEALER->ROUTER (control)": self.by_target["DEALER"]},
                 "by_kind": self.by_kind, "connected": self.connected, "refused_pairs": self.refused_pairs,

@@ -100,8 +100,9 @@ def _bad_messages():
         "wrong schema": (enc({"o": TREE["obs"], "act": TREE["act"]}), "schema"),
         "wrong dtype": (enc({"obs": TREE["obs"].astype(np.float16), "act": TREE["act"]}), "dtype"),
         "wrong shape": (enc({"obs": TREE["obs"].reshape(2, 6), "act": TREE["act"]}), "shape"),
+        # frames each under the socket's frame limit (below), together over the message limit
         "oversized": (enc({"obs": np.zeros((3, 4), np.float32), "act": np.zeros(3, np.int32)})
-                      + [bytes(1 << 20)], "size"),
+                      + [bytes(40 << 10), bytes(40 << 10)], "size"),
         "wrong kind": (encode(TREE, auth=AUTH, kind="params", version=1, sender="x", seq=1), "kind"),
         "pickle header": ([good[0], payload, *good[2:]], "auth"),
         "signed pickle header": ([AUTH.tag(payload, good[2:]), payload, *good[2:]], "header"),
@@ -130,6 +131,24 @@ def test_receiver_counts_bad_message(ctx, case):
         assert _until(lambda: rx.recv(50) or (True if rx.rejected else None)) is True
         assert dict(rx.rejected) == {reason: 1} and rx.accepted == 1
         assert not Boom.unpickled
+        raw.close()
+
+
+def test_oversized_frame_disconnects_its_sender_unread(ctx):
+    """A frame over the receiver's limit never reaches it (ZeroMQ's maxmsgsize drops the
+    connection before buffering it), so it costs no memory and is not even counted."""
+    with TrajectoryReceiver(KEY, TREE, ctx=ctx, max_bytes=1 << 16) as rx, \
+            TrajectorySender(KEY, rx.endpoint, sender="actor-0", ctx=ctx) as good:
+        raw = ctx.socket(zmq.PUSH)
+        raw.linger = 0
+        raw.connect(rx.endpoint)
+        raw.send_multipart(encode(TREE, auth=AUTH, kind="traj", version=1, sender="x", seq=1)
+                           + [bytes(1 << 20)], copy=False)
+        assert good.send(TREE, 7, timeout_ms=WAIT_MS)
+        msg = rx.recv(WAIT_MS)
+        assert msg is not None and msg.version == 7
+        assert rx.recv(300) is None
+        assert rx.accepted == 1 and not rx.rejected
         raw.close()
 
 

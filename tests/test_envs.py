@@ -49,3 +49,30 @@ def test_termination_is_not_truncation():
             break
     assert bool(out.terminated) and not bool(out.truncated)
     assert abs(float(out.final_obs[2])) > 0.2 or abs(float(out.final_obs[0])) > 2.4
+
+
+@pytest.mark.parametrize("backend, env_id, other", [
+    ("gymnax", "Pong-v5", "envpool"),
+    ("envpool", "Breakout-MinAtar", "gymnax"),
+    ("gymnasium", "SpaceInvaders-MinAtar", "gymnax"),
+])
+def test_an_env_id_of_another_backend_says_which_backend(backend, env_id, other):
+    from tianjax.config import load_config
+    from tianjax.runtime.sources import env_spec
+
+    mode = "fused" if backend == "gymnax" else "sync"
+    config = load_config("configs/ppo_cartpole.yaml", [f"env_backend={backend}", f"mode={mode}", f"env={env_id}"])
+    with pytest.raises(ConfigError) as e:
+        env_spec(config)
+    msg = str(e.value)
+    assert msg.startswith(f"config key 'env': '{env_id}' is not") and f"set env_backend: {other}" in msg
+    assert "\n" not in msg
+
+
+def test_unsupported_gymnax_spaces_are_one_line_naming_env():
+    from gymnax.environments import spaces
+
+    from tianjax.envs.jax_env import action_spec_from_gymnax
+
+    with pytest.raises(ConfigError, match="config key 'env': a Tuple action space is not supported"):
+        action_spec_from_gymnax(spaces.Tuple([spaces.Discrete(2), spaces.Discrete(3)]))

@@ -11,7 +11,7 @@ import tianjax
 from tianjax.algos import make_algorithm
 from tianjax.config import load_config
 from tianjax.envs.jax_env import make_gymnax
-from tianjax.evaluate import make_evaluator
+from tianjax.evaluation import make_evaluator
 from tianjax.fused import make_fused
 
 SUMMARY_KEYS = {"mode", "algo", "env", "env_steps", "updates", "wall_time_s", "compile_time_s",

@@ -115,6 +115,8 @@ class Rig:
         s.linger = 0
         s.sndhwm = 0  # no limit: a send never blocks nor drops, so every message arrives
         s.sndtimeo = SEND_TIMEOUT_MS  # a send that cannot go (no peer) fails the test
+        # past the handshake (connection credentials, not the run key): this tests the MACs
+        self.learner.net.handshake.client(s)
         s.connect(endpoint)
         return s
 
@@ -309,10 +311,12 @@ def _corrupt_traj(r: Rig, name: str, rng) -> None:
         "leaf_cut_unsigned": lambda: ([*good[:i], good[i][:-1], *good[i + 1:]], "auth"),
         "leaf_dropped_unsigned": lambda: (good[:-1], "auth"),
         "pickle_unsigned": lambda: ([good[0], payload, *good[2:]], "auth"),
-        # size, before anything is verified
+        # size, before anything is verified (every frame within the socket's frame limit,
+        # max_bytes: a larger one disconnects its sender unread, see test_channels)
         "oversized_frame": lambda: ([*good, rng.bytes(r.max_bytes)], "size"),
-        "oversized_leaf": lambda: ([*good[:i], good[i] + bytes(r.max_bytes), *good[i + 1:]], "size"),
-        "oversized_one_frame": lambda: ([bytes(r.max_bytes + 1)], "truncated"),
+        "oversized_leaf": lambda: ([*good[:i], good[i] + bytes(r.max_bytes - len(good[i])), *good[i + 1:]],
+                                   "size"),
+        "oversized_one_frame": lambda: ([bytes(r.max_bytes)], "truncated"),
         # signed but malformed: what a buggy sender holding the key could send
         "leaf_cut": lambda: (r.resign([*good[:i], good[i][:-1], *good[i + 1:]]), "truncated"),
         "leaf_long": lambda: (r.resign([*good[:i], good[i] + b"\0", *good[i + 1:]]), "size"),
@@ -451,7 +455,9 @@ def test_random_bytes_flood_with_good_traffic_interleaved(rig):
             size = TAG_BYTES if f == 0 and rng.random() < 0.5 else int(rng.integers(0, 600))
             frames.append(rng.bytes(size))
         if rng.random() < 0.01:
-            frames.append(rng.bytes(CONTROL_MAX_BYTES))  # too big for either socket
+            # too big for either socket, in frames each within its frame limit (a larger
+            # frame disconnects its sender unread: see test_channels)
+            frames += [rng.bytes(CONTROL_MAX_BYTES // 2 + 1)] * 2
         rig.garbage("traj" if k < n_traj else "ctrl", frames)
         if k % 50 == 0:
             rig.good()

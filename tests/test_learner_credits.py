@@ -55,8 +55,10 @@ def rig():
     learner = Learner(load_config(CONFIG, TINY), key)
     ctx = zmq.Context()
     try:
-        ctl = ControlClient(key, learner.endpoints["control"], identity="actor-0", ctx=ctx)
-        traj = TrajectorySender(key, learner.endpoints["traj"], sender="actor-0", hwm=100, ctx=ctx)
+        shake = learner.net.handshake  # the run's own credentials
+        ctl = ControlClient(key, learner.endpoints["control"], identity="actor-0", ctx=ctx, handshake=shake)
+        traj = TrajectorySender(key, learner.endpoints["traj"], sender="actor-0", hwm=100, ctx=ctx,
+                                handshake=shake)
         yield learner, ctl, traj
     finally:
         ctx.destroy(linger=0)

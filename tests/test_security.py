@@ -1,8 +1,11 @@
 """Only the run's own key gets anything into a learner, over real sockets with real
-`Learner`s: a trajectory signed with another key or not signed at all is rejected and
-counted by reason; a second run on the same machine (its own key) cannot inject
-trajectories, control messages or parameters into the first, while its own traffic
-works; and the run key is never written to the run directory.
+`Learner`s. Two layers: the handshake (a connection without the run's credentials is
+refused by the learner's gatekeeper before it carries a message) and, behind it, the
+per-message MAC (a peer that got past the handshake, e.g. with a token read off a
+network under `security: mac`, still cannot inject: a trajectory signed with another key
+or not signed at all is rejected and counted by reason). A second run on the same
+machine (its own key) cannot connect to the first, while its own traffic works; and the
+run key is never written to the run directory.
 """
 
 from __future__ import annotations
@@ -94,10 +97,15 @@ def test_wrong_key_and_unsigned_trajectories_are_rejected_by_reason(learners):
     n = 5
     ctx = zmq.Context()
     try:
-        wrong_key = TrajectorySender(new_run_key(), learner.endpoints["traj"], sender="actor-0", hwm=100, ctx=ctx)
-        zero_tag = TrajectorySender(InsecureNoAuth(), learner.endpoints["traj"], sender="actor-0", hwm=100, ctx=ctx)
+        # the connection credentials (not the run key): past the handshake, to the MACs
+        shake = learner.net.handshake
+        wrong_key = TrajectorySender(new_run_key(), learner.endpoints["traj"], sender="actor-0", hwm=100, ctx=ctx,
+                                     handshake=shake)
+        zero_tag = TrajectorySender(InsecureNoAuth(), learner.endpoints["traj"], sender="actor-0", hwm=100, ctx=ctx,
+                                    handshake=shake)
         raw = ctx.socket(zmq.PUSH)
         raw.linger, raw.sndtimeo = 0, SEND_MS
+        shake.client(raw)
         raw.connect(learner.endpoints["traj"])
         for i in range(n):
             assert wrong_key.send(_tree(learner.template, rng), version=0, timeout_ms=SEND_MS)
@@ -124,28 +132,35 @@ def test_a_second_run_cannot_inject_into_the_first(learners):
     version_a = a.state_version
     a_rejected = sum(a.traj_in.rejected.values())
     a_accepted, a_pool, b_pool = a.traj_in.accepted, len(a.pool), len(b.pool)
+    a_refused = a.net.gatekeeper.refused["credentials"]
     rng = np.random.default_rng(1)
     n = 4
     ctx = zmq.Context()
     try:
-        # run B's actor-0, pointed at run A: real channels, run B's key
-        into_a = TrajectorySender(key_b, a.endpoints["traj"], sender="actor-0", hwm=100, ctx=ctx)
-        ctl_a = ControlClient(key_b, a.endpoints["control"], identity="actor-0", ctx=ctx)
+        # run B's actor-0, pointed at run A: real channels, run B's key and handshake
+        shake_b = b.net.handshake
+        into_a = TrajectorySender(key_b, a.endpoints["traj"], sender="actor-0", hwm=100, ctx=ctx,
+                                  handshake=shake_b)
+        ctl_a = ControlClient(key_b, a.endpoints["control"], identity="actor-0", ctx=ctx, handshake=shake_b)
         params_a = ParamSubscriber(key_b, a.endpoints["params"],
-                                   ParamsMessage(to_host(a.state.params), np.zeros((), np.int64)), ctx=ctx)
+                                   ParamsMessage(to_host(a.state.params), np.zeros((), np.int64)),
+                                   ctx=ctx, handshake=shake_b)
         # the same, pointed at its own run B
-        into_b = TrajectorySender(key_b, b.endpoints["traj"], sender="actor-0", hwm=100, ctx=ctx)
-        ctl_b = ControlClient(key_b, b.endpoints["control"], identity="actor-0", ctx=ctx)
+        into_b = TrajectorySender(key_b, b.endpoints["traj"], sender="actor-0", hwm=100, ctx=ctx,
+                                  handshake=shake_b)
+        ctl_b = ControlClient(key_b, b.endpoints["control"], identity="actor-0", ctx=ctx, handshake=shake_b)
         params_b = ParamSubscriber(key_b, b.endpoints["params"],
-                                   ParamsMessage(to_host(b.state.params), np.zeros((), np.int64)), ctx=ctx)
+                                   ParamsMessage(to_host(b.state.params), np.zeros((), np.int64)),
+                                   ctx=ctx, handshake=shake_b)
 
         for ctl in (ctl_a, ctl_b):
-            assert ctl.send({"type": "register", "actor": 0})
-            assert ctl.send({"type": "heartbeat", "actor": 0, "credits": 2})
+            ok = [ctl.send({"type": "register", "actor": 0}),
+                  ctl.send({"type": "heartbeat", "actor": 0, "credits": 2})]
+            assert all(ok) or ctl is ctl_a
         for i in range(n):
-            assert into_a.send(_tree(a.template, rng), version=0, timeout_ms=SEND_MS)
+            # queued, or refused once the handshake failed: either way nothing may reach A
+            into_a.send(_tree(a.template, rng), version=0, timeout_ms=0)
             assert into_b.send(_tree(b.template, rng), version=0, timeout_ms=SEND_MS)
-        _pump_until(a, a_accepted + a_rejected + n, ctrl=2)
         _pump_until(b, n, ctrl=2)
 
         # run B's learner answered its own actor's register with credits; run A said nothing
@@ -154,21 +169,24 @@ def test_a_second_run_cannot_inject_into_the_first(learners):
         # parameters: run B's actor takes run B's, and never run A's
         deadline = time.monotonic() + WAIT_S
         got_b = None
-        while got_b is None or params_a.rejected["auth"] == 0:
-            assert time.monotonic() < deadline, (got_b, dict(params_a.rejected))
+        # run A's gatekeeper refuses all three of run B's connections at the handshake
+        while got_b is None or a.net.gatekeeper.refused["credentials"] - a_refused < 3:
+            assert time.monotonic() < deadline, (got_b, dict(a.net.gatekeeper.refused))
             a.publish()
             b.publish()
+            a.pump(10)
             got_b = got_b or params_b.latest(50)
             assert params_a.latest(0) is None
         assert got_b[0] == b.state_version
-        assert params_a.accepted == 0 and set(params_a.rejected) == {"auth"}
+        assert params_a.accepted == 0 and not params_a.rejected  # not one byte of A's parameters
+        _pump_until(a, a_accepted + a_rejected)  # and nothing of B's reaches A
     finally:
         ctx.destroy(linger=0)
 
-    # run A: everything rejected, counted, and nothing changed
-    assert sum(a.traj_in.rejected.values()) - a_rejected == n
+    # run A: nothing got past the handshake, and nothing changed
+    assert sum(a.traj_in.rejected.values()) == a_rejected
     assert a.traj_in.accepted == a_accepted
-    assert a.control.rejected["auth"] == 2 and a.control.accepted == 0
+    assert not a.control.rejected and a.control.accepted == 0
     assert len(a.pool) == a_pool and a.env_steps == 0 and a.tracker.episodes == 0
     assert a.actors == {} and a.control.peers == {}
     assert a.state_version == version_a and _state(a) == state_a

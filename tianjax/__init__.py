@@ -7,10 +7,29 @@ with versioned parameters and a staleness-weighted loss.
     import tianjax
     config = tianjax.load_config("configs/ppo_cartpole.yaml", ["total_env_steps=100000"])
     result = tianjax.train(config)
+    print(tianjax.evaluate(result, episodes=20).line())
+    run = tianjax.load(result.run_dir)  # config, params, policy (later, from the run directory)
 """
 
 from tianjax.config import Config, ConfigError, load_config
 from tianjax.train import TrainResult, train
 
+_LAZY = {"load": "tianjax.runs", "evaluate": "tianjax.runs", "LoadedRun": "tianjax.runs"}
+
+
+def __getattr__(name):
+    # load / evaluate pull in orbax: imported on first use, so `import tianjax` stays quick
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    if name == "algos":  # tianjax.algos.register(name, make)
+        import importlib
+
+        return importlib.import_module("tianjax.algos")
+    raise AttributeError(f"module 'tianjax' has no attribute {name!r}")
+
+
 __version__ = "0.1.0"
-__all__ = ["Config", "ConfigError", "TrainResult", "load_config", "train", "__version__"]
+__all__ = ["Config", "ConfigError", "LoadedRun", "TrainResult", "algos", "evaluate", "load", "load_config",
+           "train", "__version__"]

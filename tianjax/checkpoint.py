@@ -18,8 +18,13 @@ and rewrapped on restore. Nothing here is jitted or pure: this is the runtime sh
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
+import logging
 import os
+import shutil
+import sys
 import warnings
 from typing import Any
 
@@ -77,6 +82,62 @@ def digest(tree) -> str:
     return h.hexdigest()
 
 
+@contextlib.contextmanager
+def _quiet(names):
+    loggers = [logging.getLogger(n) for n in names]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.CRITICAL + 1)
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
+
+
+def _resource_errno(e: BaseException) -> int | None:
+    """ENOSPC or EMFILE if that is what failed under `e` (orbax reports OS errors inside
+    ValueErrors from tensorstore), else None."""
+    while e is not None:
+        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EMFILE, errno.ENFILE):
+            return e.errno
+        text = str(e)
+        if "No space left on device" in text or "os_error_code='28'" in text:
+            return errno.ENOSPC
+        if "Too many open files" in text:
+            return errno.EMFILE
+        e = e.__cause__ or e.__context__
+    return None
+
+
+class _ErrorLinesOnly:
+    """A stderr that passes only `tianjax:` lines (and the newline that ends each)."""
+
+    def __init__(self, out):
+        self._out, self._passing = out, False
+
+    def write(self, text: str) -> int:
+        if text.startswith("tianjax:") or (self._passing and text == "\n"):
+            self._passing = text != "\n"
+            return self._out.write(text)
+        self._passing = False
+        return len(text)
+
+    def flush(self) -> None:
+        self._out.flush()
+
+    def __getattr__(self, name):
+        return getattr(self._out, name)
+
+
+def _only_error_lines() -> None:
+    """NOTE: after a full disk or descriptor limit the run ends with one line; closing
+    orbax's manager then lets tensorstore's threads call into its closed event loop, and each
+    prints a traceback. Nothing this process writes to stderr afterwards is news."""
+    if not isinstance(sys.stderr, _ErrorLinesOnly):
+        sys.stderr = _ErrorLinesOnly(sys.stderr)
+
+
 def checkpoint_dir(run_dir: str) -> str:
     return os.path.join(os.path.abspath(run_dir), CHECKPOINT_DIR)
 
@@ -107,9 +168,21 @@ class Checkpointer:
         if step in self._mgr.all_steps():
             return  # already saved (a final save right after a periodic one)
         meta = dict(meta, step=int(step), digest=digest(state))
-        self._mgr.save(int(step), args=ocp.args.Composite(
-            state=ocp.args.StandardSave(_unkey(state)), meta=ocp.args.JsonSave(meta)), force=True)
-        self._mgr.wait_until_finished()
+        try:
+            with _quiet(("absl", "asyncio")):  # orbax's threads log each failure with a traceback
+                self._mgr.save(int(step), args=ocp.args.Composite(
+                    state=ocp.args.StandardSave(_unkey(state)), meta=ocp.args.JsonSave(meta)), force=True)
+                self._mgr.wait_until_finished()
+        except Exception as e:  # noqa: BLE001
+            failed = _resource_errno(e)
+            if failed is None:
+                raise
+            # the half-written step frees its space; the steps before it are whole
+            for name in os.listdir(self.directory):
+                if "orbax-checkpoint-tmp" in name:
+                    shutil.rmtree(os.path.join(self.directory, name), ignore_errors=True)
+            _only_error_lines()
+            raise OSError(failed, os.strerror(failed), self.directory) from None
         self._last = step
 
     @property

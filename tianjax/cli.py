@@ -8,6 +8,7 @@ with a one-line message and exit code 2, never a traceback.
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 
@@ -136,6 +137,17 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("tianjax: interrupted", file=sys.stderr)
         return 130
+    except OSError as e:
+        from tianjax.runtime.resources import describe_os_error
+
+        line = describe_os_error(e)
+        if line is None:
+            raise
+        print(f"tianjax: error: {line}", file=sys.stderr, flush=True)
+        # NOTE: exit handlers (the TensorBoard writer's flush) would only fail again on
+        # the same full disk or descriptor limit, with tracebacks: leave without them
+        sys.stdout.flush()
+        os._exit(1)
     except MemoryError as e:
         print(f"tianjax: error: out of memory ({e}); lower num_envs, rollout_len or the network size",
               file=sys.stderr)

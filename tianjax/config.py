@@ -9,6 +9,7 @@ code closes over these objects, never over dicts.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import math
 import os
 import types
@@ -30,12 +31,20 @@ def _check(cond: bool, key: str, msg: str) -> None:
 
 @dataclass(frozen=True)
 class NetworkConfig:
-    hidden: tuple[int, ...] = (64, 64)  # widths of the MLP hidden layers
-    activation: Literal["tanh", "relu"] = "tanh"
+    # auto: mlp for vectors, minatar_cnn for small maps (MinAtar's 10x10xC), nature_cnn for
+    # frames of 36x36 or more (Atari's 84x84); see tianjax/networks.py
+    torso: Literal["auto", "mlp", "minatar_cnn", "nature_cnn", "impala_cnn"] = "auto"
+    hidden: tuple[int, ...] = (64, 64)  # widths of the MLP (after the convolutions of a CNN torso)
+    activation: Literal["tanh", "relu"] = "tanh"  # of an mlp torso (CNN torsos use relu)
+    # "module:Attr": your own flax module instead of the built-in actor-critic (ppo, impala
+    # and your algorithms); Attr is a module instance or a factory(obs_shape, action_spec)
+    module: str | None = None
 
     def __post_init__(self):
         _check(len(self.hidden) > 0 and all(h > 0 for h in self.hidden), "network.hidden",
                f"needs one or more positive widths, got {self.hidden}")
+        _check(self.module is None or _is_reference(self.module), "network.module",
+               f"must be 'module:Attr', got {self.module!r}")
 
 
 @dataclass(frozen=True)
@@ -117,6 +126,87 @@ class DQNConfig:
 
 
 @dataclass(frozen=True)
+class QMIXConfig:
+    """QMIX: recurrent agents, a monotonic mixer, replay of [rollout_len] sequences."""
+
+    lr: float = 5e-4
+    gamma: float = 0.99
+    buffer_size: int = 5_000  # sequences (one per env per rollout) kept in the replay buffer
+    batch_size: int = 32  # sequences per gradient step
+    learning_starts: int = 10_000  # env steps before the first update
+    updates_per_rollout: int = 1  # gradient steps after each [T, B] rollout
+    burn_in: int = 0  # first steps of a sequence that only warm the hidden state (R2D2)
+    target_update_every: int = 200  # updates between target-network syncs
+    target_tau: float = 1.0  # 1.0 = hard copy, < 1 = Polyak averaging
+    hidden_dim: int = 64  # GRU width of the agent network
+    mixer_embed: int = 32  # mixing-network width
+    hyper_hidden: int = 64  # hypernetwork hidden width
+    eps_start: float = 1.0
+    eps_end: float = 0.05
+    eps_fraction: float = 0.1  # fraction of total_env_steps over which epsilon decays
+    max_grad_norm: float = 10.0
+
+    def __post_init__(self):
+        _check(self.lr > 0, "qmix.lr", f"must be > 0, got {self.lr}")
+        _check(0 < self.gamma <= 1, "qmix.gamma", f"must be in (0, 1], got {self.gamma}")
+        _check(self.buffer_size >= 1, "qmix.buffer_size", f"must be >= 1, got {self.buffer_size}")
+        _check(1 <= self.batch_size <= self.buffer_size, "qmix.batch_size",
+               f"must be in [1, qmix.buffer_size={self.buffer_size}], got {self.batch_size}")
+        _check(self.learning_starts >= 0, "qmix.learning_starts", "must be >= 0")
+        _check(self.updates_per_rollout >= 1, "qmix.updates_per_rollout", "must be >= 1")
+        _check(self.burn_in >= 0, "qmix.burn_in", "must be >= 0")
+        _check(self.target_update_every >= 1, "qmix.target_update_every", "must be >= 1")
+        _check(0 < self.target_tau <= 1, "qmix.target_tau", f"must be in (0, 1], got {self.target_tau}")
+        for k in ("hidden_dim", "mixer_embed", "hyper_hidden"):
+            _check(getattr(self, k) >= 1, f"qmix.{k}", "must be >= 1")
+        _check(0 <= self.eps_end <= self.eps_start <= 1, "qmix.eps_end",
+               "needs 0 <= qmix.eps_end <= qmix.eps_start <= 1")
+        _check(0 < self.eps_fraction <= 1, "qmix.eps_fraction", "must be in (0, 1]")
+        _check(self.max_grad_norm > 0, "qmix.max_grad_norm", "must be > 0")
+
+
+@dataclass(frozen=True)
+class MADDPGConfig:
+    """MADDPG: deterministic per-agent actors, centralised critics, replay of transitions."""
+
+    lr: float = 1e-3  # Adam, actors and critics
+    gamma: float = 0.95
+    tau: float = 0.01  # Polyak step of the target networks after every update
+    noise_std: float = 0.1  # Gaussian exploration noise on the actions (action units)
+    buffer_size: int = 100_000  # transitions kept in the replay buffer
+    batch_size: int = 1024  # transitions per gradient step
+    learning_starts: int = 10_000  # env steps before the first update
+    updates_per_rollout: int = 4  # gradient steps after each [T, B] rollout
+    max_grad_norm: float = 0.5
+
+    def __post_init__(self):
+        _check(self.lr > 0, "maddpg.lr", f"must be > 0, got {self.lr}")
+        _check(0 < self.gamma <= 1, "maddpg.gamma", f"must be in (0, 1], got {self.gamma}")
+        _check(0 < self.tau <= 1, "maddpg.tau", f"must be in (0, 1], got {self.tau}")
+        _check(self.noise_std >= 0, "maddpg.noise_std", "must be >= 0")
+        _check(self.buffer_size >= 1, "maddpg.buffer_size", f"must be >= 1, got {self.buffer_size}")
+        _check(1 <= self.batch_size <= self.buffer_size, "maddpg.batch_size",
+               f"must be in [1, maddpg.buffer_size={self.buffer_size}], got {self.batch_size}")
+        _check(self.learning_starts >= 0, "maddpg.learning_starts", "must be >= 0")
+        _check(self.updates_per_rollout >= 1, "maddpg.updates_per_rollout", "must be >= 1")
+        _check(self.max_grad_norm > 0, "maddpg.max_grad_norm", "must be > 0")
+
+
+@dataclass(frozen=True)
+class MultiAgentConfig:
+    """Multi-agent algorithms (ippo, ...) on env_backend: jaxmarl. IPPO takes its PPO
+    hyperparameters from the `ppo` section."""
+
+    agent_id: bool = True  # append a one-hot agent id to each agent's input (parameter sharing)
+    centralised_value: bool = False  # ippo: the critic sees the global state (MAPPO)
+
+
+
+# algorithms over a multi-agent env (env_backend: jaxmarl); all others are single-agent
+MULTI_AGENT_ALGOS = ("ippo", "qmix", "maddpg")
+
+
+@dataclass(frozen=True)
 class StalenessConfig:
     # w(tau): constant (1), polynomial (1 + tau)^-power, exponential exp(-tau / kappa),
     # hinge (1 up to tau0, then (1 + tau - tau0)^-power), cutoff (1 up to max_staleness, then 0)
@@ -155,6 +245,13 @@ class RuntimeConfig:
     recv_hwm: int = 4  # trajectories queued at the learner's socket
     transport: Literal["tcp", "ipc"] = "tcp"
     bind_host: str = "127.0.0.1"  # where the learner binds; loopback unless set
+    security: Literal["mac", "curve"] | None = None  # who may connect: mac (a token derived
+    # from the run key at the handshake, MACs on every message; cheap), curve (CurveZMQ: also
+    # encrypts, and actors verify the learner's key; costs CPU per byte); null: curve unless
+    # bind_host is loopback
+    allow_hosts: tuple[str, ...] = ()  # IP addresses allowed to connect to the learner (empty: any
+    # holding the run's credentials)
+    io_threads: int | None = None  # ZeroMQ I/O threads of the learner (null: 2 with curve, else 1)
     heartbeat_s: float = 1.0  # actor -> learner heartbeat period
     heartbeat_timeout_s: float = 120.0  # silence after which a peer counts as lost (a learner
     # is silent during an update: raise this for updates that take minutes, e.g. CNNs on CPU)
@@ -183,6 +280,12 @@ class RuntimeConfig:
                "must be larger than runtime.heartbeat_s")
         _check(self.connect_timeout_s > 0, "runtime.connect_timeout_s", "must be > 0")
         _check(self.max_message_mb > 0, "runtime.max_message_mb", "must be > 0")
+        for i, host in enumerate(self.allow_hosts):
+            try:
+                ipaddress.ip_address(host)
+            except ValueError:
+                _check(False, f"runtime.allow_hosts[{i}]", f"must be an IP address, got {host!r}")
+        _check(self.io_threads is None or self.io_threads >= 1, "runtime.io_threads", "must be >= 1 or null")
         _check(self.learner_devices is None or self.learner_devices >= 1, "runtime.learner_devices",
                "must be >= 1 or null")
         _check(self.actor_threads >= 1, "runtime.actor_threads", "must be >= 1")
@@ -229,14 +332,22 @@ class CheckpointConfig:
 
 @dataclass(frozen=True)
 class Config:
-    algo: Literal["ppo", "impala", "dqn"] = "ppo"
-    env: str = "CartPole-v1"  # env id (gymnax name, envpool task id or gymnasium id)
-    env_backend: Literal["gymnax", "envpool", "gymnasium"] = "gymnax"
+    algo: str = "ppo"  # a registered algorithm: ppo | impala | dqn | ippo | qmix | maddpg | yours
+    # (tianjax.algos.register)
+    env: str = "CartPole-v1"  # env id (gymnax name, envpool task id, gymnasium id or JaxMARL id),
+    # or "module:EnvId" (gymnasium: import module, which registers EnvId; gymnax: module.EnvId
+    # is a gymnax-API env class, instance or factory)
+    env_backend: Literal["gymnax", "envpool", "gymnasium", "jaxmarl"] = "gymnax"
+    # host envs: keyword arguments for envpool.make / gymnasium.make_vec (e.g. Atari's
+    # episodic_life, reward_clip, stack_num; max_episode_steps)
+    env_options: dict[str, Any] = field(default_factory=dict)
     mode: Literal["fused", "sync", "async"] = "fused"
     seed: int = 0
     num_seeds: int = 1  # fused mode: independent seeds trained side by side (vmapped)
     total_env_steps: int = 500_000
     target_return: float | None = 475.0  # moving average (100 episodes) to call converged
+    target_win_rate: float | None = None  # envs that report wins (SMAX): the win rate of the
+    # last 100 episodes to call converged, in place of target_return (null: use target_return)
     run_dir: str | None = None  # default: runs/<algo>_<env>_<timestamp>
     num_actors: int = 1  # actor processes (sync/async); 0 = act inside the learner process (sync)
     num_envs: int = 4  # environments per actor
@@ -245,10 +356,16 @@ class Config:
     eval_episodes: int = 0  # greedy episodes at the end (0 = none)
     compile_cache: str | None = "~/.cache/tianjax/xla"  # persistent XLA cache (null: off)
     resume: str | None = None  # a run directory to continue from its latest checkpoint
+    # Python modules ("my_pkg.envs") or .py files every process (actors included) imports
+    # before it builds the config: they may register envs and algorithms
+    imports: tuple[str, ...] = ()
     network: NetworkConfig = field(default_factory=NetworkConfig)
     ppo: PPOConfig = field(default_factory=PPOConfig)
     impala: IMPALAConfig = field(default_factory=IMPALAConfig)
     dqn: DQNConfig = field(default_factory=DQNConfig)
+    qmix: QMIXConfig = field(default_factory=QMIXConfig)
+    maddpg: MADDPGConfig = field(default_factory=MADDPGConfig)
+    marl: MultiAgentConfig = field(default_factory=MultiAgentConfig)
     staleness: StalenessConfig = field(default_factory=StalenessConfig)
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
     balance: BalanceConfig = field(default_factory=BalanceConfig)
@@ -266,11 +383,28 @@ class Config:
         _check(self.rollout_len >= 1, "rollout_len", f"must be >= 1, got {self.rollout_len}")
         _check(self.log_every >= 1, "log_every", f"must be >= 1, got {self.log_every}")
         _check(self.eval_episodes >= 0, "eval_episodes", "must be >= 0")
+        _check(self.target_win_rate is None or 0 <= self.target_win_rate <= 1, "target_win_rate",
+               f"must be in [0, 1] or null, got {self.target_win_rate}")
         _check(bool(self.env), "env", "must be a non-empty env id")
+        from tianjax.algos import registered  # the registry imports this module
+
+        _check(self.algo in registered(), "algo",
+               f"unknown algorithm {self.algo!r} (registered: {', '.join(registered())}; "
+               "add yours with tianjax.algos.register before building the config)")
         batch = self.batch_trajectories * self.num_envs * self.rollout_len
         _check(self.steps_per_update <= self.total_env_steps, "total_env_steps",
                f"is smaller than one update's worth of steps ({self.steps_per_update})")
-        if self.algo == "ppo":
+        if self.algo in MULTI_AGENT_ALGOS:
+            _check(self.env_backend == "jaxmarl", "env_backend",
+                   f"algo '{self.algo}' is multi-agent and needs env_backend: jaxmarl, got "
+                   f"'{self.env_backend}'")
+            _check(self.mode == "fused" or self.algo == "ippo", "mode",
+                   f"'{self.algo}' runs in mode: fused only so far (ippo also runs sync/async), "
+                   f"got '{self.mode}'")
+        elif self.env_backend == "jaxmarl":
+            _check(False, "algo", f"'{self.algo}' is single-agent; env_backend: jaxmarl needs a "
+                   f"multi-agent algo ({', '.join(MULTI_AGENT_ALGOS)})")
+        if self.algo in ("ppo", "ippo"):
             _check(batch % self.ppo.num_minibatches == 0, "ppo.num_minibatches",
                    f"must divide the batch (trajectories x num_envs x rollout_len) = {batch}, got "
                    f"{self.ppo.num_minibatches} (a minibatch cannot be larger than the batch "
@@ -280,16 +414,23 @@ class Config:
             _check(width % self.impala.num_minibatches == 0, "impala.num_minibatches",
                    f"must divide the batch width (trajectories x num_envs) = {width}, got "
                    f"{self.impala.num_minibatches}")
+        if self.algo == "qmix":
+            _check(self.qmix.burn_in < self.rollout_len, "qmix.burn_in",
+                   f"must be below rollout_len ({self.rollout_len}), the replayed sequence length")
         if self.num_actors == 0 and self.mode != "fused":
-            _check(self.env_backend != "gymnax", "num_actors",
-                   "0 (acting inside the learner) is for host envs; gymnax envs use mode: fused")
-        if self.algo == "dqn":
-            _check(self.dqn.buffer_size >= self.num_envs * self.rollout_len, "dqn.buffer_size",
+            _check(self.env_backend not in ("gymnax", "jaxmarl"), "num_actors",
+                   "0 (acting inside the learner) is for host envs; JAX envs use mode: fused")
+        if self.algo in ("dqn", "maddpg"):
+            _check(self.replay_config.buffer_size >= self.num_envs * self.rollout_len,
+                   f"{self.algo}.buffer_size",
                    f"must hold at least one rollout (num_envs * rollout_len = "
-                   f"{self.num_envs * self.rollout_len}), got {self.dqn.buffer_size}")
+                   f"{self.num_envs * self.rollout_len}), got {self.replay_config.buffer_size}")
+        _check(not self.env_options or self.env_backend in ("envpool", "gymnasium"), "env_options",
+               "is for host envs (env_backend: envpool or gymnasium); a JAX env takes its "
+               "options in its own code (env: module:Attr)")
         if self.mode == "fused":
-            _check(self.env_backend == "gymnax", "mode",
-                   f"'fused' needs a JAX env (env_backend: gymnax), got env_backend "
+            _check(self.env_backend in ("gymnax", "jaxmarl"), "mode",
+                   f"'fused' needs a JAX env (env_backend: gymnax or jaxmarl), got env_backend "
                    f"'{self.env_backend}'; use mode: sync for host envs")
         if self.num_seeds > 1:
             _check(self.mode == "fused", "num_seeds", "several seeds side by side need mode: fused")
@@ -312,11 +453,55 @@ class Config:
         return self.batch_trajectories * self.num_envs * self.rollout_len
 
     @property
+    def replay_config(self):
+        """The section with the replay settings (buffer_size, batch_size, learning_starts,
+        updates_per_rollout): qmix's for qmix (items are sequences), maddpg's, else dqn's."""
+        return {"qmix": self.qmix, "maddpg": self.maddpg}.get(self.algo, self.dqn)
+
+    @property
     def algo_config(self):
-        return getattr(self, self.algo)
+        """The algorithm's own section (IPPO uses PPO's; None for a user algorithm, which has none)."""
+        return getattr(self, "ppo" if self.algo == "ippo" else self.algo, None)
 
     def to_dict(self) -> dict:
         return _to_plain(dataclasses.asdict(self))
+
+
+def _is_reference(text: str) -> bool:
+    module, sep, attr = text.partition(":")
+    return bool(sep and module and attr)
+
+
+def import_modules(names: Sequence[str]) -> None:
+    """Imports each module name, or runs each .py file as a module named after the file
+    (its `if __name__ == "__main__":` block does not run); ConfigError naming `imports`."""
+    import importlib
+    import importlib.util
+    import sys
+
+    for name in names:
+        try:
+            if name.endswith(".py"):
+                path = os.path.abspath(os.path.expanduser(name))
+                mod_name = os.path.splitext(os.path.basename(path))[0]
+                if mod_name in sys.modules and getattr(sys.modules[mod_name], "__file__", None) == path:
+                    continue
+                spec = importlib.util.spec_from_file_location(mod_name, path)
+                if spec is None or not os.path.isfile(path):
+                    raise FileNotFoundError(f"no file {path}")
+                module = importlib.util.module_from_spec(spec)
+                sys.modules[mod_name] = module
+                try:
+                    spec.loader.exec_module(module)
+                except BaseException:
+                    del sys.modules[mod_name]
+                    raise
+            else:
+                importlib.import_module(name)
+        except Exception as e:
+            line = (str(e).strip().splitlines() or [""])[0]
+            raise ConfigError(f"config key 'imports': cannot import {name!r} "
+                              f"({type(e).__name__}: {line})") from None
 
 
 def _to_plain(x):
@@ -351,6 +536,17 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
             except ConfigError as e:
                 errors.append(str(e))
         raise ConfigError(errors[0])
+    if origin is dict:
+        _check(isinstance(value, Mapping), key, f"must be a mapping, got {value!r}")
+        out = {}
+        for k, v in value.items():
+            _check(isinstance(k, str), key, f"keys must be strings, got {k!r}")
+            scalar = (bool, int, float, str, type(None))
+            is_list = isinstance(v, (list, tuple)) and all(isinstance(x, scalar) for x in v)
+            _check(isinstance(v, scalar) or is_list, f"{key}.{k}",
+                   f"must be a number, string, bool, null or a list of them, got {v!r}")
+            out[k] = list(v) if isinstance(v, tuple) else v
+        return out
     if origin is tuple:
         args = typing.get_args(tp)
         _check(isinstance(value, (list, tuple)), key, f"must be a list, got {value!r}")
@@ -467,4 +663,9 @@ def load_config(source: str | os.PathLike | Mapping | Config | None = None,
     data = apply_overrides(data, overrides)
     for k, v in kwargs.items():
         data[k] = v
+    imports = data.get("imports") or ()
+    if isinstance(imports, str):
+        imports = data["imports"] = [imports]
+    if isinstance(imports, (list, tuple)) and all(isinstance(m, str) for m in imports):
+        import_modules(imports)  # first: they may register the algorithm the config names
     return _build(Config, data)

@@ -39,22 +39,24 @@ def make_replay_learn(config: Config, algo: Algorithm):
     learns off-policy: fused, in-process host, and the distributed learner.
     """
 
+    rc = config.replay_config  # dqn, or qmix (whose items are sequences)
+
     def learn(learner: LearnerState, rb: buffers.ReplayState, trans, env_steps):
         rb = buffers.replay_add(rb, trans)
 
         def run(l0):
             def one(l, _):
                 key, sub = jax.random.split(l.key)
-                batch = buffers.replay_sample(rb, sub, config.dqn.batch_size)
+                batch = buffers.replay_sample(rb, sub, rc.batch_size)
                 return algo.update(l._replace(key=key), batch)
 
-            return jax.lax.scan(one, l0, None, length=config.dqn.updates_per_rollout)
+            return jax.lax.scan(one, l0, None, length=rc.updates_per_rollout)
 
         def skip(l0):
             _, m = jax.eval_shape(run, l0)
             return l0, jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), m)
 
-        learner, metrics = jax.lax.cond(env_steps >= config.dqn.learning_starts, run, skip, learner)
+        learner, metrics = jax.lax.cond(env_steps >= rc.learning_starts, run, skip, learner)
         return learner, rb, jax.tree.map(lambda x: jnp.mean(x, axis=0), metrics)
 
     return learn
@@ -64,7 +66,9 @@ def make_fused(config: Config, env: JaxEnv, algo: Algorithm):
     """Returns (init(key) -> FusedState, run(state, num_iterations) -> (state, (metrics, episodes)))."""
     B, T = config.num_envs, config.rollout_len
     rollout_init, rollout = make_rollout(env, algo, B, T)
-    replay = algo.buffer == "replay"
+    replay = algo.buffer in ("replay", "sequences")
+    # replay items: transitions ([T, B] flattened) or sequences (one [T] item per env)
+    to_items = (lambda x: x) if algo.buffer == "sequences" else buffers.flatten_time_batch
 
     def init(key) -> FusedState:
         k_learn, k_act = jax.random.split(key)
@@ -73,8 +77,8 @@ def make_fused(config: Config, env: JaxEnv, algo: Algorithm):
         rb = None
         if replay:
             _, example, _ = jax.eval_shape(rollout, learner.params, learner.version, actor)
-            one = jax.tree.map(lambda x: jnp.zeros(x.shape[2:], x.dtype), example)
-            rb = buffers.replay_init(config.dqn.buffer_size, one)
+            one = jax.tree.map(lambda x: jnp.zeros(x.shape[1:], x.dtype), jax.eval_shape(to_items, example))
+            rb = buffers.replay_init(config.replay_config.buffer_size, one)
         return FusedState(learner, actor, jnp.zeros((), jnp.int32), rb)
 
     def onpolicy_iteration(state: FusedState):
@@ -89,8 +93,7 @@ def make_fused(config: Config, env: JaxEnv, algo: Algorithm):
         actor, trans, episodes = rollout(state.learner.params, state.learner.version, state.actor,
                                          state.env_steps)
         env_steps = state.env_steps + B * T
-        learner, rb, metrics = replay_learn(state.learner, state.replay,
-                                            buffers.flatten_time_batch(trans), env_steps)
+        learner, rb, metrics = replay_learn(state.learner, state.replay, to_items(trans), env_steps)
         return FusedState(learner, actor, env_steps, rb), metrics, episodes
 
     iteration = replay_iteration if replay else onpolicy_iteration

@@ -1,23 +1,54 @@
-"""Flax networks: MLP actor-critic (discrete or Gaussian), MLP Q-network, Atari CNN.
+"""Flax networks: actor-critic (discrete or Gaussian) and Q-network over a chosen torso.
+
+The torso is chosen by `network.torso`:
+
+    mlp          flatten the observation, then the `network.hidden` MLP
+    minatar_cnn  one 3x3 convolution (16 channels, stride 1; Young & Tian 2019, MinAtar),
+                 flatten, then the MLP; for small maps such as MinAtar's 10x10xC
+    nature_cnn   the Nature-DQN convolutions (Mnih et al. 2015: 8x8/4, 4x4/2, 3x3/1),
+                 flatten, then the MLP; needs frames of at least 36x36
+    impala_cnn   the IMPALA residual stacks (Espeholt et al. 2018: 16, 32, 32 channels,
+                 each conv 3x3 + max-pool 3x3/2 + two residual blocks), then the MLP
+    auto         rank-3 observations of at least 36x36 -> nature_cnn, smaller rank-3 maps
+                 -> minatar_cnn, anything else -> mlp
+
+`auto` decides from the shape alone, so every process that builds the network from the
+same config and env gets the same parameter tree. A torso that cannot take the shape is
+one ConfigError naming `network.torso`. Images are [..., H, W, C] or [..., C, H, W]
+(channels are the smallest of the first and last axis, as envpool's Atari frames are
+[4, 84, 84] and MinAtar's maps [10, 10, C]).
+
+Inputs are cast to float32 inside the network; only uint8 inputs (frames) are scaled by
+1/255, so frames travel as uint8 from env to loss and {0, 1} maps keep their values.
+With a CNN torso the policy and value heads share it (two towers would double the cost);
+an MLP torso keeps separate policy and value towers.
+
+Your own network replaces the built-in actor-critic (ppo, impala, and algorithms that
+call `custom_network`): `network.module: "module:Attr"` in the config, or
+`tianjax.train(config, network=module)` for a run in this process. It must return what
+the algorithm's apply expects (for ppo and impala: (logits [B, A] or Gaussian, value [B])).
 
 Parameters are plain pytrees (`module.init(...)["params"]` style dicts); every apply is a
-pure function of (params, obs). Image observations ([..., H, W, C] or [..., C, H, W] uint8
-frames) go through the Nature-DQN torso, scaled to [0, 1] inside the network so that
-frames travel as uint8.
+pure function of (params, obs).
 """
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple, Sequence
+import contextlib
+import contextvars
+import importlib
+from typing import Any, Callable, NamedTuple, Sequence
 
 import flax.linen as nn
 import jax.numpy as jnp
 import numpy as np
 
-from tianjax.config import NetworkConfig
+from tianjax.config import ConfigError, NetworkConfig
 from tianjax.distributions import Gaussian
 
 _ACTIVATIONS: dict[str, Callable] = {"tanh": nn.tanh, "relu": nn.relu}
+TORSOS = ("auto", "mlp", "minatar_cnn", "nature_cnn", "impala_cnn")
+NATURE_MIN_SIZE = 36  # the smallest H (and W) the three Nature convolutions leave >= 1 wide
 
 
 class ActionSpec(NamedTuple):
@@ -34,6 +65,49 @@ def _ortho(scale: float):
     return nn.initializers.orthogonal(scale)
 
 
+def as_float(x):
+    """float32 inputs; uint8 (frames) scaled to [0, 1], every other dtype keeps its values."""
+    x = jnp.asarray(x)
+    if x.dtype == jnp.uint8:
+        return x.astype(jnp.float32) / 255.0
+    return x.astype(jnp.float32)
+
+
+def image_layout(obs_shape: Sequence[int]) -> tuple[int, int, int, bool]:
+    """(H, W, C, channels_first) of a rank-3 observation; channels are the smaller end axis."""
+    a, b, c = obs_shape
+    if a < c:
+        return b, c, a, True
+    return a, b, c, False
+
+
+def resolve_torso(torso: str, obs_shape: Sequence[int]) -> str:
+    """The concrete torso for `torso` and an observation shape, or a ConfigError naming
+    `network.torso` when that torso cannot take the shape."""
+    obs_shape = tuple(int(d) for d in obs_shape)
+    if torso not in TORSOS:
+        raise ConfigError(f"config key 'network.torso': must be one of {list(TORSOS)}, got {torso!r}")
+    if any(d <= 0 for d in obs_shape):
+        raise ConfigError(f"config key 'network.torso': the observation shape {obs_shape} has an "
+                          "empty axis; no torso can take it")
+    image = len(obs_shape) == 3
+    if torso == "auto":
+        if not image:
+            return "mlp"
+        h, w, _, _ = image_layout(obs_shape)
+        return "nature_cnn" if min(h, w) >= NATURE_MIN_SIZE else "minatar_cnn"
+    if torso != "mlp" and not image:
+        raise ConfigError(f"config key 'network.torso': {torso} needs image observations "
+                          f"[H, W, C] or [C, H, W], got shape {obs_shape}; use mlp or auto")
+    if torso == "nature_cnn":
+        h, w, _, _ = image_layout(obs_shape)
+        if min(h, w) < NATURE_MIN_SIZE:
+            raise ConfigError(f"config key 'network.torso': nature_cnn needs frames of at least "
+                              f"{NATURE_MIN_SIZE}x{NATURE_MIN_SIZE}, got {h}x{w} (shape {obs_shape}); "
+                              "use minatar_cnn, impala_cnn or auto")
+    return torso
+
+
 class MLP(nn.Module):
     hidden: Sequence[int]
     activation: str = "tanh"
@@ -46,49 +120,102 @@ class MLP(nn.Module):
         return x
 
 
-class AtariTorso(nn.Module):
-    """Nature-DQN convolutions over uint8 frames stacked in channels (NCHW or NHWC)."""
+def _nhwc(x, channels_first: bool):
+    return jnp.moveaxis(x, -3, -1) if channels_first else x
+
+
+def _flatten(x, obs_ndim: int):
+    return x.reshape(x.shape[:x.ndim - obs_ndim] + (-1,))
+
+
+class MinAtarCNN(nn.Module):
+    """One 3x3 convolution, 16 channels, stride 1, ReLU (the MinAtar paper's torso)."""
+
+    channels_first: bool = False
+
+    @nn.compact
+    def __call__(self, x):
+        x = _nhwc(x, self.channels_first)
+        x = nn.relu(nn.Conv(16, (3, 3), (1, 1), padding="SAME", kernel_init=_ortho(np.sqrt(2)))(x))
+        return _flatten(x, 3)
+
+
+class NatureCNN(nn.Module):
+    """The Nature-DQN convolutions (32 8x8/4, 64 4x4/2, 64 3x3/1, ReLU, no padding)."""
 
     channels_first: bool = True
 
     @nn.compact
     def __call__(self, x):
-        x = x.astype(jnp.float32) / 255.0
-        if self.channels_first:
-            x = jnp.moveaxis(x, -3, -1)
+        x = _nhwc(x, self.channels_first)
         for feat, k, s in ((32, 8, 4), (64, 4, 2), (64, 3, 1)):
             x = nn.relu(nn.Conv(feat, (k, k), (s, s), padding="VALID", kernel_init=_ortho(np.sqrt(2)))(x))
-        x = x.reshape(x.shape[:-3] + (-1,))
-        return nn.relu(nn.Dense(512, kernel_init=_ortho(np.sqrt(2)))(x))
+        return _flatten(x, 3)
 
 
-def _is_image(obs_shape: tuple[int, ...]) -> bool:
-    return len(obs_shape) == 3
+class ImpalaCNN(nn.Module):
+    """IMPALA's residual stacks: per stack conv 3x3, max-pool 3x3/2, two residual blocks."""
+
+    channels_first: bool = False
+    channels: Sequence[int] = (16, 32, 32)
+
+    @nn.compact
+    def __call__(self, x):
+        x = _nhwc(x, self.channels_first)
+        for ch in self.channels:
+            x = nn.Conv(ch, (3, 3), padding="SAME", kernel_init=_ortho(np.sqrt(2)))(x)
+            x = nn.max_pool(x, (3, 3), strides=(2, 2), padding="SAME")
+            for _ in range(2):
+                y = nn.Conv(ch, (3, 3), padding="SAME", kernel_init=_ortho(np.sqrt(2)))(nn.relu(x))
+                y = nn.Conv(ch, (3, 3), padding="SAME", kernel_init=_ortho(np.sqrt(2)))(nn.relu(y))
+                x = x + y
+        return _flatten(nn.relu(x), 3)
 
 
-def _torso(cfg: NetworkConfig, obs_shape) -> nn.Module:
-    if _is_image(obs_shape):
-        return AtariTorso(channels_first=obs_shape[0] < obs_shape[-1])
-    return MLP(tuple(cfg.hidden), cfg.activation)
+class Torso(nn.Module):
+    """float cast (uint8 scaled) -> the chosen feature extractor -> the `network.hidden` MLP."""
+
+    cfg: NetworkConfig
+    obs_shape: tuple[int, ...]
+
+    @nn.compact
+    def __call__(self, obs):
+        x = as_float(obs)
+        kind = resolve_torso(self.cfg.torso, self.obs_shape)
+        if kind == "mlp":
+            if len(self.obs_shape) != 1:
+                x = _flatten(x, len(self.obs_shape))
+            return MLP(tuple(self.cfg.hidden), self.cfg.activation)(x)
+        channels_first = image_layout(self.obs_shape)[3]
+        cnn = {"minatar_cnn": MinAtarCNN, "nature_cnn": NatureCNN, "impala_cnn": ImpalaCNN}[kind]
+        x = cnn(channels_first=channels_first)(x)
+        return MLP(tuple(self.cfg.hidden), "relu")(x)
+
+
+def _check_torso(module) -> None:
+    # Called at construction, outside any trace: a torso that cannot take the observation
+    # shape is one ConfigError line, never a shape error deep inside flax.
+    resolve_torso(module.cfg.torso, module.obs_shape)
 
 
 class ActorCritic(nn.Module):
-    """Separate policy and value towers; returns (logits or Gaussian, value [...])."""
+    """Policy and value heads; returns (logits or Gaussian, value [...])."""
 
     cfg: NetworkConfig
     obs_shape: tuple[int, ...]
     action: ActionSpec
 
+    def __post_init__(self):
+        _check_torso(self)
+        super().__post_init__()
+
     @nn.compact
     def __call__(self, obs):
-        if _is_image(self.obs_shape):
-            # One shared convolutional torso for pixels (the towers would double the cost).
-            h = _torso(self.cfg, self.obs_shape)(obs)
-            pi_h, v_h = h, h
+        if resolve_torso(self.cfg.torso, self.obs_shape) == "mlp":
+            pi_h = Torso(self.cfg, self.obs_shape)(obs)
+            v_h = Torso(self.cfg, self.obs_shape)(obs)
         else:
-            obs = obs.astype(jnp.float32)
-            pi_h = _torso(self.cfg, self.obs_shape)(obs)
-            v_h = _torso(self.cfg, self.obs_shape)(obs)
+            pi_h = v_h = Torso(self.cfg, self.obs_shape)(obs)
         value = nn.Dense(1, kernel_init=_ortho(1.0))(v_h)[..., 0]
         if self.action.discrete:
             logits = nn.Dense(self.action.num_actions, kernel_init=_ortho(0.01))(pi_h)
@@ -106,9 +233,64 @@ class QNetwork(nn.Module):
     obs_shape: tuple[int, ...]
     num_actions: int
 
+    def __post_init__(self):
+        _check_torso(self)
+        super().__post_init__()
+
     @nn.compact
     def __call__(self, obs):
-        if not _is_image(self.obs_shape):
-            obs = obs.astype(jnp.float32)
-        h = _torso(self.cfg, self.obs_shape)(obs)
+        h = Torso(self.cfg, self.obs_shape)(obs)
         return nn.Dense(self.num_actions)(h)
+
+
+# ----------------------------------------------------------------------------- your own network
+
+# NOTE: a network object given to tianjax.train() lives in this process only (it cannot be
+# rebuilt in an actor process from the config); train() sets it here for the run.
+_NETWORK: contextvars.ContextVar[Any] = contextvars.ContextVar("tianjax_network", default=None)
+
+
+@contextlib.contextmanager
+def use_network(network):
+    """Within the block, `custom_network` returns `network` (a flax module or a factory)."""
+    token = _NETWORK.set(network)
+    try:
+        yield
+    finally:
+        _NETWORK.reset(token)
+
+
+def resolve_reference(text: str, key: str):
+    """The object named by "module:Attr" (Attr may be dotted); ConfigError naming `key`."""
+    module_name, sep, attr = text.partition(":")
+    if not (sep and module_name and attr):
+        raise ConfigError(f"config key '{key}': must be 'module:Attr', got {text!r}")
+    try:
+        obj = importlib.import_module(module_name)
+    except Exception as e:
+        line = (str(e).strip().splitlines() or [""])[0]
+        raise ConfigError(f"config key '{key}': cannot import {module_name!r} "
+                          f"({type(e).__name__}: {line})") from None
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise ConfigError(f"config key '{key}': module {module_name!r} has no {attr!r}")
+        obj = getattr(obj, part)
+    return obj
+
+
+def custom_network(network_cfg: NetworkConfig, obs_shape: tuple[int, ...], action: ActionSpec):
+    """The user's flax module for these spaces, or None when the built-in one is asked for."""
+    obj = _NETWORK.get()
+    if obj is None and network_cfg.module:
+        obj = resolve_reference(network_cfg.module, "network.module")
+    if obj is None:
+        return None
+    if not isinstance(obj, nn.Module):
+        if not callable(obj):
+            raise ConfigError(f"config key 'network.module': {obj!r} is neither a flax module nor "
+                              "a factory(obs_shape, action_spec)")
+        obj = obj(tuple(obs_shape), action)
+    if not isinstance(obj, nn.Module):
+        raise ConfigError(f"config key 'network.module': the factory returned {type(obj).__name__}, "
+                          "not a flax module")
+    return obj

@@ -8,14 +8,14 @@ finished. One jitted call per rollout; Python never sees a single step.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 
 from tianjax.algos.base import Algorithm
 from tianjax.envs.jax_env import JaxEnv
-from tianjax.types import EpisodeStats, Trajectory, Transition
+from tianjax.types import EpisodeStats, Sequences, Trajectory, Transition
 
 
 class RolloutState(NamedTuple):
@@ -23,6 +23,7 @@ class RolloutState(NamedTuple):
     obs: jax.Array  # [B, ...]
     key: jax.Array
     stats: EpisodeStats
+    carry: Any = None  # recurrent policies: their state [B, ...], reset where an episode ended
 
 
 class Episodes(NamedTuple):
@@ -31,6 +32,14 @@ class Episodes(NamedTuple):
     done: jax.Array  # [T, B] bool, an episode ended at this step
     returns: jax.Array  # [T, B] its undiscounted return (valid where done)
     lengths: jax.Array  # [T, B] its length (valid where done)
+    won: jax.Array | None = None  # [T, B] bool, it ended in a win (envs that report wins)
+
+
+def team_reward(reward: jax.Array, batch_ndim: int) -> jax.Array:
+    """The episode-return increment of one step: the reward itself for one agent, the mean
+    over the agent axis for [..., N] multi-agent rewards (JaxMARL's convention; SMAX gives
+    every agent the same team reward)."""
+    return reward if reward.ndim == batch_ndim else jnp.mean(reward, axis=-1)
 
 
 def clip_action(action, spec):
@@ -44,50 +53,72 @@ def last_truncation(cut: jax.Array, final_obs: jax.Array) -> tuple[jax.Array, ja
     mask cut [T, B] and the final observations final_obs [T, B, ...] (zeros and -1 if none)."""
     T = cut.shape[0]
     trunc_t = jnp.max(jnp.where(cut, jnp.arange(T, dtype=jnp.int32)[:, None], -1), axis=0)
-    index = jnp.maximum(trunc_t, 0).reshape((1, -1) + (1,) * (final_obs.ndim - 2))
-    picked = jnp.take_along_axis(final_obs, index, axis=0)[0]
-    keep = (trunc_t >= 0).reshape((-1,) + (1,) * (final_obs.ndim - 2))
-    return jnp.where(keep, picked, jnp.zeros_like(picked)), trunc_t
+
+    def pick(x):  # every leaf of a structured observation (multi-agent: MAObs) alike
+        index = jnp.maximum(trunc_t, 0).reshape((1, -1) + (1,) * (x.ndim - 2))
+        picked = jnp.take_along_axis(x, index, axis=0)[0]
+        keep = (trunc_t >= 0).reshape((-1,) + (1,) * (x.ndim - 2))
+        return jnp.where(keep, picked, jnp.zeros_like(picked))
+
+    return jax.tree.map(pick, final_obs), trunc_t
 
 
 def make_rollout(env: JaxEnv, algo: Algorithm, num_envs: int, rollout_len: int):
     """Returns (init(key) -> RolloutState, rollout(params, version, state, env_steps))."""
     onpolicy = algo.buffer == "onpolicy"
+    recurrent = algo.init_carry is not None
     step_env = jax.vmap(env.step)
 
     def init(key) -> RolloutState:
         key, sub = jax.random.split(key)
         obs, env_state = jax.vmap(env.reset)(jax.random.split(sub, num_envs))
         zeros = jnp.zeros((num_envs,), jnp.float32)
-        return RolloutState(env_state, obs, key, EpisodeStats(zeros, zeros.astype(jnp.int32)))
+        carry = algo.init_carry(num_envs) if recurrent else None
+        return RolloutState(env_state, obs, key, EpisodeStats(zeros, zeros.astype(jnp.int32)), carry)
 
     def rollout(params, version, state: RolloutState, env_steps=0):
         def step(s: RolloutState, t):
             key, k_act, k_env = jax.random.split(s.key, 3)
-            out = algo.act(params, s.obs, k_act, env_steps + t * num_envs)
+            if recurrent:
+                out = algo.act(params, s.obs, k_act, env_steps + t * num_envs, s.carry)
+            else:
+                out = algo.act(params, s.obs, k_act, env_steps + t * num_envs)
             nxt = step_env(jax.random.split(k_env, num_envs), s.env_state,
                            clip_action(out.action, env.action_spec))
             done = nxt.terminated | nxt.truncated
-            ep_ret = s.stats.episode_return + nxt.reward
+            carry = None
+            if recurrent:  # a new episode starts from a fresh recurrent state
+                fresh = algo.init_carry(num_envs)
+                carry = jax.tree.map(lambda f, c: jnp.where(done.reshape(done.shape + (1,) * (c.ndim - 1)), f, c),
+                                     fresh, out.carry)
+            ep_ret = s.stats.episode_return + team_reward(nxt.reward, 1)
             ep_len = s.stats.episode_length + 1
             stats = EpisodeStats(jnp.where(done, 0.0, ep_ret), jnp.where(done, 0, ep_len))
-            episodes = Episodes(done, ep_ret, ep_len)
+            # envs that report no wins keep the three-field Episodes the runtime's messages carry
+            episodes = Episodes(done, ep_ret, ep_len, None if nxt.won is None else nxt.won & done)
             v = jnp.full((num_envs,), version, jnp.int32)
             if onpolicy:
                 # The truncation bootstrap is evaluated after the scan, batched over [T, B].
                 cut = nxt.truncated & ~nxt.terminated
                 rec = (s.obs, out.action, nxt.reward, done, (cut, nxt.final_obs), out.log_prob,
                        out.value, v)
+            elif algo.buffer == "sequences":
+                rec = Sequences(s.obs, out.action, nxt.reward, nxt.final_obs, nxt.terminated, done, None, v)
             else:
                 rec = Transition(s.obs, out.action, nxt.reward, nxt.final_obs, nxt.terminated, v)
-            return RolloutState(nxt.state, nxt.obs, key, stats), (rec, episodes)
+            return RolloutState(nxt.state, nxt.obs, key, stats, carry), (rec, episodes)
 
+        carry0 = state.carry
         state, (rec, episodes) = jax.lax.scan(step, state, jnp.arange(rollout_len))
+        if algo.buffer == "sequences":  # one replay item per env: [B, T, ...] and its start carry
+            rec = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), rec)._replace(carry=carry0)
+            return state, rec, episodes
         if not onpolicy:
             return state, rec, episodes
         obs, action, reward, done, (cut, final_obs), log_prob, value, v = rec
         # NOTE: one [T * B] forward is far cheaper than T small ones inside the scan.
-        boot = jnp.where(cut, algo.value(params, final_obs), 0.0)
+        boot = algo.value(params, final_obs)  # [T, B] or, multi-agent, [T, B, N]
+        boot = jnp.where(cut.reshape(cut.shape + (1,) * (boot.ndim - cut.ndim)), boot, 0.0)
         trunc_obs, trunc_t = last_truncation(cut, final_obs)
         batch = Trajectory(obs, action, reward, done, boot, log_prob, value, v, state.obs, trunc_obs, trunc_t)
         return state, batch, episodes

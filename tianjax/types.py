@@ -61,3 +61,21 @@ class EpisodeStats(NamedTuple):
 
     episode_return: Array  # [B] return so far of the running episode
     episode_length: Array  # [B]
+
+
+class Sequences(NamedTuple):
+    """Replayable sequences of a recurrent policy, batch-major [B, T, ...] (one item per env).
+
+    Multi-agent leaves carry the agent axis after T. `carry` is the policy's recurrent state
+    before the first step of each sequence, so that a replayed sequence is unrolled from
+    where the actor was.
+    """
+
+    obs: Any  # [B, T, ...] observation at step t
+    action: Array  # [B, T, ...]
+    reward: Array  # [B, T, ...] (per agent: [B, T, N])
+    next_obs: Any  # [B, T, ...] the true next observation (the final one at an episode end)
+    terminated: Array  # [B, T] no bootstrap
+    done: Array  # [B, T] an episode ended (terminated or truncated): the carry resets after it
+    carry: Any  # [B, ...] recurrent state before step 0
+    version: Array  # [B, T] int32 behaviour version

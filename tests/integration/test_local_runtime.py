@@ -56,8 +56,13 @@ def test_reaches_target_and_reports_balance(tmp_path, mode):
     assert s["final_return"] >= 475, s
     for key in BALANCE_KEYS:
         assert key in s, key
-    # whole fresh batches within the budget; async may also take bounded extra passes
-    assert s["updates"] - s["balance"]["reused_batches"] == 150_000 // (2 * 16 * 32)
+    # whole fresh batches of what was admitted within the budget and learned (samples that
+    # aged past max_staleness in the pool count against the budget, unlearned); async may
+    # also take bounded extra passes
+    batch = 2 * 16 * 32
+    assert s["env_steps"] == 150_000 // batch * batch
+    fresh = s["updates"] - s["balance"]["reused_batches"]
+    assert fresh == (s["env_steps"] - s["balance"]["expired_samples"]) // batch
     assert s["rejected_messages"] == 0
     assert s["actor_restarts"] == 0 and s["actors_lost"] == 0
     assert s["balance"]["samples_consumed"] == s["updates"] * 2 * 16 * 32
@@ -171,15 +176,19 @@ def test_actors_do_not_outlive_a_killed_launcher(tmp_path, procs, when):
 
 
 # ----------------------------------------------------------------------------- authentication
-def _attacker(endpoints: dict, stop: threading.Event, sent: dict, template) -> None:
-    """Sends, until told to stop, what a peer without the run key could send."""
+def _attacker(endpoints: dict, stop: threading.Event, sent: dict, template, handshake) -> None:
+    """Sends, until told to stop, what a peer without the run key could send once past the
+    handshake (with the connection credentials, as read off a network under `mac`)."""
     ctx = zmq.Context.instance()
     push = ctx.socket(zmq.PUSH)
     push.linger = 2000  # what it queued still reaches the learner after stop
+    handshake.client(push)
     push.connect(endpoints["traj"])
-    wrong_key = TrajectorySender(new_run_key(), endpoints["traj"], sender="actor-0", hwm=1000)
-    unsigned = TrajectorySender(InsecureNoAuth(), endpoints["traj"], sender="actor-0", hwm=1000)
-    intruder = ControlClient(new_run_key(), endpoints["control"], identity="intruder")
+    wrong_key = TrajectorySender(new_run_key(), endpoints["traj"], sender="actor-0", hwm=1000,
+                                 handshake=handshake)
+    unsigned = TrajectorySender(InsecureNoAuth(), endpoints["traj"], sender="actor-0", hwm=1000,
+                                handshake=handshake)
+    intruder = ControlClient(new_run_key(), endpoints["control"], identity="intruder", handshake=handshake)
     rng = np.random.default_rng(0)
     # a well-formed trajectory that would poison the run if it got in: NaN observations,
     # episodes with absurd returns, a version from the future
@@ -222,7 +231,8 @@ def test_a_peer_without_the_run_key_cannot_inject(tmp_path):
     actor_result = {}
     actor = Actor(config, 0, learner.endpoints, run_key)
     actor_thread = threading.Thread(target=lambda: actor_result.setdefault("code", actor.run()), daemon=True)
-    attack_thread = threading.Thread(target=_attacker, args=(learner.endpoints, stop, sent, learner.template),
+    attack_thread = threading.Thread(target=_attacker, args=(learner.endpoints, stop, sent, learner.template,
+                                                               learner.net.handshake),
                                      daemon=True)
     try:
         attack_thread.start()

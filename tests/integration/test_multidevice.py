@@ -29,11 +29,14 @@ SCRIPT = textwrap.dedent("""
     report = {
         "summary": result.summary,
         "mesh_devices": int(learner.mesh.devices.size),
-        # every batch field is split over both devices, along its B axis
-        "batch_devices": sorted({len(s.device_set) for s in batch_sharding}),
-        "global_shapes": {n: list(getattr(learner._global_sds, n).shape) for n in batch_sharding._fields},
+        # every batch field is split over both devices, along its B axis (a field the
+        # update does not read, such as the behaviour values decoupled PPO recomputes, has
+        # no input sharding: XLA drops it)
+        "batch_devices": sorted({len(s.device_set) for s in batch_sharding if s is not None}),
+        "global_shapes": {n: list(getattr(learner._global_sds, n).shape)
+                          for n, sh in zip(batch_sharding._fields, batch_sharding) if sh is not None},
         "shard_shapes": {n: list(sh.shard_shape(getattr(learner._global_sds, n).shape))
-                         for n, sh in zip(batch_sharding._fields, batch_sharding)},
+                         for n, sh in zip(batch_sharding._fields, batch_sharding) if sh is not None},
         "params_replicated": all(s.is_fully_replicated for s in jax.tree.leaves(state_sharding)),
     }
     print("REPORT " + json.dumps(report))

@@ -1,23 +1,30 @@
 """A multi-host run on one machine: two learner processes joined by jax.distributed into
 one data-parallel mesh, and two actor processes, each started by its own
 `tianjax launch --role ...` command as on separate hosts, sharing the run key through
-TIANJAX_RUN_KEY. Both learners must learn, and hold bit-identical parameters at the end.
+TIANJAX_RUN_KEY. The commands are the README's, as written (only the ports and the run
+directory are made this test's own). Both learners must learn, and hold bit-identical
+parameters at the end. A lost learner process ends every process of the run, non-zero,
+with one line, within heartbeat_timeout_s + 10 s; a SIGTERM ends a learner blocked in a
+collective within 10 s.
 """
 
 from __future__ import annotations
 
 import os
+import shlex
 import signal
+import time
+from pathlib import Path
 
 import jax
 import numpy as np
+import psutil
 import pytest
-import yaml
 
 from tianjax import checkpoint as ckpt
 
 from .conftest import (
-    ASYNC_CFG,
+    REPO,
     actor_processes,
     child_env,
     free_port,
@@ -27,34 +34,42 @@ from .conftest import (
     wait_for,
 )
 
-# per learner process: steps_per_update is one learner's share (1 actor x 16 envs x 32),
-# so 75 000 steps each is 146 updates of a 1024-sample global batch, ~150 000 steps in all
-STEPS_PER_LEARNER = 75_000
+def readme_commands(run_dir: Path, base_port: int, coordinator: str) -> list[list[str]]:
+    """The README's one-machine multi-host commands, as argv lists for `python`: `tianjax`
+    is `-m tianjax.cli`, and the ports and run directory are this test's own."""
+    text = (REPO / "README.md").read_text()
+    block = text[text.index("On one machine (two learners"):]
+    block = block[block.index("```bash") + len("```bash"):]
+    block = block[:block.index("```")].replace("\\\n", " ")
+    out = []
+    for line in block.splitlines():
+        line = line.split("#")[0].strip().rstrip("&").strip()
+        if not line.startswith("tianjax launch"):
+            continue
+        line = (line.replace("--coordinator 127.0.0.1:23456", f"--coordinator {coordinator}")
+                .replace("--base-port 5555", f"--base-port {base_port}")
+                .replace("run_dir=runs/multihost", f"run_dir={run_dir}"))
+        out.append(["-m", "tianjax.cli", *shlex.split(line)[1:]])
+    return out
 
 
-def _config_file(tmp_path) -> str:
-    with open(ASYNC_CFG) as f:
-        data = yaml.safe_load(f)
-    data.update(mode="sync", num_actors=1, total_env_steps=STEPS_PER_LEARNER,
-                run_dir=str(tmp_path / "run"))
-    path = tmp_path / "multihost.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return str(path)
+def _start_readme_run(tmp_path, procs, *overrides: str):
+    base = free_port_block(6)
+    coordinator = f"127.0.0.1:{free_port()}"
+    env = child_env(TIANJAX_RUN_KEY=os.urandom(32).hex())
+    cmds = readme_commands(tmp_path / "run", base, coordinator)
+    roles = [c[c.index("--role") + 1] for c in cmds]
+    assert roles == ["learner", "learner", "actor", "actor"], cmds
+    if overrides:  # key=value overrides go with the config's (before the flags)
+        cmds = [c[:c.index("mode=sync")] + list(overrides) + c[c.index("mode=sync"):] for c in cmds]
+    learners = [procs.start(c, name=f"learner-{i}", env=env) for i, c in enumerate(cmds[:2])]
+    actors = [procs.start(c, name=f"actor-{k}", env=env) for k, c in enumerate(cmds[2:])]
+    return env, learners, actors
 
 
 @pytest.mark.slow
 def test_two_learners_two_actors_learn_with_identical_params(tmp_path, procs):
-    cfg = _config_file(tmp_path)
-    base = free_port_block(6)
-    coordinator = f"127.0.0.1:{free_port()}"
-    env = child_env(TIANJAX_RUN_KEY=os.urandom(32).hex())
-    learners = [procs.start(["-m", "tianjax.cli", "launch", "--role", "learner", cfg,
-                             "--coordinator", coordinator, "--num-processes", "2",
-                             "--process-id", str(i), "--base-port", str(base)],
-                            name=f"learner-{i}", env=env) for i in range(2)]
-    actors = [procs.start(["-m", "tianjax.cli", "launch", "--role", "actor", cfg,
-                           "--actor-id", str(k), "--num-learners", "2", "--base-port", str(base)],
-                          name=f"actor-{k}", env=env) for k in range(2)]
+    env, learners, actors = _start_readme_run(tmp_path, procs)
 
     # an actor process that dies mid-run is replaced by its `launch --role actor` command
     wait_for(lambda: updates_logged(tmp_path / "run" / "learner-0") >= 10
@@ -72,11 +87,13 @@ def test_two_learners_two_actors_learn_with_identical_params(tmp_path, procs):
     for p in [*learners, *actors]:
         assert key not in procs.stdout(p) + procs.stderr(p)  # the key is never printed
 
+    for i, p in enumerate(learners):  # each says which actors it expects, and where
+        assert f"its actors are --actor-id {i} (of 0-1; num_actors=1 per learner)" in procs.stdout(p)
     summaries = [read_summary(tmp_path / "run" / f"learner-{i}") for i in range(2)]
     for i, s in enumerate(summaries):
         assert s["process_index"] == i and s["process_count"] == 2
         assert s["learner_devices"] == 2  # one global mesh over both processes
-        assert s["updates"] == summaries[0]["updates"] == STEPS_PER_LEARNER // (16 * 32)
+        assert s["updates"] == summaries[0]["updates"] == 75_000 // (16 * 32)
         assert s["staleness_max"] == 0  # sync
         assert s["final_return"] >= 475, s
     params = [np.load(tmp_path / "run" / f"learner-{i}" / "final_params.npz") for i in range(2)]
@@ -94,3 +111,56 @@ def test_two_learners_two_actors_learn_with_identical_params(tmp_path, procs):
     assert sorted(saved) == sorted(params[0].files)
     for name in params[0].files:
         assert saved[name].tobytes() == params[0][name].tobytes(), name
+
+
+def _one_error_line(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith("tianjax: error:")]
+
+
+@pytest.mark.slow
+def test_a_killed_learner_ends_every_process_nonzero_with_one_line(tmp_path, procs):
+    timeout = 20
+    env, learners, actors = _start_readme_run(tmp_path, procs, f"runtime.heartbeat_timeout_s={timeout}")
+    wait_for(lambda: updates_logged(tmp_path / "run" / "learner-0") >= 10
+             or any(p.poll() is not None for p in learners), 240, what="10 updates")
+    assert all(p.poll() is None for p in [*learners, *actors])
+    learners[1].send_signal(signal.SIGKILL)  # the whole process group stays: its host is gone
+    killed_at = time.monotonic()
+    rest = [learners[0], *actors]
+    codes = [procs.wait(p, timeout + 10 - (time.monotonic() - killed_at)) for p in rest]
+    assert all(c not in (0, None) for c in codes), codes
+    assert codes[0] == 1  # not SIGABRT from JAX's heartbeat
+    err = procs.stderr(learners[0])
+    assert "Traceback" not in err and len(_one_error_line(err)) == 1, err[-3000:]
+    assert "learner 0/2" in _one_error_line(err)[0]
+    for p in actors:
+        lines = _one_error_line(procs.stderr(p))
+        assert len(lines) == 1 and "its learner" in lines[0], procs.stderr(p)[-3000:]
+        assert "restarted" not in procs.stderr(p)  # given up on, not restarted to wait again
+
+
+@pytest.mark.slow
+def test_sigterm_ends_a_learner_blocked_in_a_collective(tmp_path, procs):
+    """Learner 1 hangs (SIGSTOP: a host that stops answering, no connection reset), so
+    learner 0's next update waits in its all-reduce for it, where no Python runs; a SIGTERM
+    must still end learner 0 within 10 s (heartbeat_timeout_s is long: the lost-learner
+    check must not be what ends it)."""
+    env, learners, actors = _start_readme_run(tmp_path, procs, "runtime.heartbeat_timeout_s=120")
+    learner0 = learners[0]
+    wait_for(lambda: updates_logged(tmp_path / "run" / "learner-0") >= 10
+             or any(p.poll() is not None for p in learners), 240, what="10 updates")
+    learners[1].send_signal(signal.SIGSTOP)
+    ps = psutil.Process(learner0.pid)
+
+    def idle():  # blocked: (nearly) no CPU time while its actor keeps delivering
+        t = sum(ps.cpu_times()[:2])
+        time.sleep(2.0)
+        return sum(ps.cpu_times()[:2]) - t < 0.1
+    wait_for(idle, 60, interval=0.1, what="learner 0 to block")
+    learner0.send_signal(signal.SIGTERM)
+    start = time.monotonic()
+    code = procs.wait(learner0, 10)
+    assert time.monotonic() - start <= 10 and code != 0
+    err = procs.stderr(learner0)
+    assert "did not stop within" in err, err[-3000:]  # it was blocked: the watchdog ended it
+    assert "Traceback" not in err

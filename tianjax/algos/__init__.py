@@ -1,22 +1,104 @@
-"""Algorithm registry: `make_algorithm(config, obs_shape, action_spec)` -> Algorithm."""
+"""Algorithm registry: algorithms by name, built-in and user-registered.
+
+    make_algorithm(config, obs_shape, action_spec) -> Algorithm
+
+builds the algorithm named by `config.algo`. The built-in ones are imported on first use;
+a user's own algorithm is added with
+
+    tianjax.algos.register("a2c", make_a2c)
+
+where `make_a2c(config, obs_shape, action_spec, *, correct_staleness=True) -> Algorithm`
+follows the protocol in tianjax/algos/base.py. The config check validates `algo` against
+this registry, so register before building the config. Actor processes build the
+algorithm too: register at the top level of a module they import (the script that
+trains, or a module named in the config key `imports`).
+"""
 
 from __future__ import annotations
 
 import importlib
+from typing import Callable
 
 from tianjax.algos.base import ActOutput, Algorithm
-from tianjax.config import Config
+from tianjax.config import Config, ConfigError
 from tianjax.networks import ActionSpec
 
-ALGORITHMS = ("ppo", "impala", "dqn")
+# name -> "module:function" (built in, imported on first use) or the factory itself
+_REGISTRY: dict[str, str | Callable[..., Algorithm]] = {
+    "ppo": "tianjax.algos.ppo:make",
+    "impala": "tianjax.algos.impala:make",
+    "dqn": "tianjax.algos.dqn:make",
+    "ippo": "tianjax.algos.ippo:make",
+    "qmix": "tianjax.algos.qmix:make",
+    "maddpg": "tianjax.algos.maddpg:make",
+}
+BUILTIN = tuple(_REGISTRY)
+ALGORITHMS = BUILTIN  # the built-in names (kept for callers that list them)
+
+
+def register(name: str, make: Callable[..., Algorithm]) -> None:
+    """Adds an algorithm under `name`. Registering the same function again (a re-run
+    notebook cell, a script also imported by its module name) replaces it; another function under a taken
+    name, or a built-in name, is refused."""
+    if not isinstance(name, str) or not name.isidentifier():
+        raise ValueError(f"algorithm name must be an identifier, got {name!r}")
+    if not callable(make):
+        raise TypeError(f"register({name!r}, ...): the factory must be callable, got {type(make).__name__}")
+    old = _REGISTRY.get(name)
+    if name in BUILTIN:
+        raise ValueError(f"'{name}' is a built-in algorithm; register yours under another name")
+    if old is not None and not _same_function(old, make):
+        raise ValueError(f"algorithm '{name}' is already registered ({_qualified(old)})")
+    _REGISTRY[name] = make
+
+
+def unregister(name: str) -> None:
+    """Removes a user algorithm (tests, notebooks)."""
+    if name in BUILTIN:
+        raise ValueError(f"'{name}' is a built-in algorithm")
+    _REGISTRY.pop(name, None)
+
+
+def registered() -> tuple[str, ...]:
+    """Every algorithm name `config.algo` may take, built-in first."""
+    return tuple(_REGISTRY)
+
+
+def _same_function(a, b) -> bool:
+    """Same module and name; a script counts as the same module imported by its own name."""
+    if isinstance(a, str) or isinstance(b, str):
+        return _qualified(a) == _qualified(b)
+    ma, mb = getattr(a, "__module__", None), getattr(b, "__module__", None)
+    return (getattr(a, "__qualname__", None) == getattr(b, "__qualname__", None)
+            and (ma == mb or "__main__" in (ma, mb)))
+
+
+def _qualified(make) -> str:
+    if isinstance(make, str):
+        return make
+    return f"{getattr(make, '__module__', '?')}:{getattr(make, '__qualname__', repr(make))}"
+
+
+def factory(name: str) -> Callable[..., Algorithm]:
+    make = _REGISTRY.get(name)
+    if make is None:
+        raise ConfigError(f"config key 'algo': unknown algorithm {name!r} (registered: "
+                          f"{', '.join(registered())}; add yours with tianjax.algos.register)")
+    if isinstance(make, str):
+        module, attr = make.split(":")
+        make = getattr(importlib.import_module(module), attr)
+    return make
 
 
 def make_algorithm(config: Config, obs_shape, action_spec: ActionSpec, *,
                    correct_staleness: bool = True) -> Algorithm:
-    if config.algo not in ALGORITHMS:
-        raise ValueError(f"config key 'algo': unknown algorithm {config.algo!r} (known: {ALGORITHMS})")
-    module = importlib.import_module(f"tianjax.algos.{config.algo}")
-    return module.make(config, tuple(obs_shape), action_spec, correct_staleness=correct_staleness)
+    make = factory(config.algo)
+    algo = make(config, tuple(obs_shape), action_spec, correct_staleness=correct_staleness)
+    if not isinstance(algo, Algorithm):
+        raise TypeError(f"algorithm '{config.algo}' ({_qualified(make)}) returned "
+                        f"{type(algo).__name__}, not a tianjax.algos.Algorithm")
+    return algo
 
 
-__all__ = ["ALGORITHMS", "ActOutput", "Algorithm", "make_algorithm"]
+__all__ = ["ALGORITHMS", "ActOutput", "Algorithm", "BUILTIN", "factory", "make_algorithm", "register",
+           "registered", "unregister"]

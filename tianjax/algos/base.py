@@ -2,6 +2,45 @@
 
 An algorithm is a NamedTuple of pure functions built from a Config and the env's spaces.
 Nothing here knows whether it runs fused, sync or async.
+
+The protocol (built-in algorithms and yours, `tianjax.algos.register(name, make)`):
+
+    make(config, obs_shape, action_spec, *, correct_staleness=True) -> Algorithm
+
+What an algorithm gives:
+- `init(key) -> LearnerState` (tianjax.learner): params, optimizer state, version 0, key.
+- `act(params, obs [B, ...], key, env_steps) -> ActOutput(action, log_prob, value)`:
+  sampled (exploring) actions, log mu(a|s) of the behaviour policy, and V(s) (zeros if the
+  algorithm has no critic). Pure and jittable: the runtime jits it in actors and scans it
+  in fused mode.
+- `value(params, obs) -> [B]` (truncation bootstrap) and `greedy(params, obs) -> action`.
+- `update(state, batch, fresh=True) -> (state, metrics)`: jittable; it must add 1 to
+  `state.version` per call, and should be wrapped in `tianjax.learner.guarded` so that a
+  non-finite step is skipped and counted. Metrics are a flat dict of scalars. `fresh` is
+  False for a reuse pass over a batch already learned from: schedules follow progress
+  (fresh env steps learned, `state.fresh_steps`; see tianjax.learner), which such a pass
+  must not advance.
+- `loss_fn(params, batch, ...) -> (loss, metrics)` with per-sample weights as an explicit
+  input (exposed for tests and notebooks; the runtime calls only `update`).
+- `buffer`: "onpolicy" (batches are Trajectory [T, B]) or "replay" (batches are
+  Transition [N], sampled by the runtime; the replay settings are the `dqn` section's).
+- `network`: the flax module (`tianjax.networks.custom_network` gives the user's one).
+
+What the runtime guarantees it:
+- every sample carries its behaviour version: `batch.version` [T, B] (or [N]); the
+  learner's version is `state.version`, so tau = state.version - batch.version >= 0, and
+  `tianjax.staleness.staleness_weights` turns them into the per-sample weights;
+- `correct_staleness=False` only where tau is always 0 (fused mode): weights may be
+  skipped there;
+- Trajectory fields follow tianjax.types: `done` ends an episode, `bootstrap_value` is
+  V(final obs) where the episode was truncated (0 elsewhere), `last_obs` is the
+  observation after the last step, and `trunc_obs` / `trunc_t` the final observation of
+  each env's last truncation, for bootstrapping with the learner's own critic;
+- every parameter message carries the learner's count of env steps admitted, which the
+  actors pass to `act` as `env_steps`: actor-side schedules are global;
+- observations keep the env's dtype (uint8 frames stay uint8 up to the network);
+- `update` runs in one process (the learner), `act` in any number of actor processes,
+  each with the newest parameters it holds; nothing else is shared.
 """
 
 from __future__ import annotations
@@ -17,11 +56,12 @@ class ActOutput(NamedTuple):
     action: jax.Array  # [B, ...]
     log_prob: jax.Array  # [B] log mu(a | s)
     value: jax.Array  # [B] V_mu(s) (zeros for value-free algorithms)
+    carry: Any = None  # recurrent policies: the state after this step [B, ...] (None otherwise)
 
 
 class Algorithm(NamedTuple):
     name: str
-    buffer: Literal["onpolicy", "replay"]
+    buffer: Literal["onpolicy", "replay", "sequences"]  # sequences: replay of [T] sequences
     # init(key) -> LearnerState
     init: Callable[[jax.Array], LearnerState]
     # act(params, obs [B, ...], key, env_steps) -> ActOutput   (sampled / exploring)
@@ -44,3 +84,6 @@ class Algorithm(NamedTuple):
     # proximal policy, advantages and weights, as further epochs are). None: not split.
     prepare: Callable[[LearnerState, Any], Any] | None = None
     learn: Callable[..., tuple[LearnerState, dict]] | None = None
+    # recurrent policies: init_carry(batch) -> the state before the first step [batch, ...];
+    # act then takes it as a fifth argument and returns the next one in ActOutput.carry
+    init_carry: Callable[[int], Any] | None = None

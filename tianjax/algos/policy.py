@@ -9,7 +9,7 @@ import jax.numpy as jnp
 from tianjax import distributions as D
 from tianjax.algos.base import ActOutput
 from tianjax.config import Config
-from tianjax.networks import ActionSpec, ActorCritic
+from tianjax.networks import ActionSpec, ActorCritic, custom_network
 
 
 class ActorCriticPolicy(NamedTuple):
@@ -22,7 +22,9 @@ class ActorCriticPolicy(NamedTuple):
 
 
 def actor_critic(config: Config, obs_shape: tuple[int, ...], action_spec: ActionSpec) -> ActorCriticPolicy:
-    net = ActorCritic(config.network, tuple(obs_shape), action_spec)
+    net = custom_network(config.network, tuple(obs_shape), action_spec)
+    if net is None:
+        net = ActorCritic(config.network, tuple(obs_shape), action_spec)
     apply_fn = net.apply
 
     def init_params(key):

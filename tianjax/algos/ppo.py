@@ -41,7 +41,7 @@ import jax.numpy as jnp
 from tianjax import distributions as D
 from tianjax import staleness as S
 from tianjax.algos.base import Algorithm
-from tianjax.algos.policy import actor_critic
+from tianjax.algos.policy import ActorCriticPolicy, actor_critic
 from tianjax.config import Config
 from tianjax.learner import (LearnerState, gradient_step, guarded, init_state, learning_rate, lr_schedule,
                              make_optimizer, step_progress)
@@ -148,11 +148,14 @@ def make_batch(apply_fn, config: Config, state: LearnerState, traj: Trajectory, 
 
 
 def make(config: Config, obs_shape: tuple[int, ...], action_spec: ActionSpec, *,
-         correct_staleness: bool = True) -> Algorithm:
+         correct_staleness: bool = True, policy: ActorCriticPolicy | None = None,
+         samples_per_step: int = 1) -> Algorithm:
     """PPO for `config`. `correct_staleness=False` (fused mode, where tau is always 0 and
-    mu = pi_0) skips computing weights that would all be 1."""
+    mu = pi_0) skips computing weights that would all be 1. `policy` replaces the default
+    MLP actor-critic, and `samples_per_step` is how many samples (columns of the batch) one
+    env step gives, for progress in env steps (IPPO: its shared per-agent policy, N agents)."""
     cfg = config.ppo
-    policy = actor_critic(config, obs_shape, action_spec)
+    policy = policy or actor_critic(config, obs_shape, action_spec)
     apply_fn, value = policy.apply, policy.value
     num_updates = max(config.total_env_steps // config.steps_per_update, 1)
     optimizer = make_optimizer(cfg.lr, cfg.max_grad_norm)
@@ -176,7 +179,8 @@ def make(config: Config, obs_shape: tuple[int, ...], action_spec: ActionSpec, *,
         n = T * B
         flat = jax.tree.map(lambda x: x.reshape((n,) + x.shape[2:]), batch)
         mb = n // cfg.num_minibatches
-        lrs = lr_at(step_progress(state.fresh_steps, fresh, n, num_grad)).reshape(
+        steps = n // samples_per_step  # env steps in the batch
+        lrs = lr_at(step_progress(state.fresh_steps, fresh, steps, num_grad)).reshape(
             cfg.num_epochs, cfg.num_minibatches)
 
         def epoch(carry, xs):
@@ -199,7 +203,7 @@ def make(config: Config, obs_shape: tuple[int, ...], action_spec: ActionSpec, *,
         metrics["weight_min"] = jnp.min(batch.weight)
         metrics["weight_max"] = jnp.max(batch.weight)
         metrics["lr"] = learning_rate(opt_state)
-        fresh_steps = state.fresh_steps + jnp.asarray(fresh, jnp.int32) * n
+        fresh_steps = state.fresh_steps + jnp.asarray(fresh, jnp.int32) * steps
         new_state = state._replace(params=params, opt_state=opt_state, key=key,
                                    version=state.version + 1, fresh_steps=fresh_steps)
         return new_state, metrics

@@ -127,13 +127,21 @@ class EnvpoolEnv:
         import envpool
 
         if env_id not in envpool.list_all_envs():
-            raise ConfigError(f"config key 'env': '{env_id}' is not an envpool task id (list them with "
-                              "`python -c \"import envpool; print(envpool.list_all_envs())\"`)")
+            raise ConfigError(f"config key 'env': '{env_id}' is not an envpool task id"
+                              + (other_backend_hint(env_id, "envpool") or " (list them with `python -c "
+                                 "\"import envpool; print(envpool.list_all_envs())\"`)"))
         self.name = env_id
         self.num_envs = int(num_envs)
         self._kwargs = dict(kwargs)
         self._seed = int(seed)
-        self._env = self._make(self._seed)
+        try:
+            self._env = self._make(self._seed)
+        except Exception as e:  # noqa: BLE001 (envpool checks options with asserts and KeyErrors)
+            if not kwargs:
+                raise
+            line = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            raise ConfigError(f"config key 'env_options': envpool refused {sorted(kwargs)} for "
+                              f"'{env_id}' ({type(e).__name__}: {line})") from None
         with _quiet_spaces():
             obs_space, act_space = self._env.observation_space, self._env.action_space
         self.obs_shape, self.obs_dtype = _obs_space(obs_space, env_id)
@@ -203,9 +211,17 @@ class GymnasiumVectorEnv:
         import gymnasium as gym
 
         try:
-            gym.spec(env_id)
-        except (gym.error.Error, ModuleNotFoundError, ImportError) as e:
+            module, _, bare_id = env_id.rpartition(":")
+            if module:  # gymnasium's own "module:EnvId": importing the module registers EnvId
+                import importlib
+
+                importlib.import_module(module)
+            gym.spec(bare_id)
+        except Exception as e:  # noqa: BLE001 (a user module may raise anything on import)
             reason = (str(e).strip().splitlines() or [type(e).__name__])[0].rstrip(". ")
+            hint = other_backend_hint(env_id, "gymnasium")
+            if hint:
+                raise ConfigError(f"config key 'env': '{env_id}' is not a gymnasium env id{hint}") from None
             raise ConfigError(f"config key 'env': '{env_id}' is not a registered gymnasium env id "
                               f"({reason}); list them with `python -c \"import gymnasium; "
                               "gymnasium.pprint_registry()\"`, or register your own with "
@@ -253,6 +269,44 @@ class GymnasiumVectorEnv:
 
 # ----------------------------------------------------------------------------- factory
 
+
+def other_backend_hint(env_id: str, backend: str) -> str:
+    """', but it is a <other> env: set env_backend: <other> ...' where another backend
+    knows `env_id`, else ''."""
+    if ":" in env_id:
+        return ""
+    found = []
+    if backend != "gymnax":
+        try:
+            import gymnax
+
+            if env_id in gymnax.registered_envs:
+                found.append("gymnax")
+        except ImportError:
+            pass
+    if backend != "envpool":
+        try:
+            import envpool
+
+            if env_id in envpool.list_all_envs():
+                found.append("envpool")
+        except ImportError:
+            pass
+    if backend != "gymnasium":
+        try:
+            import gymnasium as gym
+
+            if env_id in gym.registry:
+                found.append("gymnasium")
+        except ImportError:
+            pass
+    if not found:
+        return ""
+    other = found[0]
+    mode = "mode: fused, or sync/async with actors" if other == "gymnax" else "mode: sync or async"
+    article = "an" if other[0] in "aeiou" else "a"
+    return f", but it is {article} {other} env: set env_backend: {other} ({mode})"
+
 BACKENDS = ("envpool", "gymnasium")
 
 
@@ -267,4 +321,4 @@ def make_host_env(backend: str, env_id: str, num_envs: int, seed: int = 0, **kwa
 
 
 __all__ = ["BACKENDS", "EnvpoolEnv", "GymnasiumVectorEnv", "HostEnv", "HostStep",
-           "action_spec_from_space", "make_host_env"]
+           "action_spec_from_space", "make_host_env", "other_backend_hint"]

@@ -11,6 +11,11 @@ Two shapes:
   process too (`python -m tianjax.launch.role learner`); when it dies it is started again,
   up to `runtime.max_learner_restarts` times, from its newest checkpoint and on the same
   endpoints, and the running actors follow it (they take its versions and register again).
+  This process binds the learner's listening sockets and holds them for the whole run
+  (launch/ports.py), so no other process can take the ports while the learner is down.
+
+With `runtime.transport: ipc` the sockets live in a private directory (mode 0700) made
+here and removed at exit.
 """
 
 from __future__ import annotations
@@ -26,9 +31,10 @@ import time
 
 from tianjax import checkpoint as ckpt
 from tianjax.config import Config
+from tianjax.launch.ports import HeldPorts, PrivateDir
 from tianjax.metrics import Progress, RunLogger
 from tianjax.runtime.learner import Learner
-from tianjax.runtime.supervisor import ActorSupervisor, describe
+from tianjax.runtime.supervisor import ActorSupervisor, describe, python_path
 from tianjax.transport.auth import KEY_ENV, new_run_key
 
 RESULT_FILE = "learner_result.json"  # what a learner process reports (params: its checkpoint)
@@ -47,6 +53,9 @@ def _supervise_actors(config: Config, actors: ActorSupervisor, silent, log_dir: 
     """One supervision pass: replace dead and silent actors; raise if the run cannot go on.
     An in-process `learner` forgets the lost ones (their credits no longer count)."""
     changes = actors.check(silent)
+    if changes.failed:  # deterministic: restarting would fail the same way
+        i, why = sorted(changes.failed.items())[0]
+        raise ActorFailure(f"actor {i} cannot start: {why}")
     if learner is not None:
         for i in changes.lost:
             learner.forget_actor(i)
@@ -63,7 +72,13 @@ def run_local(config: Config, logger: RunLogger, progress: Progress) -> dict:
         return _run_with_learner_process(config, logger, progress)
     t_start = time.perf_counter()
     run_key = new_run_key()
-    learner = Learner(config, run_key, logger, progress)
+    ipc_dir = PrivateDir() if config.runtime.transport == "ipc" else None
+    try:
+        learner = Learner(config, run_key, logger, progress, ipc_dir=ipc_dir and ipc_dir.path)
+    except BaseException:
+        if ipc_dir is not None:
+            ipc_dir.close()
+        raise
     log_dir = os.path.join(logger.run_dir, "actors")
     actors = ActorSupervisor(config, learner.endpoints, run_key, log_dir=log_dir)
 
@@ -82,6 +97,8 @@ def run_local(config: Config, logger: RunLogger, progress: Progress) -> dict:
         registered = {info.get("actor") for info in learner.actors.values()}
         actors.stop(unreachable=[i for i in actors.procs if i not in registered])
         learner.close()
+        if ipc_dir is not None:
+            ipc_dir.close()
     out["extra_summary"].update(actor_restarts=actors.total_restarts, actors_lost=len(actors.lost))
     return out
 
@@ -90,16 +107,20 @@ def run_local(config: Config, logger: RunLogger, progress: Progress) -> dict:
 class _LearnerProcess:
     """The learner as a child process; its stdout carries one JSON event per line."""
 
-    def __init__(self, config: Config, run_dir: str, run_key: bytes, endpoints: dict | None):
+    def __init__(self, config: Config, run_dir: str, run_key: bytes, ports: HeldPorts, ipc_dir: str | None):
         env = dict(os.environ)
         env[KEY_ENV] = run_key.hex()
         env.setdefault("PYTHONUNBUFFERED", "1")
+        env["PYTHONPATH"] = python_path(env.get("PYTHONPATH", ""))
         cmd = [sys.executable, "-m", "tianjax.launch.role", "learner",
                "--config-json", json.dumps(config.to_dict()), "--run-dir", run_dir,
-               "--parent-pid", str(os.getpid())]
-        if endpoints:
-            cmd += ["--endpoints-json", json.dumps(endpoints)]
-        self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
+               "--parent-pid", str(os.getpid()), "--endpoints-json", json.dumps(ports.endpoints),
+               "--listen-fds-json", json.dumps(ports.fds)]
+        if ipc_dir:
+            cmd += ["--ipc-dir", ipc_dir]
+        # the held listening sockets are inherited (the child serves them, we keep them)
+        self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                                     pass_fds=tuple(ports.fds.values()))
         self._buf = b""
 
     def events(self, timeout_s: float) -> list[dict]:
@@ -146,26 +167,29 @@ def _run_with_learner_process(config: Config, logger: RunLogger, progress: Progr
     result_path = os.path.join(run_dir, RESULT_FILE)
     if os.path.exists(result_path):
         os.remove(result_path)
-    learner = _LearnerProcess(config, run_dir, run_key, None)
+    private = PrivateDir() if config.runtime.transport == "ipc" else None
+    ipc_dir = private and private.path
+    ports: HeldPorts | None = None
+    learner: _LearnerProcess | None = None
     actors: ActorSupervisor | None = None
-    endpoints = None
     learner_restarts = 0
     interrupted = False
     try:
+        ports = HeldPorts(config.runtime.bind_host, config.runtime.transport, ipc_dir)
+        endpoints = ports.endpoints
+        learner = _LearnerProcess(config, run_dir, run_key, ports, ipc_dir)
+        # the endpoints are known before the learner is up: the actors start meanwhile
+        actors = ActorSupervisor(config, endpoints, run_key, log_dir=log_dir)
+        actors.start_all()
         while True:
             events = learner.events(0.1)
-            for ev in events:
-                if ev["tianjax_event"] == "endpoints" and actors is None:
-                    endpoints = ev["endpoints"]
-                    actors = ActorSupervisor(config, endpoints, run_key, log_dir=log_dir)
-                    actors.start_all()
             code = learner.poll()
             if code is not None:
                 events += learner.events(0.0)
                 if code == 0:
                     break
                 if code in (130, 143) or not config.runtime.restart_learner or \
-                        learner_restarts >= config.runtime.max_learner_restarts or endpoints is None:
+                        learner_restarts >= config.runtime.max_learner_restarts:
                     where = _last_checkpoint(run_dir)
                     raise LearnerFailure(f"the learner process exited with code {code}; {where}")
                 learner_restarts += 1
@@ -175,17 +199,22 @@ def _run_with_learner_process(config: Config, logger: RunLogger, progress: Progr
                       file=sys.stderr, flush=True)
                 # from its newest checkpoint (or, if it wrote none, from where this run began)
                 resume = run_dir if ckpt.has_checkpoint(run_dir) else config.resume
-                learner = _LearnerProcess(dataclasses.replace(config, resume=resume), run_dir, run_key, endpoints)
+                learner = _LearnerProcess(dataclasses.replace(config, resume=resume), run_dir, run_key,
+                                          ports, ipc_dir)
                 continue
-            if actors is not None:
-                silent = [i for ev in events if ev["tianjax_event"] == "silent" for i in ev["actors"]]
-                _supervise_actors(config, actors, silent, log_dir)
+            silent = [i for ev in events if ev["tianjax_event"] == "silent" for i in ev["actors"]]
+            _supervise_actors(config, actors, silent, log_dir)
     except KeyboardInterrupt:
         interrupted = True  # the learner process, stopped below, checkpoints and reports
     finally:
-        learner.stop()
+        if learner is not None:
+            learner.stop()
         if actors is not None:
             actors.stop(grace_s=5.0)
+        if ports is not None:
+            ports.close()
+        if private is not None:
+            private.close()
     if interrupted and not os.path.exists(result_path):
         raise KeyboardInterrupt("stopped before the learner could report")
     with open(result_path) as f:

@@ -7,19 +7,33 @@ parameters stay identical on every learner process. Learner process i binds thre
 `base_port + 3 i` (parameters), `+1` (trajectories), `+2` (control), on `bind_host`
 (loopback unless set). Actor k connects, over tcp, to learner `k mod num_learners`.
 
+`num_actors` and `total_env_steps` are per learner process: learner i trains on the
+actors `i, i + N, i + 2N, ...` (N learners), `num_actors` of them, so actor ids run from 0
+to N * num_actors - 1. Each learner prints which ids it expects and where they connect.
+
 The per-run key comes from `--key-file` or the TIANJAX_RUN_KEY environment variable, the
-same on every process; it is never printed.
+same on every process; it is never printed. Connections use `runtime.security: curve`
+unless the config says otherwise (a multi-host run crosses a network).
+
+A lost learner process ends the run in bounded time (launch/guard.py): the others notice
+within `runtime.heartbeat_timeout_s`, tell their actors the run failed, print one line
+and exit 1; a SIGTERM ends a learner within seconds even inside a collective; an actor
+whose learner is gone gives up after the same timeout and is not restarted.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import os
 import signal
 import sys
 import time
 
 from tianjax.config import Config, ConfigError
+
+SIGTERM_GRACE_S = 5.0
 
 
 def _terminate(signum, frame):
@@ -31,6 +45,18 @@ def _terminate(signum, frame):
 def learner_endpoints(host: str, base_port: int, index: int) -> dict:
     p = base_port + 3 * index
     return {"params": f"tcp://{host}:{p}", "traj": f"tcp://{host}:{p + 1}", "control": f"tcp://{host}:{p + 2}"}
+
+
+def with_security(config: Config) -> Config:
+    """A multi-host run crosses a network: curve unless `runtime.security` is set."""
+    if config.runtime.security is not None:
+        return config
+    return dataclasses.replace(config, runtime=dataclasses.replace(config.runtime, security="curve"))
+
+
+def actor_ids(index: int, num_learners: int, num_actors: int) -> list[int]:
+    """The actor ids learner `index` trains on: k with k mod num_learners == index."""
+    return [index + num_learners * j for j in range(num_actors)]
 
 
 def _key(key_file: str | None):
@@ -48,17 +74,38 @@ def run_learner(config: Config, *, coordinator: str | None, num_processes: int |
     from tianjax.runtime import compile_cache
 
     compile_cache.enable(config.compile_cache)
+    config = with_security(config)
     run_key = _key(key_file)
+    # JAX's own heartbeat is the backstop (it aborts): ours below reports first, in one line
+    heartbeat = int(math.ceil(config.runtime.heartbeat_timeout_s)) + 5
     if coordinator is not None or num_processes is not None:
         if coordinator is None or num_processes is None or process_id is None:
             raise ConfigError("launch: --coordinator, --num-processes and --process-id go together")
         jax.distributed.initialize(coordinator_address=coordinator, num_processes=num_processes,
-                                   process_id=process_id)
+                                   process_id=process_id, heartbeat_timeout_seconds=heartbeat)
     else:
-        jax.distributed.initialize()  # cluster auto-detection (SLURM, ...)
-    index = jax.process_index()
+        jax.distributed.initialize(heartbeat_timeout_seconds=heartbeat)  # cluster auto-detection (SLURM, ...)
+    index, count = jax.process_index(), jax.process_count()
     # NOTE: set after jax.distributed.initialize, which installs its own SIGTERM handling
     signal.signal(signal.SIGTERM, _terminate)
+    signal.signal(signal.SIGINT, _terminate)
+    from tianjax.launch.guard import PeerWatch, SigtermWatchdog, exit_now
+
+    SigtermWatchdog(SIGTERM_GRACE_S, code=143, what=f"learner {index}")
+    peers = None
+    if count > 1:
+        from jax._src.distributed import global_state
+
+        from tianjax.runtime import shutdown
+
+        def lost(line: str) -> None:
+            # the main thread stops at its next check, tells its actors and exits (below);
+            # if it is blocked in a collective with the lost process, end the process here
+            shutdown.requested.set()
+            time.sleep(1.0)  # (before a failing learner 0 takes JAX's coordination service down)
+            exit_now(line, 1)
+
+        peers = PeerWatch(global_state.client, index, count, config.runtime.heartbeat_timeout_s, on_lost=lost)
     from tianjax.metrics import Progress, RunLogger, format_summary
     from tianjax.runtime.learner import Learner, save_params
 
@@ -70,13 +117,38 @@ def run_learner(config: Config, *, coordinator: str | None, num_processes: int |
     learner = Learner(config, run_key, logger, progress,
                       endpoints=learner_endpoints(bind_host, base_port, index),
                       checkpoint_root=os.path.dirname(logger.run_dir))
-    print(f"tianjax: learner {index}/{jax.process_count()} on {learner.mesh.devices.size} devices, "
-          f"actors connect to {learner.endpoints['params'].rsplit(':', 1)[0]} ports "
-          f"{base_port + 3 * index}-{base_port + 3 * index + 2}", flush=True)
+    ids = actor_ids(index, count, config.num_actors)
+    print(f"tianjax: learner {index}/{count} on {learner.mesh.devices.size} devices ({config.runtime.security}); "
+          f"its actors are --actor-id {', '.join(map(str, ids))} (of 0-{count * config.num_actors - 1}; "
+          f"num_actors={config.num_actors} per learner), started with --num-learners {count} "
+          f"--learner-host <this host> --base-port {base_port}: ports {base_port + 3 * index}-"
+          f"{base_port + 3 * index + 2} on {bind_host}", flush=True)
     t0 = time.perf_counter()
     try:
         out = learner.run(t_start=t0)
+        if peers is not None and peers.lost:
+            raise RuntimeError(peers.lost)
+    except Exception as e:  # noqa: BLE001
+        if count == 1:
+            raise
+        # a collective failed: another learner process is gone. Say so once, tell our actors
+        # the run failed, and leave without jax.distributed.shutdown (it would wait for it)
+        if type(e).__name__ == "LearnerStalled":
+            why = (f"{e}: start its actors with --actor-id {', '.join(map(str, ids))} --num-learners {count} "
+                   f"(num_actors={config.num_actors} per learner)")
+        else:
+            why = (peers.lost if peers and peers.lost else
+                   f"a collective failed, another learner process is lost ({type(e).__name__}: "
+                   f"{str(e).strip().splitlines()[0][:160]})")
+        learner.stop_actors(error=f"learner {index}: {why}")
+        if peers is not None and not peers.lost:
+            peers.announce_failure(f"learner {index} failed: {why}")  # lets the stop go out too
+        else:
+            time.sleep(0.5)  # let the stop go out
+        exit_now(f"tianjax: error: learner {index}/{count}: {why}; the last checkpoint stands", 1)
     finally:
+        if peers is not None:
+            peers.close()
         learner.stop_actors()
         learner.close()
         progress.close()
@@ -92,6 +164,9 @@ def run_learner(config: Config, *, coordinator: str | None, num_processes: int |
     summary = logger.write_summary(summary)
     logger.close()
     print(format_summary(summary), flush=True)
+    if count > 1 and out.get("interrupted"):
+        # the other learners are still in the run: jax.distributed.shutdown would wait for them
+        exit_now(f"tianjax: learner {index}/{count} interrupted; the last checkpoint stands", 143)
     jax.distributed.shutdown()
     return 130 if out.get("interrupted") else 0
 
@@ -102,15 +177,32 @@ def run_actor(config: Config, *, actor_id: int, learner_host: str, base_port: in
     `runtime.max_actor_restarts` times, until the learner tells it to stop (exit code 0)."""
     from tianjax.runtime.supervisor import ActorSupervisor
 
+    from tianjax.runtime.actor import LEARNER_GONE
+
+    config = with_security(config)
+    if num_learners < 1:
+        raise ConfigError(f"launch: --num-learners must be >= 1, got {num_learners}")
+    total = num_learners * config.num_actors
+    if not 0 <= actor_id < total:
+        raise ConfigError(f"launch: --actor-id {actor_id} is outside 0-{total - 1}: with --num-learners "
+                          f"{num_learners} and num_actors={config.num_actors} (per learner) the actor ids "
+                          f"are 0 to {total - 1}, actor k training for learner k mod {num_learners}")
     run_key = _key(key_file)
     endpoints = learner_endpoints(learner_host, base_port, actor_id % num_learners)
-    print(f"tianjax: actor {actor_id} -> {json.dumps(endpoints)}", flush=True)
+    print(f"tianjax: actor {actor_id} -> learner {actor_id % num_learners} at {json.dumps(endpoints)} "
+          f"({config.runtime.security})", flush=True)
     sup = ActorSupervisor(config, endpoints, run_key)
     signal.signal(signal.SIGTERM, _terminate)
     try:
         sup.start(actor_id)
         while True:
             time.sleep(0.2)
+            p = sup.procs.get(actor_id)
+            if p is not None and p.poll() == LEARNER_GONE:
+                # its learner is gone or failed: another process would only wait again
+                print(f"tianjax: error: actor {actor_id}: its learner ({endpoints['control']}) is gone "
+                      "or failed; see the line above", file=sys.stderr, flush=True)
+                return 1
             changes = sup.check()
             for i, why in changes.restarted.items():
                 print(f"tianjax: warning: actor {i} ({why}) restarted "

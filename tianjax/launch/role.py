@@ -32,11 +32,31 @@ def _event(kind: str, **fields) -> None:
     print(json.dumps({"tianjax_event": kind, **fields}), flush=True)
 
 
-def _run_actor(args, config) -> int:
+# An actor that cannot start (bad env id, a module it cannot import, a torso that does not
+# fit) would fail the same way every time: it exits with this code after one line saying
+# why, and the supervisor ends the run with that line instead of restarting it.
+STARTUP_FAILED = 78  # EX_CONFIG
+
+
+def _startup_failed(args, e: BaseException) -> int:
+    line = (str(e).strip().splitlines() or [""])[0]
+    name = "" if type(e).__name__ == "ConfigError" else f"{type(e).__name__}: "
+    print(f"tianjax: actor {args.actor_id} cannot start: {name}{line}", file=sys.stderr, flush=True)
+    return STARTUP_FAILED
+
+
+def _run_actor(args, raw_config: dict) -> int:
+    from tianjax.config import load_config
+    from tianjax.runtime import compile_cache
     from tianjax.runtime.actor import Actor
     from tianjax.transport.auth import load_key
 
-    actor = Actor(config, args.actor_id, json.loads(args.endpoints_json), load_key())
+    try:
+        config = load_config(raw_config)
+        compile_cache.enable(config.compile_cache)
+        actor = Actor(config, args.actor_id, json.loads(args.endpoints_json), load_key())
+    except Exception as e:  # noqa: BLE001 (whatever stops the start-up stops it every time)
+        return _startup_failed(args, e)
     return actor.run()
 
 
@@ -54,7 +74,9 @@ def _run_learner(args, config) -> int:
     logger = RunLogger(config, args.run_dir, tensorboard=True)
     progress = Progress(config.total_env_steps, desc=f"{config.algo} {config.env} [{config.mode}]")
     endpoints = json.loads(args.endpoints_json) if args.endpoints_json else None
-    learner = Learner(config, load_key(), logger, progress, endpoints=endpoints)
+    listen_fds = json.loads(args.listen_fds_json) if args.listen_fds_json else None
+    learner = Learner(config, load_key(), logger, progress, endpoints=endpoints, listen_fds=listen_fds,
+                      ipc_dir=args.ipc_dir)
     _event("endpoints", endpoints=learner.endpoints)
 
     def should_stop() -> bool:
@@ -86,6 +108,9 @@ def main(argv=None) -> int:
     ap.add_argument("--config-json", required=True)
     ap.add_argument("--endpoints-json")
     ap.add_argument("--run-dir", help="learner: the run directory (metrics, checkpoints)")
+    ap.add_argument("--listen-fds-json", help="learner: listening sockets held by the launcher "
+                                              "(channel -> inherited descriptor), for --endpoints-json")
+    ap.add_argument("--ipc-dir", help="learner: the launcher's private directory for ipc sockets")
     ap.add_argument("--parent-pid", type=int, help="the launcher's pid: exit if it is gone")
     args = ap.parse_args(argv)
     _die_with_parent(args.parent_pid)
@@ -104,11 +129,11 @@ def main(argv=None) -> int:
     from tianjax.config import load_config
     from tianjax.runtime import compile_cache
 
-    config = load_config(json.loads(args.config_json))
-    compile_cache.enable(config.compile_cache)
     try:
         if args.role == "actor":
-            return _run_actor(args, config)
+            return _run_actor(args, json.loads(args.config_json))
+        config = load_config(json.loads(args.config_json))
+        compile_cache.enable(config.compile_cache)
         return _run_learner(args, config)
     except KeyboardInterrupt:
         return 143 if args.role == "learner" else 130

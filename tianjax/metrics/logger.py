@@ -115,7 +115,7 @@ def format_summary(summary: dict) -> str:
     keys = ["mode", "algo", "env", "env_steps", "updates", "wall_time_s", "compile_time_s",
             "env_steps_per_s", "samples_fresh_per_s", "samples_consumed_per_s", "reuse_fraction",
             "learner_busy_fraction",
-            "replay_ratio", "episodes", "final_return", "target_return",
+            "replay_ratio", "episodes", "final_return", "target_return", "final_win_rate", "target_win_rate",
             "convergence_time_s", "convergence_env_steps", "eval_return", "skipped_updates",
             "actor_restarts", "learner_restarts", "rejected_messages", "interrupted", "run_dir"]
     rows = [(k, fmt(summary[k])) for k in keys if k in summary]
@@ -124,7 +124,11 @@ def format_summary(summary: dict) -> str:
     out = [line, "tianjax run summary", line]
     out += [f"{k:<{width}}  {v}" for k, v in rows]
     verdict = summary.get("convergence_time_s")
-    if summary.get("target_return") is not None:
+    if summary.get("target_win_rate") is not None:
+        out.append(line)
+        out.append(f"target win rate {fmt(summary['target_win_rate'])} reached after {fmt(verdict)} s"
+                   if verdict is not None else f"target win rate {fmt(summary['target_win_rate'])} not reached")
+    elif summary.get("target_return") is not None:
         out.append(line)
         out.append(f"target {fmt(summary['target_return'])} reached after {fmt(verdict)} s"
                    if verdict is not None else f"target {fmt(summary['target_return'])} not reached")

@@ -58,13 +58,14 @@ COLUMNS = [
     ("convergence_time_s", "convergence time (s)", 1),
     ("convergence_env_steps", "env steps to target", 0),
     ("final_return", "final return", 2),
+    ("final_win_rate", "final win rate", 2),
     ("env_steps_per_s", "env steps/s", 0),
     ("samples_fresh_per_s", "fresh samples/s", 0),
     ("samples_consumed_per_s", "samples consumed/s (reuse incl.)", 0),
     ("reuse_fraction", "reuse fraction", 2),
     ("learner_busy_fraction", "learner busy fraction", 2),
 ]
-ROUNDING = ("convergence time to 0.1 s; env steps to target exact; final return to 2 decimals; "
+ROUNDING = ("convergence time to 0.1 s; env steps to target exact; final return and win rate to 2 decimals; "
             "throughputs to the nearest integer; '-' = not reached or not measured")
 
 
@@ -209,6 +210,9 @@ FIGURES = {  # file -> (caption, builder)
     "return_vs_steps.png": ("Return against env steps", lambda runs: _line_figure(
         runs, [("env_steps", "return_mean_100", "return (mean of 100)")], "env steps",
         "Return against env steps")),
+    "win_rate_vs_steps.png": ("Win rate against env steps (envs that report wins)", lambda runs: _line_figure(
+        runs, [("env_steps", "win_rate_100", "win rate (last 100 episodes)")], "env steps",
+        "Win rate against env steps")),
     "throughput.png": ("Throughput over time", lambda runs: _line_figure(
         runs, [("wall_time_s", "env_steps_per_s", "env steps/s"),
                ("wall_time_s", "samples_fresh_per_s", "fresh samples/s"),

@@ -26,6 +26,7 @@ HIST_KEY = "staleness_hist"
 # record key -> tag; what is not here is under misc/<key> (algorithm metrics under loss/)
 TAGS = {
     "return_mean_100": "return/mean_100",
+    "win_rate_100": "return/win_rate_100",
     "episodes": "progress/episodes",
     "env_steps_per_s": "throughput/env_steps_per_s",
     "samples_consumed_per_s": "throughput/samples_consumed_per_s",

@@ -28,7 +28,11 @@ import zmq
 from tianjax.config import Config
 from tianjax.runtime.sources import make_source
 from tianjax.transport.channels import ControlClient, ParamSubscriber, TrajectorySender
+from tianjax.transport.security import secure_context
 from tianjax.types import ParamsMessage
+
+# the exit code of an actor whose learner is gone or failed: restarting it cannot help
+LEARNER_GONE = 3
 
 
 class ActorStopped(Exception):
@@ -51,13 +55,16 @@ class Actor:
         self.source.compile(self._params_template)
         params_template = ParamsMessage(self._params_template, np.zeros((), np.int64))
         rt = config.runtime
+        # the run's handshake: under curve the actor only talks to a learner holding its key
+        self.net = secure_context(run_key, rt, server=False)
+        net = dict(ctx=self.net.ctx, handshake=self.net.handshake)
         # actor-side schedules follow the global count, which moves on between versions
         self.params_in = ParamSubscriber(run_key, endpoints["params"], params_template,
                                          same_version=self.algo.schedules is not None,
-                                         max_bytes=int(rt.max_message_mb * 2**20))
+                                         max_bytes=int(rt.max_message_mb * 2**20), **net)
         self.traj_out = TrajectorySender(run_key, endpoints["traj"], sender=f"actor-{actor_id}",
-                                         hwm=rt.send_hwm)
-        self.control = ControlClient(run_key, endpoints["control"], identity=f"actor-{actor_id}")
+                                         hwm=rt.send_hwm, **net)
+        self.control = ControlClient(run_key, endpoints["control"], identity=f"actor-{actor_id}", **net)
         self.version = -1
         self.params = None
         self.credits = 0
@@ -81,6 +88,8 @@ class Actor:
         while (msg := self.control.recv(0)) is not None:
             self._last_heard = time.monotonic()
             if msg.get("type") == "stop":
+                if isinstance(msg.get("error"), str):
+                    raise ActorStopped(f"the learner failed: {msg['error']}")
                 raise ActorStopped()
             if msg.get("type") == "credit":
                 n = msg.get("n")
@@ -158,6 +167,9 @@ class Actor:
             self._beat()
             if self.config.mode == "async":
                 self._take_newest()
+            timeout = self.config.runtime.heartbeat_timeout_s
+            if time.monotonic() - self._last_heard > timeout:
+                raise ActorStopped(f"the learner took nothing and said nothing for {timeout:.0f} s")
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> int:
@@ -184,7 +196,7 @@ class Actor:
         except ActorStopped as e:
             if e.args:
                 print(f"tianjax: actor {self.actor_id} stopping: {e.args[0]}", file=sys.stderr, flush=True)
-                return 1
+                return LEARNER_GONE
             return 0
         finally:
             self.close()
@@ -193,4 +205,5 @@ class Actor:
         self.source.close()
         for ch in (self.params_in, self.traj_out, self.control):
             ch.close()
+        self.net.close()
 

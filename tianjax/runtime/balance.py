@@ -154,6 +154,7 @@ class BalanceController:
             "samples_consumed": self.consumed,
             "samples_fresh": self.fresh,
             "dropped_samples": self.dropped,
+            "expired_samples": self.expired,
             "reused_batches": self.reused_batches,
             "throttled": self.throttled,
             **self.staleness_stats(),

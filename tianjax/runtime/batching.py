@@ -30,8 +30,9 @@ def batch_axis(field: str) -> int:
 
 def concat_batches(batches: list):
     """Joins actor batches along B."""
-    first = batches[0]
-    return type(first)(*[np.concatenate([getattr(b, name) for b in batches], axis=batch_axis(name))
+    first = batches[0]  # a field may be a tree itself (multi-agent observations)
+    return type(first)(*[jax.tree.map(lambda *xs, a=batch_axis(name): np.concatenate(xs, axis=a),
+                                      *[getattr(b, name) for b in batches])
                          for name in first._fields])
 
 
@@ -132,7 +133,9 @@ class BatchPolicy:
     def finished(self) -> bool:
         """The budget is spent: every fresh batch learned from (on-policy), or every admitted
         sample learned from as often as the replay ratio says (off-policy)."""
-        if self.kept_steps < self.budget:
+        if self.kept_steps < self.budget or (jax.process_count() > 1 and not self.replay):
+            # NOTE: every process of a multi-process run must take the same number of
+            # (collective) updates: there only the count of fresh batches decides
             return self.fresh_updates >= self.n_updates and not self.replay
         if self.replay:
             return self._replay_owed() < self.config.dqn.batch_size

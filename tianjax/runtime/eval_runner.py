@@ -2,7 +2,7 @@
 
 The run's config.yaml says which env and network; the newest readable checkpoint (or the
 one named) gives the parameters. JAX envs are evaluated in one jitted loop
-(tianjax.evaluate); host envs (envpool, gymnasium) by stepping `episodes` envs from Python
+(tianjax.evaluation); host envs (envpool, gymnasium) by stepping `episodes` envs from Python
 with the jitted policy until each has finished one episode.
 """
 
@@ -51,7 +51,7 @@ def _host_returns(config: Config, algo, action_spec, params, episodes: int, gree
                   max_steps: int = 100_000) -> np.ndarray:
     from tianjax.envs.host import make_host_env
 
-    env = make_host_env(config.env_backend, config.env, episodes, seed)
+    env = make_host_env(config.env_backend, config.env, episodes, seed, **config.env_options)
     try:
         policy = jax.jit(algo.greedy if greedy else
                          (lambda p, o, k: algo.act(p, o, k, np.iinfo(np.int32).max).action))
@@ -87,25 +87,43 @@ def evaluate_run(path: str, episodes: int = 10, greedy: bool = True, seed: int |
     else:
         step, state, _ = ckpt.restore_step(run_dir, step)
     params = state["learner"]["params"]
-    seed = config.seed + 1 if seed is None else seed
-    if config.env_backend == "gymnax":
-        from tianjax.envs.jax_env import make_gymnax
-        from tianjax.evaluate import make_evaluator
+    return EvalResult(evaluate_params(config, params, episodes, greedy, seed), step, run_dir)
 
-        env = make_gymnax(config.env)
+
+def evaluate_params(config: Config, params, episodes: int = 10, greedy: bool = True, seed: int | None = None,
+                    env=None) -> np.ndarray:
+    """Returns [episodes] (x seeds, flattened) of the policy `params` in the config's env
+    (`env`: a JaxEnv or gymnax-API object to use instead of the config's)."""
+    seed = config.seed + 1 if seed is None else seed
+    if config.env_backend in ("gymnax", "jaxmarl"):
+        from tianjax.envs.jax_env import make_gymnax, make_jax_env
+        from tianjax.evaluation import make_evaluator
+
+        env = make_jax_env(config.env_backend, config.env) if env is None else make_gymnax(env)
         algo = make_algorithm(config, env.obs_shape, env.action_spec, correct_staleness=False)
+        params = _as_tree_of(jax.eval_shape(algo.init, jax.random.key(0)).params, params)
         evaluate = make_evaluator(env, algo, episodes, greedy=greedy)
         if config.mode == "fused" and config.num_seeds > 1:  # one policy per seed, one at a time
             rets = [evaluate(jax.tree.map(lambda x, i=i: x[i], params), jax.random.key(seed))
                     for i in range(config.num_seeds)]
         else:
             rets = evaluate(params, jax.random.key(seed))
-        return EvalResult(np.asarray(rets, np.float64).reshape(-1), step, run_dir)
+        return np.asarray(rets, np.float64).reshape(-1)
     from tianjax.runtime.sources import env_spec
 
     obs_shape, _, action_spec = env_spec(config)
     algo = make_algorithm(config, obs_shape, action_spec, correct_staleness=False)
-    return EvalResult(_host_returns(config, algo, action_spec, params, episodes, greedy, seed), step, run_dir)
+    return _host_returns(config, algo, action_spec, params, episodes, greedy, seed)
 
 
-__all__ = ["EvalResult", "evaluate_run", "locate"]
+def _as_tree_of(template, restored):
+    """Restored params (nested dicts, as read without a template) in the structure of the
+    algorithm's own params: NamedTuples (QMIX, MADDPG) are rebuilt from their field names."""
+    if isinstance(template, tuple) and hasattr(template, "_fields") and isinstance(restored, dict):
+        return type(template)(*[_as_tree_of(getattr(template, f), restored[f]) for f in template._fields])
+    if isinstance(template, dict) and isinstance(restored, dict):
+        return {k: _as_tree_of(template[k], restored[k]) if k in template else v for k, v in restored.items()}
+    return restored
+
+
+__all__ = ["EvalResult", "evaluate_params", "evaluate_run", "locate"]

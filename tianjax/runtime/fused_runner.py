@@ -23,7 +23,7 @@ import numpy as np
 from tianjax import checkpoint as ckpt
 from tianjax.algos import make_algorithm
 from tianjax.config import Config
-from tianjax.envs.jax_env import make_gymnax
+from tianjax.envs.jax_env import make_jax_env
 from tianjax.fused import make_fused
 from tianjax.metrics import EpisodeTracker, Progress, RunLogger
 from tianjax.metrics.episodes import finished_episodes
@@ -33,7 +33,7 @@ from tianjax.runtime import shutdown
 def run_fused(config: Config, logger: RunLogger, progress: Progress, env=None) -> dict:
     """Trains `config` in fused mode. Returns a dict with params, tracker stats and timings."""
     t_start = time.perf_counter()
-    env = env if env is not None else make_gymnax(config.env)
+    env = env if env is not None else make_jax_env(config.env_backend, config.env)
     algo = make_algorithm(config, env.obs_shape, env.action_spec, correct_staleness=False)
     init, run = make_fused(config, env, algo)
     S, B, T = config.num_seeds, config.num_envs, config.rollout_len
@@ -51,9 +51,11 @@ def run_fused(config: Config, logger: RunLogger, progress: Progress, env=None) -
         one = jax.jit(init)
         seeds = [one(keys[s]) for s in range(S)]
         state = jax.tree.map(lambda *xs: jnp.stack(xs), *seeds)
-    updates_per_iter = config.dqn.updates_per_rollout if algo.buffer == "replay" else 1
+    updates_per_iter = config.replay_config.updates_per_rollout if algo.buffer != "onpolicy" else 1
 
-    trackers = [EpisodeTracker(config.target_return) for _ in range(S)]
+    wins = getattr(env, "reports_wins", False)
+    trackers = [EpisodeTracker(config.target_return, target_win_rate=config.target_win_rate)
+                for _ in range(S)]
     done_iters, env_steps, wall_offset, resumed_from = 0, 0, 0.0, None
     if config.resume:
         resumed_from, state, meta = ckpt.restore_latest(config.resume, state)
@@ -91,11 +93,16 @@ def run_fused(config: Config, logger: RunLogger, progress: Progress, env=None) -
         done = np.asarray(episodes.done)  # waits for the chunk, if it is still running
         rets = np.asarray(episodes.returns)
         now = time.perf_counter()
+        won = np.asarray(episodes.won) if wins else None
         if S == 1:
             done, rets = done[None], rets[None]
+            won = None if won is None else won[None]
         for s in range(S):
-            r, st = finished_episodes(done[s], rets[s], env_steps)
-            trackers[s].add(r, st, elapsed(now))
+            if wins:
+                r, st, w = finished_episodes(done[s], rets[s], env_steps, won[s])
+            else:
+                (r, st), w = finished_episodes(done[s], rets[s], env_steps), None
+            trackers[s].add(r, st, elapsed(now), wins=w)
         env_steps += n * per_iter
         ma = float(np.mean([t.moving_average for t in trackers]))
         metrics = {k: np.asarray(v) for k, v in metrics.items()}
@@ -107,6 +114,8 @@ def run_fused(config: Config, logger: RunLogger, progress: Progress, env=None) -
             "return_mean_100": ma,
             "episodes": int(sum(t.episodes for t in trackers)),
         }
+        if wins:
+            rec["win_rate_100"] = float(np.mean([t.win_rate for t in trackers]))
         rec.update({k: float(np.mean(v)) for k, v in metrics.items()})
         if algo.schedules is not None:
             rec.update({k: float(v) for k, v in algo.schedules(env_steps).items()})
@@ -180,6 +189,7 @@ def run_fused(config: Config, logger: RunLogger, progress: Progress, env=None) -
         # with several seeds, the run has converged when its slowest seed has
         "convergence_time_s": None if any(c is None for c in conv) else max(conv),
         "convergence_env_steps": None if any(c is None for c in conv_steps) else max(conv_steps),
+        "final_win_rate": float(np.mean([t.win_rate for t in trackers])) if wins else None,
         "extra_summary": sample_rates(config, algo, (env_steps - env_steps0) * S, train_time),
     }
 
@@ -189,9 +199,11 @@ def sample_rates(config: Config, algo, env_steps: int, train_time: float) -> dic
     learned from once (fresh); on-policy each update consumes its batch once, off-policy
     each gradient step consumes dqn.batch_size replayed samples. No reuse here."""
     t = max(train_time, 1e-9)
-    if algo.buffer == "replay":
-        learned = max(env_steps - config.dqn.learning_starts, 0) // (config.num_envs * config.rollout_len)
-        consumed = learned * config.dqn.updates_per_rollout * config.dqn.batch_size
+    if algo.buffer != "onpolicy":
+        rc = config.replay_config  # items: transitions, or (qmix) sequences of rollout_len steps
+        item_steps = config.rollout_len if algo.buffer == "sequences" else 1
+        learned = max(env_steps - rc.learning_starts, 0) // (config.num_envs * config.rollout_len)
+        consumed = learned * rc.updates_per_rollout * rc.batch_size * item_steps
     else:
         consumed = env_steps
     return {"samples_fresh_per_s": env_steps / t, "samples_consumed_per_s": consumed / t,

@@ -78,7 +78,8 @@ def run_host(config: Config, logger: RunLogger, progress: Progress, env: HostEnv
     _check_config(config)
     own_env = env is None
     if own_env:
-        env = make_host_env(config.env_backend, config.env, config.num_envs, config.seed)
+        env = make_host_env(config.env_backend, config.env, config.num_envs, config.seed,
+                            **config.env_options)
     try:
         if env.num_envs != config.num_envs:
             raise ConfigError(f"config key 'num_envs': is {config.num_envs} but the env passed in "

@@ -90,7 +90,8 @@ class Ingress:
             self.env_steps += samples
         done = np.asarray(episodes.done)
         if done.any():
-            self.tracker.add(np.asarray(episodes.returns)[done], self.env_steps, now - t_start)
+            won = None if getattr(episodes, "won", None) is None else np.asarray(episodes.won)[done]
+            self.tracker.add(np.asarray(episodes.returns)[done], self.env_steps, now - t_start, wins=won)
         if not admitted:
             self._grant(ident)
         elif self.replay:

@@ -47,7 +47,9 @@ from tianjax.runtime.batching import BatchPolicy, batch_axis
 from tianjax.runtime.controller import AdaptiveBalance
 from tianjax.runtime.ingress import Ingress
 from tianjax.runtime.sources import batch_template, env_spec
+from tianjax.runtime.resources import FdReserve, raise_fd_limit
 from tianjax.transport.channels import ControlServer, ParamPublisher, TrajectoryReceiver
+from tianjax.transport.security import secure_context
 from tianjax.types import ParamsMessage
 
 
@@ -83,10 +85,13 @@ class Learner(Ingress, BatchPolicy):
 
     def __init__(self, config: Config, run_key, logger: RunLogger | None = None,
                  progress: Progress | None = None, endpoints: dict | None = None,
-                 checkpoint_root: str | None = None):
+                 checkpoint_root: str | None = None, ipc_dir: str | None = None,
+                 listen_fds: dict | None = None):
         """`checkpoint_root`: the run directory whose checkpoints/ this learner writes
         (default: the logger's run directory; none without a logger). In a multi-process
-        run every learner process must name the same one."""
+        run every learner process must name the same one. `ipc_dir`: where ipc sockets
+        go (the launcher's private directory). `listen_fds`: listening sockets the launcher
+        holds for `endpoints` (channel name -> descriptor; see launch/ports.py)."""
         self.config = config
         self.logger = logger
         self.progress = progress
@@ -105,7 +110,8 @@ class Learner(Ingress, BatchPolicy):
         replicated = NamedSharding(self.mesh, P())
         batch_template_tree = self._global_template()
         self.batch_sharding = type(batch_template_tree)(*[
-            NamedSharding(self.mesh, P(*([None] * batch_axis(name)), "data"))
+            jax.tree.map(lambda _, a=batch_axis(name): NamedSharding(self.mesh, P(*([None] * a), "data")),
+                         getattr(batch_template_tree, name))
             for name in batch_template_tree._fields])
         # NOTE: initialised by a jitted program with a replicated output so that, in a
         # multi-process run, every learner process holds the same global state.
@@ -121,17 +127,25 @@ class Learner(Ingress, BatchPolicy):
         self._prepared = None
         self.compile_time_s = 0.0
 
-        host, ep = rt.bind_host, endpoints or {}
+        host, ep, fds = rt.bind_host, endpoints or {}, listen_fds or {}
+        # peers hold descriptors here before they authenticate: use all the OS allows, and
+        # keep a reserve for checkpoints (see runtime/resources.py)
+        raise_fd_limit()
+        self.fd_reserve = FdReserve()
+        # its own context: the gatekeeper (ZAP handler) admits only this run's peers
+        self.net = secure_context(run_key, rt, server=True)
+        net = dict(ctx=self.net.ctx, handshake=self.net.handshake, host=host, transport=rt.transport,
+                   ipc_dir=ipc_dir)
         # the sender name is this incarnation's: actors follow a restarted learner's versions
-        self.params_pub = ParamPublisher(run_key, endpoint=ep.get("params"), host=host, transport=rt.transport,
+        self.params_pub = ParamPublisher(run_key, endpoint=ep.get("params"), **net, use_fd=fds.get("params"),
                                          sender=f"learner-{jax.process_index()}-{os.urandom(4).hex()}")
-        self.traj_in = TrajectoryReceiver(run_key, self.template, endpoint=ep.get("traj"), host=host,
-                                          transport=rt.transport, hwm=rt.recv_hwm,
-                                          max_bytes=int(rt.max_message_mb * 2**20))
-        self.control = ControlServer(run_key, endpoint=ep.get("control"), host=host, transport=rt.transport)
+        self.traj_in = TrajectoryReceiver(run_key, self.template, endpoint=ep.get("traj"), **net,
+                                          use_fd=fds.get("traj"),
+                                          hwm=rt.recv_hwm, max_bytes=int(rt.max_message_mb * 2**20))
+        self.control = ControlServer(run_key, endpoint=ep.get("control"), **net, use_fd=fds.get("control"))
         self.balance = BalanceController(config.staleness.max_staleness, rt.max_pool,
                                          rt.max_reuse if jax.process_count() == 1 else 0)
-        self.tracker = EpisodeTracker(config.target_return)
+        self.tracker = EpisodeTracker(config.target_return, target_win_rate=config.target_win_rate)
         self.traj_steps = config.rollout_len * config.num_envs
         # the set-point controller: the runtime's credits, publish_every and reuse are its bounds
         bc = config.balance
@@ -204,20 +218,22 @@ class Learner(Ingress, BatchPolicy):
                     fresh_updates=self.fresh_updates, wall_time_s=self.wall_offset + now - t_start,
                     tracker=self.tracker.state_dict(), balance=self.balance.state_dict(),
                     learned=getattr(self, "learned", 0), replay_added=getattr(self, "replay_added", 0))
-        self.saver.save(self.state_version, self._checkpoint_tree(), meta)
+        with self.fd_reserve.released():
+            self.saver.save(self.state_version, self._checkpoint_tree(), meta)
 
     def compile(self) -> None:
         """Compiles the update. Separate from __init__ so that a launcher can bind the
         sockets, start the actors, and let them start up while this compiles."""
-        if self.update is not None:
+        if self.compile_time_s:
             return
         t = time.perf_counter()
         replicated = self._replicated
         fresh = jax.ShapeDtypeStruct((), np.bool_)
-        self.update = jax.jit(self.algo.update, in_shardings=(replicated, self.batch_sharding, replicated),
-                              out_shardings=(replicated, replicated), donate_argnums=0).lower(
-            self.state, self._global_sds, fresh).compile()
-        if self._split:
+        if not self._split:
+            self.update = jax.jit(self.algo.update, in_shardings=(replicated, self.batch_sharding, replicated),
+                                  out_shardings=(replicated, replicated), donate_argnums=0).lower(
+                self.state, self._global_sds, fresh).compile()
+        else:
             # reuse passes run the epochs again on the batch as prepared when first taken
             prepared = jax.eval_shape(self.algo.prepare, self.state, self._global_sds)
             sharding = jax.tree.map(lambda x: NamedSharding(self.mesh, P(None, "data") if x.ndim >= 2 else P()),
@@ -227,7 +243,7 @@ class Learner(Ingress, BatchPolicy):
             self._learn = jax.jit(self.algo.learn, in_shardings=(replicated, sharding, replicated),
                                   out_shardings=(replicated, replicated), donate_argnums=0).lower(
                 self.state, prepared, fresh).compile()
-        self.compile_time_s = time.perf_counter() - t
+        self.compile_time_s = max(time.perf_counter() - t, 1e-9)
 
     @property
     def endpoints(self) -> dict:
@@ -243,7 +259,8 @@ class Learner(Ingress, BatchPolicy):
             shape[batch_axis(name)] *= k
             return jax.ShapeDtypeStruct(tuple(shape), x.dtype)
 
-        return type(batch)(*[widen(n, getattr(batch, n)) for n in batch._fields])
+        return type(batch)(*[jax.tree.map(lambda x, n=n: widen(n, x), getattr(batch, n))
+                             for n in batch._fields])
 
     @property
     def state_version(self) -> int:
@@ -262,8 +279,8 @@ class Learner(Ingress, BatchPolicy):
 
     # ------------------------------------------------------------------ the loop
     def run(self, should_stop: Callable[[], bool] = lambda: False, t_start: float | None = None) -> dict:
-        """Trains until `n_updates` fresh batches have been learned from (counting those of
-        the run it resumed), `should_stop()` says so, or an error. Checkpoints every
+        """Trains until the budget is spent (see finished(); counting what the run it resumed
+        learned), `should_stop()` says so, or an error. Checkpoints every
         `checkpoint.every` updates and, with `checkpoint.final`, at the end, including an
         end by Ctrl-C, SIGTERM or a stall (the state is always a whole update's)."""
         cfg = self.config
@@ -390,6 +407,7 @@ class Learner(Ingress, BatchPolicy):
             "env_steps_per_s": (self.env_steps - self._counts0[0]) / train_time,
             **self._sample_rates(train_time),
             "return_mean_100": self.tracker.moving_average,
+            **({"win_rate_100": self.tracker.win_rate} if self.tracker.reports_wins else {}),
             "episodes": self.tracker.episodes,
             "pool": len(self.pool),
             "actors_seen": len(self.actors),
@@ -436,8 +454,9 @@ class Learner(Ingress, BatchPolicy):
         # (replay_ratio times on average) from then on
         return self.replay_added if self.replay else self.balance.fresh
 
-    def stop_actors(self) -> None:
-        self.control.broadcast({"type": "stop"})
+    def stop_actors(self, error: str | None = None) -> None:
+        """Tells every actor to stop; with `error`, that the run failed (they exit non-zero)."""
+        self.control.broadcast({"type": "stop"} if error is None else {"type": "stop", "error": error[:500]})
 
     def result(self, t_start: float) -> dict:
         train_time = getattr(self, "_train_time", time.perf_counter() - t_start - self.wall_offset)
@@ -460,6 +479,7 @@ class Learner(Ingress, BatchPolicy):
             "final_return": self.tracker.moving_average,
             "convergence_time_s": self.tracker.convergence_time_s,
             "convergence_env_steps": self.tracker.convergence_env_steps,
+            "final_win_rate": self.tracker.win_rate if self.tracker.reports_wins else None,
             "extra_summary": {
                 "num_actors": self.config.num_actors,
                 **self._sample_rates(max(train_time, 1e-9)),
@@ -474,6 +494,8 @@ class Learner(Ingress, BatchPolicy):
                 "trajectories_received": self.traj_in.accepted,
                 "rejected_messages": sum(rejected.values()),
                 "rejected_by_reason": dict(rejected),
+                # connections refused at the handshake (no run credentials), by reason
+                "handshakes_refused": dict(self.net.gatekeeper.refused),
                 "balance": {**self.balance.metrics(time.perf_counter()), **self.controller.metrics()},
                 "learner_devices": int(self.mesh.devices.size),
             },
@@ -482,3 +504,5 @@ class Learner(Ingress, BatchPolicy):
     def close(self) -> None:
         for ch in (self.params_pub, self.traj_in, self.control):
             ch.close()
+        self.net.close()
+        self.fd_reserve.close()

@@ -17,7 +17,7 @@ from tianjax.algos import make_algorithm
 from tianjax.algos.base import Algorithm
 from tianjax.config import Config
 from tianjax.envs.host import HostEnv, make_host_env
-from tianjax.envs.jax_env import make_gymnax
+from tianjax.envs.jax_env import make_gymnax, make_jax_env
 from tianjax.rollout import Episodes, make_rollout
 from tianjax.types import Trajectory, Transition
 
@@ -32,7 +32,10 @@ def env_spec(config: Config):
     if config.env_backend == "gymnax":
         env = make_gymnax(config.env)
         return env.obs_shape, jax.dtypes.canonicalize_dtype(env.obs_dtype), env.action_spec
-    env = make_host_env(config.env_backend, config.env, 1, config.seed)
+    if config.env_backend == "jaxmarl":  # obs_shape: an MAObs of shapes (float32 leaves)
+        env = make_jax_env(config.env_backend, config.env)
+        return env.obs_shape, np.dtype(np.float32), env.action_spec
+    env = make_host_env(config.env_backend, config.env, 1, config.seed, **config.env_options)
     try:
         return tuple(env.obs_shape), jax.dtypes.canonicalize_dtype(env.obs_dtype), env.action_spec
     finally:
@@ -44,6 +47,13 @@ def batch_template(config: Config, algo: Algorithm, obs_shape, obs_dtype) -> tup
     act_steps (int64 scalar) is the global env-step count the actor's schedules used."""
     T, B = config.rollout_len, config.num_envs
     sds = jax.ShapeDtypeStruct
+    if config.env_backend == "jaxmarl":
+        # structured observations (MAObs) and episodes with wins: the rollout's own shapes
+        init, rollout = make_rollout(make_jax_env(config.env_backend, config.env), algo, B, T)
+        params = jax.eval_shape(algo.init, jax.random.key(0)).params
+        state = jax.eval_shape(init, jax.random.key(0))
+        _, batch, episodes = jax.eval_shape(rollout, params, 0, state, 0)
+        return batch, episodes, sds((), np.int64)
     params = jax.eval_shape(algo.init, jax.random.key(0)).params
     out = jax.eval_shape(algo.act, params, sds((B,) + tuple(obs_shape), obs_dtype), jax.random.key(0), 0)
     act = sds((T,) + out.action.shape, out.action.dtype)
@@ -61,7 +71,7 @@ class JaxSource:
     """B gymnax envs; each call is one jitted lax.scan rollout and one device->host copy."""
 
     def __init__(self, config: Config, algo: Algorithm, seed: int, env=None):
-        env = env or make_gymnax(config.env)
+        env = env or make_jax_env(config.env_backend, config.env)
         self.algo = algo
         init, rollout = make_rollout(env, algo, config.num_envs, config.rollout_len)
         self._state = jax.jit(init)(jax.random.key(seed))
@@ -89,7 +99,8 @@ class HostSource:
 
     def __init__(self, config: Config, algo: Algorithm, seed: int, env: HostEnv | None = None,
                  key: jax.Array | None = None):
-        self.env = env or make_host_env(config.env_backend, config.env, config.num_envs, seed)
+        self.env = env or make_host_env(config.env_backend, config.env, config.num_envs, seed,
+                                           **config.env_options)
         self.algo = algo
         self.T, self.B = config.rollout_len, config.num_envs
         self.replay = algo.buffer == "replay"
@@ -196,10 +207,10 @@ class HostSource:
 
 def make_source(config: Config, seed: int):
     """The configured env's rollout source, with the algorithm built for its spaces."""
-    if config.env_backend == "gymnax":
-        env = make_gymnax(config.env)
+    if config.env_backend in ("gymnax", "jaxmarl"):
+        env = make_jax_env(config.env_backend, config.env)
         algo = make_algorithm(config, env.obs_shape, env.action_spec)
         return JaxSource(config, algo, seed, env=env)
-    env = make_host_env(config.env_backend, config.env, config.num_envs, seed)
+    env = make_host_env(config.env_backend, config.env, config.num_envs, seed, **config.env_options)
     algo = make_algorithm(config, tuple(env.obs_shape), env.action_spec)
     return HostSource(config, algo, seed, env=env)

@@ -1,16 +1,20 @@
 """Actor supervision: start actor processes, replace dead or silent ones, stop them all.
 
-An actor that exits while the run goes on, or that the learner reports silent (no
-heartbeat or trajectory for `runtime.heartbeat_timeout_s`: hung, stopped, cut off), is
-killed if need be and started again under the same id, at most `runtime.max_actor_restarts`
-times per id. A replacement registers with the learner like any actor and gets the newest
+An actor that cannot start (it exits with code 78 after one line saying why: a bad env
+id, a module it cannot import) would fail the same way again: it is not restarted, and
+the caller ends the run with its line. An actor that exits while the run goes on, or
+that the learner reports silent (no heartbeat or trajectory for
+`runtime.heartbeat_timeout_s`: hung, stopped, cut off), is killed if need be and started
+again under the same id, at most `runtime.max_actor_restarts` times per id. A replacement registers with the learner like any actor and gets the newest
 parameters at once; in async mode the learner keeps updating on what the others send
 meanwhile. An actor out of restarts is lost: the caller decides whether the run can go on.
 
 Actors are separate OS processes started with `python -m tianjax.launch.role actor`; the
 per-run key reaches them through the environment (never argv, logs or files), and each
 asks the kernel to signal it if its launcher dies (Linux), on top of its own heartbeat
-timeout.
+timeout. Actors import what this process can: its `sys.path` reaches them as
+PYTHONPATH, so a module next to the script (or added to sys.path) is found by
+`env=module:EnvId`, `imports` and `network.module` in the actors too.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from tianjax.config import Config
+from tianjax.launch.role import STARTUP_FAILED  # the actor could not start, and never will
 from tianjax.transport.auth import KEY_ENV
 
 # Actors share this machine's cores with the learner: one XLA thread pool each.
@@ -37,6 +42,7 @@ class Changes:
 
     restarted: dict[int, str] = field(default_factory=dict)
     lost: dict[int, str] = field(default_factory=dict)
+    failed: dict[int, str] = field(default_factory=dict)  # could not start: its own error line
 
 
 class ActorSupervisor:
@@ -65,6 +71,7 @@ class ActorSupervisor:
         if self.config.runtime.actor_devices == "cpu" and self.config.runtime.actor_threads == 1:
             env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " " + _ACTOR_XLA_FLAGS).strip()
         env.setdefault("PYTHONUNBUFFERED", "1")
+        env["PYTHONPATH"] = python_path(env.get("PYTHONPATH", ""))
         cmd = [sys.executable, "-m", "tianjax.launch.role", "actor",
                "--actor-id", str(actor_id),
                "--config-json", json.dumps(self.config.to_dict()),
@@ -113,9 +120,27 @@ class ActorSupervisor:
                 self.exit_codes[i] = code
                 if code == 0:
                     continue  # told to stop by the learner: the run is ending
+                if code == STARTUP_FAILED:
+                    self.lost[i] = changes.failed[i] = self._startup_error(i)
+                    continue
                 self._replace(i, f"exit code {code}" if code > 0 else f"killed by {signal.Signals(-code).name}",
                               changes)
         return changes
+
+    def _startup_error(self, actor_id: int) -> str:
+        """The actor's own line (the last one of its log that says why it cannot start)."""
+        if self.log_dir:
+            try:
+                with open(os.path.join(self.log_dir, f"actor-{actor_id}.log"), "rb") as f:
+                    f.seek(0, os.SEEK_END)
+                    f.seek(max(f.tell() - 8192, 0))
+                    lines = f.read().decode(errors="replace").splitlines()
+                for line in reversed(lines):
+                    if "cannot start:" in line:
+                        return line.split("cannot start:", 1)[1].strip()
+            except OSError:
+                pass
+        return f"exit code {STARTUP_FAILED} (see its output above)"
 
     def stop(self, grace_s: float = 5.0, unreachable: Iterable[int] = ()) -> None:
         """Waits up to grace_s for the actors (told to stop) to exit, then terminates them.
@@ -141,6 +166,13 @@ class ActorSupervisor:
         self.procs.clear()
 
 
+def python_path(existing: str) -> str:
+    """This process's sys.path (directories), then what PYTHONPATH already held."""
+    entries = [os.path.abspath(p) if p else os.getcwd() for p in sys.path]
+    entries = [p for p in entries if os.path.isdir(p)] + [p for p in existing.split(os.pathsep) if p]
+    return os.pathsep.join(dict.fromkeys(entries))
+
+
 def describe(changes: Changes, alive: int, log_dir: str) -> list[str]:
     """Console lines for a check's changes."""
     lines = [f"tianjax: warning: actor {i} ({why}) restarted; see {log_dir}"
@@ -150,4 +182,4 @@ def describe(changes: Changes, alive: int, log_dir: str) -> list[str]:
     return lines
 
 
-__all__ = ["ActorSupervisor", "Changes", "describe"]
+__all__ = ["STARTUP_FAILED", "ActorSupervisor", "Changes", "describe", "python_path"]

@@ -9,7 +9,11 @@
 
 Every message is encoded by `codec` and authenticated with the run key (`auth`). A message
 that fails a check is counted in the receiving channel's `rejected` Counter (by reason)
-and dropped; receiving never raises for bad input. Sockets have linger 0, bind to
+and dropped; receiving never raises for bad input. Before that, a channel given the run's
+`security.Handshake` only connects to, or admits, peers holding the run's credentials,
+and every socket caps the frames it takes (ZeroMQ's maxmsgsize: a larger frame drops its
+sender's connection before it is buffered), so a peer without the key costs a bounded
+amount. Sockets have linger 0, bind to
 127.0.0.1 unless given another host, and expose `.socket` so a role can wait on several
 channels with one `zmq.Poller`; `recv(0)`/`poll(0)`/`latest(0)` then take what is there.
 Timeouts are in milliseconds; None waits forever.
@@ -22,6 +26,7 @@ with the received message, which stays alive as long as they do.
 from __future__ import annotations
 
 import collections
+import errno
 import os
 import secrets
 import tempfile
@@ -31,6 +36,7 @@ from typing import Any, Literal
 import zmq
 
 from tianjax.transport.auth import Authenticator, RunKey, as_authenticator
+from tianjax.transport.security import SENDER_MAX_BYTES, SUBSCRIPTION_MAX_BYTES, Handshake, limit_frames
 from tianjax.transport.codec import (
     MAX_HEADER_BYTES,
     CodecError,
@@ -56,6 +62,16 @@ def _remaining_ms(deadline: float | None) -> int | None:
     return None if deadline is None else max(0, int((deadline - time.monotonic()) * 1000))
 
 
+def _bind_or_oserror(socket: zmq.Socket, endpoint: str) -> None:
+    """bind, with a port in use or descriptors exhausted raised as an OSError naming it."""
+    try:
+        socket.bind(endpoint)
+    except zmq.ZMQError as e:
+        if e.errno in (errno.EADDRINUSE, errno.EMFILE, errno.ENFILE, errno.EACCES):
+            raise OSError(e.errno, os.strerror(e.errno), endpoint) from None
+        raise
+
+
 def _first_seq() -> int:
     # NOTE: receivers demand strictly increasing seqs per sender; starting at the clock
     # lets a restarted sender (same id) continue upward instead of being taken for a replay.
@@ -63,19 +79,43 @@ def _first_seq() -> int:
 
 
 class _Channel:
-    """One socket, linger 0, closed by close() or a with block."""
+    """One socket, linger 0, closed by close() or a with block. `max_in` caps each inbound
+    frame (ZeroMQ's maxmsgsize: a larger one disconnects its sender unread); `handshake`,
+    if given, is the run's connection credentials (see `security`), set before the socket
+    binds (as a server) or connects (as a client)."""
 
-    def __init__(self, socket_type: int, ctx: zmq.Context | None):
+    def __init__(self, socket_type: int, ctx: zmq.Context | None, max_in: int,
+                 handshake: Handshake | None):
         self._ctx = ctx or zmq.Context.instance()
         self.socket: zmq.Socket = self._ctx.socket(socket_type)
         self.socket.linger = 0
+        limit_frames(self.socket, max_in)
+        self.handshake = handshake
         self.endpoint = ""
         self._ipc_path: str | None = None
 
-    def _bind(self, endpoint: str | None, host: str, transport: Literal["tcp", "ipc"]) -> None:
+    def _connect(self, endpoint: str) -> None:
+        if self.handshake is not None:
+            self.handshake.client(self.socket)
+        self.socket.connect(endpoint)
+        self.endpoint = endpoint
+
+    def _bind(self, endpoint: str | None, host: str, transport: Literal["tcp", "ipc"],
+              ipc_dir: str | None = None, use_fd: int | None = None) -> None:
+        if self.handshake is not None:
+            self.handshake.server(self.socket)
+        if use_fd is not None:
+            # a listening socket bound and held by the launcher (see launch/ports.py):
+            # it owns the port or ipc path, so nothing here unlinks it
+            if endpoint is None:
+                raise ValueError("a listening descriptor needs its endpoint")
+            self.socket.setsockopt(zmq.USE_FD, use_fd)
+            _bind_or_oserror(self.socket, endpoint)
+            self.endpoint = endpoint
+            return
         if endpoint is None and transport == "ipc":
             name = f"tianjax-{os.getpid()}-{secrets.token_hex(6)}.ipc"
-            endpoint = "ipc://" + os.path.join(tempfile.gettempdir(), name)
+            endpoint = "ipc://" + os.path.join(ipc_dir or tempfile.gettempdir(), name)
         if endpoint is None:
             if ":" in host:  # an IPv6 address
                 self.socket.ipv6 = True
@@ -83,7 +123,7 @@ class _Channel:
             port = self.socket.bind_to_random_port(f"tcp://{host}")
             self.endpoint = f"tcp://{host}:{port}"
             return
-        self.socket.bind(endpoint)
+        _bind_or_oserror(self.socket, endpoint)
         # resolves "tcp://host:0" and "tcp://host:*" to the port the OS gave
         self.endpoint = self.socket.getsockopt_string(zmq.LAST_ENDPOINT)
         if endpoint.startswith("ipc://"):
@@ -149,14 +189,17 @@ class ParamPublisher(_Channel):
 
     def __init__(self, key: Key, *, endpoint: str | None = None, host: str = DEFAULT_HOST,
                  transport: Literal["tcp", "ipc"] = "tcp", sender: str = "learner",
-                 hwm: int = 8, batch_dims: int = 0, ctx: zmq.Context | None = None):
-        super().__init__(zmq.PUB, ctx)
+                 hwm: int = 8, batch_dims: int = 0, ctx: zmq.Context | None = None,
+                 handshake: Handshake | None = None, ipc_dir: str | None = None,
+                 use_fd: int | None = None):
+        # what a PUB receives are subscriptions: tiny, so an oversized one is refused unread
+        super().__init__(zmq.PUB, ctx, SUBSCRIPTION_MAX_BYTES, handshake)
         self._auth = as_authenticator(key)
         self.sender = sender
         self.batch_dims = batch_dims
         self._seq = _first_seq()
         self.socket.sndhwm = hwm
-        self._bind(endpoint, host, transport)
+        self._bind(endpoint, host, transport, ipc_dir, use_fd)
 
     def publish(self, version: int, params: Any) -> None:
         self._seq += 1
@@ -186,18 +229,20 @@ class ParamSubscriber(_Channel):
 
     def __init__(self, key: Key, endpoint: str, template: Any, *, hwm: int = 2,
                  max_bytes: int | None = None, batch_dims: int = 0, same_version: bool = False,
-                 ctx: zmq.Context | None = None):
-        super().__init__(zmq.SUB, ctx)
+                 ctx: zmq.Context | None = None, handshake: Handshake | None = None):
+        spec = template if isinstance(template, TreeSpec) else TreeSpec(template, batch_dims=batch_dims)
+        # never above the exact size a template without batch dims fixes
+        max_bytes = min(max_bytes or (1 << 62), _default_max_bytes(spec))
+        super().__init__(zmq.SUB, ctx, max_bytes, handshake)
         self.same_version = same_version
         self._auth = as_authenticator(key)
-        self.spec = template if isinstance(template, TreeSpec) else TreeSpec(template, batch_dims=batch_dims)
-        self.max_bytes = max_bytes or _default_max_bytes(self.spec)
+        self.spec = spec
+        self.max_bytes = max_bytes
         # NOTE: a small RCVHWM bounds what can pile up behind a slow actor; ZMQ_CONFLATE
         # would keep only the last message but does not support multipart messages.
         self.socket.rcvhwm = hwm
         self.socket.setsockopt(zmq.SUBSCRIBE, b"")
-        self.socket.connect(endpoint)
-        self.endpoint = endpoint
+        self._connect(endpoint)
         self.version = -1
         self.source: str | None = None  # the sender (learner incarnation) of `version`
         self.source_changes = 0
@@ -261,15 +306,15 @@ class TrajectorySender(_Channel):
     """Actor side: pushes trajectory trees to the learner; `hwm` bounds what may queue."""
 
     def __init__(self, key: Key, endpoint: str, *, sender: str, hwm: int = 2,
-                 batch_dims: int = 0, ctx: zmq.Context | None = None):
-        super().__init__(zmq.PUSH, ctx)
+                 batch_dims: int = 0, ctx: zmq.Context | None = None,
+                 handshake: Handshake | None = None):
+        super().__init__(zmq.PUSH, ctx, SENDER_MAX_BYTES, handshake)
         self._auth = as_authenticator(key)
         self.sender = sender
         self.batch_dims = batch_dims
         self._seq = _first_seq()
         self.socket.sndhwm = hwm
-        self.socket.connect(endpoint)
-        self.endpoint = endpoint
+        self._connect(endpoint)
 
     def send(self, tree: Any, version: int, timeout_ms: int | None = 1000) -> bool:
         """Queues `tree` stamped with `version`. False if the high-water mark stays reached
@@ -301,13 +346,17 @@ class TrajectoryReceiver(_Channel):
     def __init__(self, key: Key, template: Any, *, endpoint: str | None = None,
                  host: str = DEFAULT_HOST, transport: Literal["tcp", "ipc"] = "tcp",
                  hwm: int = 4, max_bytes: int | None = None, batch_dims: int = 0,
-                 ctx: zmq.Context | None = None):
-        super().__init__(zmq.PULL, ctx)
+                 ctx: zmq.Context | None = None, handshake: Handshake | None = None,
+                 ipc_dir: str | None = None, use_fd: int | None = None):
+        spec = template if isinstance(template, TreeSpec) else TreeSpec(template, batch_dims=batch_dims)
+        # never above the exact size a template without batch dims fixes
+        max_bytes = min(max_bytes or (1 << 62), _default_max_bytes(spec))
+        super().__init__(zmq.PULL, ctx, max_bytes, handshake)
         self._auth = as_authenticator(key)
-        self.spec = template if isinstance(template, TreeSpec) else TreeSpec(template, batch_dims=batch_dims)
-        self.max_bytes = max_bytes or _default_max_bytes(self.spec)
+        self.spec = spec
+        self.max_bytes = max_bytes
         self.socket.rcvhwm = hwm
-        self._bind(endpoint, host, transport)
+        self._bind(endpoint, host, transport, ipc_dir, use_fd)
         self.accepted = 0
         self.rejected: collections.Counter = collections.Counter()
         self._guard = ReplayGuard()
@@ -330,15 +379,17 @@ class ControlServer(_Channel):
 
     def __init__(self, key: Key, *, endpoint: str | None = None, host: str = DEFAULT_HOST,
                  transport: Literal["tcp", "ipc"] = "tcp", sender: str = "learner",
-                 max_bytes: int = CONTROL_MAX_BYTES, ctx: zmq.Context | None = None):
-        super().__init__(zmq.ROUTER, ctx)
+                 max_bytes: int = CONTROL_MAX_BYTES, ctx: zmq.Context | None = None,
+                 handshake: Handshake | None = None, ipc_dir: str | None = None,
+                 use_fd: int | None = None):
+        super().__init__(zmq.ROUTER, ctx, max_bytes, handshake)
         self._auth = as_authenticator(key)
         self.sender = sender
         self.max_bytes = max_bytes
         self._seq = _first_seq()
         # unknown routes raise instead of vanishing
         self.socket.setsockopt(zmq.ROUTER_MANDATORY, 1)
-        self._bind(endpoint, host, transport)
+        self._bind(endpoint, host, transport, ipc_dir, use_fd)
         self._routes: dict[bytes, bytes] = {}  # sender name -> routing id of its connection
         self.peers: dict[bytes, float] = {}  # identity -> monotonic time last heard
         self.accepted = 0
@@ -387,14 +438,13 @@ class ControlClient(_Channel):
     """Actor side of control; `identity` names the actor (its messages' sender)."""
 
     def __init__(self, key: Key, endpoint: str, *, identity: str, hwm: int = 1000,
-                 ctx: zmq.Context | None = None):
-        super().__init__(zmq.DEALER, ctx)
+                 ctx: zmq.Context | None = None, handshake: Handshake | None = None):
+        super().__init__(zmq.DEALER, ctx, CONTROL_MAX_BYTES, handshake)
         self._auth = as_authenticator(key)
         self.identity = identity
         self._seq = _first_seq()
         self.socket.sndhwm = hwm
-        self.socket.connect(endpoint)
-        self.endpoint = endpoint
+        self._connect(endpoint)
         self.accepted = 0
         self.rejected: collections.Counter = collections.Counter()
         self._guard = ReplayGuard()

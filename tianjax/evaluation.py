@@ -12,7 +12,7 @@ import jax.numpy as jnp
 
 from tianjax.algos.base import Algorithm
 from tianjax.envs.jax_env import JaxEnv
-from tianjax.rollout import clip_action
+from tianjax.rollout import clip_action, team_reward
 
 
 def make_evaluator(env: JaxEnv, algo: Algorithm, episodes: int = 10, greedy: bool = True,
@@ -24,22 +24,30 @@ def _evaluate(env, algo, params, key, episodes, greedy, max_steps):
     key, sub = jax.random.split(key)
     obs, state = jax.vmap(env.reset)(jax.random.split(sub, episodes))
 
+    recurrent = algo.init_carry is not None
+
     def cond(c):
-        _, _, _, _, finished, t = c
-        return (~jnp.all(finished)) & (t < max_steps)
+        return (~jnp.all(c[4])) & (c[5] < max_steps)
 
     def body(c):
-        obs, state, key, ret, finished, t = c
+        obs, state, key, ret, finished, t, carry = c
         key, k_act, k_env = jax.random.split(key, 3)
-        if greedy:
+        if recurrent:  # each env plays one episode, so the carry never needs a reset
+            if greedy:
+                action, carry = algo.greedy(params, obs, carry)
+            else:
+                out = algo.act(params, obs, k_act, jnp.iinfo(jnp.int32).max, carry)
+                action, carry = out.action, out.carry
+        elif greedy:
             action = algo.greedy(params, obs)
         else:
             action = algo.act(params, obs, k_act, jnp.iinfo(jnp.int32).max).action
         nxt = jax.vmap(env.step)(jax.random.split(k_env, episodes), state,
                                  clip_action(action, env.action_spec))
-        ret = ret + jnp.where(finished, 0.0, nxt.reward)
+        ret = ret + jnp.where(finished, 0.0, team_reward(nxt.reward, 1))
         finished = finished | nxt.terminated | nxt.truncated
-        return nxt.obs, nxt.state, key, ret, finished, t + 1
+        return nxt.obs, nxt.state, key, ret, finished, t + 1, carry
 
-    init = (obs, state, key, jnp.zeros((episodes,)), jnp.zeros((episodes,), bool), 0)
+    carry = algo.init_carry(episodes) if recurrent else None
+    init = (obs, state, key, jnp.zeros((episodes,)), jnp.zeros((episodes,), bool), 0, carry)
     return jax.lax.while_loop(cond, body, init)[3]

@@ -1,0 +1,102 @@
+"""Finished runs from Python, one call each: `tianjax.load(run_dir)` and `tianjax.evaluate(run)`.
+
+    run = tianjax.load("runs/ppo_CartPole-v1_fused_...")   # config, params, policy
+    actions = run.policy(obs)                                # greedy actions [B, ...], jitted
+    res = tianjax.evaluate(run, episodes=20)                 # or a run dir, or a TrainResult
+    print(res.line(), res.returns.mean())
+
+A run directory's config.yaml says which env, algorithm and network; its newest readable
+checkpoint (or the checkpoint directory named, RUN_DIR/checkpoints/STEP) gives the
+parameters. A run trained on your own env or network objects (`tianjax.train(config,
+env=..., network=...)`) is loaded and evaluated with the same objects passed again
+(a TrainResult remembers them).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable, NamedTuple
+
+import jax
+import numpy as np
+
+from tianjax import checkpoint as ckpt
+from tianjax.algos import Algorithm, make_algorithm
+from tianjax.config import Config, ConfigError, load_config
+from tianjax.networks import use_network
+from tianjax.runtime.eval_runner import EvalResult, evaluate_params, locate
+
+
+class LoadedRun(NamedTuple):
+    config: Config
+    params: Any  # a pytree (leading seed axis if the run trained num_seeds > 1)
+    policy: Callable  # policy(obs [B, ...]) -> greedy actions [B, ...] (jitted; first seed)
+    algo: Algorithm
+    step: int  # the checkpoint's step (updates)
+    run_dir: str
+    obs_shape: tuple[int, ...]  # one observation's shape (the policy takes [B, *obs_shape])
+    env: Any = None  # the env object given to load() (None: the config's env)
+    network: Any = None  # the network object given to load()
+
+
+def load(path: str | os.PathLike, *, env: Any = None, network: Any = None) -> LoadedRun:
+    """Loads a run directory (newest readable checkpoint) or one checkpoint directory."""
+    run_dir, step = locate(os.fspath(path))
+    config = load_config(os.path.join(run_dir, "config.yaml"), resume=None)
+    if step is None:
+        step, state, _ = ckpt.restore_latest(run_dir)
+    else:
+        step, state, _ = ckpt.restore_step(run_dir, step)
+    params = state["learner"]["params"]
+    with use_network(network):
+        algo, obs_shape = _algorithm(config, env)
+    first = params if config.num_seeds == 1 else jax.tree.map(lambda x: x[0], params)
+    greedy = jax.jit(algo.greedy)
+    return LoadedRun(config, params, lambda obs: greedy(first, obs), algo, int(step), run_dir, obs_shape,
+                     env, network)
+
+
+def _algorithm(config: Config, env) -> tuple[Algorithm, tuple[int, ...]]:
+    if config.env_backend == "gymnax":
+        from tianjax.envs.jax_env import make_gymnax
+
+        e = make_gymnax(config.env if env is None else env)
+        obs_shape, action_spec = e.obs_shape, e.action_spec
+    else:
+        from tianjax.runtime.sources import env_spec
+
+        obs_shape, _, action_spec = env_spec(config)
+    return make_algorithm(config, obs_shape, action_spec, correct_staleness=False), tuple(obs_shape)
+
+
+def evaluate(run, episodes: int = 10, *, greedy: bool = True, seed: int | None = None, env: Any = None,
+             network: Any = None) -> EvalResult:
+    """Plays `episodes` episodes with a run's policy; returns an EvalResult (returns
+    [episodes], x seeds for a multi-seed run).
+
+    `run` is a run directory or checkpoint directory, a LoadedRun, or the TrainResult of
+    `tianjax.train` (its params are used as they are, no checkpoint read). The default
+    seed is the one `train` uses for its own evaluation (config.seed + 1).
+    """
+    if episodes < 1:
+        raise ConfigError(f"evaluate: episodes must be >= 1, got {episodes}")
+    from tianjax.train import TrainResult
+
+    if isinstance(run, TrainResult):
+        config, params, run_dir = run.config, run.params, run.run_dir
+        step = int(run.summary.get("updates", 0))
+        env = run.env if env is None else env
+        network = run.network if network is None else network
+    elif isinstance(run, LoadedRun):
+        config, params, step, run_dir = run.config, run.params, run.step, run.run_dir
+        env = run.env if env is None else env
+        network = run.network if network is None else network
+    else:
+        loaded = load(run, env=env, network=network)
+        config, params, step, run_dir = loaded.config, loaded.params, loaded.step, loaded.run_dir
+    with use_network(network):
+        returns = evaluate_params(config, params, episodes, greedy, seed, env=env)
+    return EvalResult(np.asarray(returns, np.float64), step, run_dir)
+
+
+__all__ = ["LoadedRun", "evaluate", "load"]
