@@ -130,6 +130,28 @@ class _ErrorLinesOnly:
         return getattr(self._out, name)
 
 
+class _HeldStderr:
+    """Holds what is written to sys.stderr inside the block; writes it out at the end unless
+    discard() was called (a save that failed for want of space: its threads' tracebacks)."""
+
+    def __enter__(self):
+        import io
+
+        self._real, self._buf, self._keep = sys.stderr, io.StringIO(), True
+        sys.stderr = self._buf
+        return self
+
+    def discard(self) -> None:
+        self._keep = False
+
+    def __exit__(self, *exc):
+        sys.stderr = self._real
+        text = self._buf.getvalue()
+        if text and (self._keep and exc[0] is None or exc[0] is not None and _resource_errno(exc[1]) is None):
+            self._real.write(text)
+        return False
+
+
 def _only_error_lines() -> None:
     """NOTE: after a full disk or descriptor limit the run ends with one line; closing
     orbax's manager then lets tensorstore's threads call into its closed event loop, and each
@@ -168,8 +190,9 @@ class Checkpointer:
         if step in self._mgr.all_steps():
             return  # already saved (a final save right after a periodic one)
         meta = dict(meta, step=int(step), digest=digest(state))
+        held = _HeldStderr()
         try:
-            with _quiet(("absl", "asyncio")):  # orbax's threads log each failure with a traceback
+            with _quiet(("absl", "asyncio")), held:  # orbax's threads log each failure with a traceback
                 self._mgr.save(int(step), args=ocp.args.Composite(
                     state=ocp.args.StandardSave(_unkey(state)), meta=ocp.args.JsonSave(meta)), force=True)
                 self._mgr.wait_until_finished()
@@ -181,6 +204,7 @@ class Checkpointer:
             for name in os.listdir(self.directory):
                 if "orbax-checkpoint-tmp" in name:
                     shutil.rmtree(os.path.join(self.directory, name), ignore_errors=True)
+            held.discard()
             _only_error_lines()
             raise OSError(failed, os.strerror(failed), self.directory) from None
         self._last = step
