@@ -182,14 +182,24 @@ def subscribe(endpoints: dict, seconds: float, topics: int) -> dict:
     return {"received": got}
 
 
-def squat(endpoints: dict, seconds: float) -> dict:
-    """Binds every port of `endpoints` as soon as it can, accepts, and counts bytes."""
+def _running(pid: int) -> bool:
+    """Whether `pid` runs (a zombie, exited but not yet reaped, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def squat(endpoints: dict, seconds: float, run_pid: int = 0) -> dict:
+    """Binds every port of `endpoints` as soon as it can, accepts, and counts bytes; stops
+    when the run (`run_pid`, if given) has ended, whose ports are then free to anyone."""
     todo = {name: _hostport(e) for name, e in endpoints.items()}
     bound: dict[str, socket.socket] = {}
     sel = selectors.DefaultSelector()
     stats = {"bound": [], "connections": 0, "bytes": 0}
     end = time.monotonic() + seconds
-    while time.monotonic() < end:
+    while time.monotonic() < end and (not run_pid or _running(run_pid)):
         for name, (host, port) in list(todo.items()):
             s = socket.socket()
             try:
@@ -199,6 +209,9 @@ def squat(endpoints: dict, seconds: float) -> dict:
             except OSError:
                 s.close()
                 continue
+            if run_pid and not _running(run_pid):  # free because the run just ended
+                s.close()
+                break
             bound[name] = s
             sel.register(s, selectors.EVENT_READ, "listen")
             stats["bound"].append(name)
@@ -236,7 +249,7 @@ def main() -> int:
     elif attack == "subscribe":
         report = subscribe(endpoints, seconds, extra or 1000)
     elif attack == "squat":
-        report = squat(endpoints, seconds)
+        report = squat(endpoints, seconds, extra)
     else:
         raise SystemExit(f"unknown attack {attack}")
     tmp = out + ".tmp"

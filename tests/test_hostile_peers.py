@@ -363,7 +363,8 @@ def test_squatter_never_gets_a_restarted_learners_ports(run_factory):
     run = run_factory("runtime.restart_learner=true", "checkpoint.every=20", "total_env_steps=200000")
     endpoints = run.actor_endpoints()
     run.wait_updates(30)
-    squat = run.attack("squat", endpoints, 20.0)  # binds each port the moment it is free
+    # binds each port the moment it is free, while the run lasts (after it, they are anyone's)
+    squat = run.attack("squat", endpoints, 20.0, run.proc.pid)
     time.sleep(0.5)
     learner = next(p for p in run.ps.children(recursive=True)
                    if "tianjax.launch.role" in p.cmdline() and "learner" in p.cmdline())
