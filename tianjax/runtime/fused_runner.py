@@ -132,9 +132,13 @@ def run_fused(config: Config, logger: RunLogger, progress: Progress, env=None) -
         saver.save(done_iters * updates_per_iter, state, meta)
 
     progress.update(env_steps)
-    # NOTE: chunk k + 1 is dispatched before chunk k's outputs are read, so the host-side
-    # bookkeeping overlaps the next chunk's computation instead of idling the device. A
-    # checkpoint must be taken before the next dispatch, which donates the state buffers.
+    # NOTE: on an accelerator chunk k + 1 is dispatched before chunk k's outputs are read,
+    # so the host-side bookkeeping overlaps the next chunk's computation instead of idling
+    # the device. On the CPU, where host and device share the cores anyway, each chunk is
+    # read before the next is dispatched: two programs in flight on XLA:CPU (jax 0.10)
+    # were seen to deadlock, every thread idle, the outputs never ready. A checkpoint must
+    # be taken before the next dispatch, which donates the state buffers.
+    overlap = jax.default_backend() != "cpu"
     pending, interrupted = None, False
     try:
         while done_iters < n_iters:
@@ -146,8 +150,12 @@ def run_fused(config: Config, logger: RunLogger, progress: Progress, env=None) -
             if pending is not None:
                 record(*pending)
             pending = (n, *outputs)
-            if saver.due(done_iters * updates_per_iter):
+            if not overlap:
                 record(*pending)
+                pending = None
+            if saver.due(done_iters * updates_per_iter):
+                if pending is not None:
+                    record(*pending)
                 pending = None
                 save()
         if pending is not None:
