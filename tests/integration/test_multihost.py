@@ -118,21 +118,25 @@ def _one_error_line(text: str) -> list[str]:
 
 
 @pytest.mark.slow
-def test_a_killed_learner_ends_every_process_nonzero_with_one_line(tmp_path, procs):
+@pytest.mark.parametrize("victim", [1, 0])  # 0 also hosts JAX's coordination service
+def test_a_killed_learner_ends_every_process_nonzero_with_one_line(tmp_path, procs, victim):
     timeout = 20
     env, learners, actors = _start_readme_run(tmp_path, procs, f"runtime.heartbeat_timeout_s={timeout}")
     wait_for(lambda: updates_logged(tmp_path / "run" / "learner-0") >= 10
              or any(p.poll() is not None for p in learners), 240, what="10 updates")
     assert all(p.poll() is None for p in [*learners, *actors])
-    learners[1].send_signal(signal.SIGKILL)  # the whole process group stays: its host is gone
+    learners[victim].send_signal(signal.SIGKILL)  # the whole process group stays: its host is gone
     killed_at = time.monotonic()
-    rest = [learners[0], *actors]
+    survivor = learners[1 - victim]
+    rest = [survivor, *actors]
     codes = [procs.wait(p, timeout + 10 - (time.monotonic() - killed_at)) for p in rest]
     assert all(c not in (0, None) for c in codes), codes
-    assert codes[0] == 1  # not SIGABRT from JAX's heartbeat
-    err = procs.stderr(learners[0])
+    err = procs.stderr(survivor)
+    assert codes[0] == 1, err[-3000:]  # not SIGABRT from JAX's client or heartbeat
     assert "Traceback" not in err and len(_one_error_line(err)) == 1, err[-3000:]
-    assert "learner 0/2" in _one_error_line(err)[0]
+    line = _one_error_line(err)[0]
+    assert f"learner {1 - victim}/2" in line and f"{victim}" in line.split(":", 3)[3], line
+    assert err.rstrip().splitlines()[-1] == line  # the last word is ours
     for p in actors:
         lines = _one_error_line(procs.stderr(p))
         assert len(lines) == 1 and "its learner" in lines[0], procs.stderr(p)[-3000:]

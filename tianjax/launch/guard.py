@@ -15,12 +15,18 @@ and a C++ stack trace. Two threads bound this:
   that stops answering (its host, learner 0, is gone), is reported in one line, and the
   process exits with code 1 before JAX's heartbeat (set longer) would abort it.
 
+- `exit_on_abort`: when learner 0, which hosts JAX's coordination service, is lost, the
+  other learners' JAX clients abort at once (LOG(FATAL) from a gRPC thread, before any
+  heartbeat could report it). A C-level SIGABRT handler turns that abort into this
+  module's one line and exit code 1 (JAX's own log lines stay above it).
+
 `exit_now` is the common end: one line on stderr, then os._exit, skipping the interpreter's
 exit handlers (jax.distributed.shutdown would wait for the lost process).
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import sys
@@ -33,6 +39,27 @@ def exit_now(line: str, code: int) -> None:
     print(line, file=sys.stderr, flush=True)
     sys.stdout.flush()
     os._exit(code)
+
+
+_ABORT_HANDLER = ctypes.CFUNCTYPE(None, ctypes.c_int)
+_abort_handler = None  # the installed handler, kept alive for the life of the process
+
+
+def exit_on_abort(line: str) -> None:
+    """Ends the process with `line` and exit code 1 instead of a SIGABRT core dump. The
+    handler runs Python (ctypes takes the GIL for it) in whatever thread called abort();
+    it only writes one line and calls os._exit, and is meant for aborts from JAX's
+    distributed client, whose gRPC threads hold no Python state."""
+    global _abort_handler
+
+    def on_abort(signum: int) -> None:
+        exit_now(line, 1)
+
+    _abort_handler = _ABORT_HANDLER(on_abort)
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.signal.restype = ctypes.c_void_p
+    libc.signal.argtypes = [ctypes.c_int, _ABORT_HANDLER]
+    libc.signal(signal.SIGABRT, _abort_handler)
 
 
 class SigtermWatchdog:
@@ -137,4 +164,4 @@ class PeerWatch:
         self._stop.set()
 
 
-__all__ = ["PeerWatch", "SigtermWatchdog", "exit_now"]
+__all__ = ["PeerWatch", "SigtermWatchdog", "exit_now", "exit_on_abort"]

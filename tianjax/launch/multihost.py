@@ -89,7 +89,7 @@ def run_learner(config: Config, *, coordinator: str | None, num_processes: int |
     # NOTE: set after jax.distributed.initialize, which installs its own SIGTERM handling
     signal.signal(signal.SIGTERM, _terminate)
     signal.signal(signal.SIGINT, _terminate)
-    from tianjax.launch.guard import PeerWatch, SigtermWatchdog, exit_now
+    from tianjax.launch.guard import PeerWatch, SigtermWatchdog, exit_now, exit_on_abort
 
     SigtermWatchdog(SIGTERM_GRACE_S, code=143, what=f"learner {index}")
     peers = None
@@ -105,6 +105,10 @@ def run_learner(config: Config, *, coordinator: str | None, num_processes: int |
             time.sleep(1.0)  # (before a failing learner 0 takes JAX's coordination service down)
             exit_now(line, 1)
 
+        if index != 0:  # JAX's client aborts the moment learner 0's coordination service is gone
+            exit_on_abort(f"tianjax: error: learner {index}/{count}: learner process 0 is lost (JAX's "
+                          "coordination service, which it hosts, stopped answering; JAX's log above); "
+                          "stopping; the last checkpoint stands")
         peers = PeerWatch(global_state.client, index, count, config.runtime.heartbeat_timeout_s, on_lost=lost)
     from tianjax.metrics import Progress, RunLogger, format_summary
     from tianjax.runtime.learner import Learner, save_params
