@@ -53,7 +53,7 @@ def readme_commands(run_dir: Path, base_port: int, coordinator: str) -> list[lis
     return out
 
 
-def _start_readme_run(tmp_path, procs, *overrides: str):
+def _start_readme_run(tmp_path, procs, *overrides: str, actors: tuple[int, ...] = (0, 1)):
     base = free_port_block(6)
     coordinator = f"127.0.0.1:{free_port()}"
     env = child_env(TIANJAX_RUN_KEY=os.urandom(32).hex())
@@ -63,7 +63,7 @@ def _start_readme_run(tmp_path, procs, *overrides: str):
     if overrides:  # key=value overrides go with the config's (before the flags)
         cmds = [c[:c.index("mode=sync")] + list(overrides) + c[c.index("mode=sync"):] for c in cmds]
     learners = [procs.start(c, name=f"learner-{i}", env=env) for i, c in enumerate(cmds[:2])]
-    actors = [procs.start(c, name=f"actor-{k}", env=env) for k, c in enumerate(cmds[2:])]
+    actors = [procs.start(c, name=f"actor-{k}", env=env) for k, c in enumerate(cmds[2:]) if k in actors]
     return env, learners, actors
 
 
@@ -141,6 +141,37 @@ def test_a_killed_learner_ends_every_process_nonzero_with_one_line(tmp_path, pro
         lines = _one_error_line(procs.stderr(p))
         assert len(lines) == 1 and "its learner" in lines[0], procs.stderr(p)[-3000:]
         assert "restarted" not in procs.stderr(p)  # given up on, not restarted to wait again
+
+
+@pytest.mark.slow
+def test_a_learner_left_without_actors_says_so_and_the_run_ends(tmp_path, procs):
+    """The README's learners with only `--actor-id 0` started (learner 1 has no actor): learner
+    1 says every 30 s which flags would start its actors, and once runtime.connect_timeout_s
+    has passed both learners end, non-zero, with one line naming them; actor 0, whose learner
+    went without telling it, gives up after runtime.heartbeat_timeout_s."""
+    env, learners, actors = _start_readme_run(tmp_path, procs, "runtime.connect_timeout_s=40",
+                                              "runtime.heartbeat_timeout_s=20", actors=(0,))
+    codes = [procs.wait(p, 150) for p in learners]
+    assert codes == [1, 1], codes
+    err1 = procs.stderr(learners[1])
+    assert "learner 1/2: no actor has connected after 30 s" in err1, err1[-3000:]
+    assert "--actor-id 1 --num-learners 2" in err1
+    lines = _one_error_line(err1)
+    assert len(lines) == 1 and "no trajectory from any actor for 40 s" in lines[0], err1[-3000:]
+    assert "start its actors with --actor-id 1 --num-learners 2" in lines[0]
+    lines0 = _one_error_line(procs.stderr(learners[0]))
+    assert len(lines0) == 1 and "learner 1 failed" in lines0[0], procs.stderr(learners[0])[-3000:]
+    assert procs.wait(actors[0], 60) not in (0, None)
+
+
+def test_a_learner_needs_actors(tmp_path):
+    from tianjax.config import ConfigError, load_config
+    from tianjax.launch.multihost import run_learner
+
+    config = load_config(str(REPO / "configs" / "ppo_cartpole.yaml"), ["num_actors=0", "mode=sync"])
+    with pytest.raises(ConfigError, match="num_actors must be >= 1"):
+        run_learner(config, coordinator=None, num_processes=None, process_id=None,
+                    bind_host="127.0.0.1", base_port=5555, key_file=None)
 
 
 @pytest.mark.slow

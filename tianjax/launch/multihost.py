@@ -75,6 +75,9 @@ def run_learner(config: Config, *, coordinator: str | None, num_processes: int |
 
     compile_cache.enable(config.compile_cache)
     config = with_security(config)
+    if config.num_actors < 1:
+        raise ConfigError(f"launch --role learner: num_actors must be >= 1 (actor processes per learner "
+                          f"process, started with tianjax launch --role actor), got {config.num_actors}")
     run_key = _key(key_file)
     # JAX's own heartbeat is the backstop (it aborts): ours below reports first, in one line
     heartbeat = int(math.ceil(config.runtime.heartbeat_timeout_s)) + 5
@@ -122,6 +125,9 @@ def run_learner(config: Config, *, coordinator: str | None, num_processes: int |
                       endpoints=learner_endpoints(bind_host, base_port, index),
                       checkpoint_root=os.path.dirname(logger.run_dir))
     ids = actor_ids(index, count, config.num_actors)
+    learner.waiting_who = f"learner {index}/{count}"
+    learner.waiting_hint = (f"its actors with tianjax launch --role actor --actor-id {', '.join(map(str, ids))} "
+                            f"--num-learners {count} --learner-host <this host> --base-port {base_port}")
     print(f"tianjax: learner {index}/{count} on {learner.mesh.devices.size} devices ({config.runtime.security}); "
           f"its actors are --actor-id {', '.join(map(str, ids))} (of 0-{count * config.num_actors - 1}; "
           f"num_actors={config.num_actors} per learner), started with --num-learners {count} "
@@ -144,12 +150,15 @@ def run_learner(config: Config, *, coordinator: str | None, num_processes: int |
             why = (peers.lost if peers and peers.lost else
                    f"a collective failed, another learner process is lost ({type(e).__name__}: "
                    f"{str(e).strip().splitlines()[0][:160]})")
+        line = f"tianjax: error: learner {index}/{count}: {why}; the last checkpoint stands"
+        if index != 0:  # learner 0 may leave (taking JAX's service with it) before we do
+            exit_on_abort(line)
         learner.stop_actors(error=f"learner {index}: {why}")
         if peers is not None and not peers.lost:
             peers.announce_failure(f"learner {index} failed: {why}")  # lets the stop go out too
         else:
             time.sleep(0.5)  # let the stop go out
-        exit_now(f"tianjax: error: learner {index}/{count}: {why}; the last checkpoint stands", 1)
+        exit_now(line, 1)
     finally:
         if peers is not None:
             peers.close()

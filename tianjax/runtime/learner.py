@@ -52,6 +52,8 @@ from tianjax.transport.channels import ControlServer, ParamPublisher, Trajectory
 from tianjax.transport.security import secure_context
 from tianjax.types import ParamsMessage
 
+WAIT_NOTICE_S = 30.0  # while no actor has registered, the learner says so this often
+
 
 def learner_mesh(config: Config) -> Mesh:
     """A 1-D 'data' mesh over the learner's devices (all processes' in a multi-process run)."""
@@ -167,6 +169,8 @@ class Learner(Ingress, BatchPolicy):
         self._lag_max = 0  # since the last record: max (env steps admitted - that count) on arrival
         self.pool: collections.deque = collections.deque()
         self.actors: dict[bytes, dict] = {}  # identity -> {"actor", "last_seen", "outstanding", "last_traj"}
+        # said every WAIT_NOTICE_S while no actor has registered (multi-host: which flags)
+        self.waiting_hint, self.waiting_who = "its actors (tianjax launch --role actor ...)", "learner"
         self.dropped_nonfinite = 0
         self.env_steps = 0
         self._version_cache = int(to_host(self.state.version))
@@ -324,7 +328,7 @@ class Learner(Ingress, BatchPolicy):
         pending: list[dict] = []
         self.publish()
         t_train = last_publish = last_arrival = time.perf_counter()
-        busy = False
+        busy, notice_at = False, WAIT_NOTICE_S
         while not self.finished() and not should_stop():
             shutdown.check()
             # NOTE: block (until a message or 50 ms) only when the last pass found no work;
@@ -335,6 +339,13 @@ class Learner(Ingress, BatchPolicy):
                 last_arrival = now
             # until the first trajectory of this session, actors may still be starting
             limit = rt.connect_timeout_s if self.env_steps == self._counts0[0] else rt.heartbeat_timeout_s
+            if not self.actors and now - last_arrival > notice_at:
+                print(f"tianjax: {self.waiting_who}: no actor has connected after {now - last_arrival:.0f} s "
+                      f"(waiting up to {limit:.0f} s, runtime.connect_timeout_s): start {self.waiting_hint}",
+                      file=sys.stderr, flush=True)
+                notice_at += WAIT_NOTICE_S
+            elif self.actors:
+                notice_at = WAIT_NOTICE_S
             if now - last_arrival > limit:
                 raise LearnerStalled(f"no trajectory from any actor for {limit:.0f} s "
                                      f"({len(self.actors)} registered)")
