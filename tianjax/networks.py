@@ -44,6 +44,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from tianjax.config import ConfigError, NetworkConfig
+from tianjax.conv import Conv
 from tianjax.distributions import Gaussian
 
 _ACTIVATIONS: dict[str, Callable] = {"tanh": nn.tanh, "relu": nn.relu}
@@ -136,7 +137,7 @@ class MinAtarCNN(nn.Module):
     @nn.compact
     def __call__(self, x):
         x = _nhwc(x, self.channels_first)
-        x = nn.relu(nn.Conv(16, (3, 3), (1, 1), padding="SAME", kernel_init=_ortho(np.sqrt(2)))(x))
+        x = nn.relu(Conv(16, (3, 3), (1, 1), padding="SAME", kernel_init=_ortho(np.sqrt(2)))(x))
         return _flatten(x, 3)
 
 
@@ -149,7 +150,7 @@ class NatureCNN(nn.Module):
     def __call__(self, x):
         x = _nhwc(x, self.channels_first)
         for feat, k, s in ((32, 8, 4), (64, 4, 2), (64, 3, 1)):
-            x = nn.relu(nn.Conv(feat, (k, k), (s, s), padding="VALID", kernel_init=_ortho(np.sqrt(2)))(x))
+            x = nn.relu(Conv(feat, (k, k), (s, s), padding="VALID", kernel_init=_ortho(np.sqrt(2)))(x))
         return _flatten(x, 3)
 
 
@@ -163,11 +164,11 @@ class ImpalaCNN(nn.Module):
     def __call__(self, x):
         x = _nhwc(x, self.channels_first)
         for ch in self.channels:
-            x = nn.Conv(ch, (3, 3), padding="SAME", kernel_init=_ortho(np.sqrt(2)))(x)
+            x = Conv(ch, (3, 3), padding="SAME", kernel_init=_ortho(np.sqrt(2)))(x)
             x = nn.max_pool(x, (3, 3), strides=(2, 2), padding="SAME")
             for _ in range(2):
-                y = nn.Conv(ch, (3, 3), padding="SAME", kernel_init=_ortho(np.sqrt(2)))(nn.relu(x))
-                y = nn.Conv(ch, (3, 3), padding="SAME", kernel_init=_ortho(np.sqrt(2)))(nn.relu(y))
+                y = Conv(ch, (3, 3), padding="SAME", kernel_init=_ortho(np.sqrt(2)))(nn.relu(x))
+                y = Conv(ch, (3, 3), padding="SAME", kernel_init=_ortho(np.sqrt(2)))(nn.relu(y))
                 x = x + y
         return _flatten(nn.relu(x), 3)
 
