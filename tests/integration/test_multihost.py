@@ -168,7 +168,7 @@ def test_a_learner_needs_actors(tmp_path):
     from tianjax.config import ConfigError, load_config
     from tianjax.launch.multihost import run_learner
 
-    config = load_config(str(REPO / "configs" / "ppo_cartpole.yaml"), ["num_actors=0", "mode=sync"])
+    config = load_config(str(REPO / "configs" / "ppo_cartpole.yaml"), ["env_backend=gymnasium", "num_actors=0", "mode=sync"])
     with pytest.raises(ConfigError, match="num_actors must be >= 1"):
         run_learner(config, coordinator=None, num_processes=None, process_id=None,
                     bind_host="127.0.0.1", base_port=5555, key_file=None)
