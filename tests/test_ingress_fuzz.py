@@ -218,9 +218,10 @@ class Rig:
                 L.control.accepted + sum(L.control.rejected.values()))
 
     def settle(self, quiet_s: float = 0.0) -> None:
-        """Pumps until the learner has processed everything sent, then checks it all."""
+        """Pumps until the learner has processed everything sent (its receiver thread
+        has checked it, and the learner has taken in what passed), then checks it all."""
         deadline = time.monotonic() + CATCH_UP_S
-        while self._processed() < (self.traj_expected, self.ctrl_expected):
+        while self._processed() < (self.traj_expected, self.ctrl_expected) or self.learner.rx.in_hand:
             if time.monotonic() > deadline:
                 raise AssertionError(f"learner processed {self._processed()} of "
                                      f"{(self.traj_expected, self.ctrl_expected)} messages")

@@ -14,20 +14,10 @@ from __future__ import annotations
 
 import time
 
-import jax
 import numpy as np
 import zmq
 
-
-def check_finite(batch) -> bool:
-    """Every floating field must be finite: observations and rewards, and also the
-    behaviour log-probs, values and bootstrap values the losses use (NaN/inf samples are
-    dropped and counted, never learned from)."""
-    for x in jax.tree.leaves(batch):
-        x = np.asarray(x)
-        if np.issubdtype(x.dtype, np.floating) and not np.isfinite(x).all():
-            return False
-    return True
+from tianjax.runtime.receiver import check_finite  # noqa: F401 - where it was
 
 
 class Ingress:
@@ -71,14 +61,16 @@ class Ingress:
         while self._held and self._replay_owed() <= slack:
             self._grant(self._held.popleft())
 
-    def _ingest(self, msg, now: float, t_start: float) -> None:
+    def _ingest(self, msg, finite: bool, now: float, t_start: float) -> None:
+        """Admits a trajectory the receiver has checked and decoded (`finite`: every
+        floating field finite), and hands its sender's credit back when it is not kept."""
         batch, episodes, act_steps = msg.tree
         samples = self.traj_steps
         ident = msg.sender.encode()
         if ident in self.actors:
             self.actors[ident]["outstanding"] -= 1
             self.actors[ident]["last_traj"] = now
-        if not check_finite(batch):
+        if not finite:
             self.dropped_nonfinite += 1
             self._grant(ident)
             return
@@ -122,7 +114,7 @@ class Ingress:
             self.publish()  # a late joiner gets the current parameters at once
         elif (msg.get("credits") == 0 and info["outstanding"] > 0
               and now - info["last_traj"] > 2 * self.config.runtime.heartbeat_s
-              and self._reading and not self.traj_in.socket.poll(0)):
+              and self.rx.backlog_empty):
             # its trajectories were lost on the way (rejected, dropped): hand the slots back.
             # NOTE: only with nothing left unread: after a long update or compilation the
             # heartbeats are read before the trajectories queued behind them, which are
@@ -132,27 +124,26 @@ class Ingress:
 
     def pump(self, timeout_ms: int, t_start: float = 0.0) -> int:
         """Waits up to timeout_ms for control messages and trajectories and takes in what
-        has arrived (the pool's room permitting: a full pool leaves the socket unread, so
-        the high-water marks push back on actors). Returns the trajectories received."""
+        the receiver thread (runtime/receiver.py) has checked and decoded, the pool's room
+        permitting: with a full pool the thread stops reading, so the high-water marks
+        push back on actors. Returns the trajectories received."""
         if self._poller is None:
             self._poller = zmq.Poller()
             self._poller.register(self.control.socket, zmq.POLLIN)
+            self._poller.register(self.rx.wake, zmq.POLLIN)
+        self.rx.start()
         room = self.balance.accept_more(len(self.pool))
-        if room and not self._reading:
-            self._poller.register(self.traj_in.socket, zmq.POLLIN)
-            self._reading = True
-        elif not room and self._reading:
-            self._poller.unregister(self.traj_in.socket)
-            self._reading = False
-        events = dict(self._poller.poll(timeout=timeout_ms))
+        self.rx.set_room(room)
+        events = dict(self._poller.poll(timeout=0 if room and self.rx.ready else timeout_ms))
         now = time.perf_counter()
         if self.control.socket in events:
             self._drain_control(now)
+        if self.rx.wake in events:
+            self.rx.drain_wake()
         received = 0
-        if self._reading and self.traj_in.socket in events:
-            while len(self.pool) < self.config.runtime.max_pool and (msg := self.traj_in.recv(0)) is not None:
-                self._ingest(msg, now, t_start)
-                received += 1
+        while room and len(self.pool) < self.config.runtime.max_pool and (item := self.rx.take()) is not None:
+            self._ingest(*item, now, t_start)
+            received += 1
         return received
 
     def _drain_control(self, now: float) -> None:

@@ -46,6 +46,8 @@ from tianjax.runtime.balance import BalanceController
 from tianjax.runtime.batching import BatchPolicy, batch_axis
 from tianjax.runtime.controller import AdaptiveBalance
 from tianjax.runtime.ingress import Ingress
+from tianjax.runtime.publisher import Publisher
+from tianjax.runtime.receiver import Receiver
 from tianjax.runtime.sources import batch_template, env_spec
 from tianjax.runtime.resources import FdReserve, raise_fd_limit
 from tianjax.transport.channels import ControlServer, ParamPublisher, TrajectoryReceiver
@@ -145,6 +147,10 @@ class Learner(Ingress, BatchPolicy):
                                           use_fd=fds.get("traj"),
                                           hwm=rt.recv_hwm, max_bytes=int(rt.max_message_mb * 2**20))
         self.control = ControlServer(run_key, endpoint=ep.get("control"), **net, use_fd=fds.get("control"))
+        # checks and decodes trajectories on its own thread while updates run
+        self.rx = Receiver(self.traj_in, self.net.ctx)
+        # and signs and sends parameters on another
+        self.publisher = Publisher(self.params_pub)
         self.balance = BalanceController(config.staleness.max_staleness, rt.max_pool,
                                          rt.max_reuse if jax.process_count() == 1 else 0)
         self.tracker = EpisodeTracker(config.target_return, target_win_rate=config.target_win_rate)
@@ -176,7 +182,7 @@ class Learner(Ingress, BatchPolicy):
         self._version_cache = int(to_host(self.state.version))
         self._params_cache = None
         self._global_sds = batch_template_tree
-        self._poller, self._reading = None, False
+        self._poller = None
         self.n_updates = self.budget // config.steps_per_update  # on-policy: fresh batches
         self.fresh_updates = 0
         self._counts0 = (0, 0, 0)  # env steps, samples consumed and fresh when this session began
@@ -272,8 +278,8 @@ class Learner(Ingress, BatchPolicy):
 
     def publish(self) -> None:
         self._published_steps = self.env_steps
-        self.params_pub.publish(self.state_version,
-                                ParamsMessage(self._host_params(), np.asarray(self.env_steps, np.int64)))
+        self.publisher.offer(self.state_version,
+                             ParamsMessage(self._host_params(), np.asarray(self.env_steps, np.int64)))
 
     def _host_params(self):
         if self._params_cache is None or self._params_cache[0] != self.state_version:
@@ -304,6 +310,8 @@ class Learner(Ingress, BatchPolicy):
             # Ctrl-C / SIGTERM: stop here, checkpoint, and report what was done
             self.interrupted = True
         finally:
+            self.rx.stop()
+            self.publisher.stop()
             self._final_checkpoint(t_start, completed)
         return self.result(t_start)
 
@@ -513,6 +521,8 @@ class Learner(Ingress, BatchPolicy):
         }
 
     def close(self) -> None:
+        self.rx.close()
+        self.publisher.stop()
         for ch in (self.params_pub, self.traj_in, self.control):
             ch.close()
         self.net.close()

@@ -1,0 +1,70 @@
+"""The learner's parameter publisher: a thread that encodes, signs and sends parameter
+messages, so that the MAC over every byte of the parameters is computed while the next
+update runs.
+
+The learner offers (version, host tree); the thread holds one slot and sends whatever is
+newest when it gets to it (latest-version-wins: an offer older than the one held is
+ignored, so a version never goes backwards on the wire). The thread owns the PUB socket
+while it runs; start() and stop() hand it over. stop() sends what is still held first.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from tianjax.transport.channels import ParamPublisher
+
+
+class Publisher:
+    """Sends `channel`'s parameter messages on its own thread (started by the first offer)."""
+
+    def __init__(self, channel: ParamPublisher):
+        self.channel = channel
+        self._cv = threading.Condition()
+        self._slot: tuple[int, Any] | None = None
+        self._newest = -1  # the newest version offered
+        self._stop = False
+        self._thread: threading.Thread | None = None
+        self.sent = 0
+        self.error: BaseException | None = None
+
+    def offer(self, version: int, tree: Any) -> None:
+        """Queues `tree` as `version` (the same version again is a re-send for late
+        joiners); raises what stopped the thread, if something did."""
+        if self.error is not None:
+            raise self.error
+        with self._cv:
+            if version < self._newest:
+                return
+            self._newest = version
+            self._slot = (version, tree)
+            if self._thread is None:
+                self._stop = False
+                self._thread = threading.Thread(target=self._run, name="tianjax-publisher", daemon=True)
+                self._thread.start()
+            self._cv.notify()
+
+    def stop(self) -> None:
+        """Sends what is held, then joins the thread."""
+        with self._cv:
+            thread, self._stop = self._thread, True
+            self._cv.notify()
+        if thread is not None:
+            thread.join()
+        with self._cv:
+            self._thread = None
+
+    def _run(self) -> None:
+        try:
+            while True:
+                with self._cv:
+                    while self._slot is None and not self._stop:
+                        self._cv.wait()
+                    if self._slot is None:
+                        return
+                    (version, tree), self._slot = self._slot, None
+                self.channel.publish(version, tree)  # encode, MAC, send (PUB never blocks)
+                self.sent += 1
+        except BaseException as e:  # noqa: BLE001 - raised in the learner's thread by offer()
+            self.error = e
