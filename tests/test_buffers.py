@@ -114,3 +114,62 @@ def test_flatten_time_batch():
     flat = buffers.flatten_time_batch(tree)
     assert flat.obs.shape == (6, 2) and flat.reward.shape == (6,)
     np.testing.assert_array_equal(flat.reward, np.arange(6))
+
+
+# ----------------------------------------------------------------------------- uint8 frames
+
+
+def _frames(shape, seed):
+    """Random uint8 frames that use the whole range (0 and 255 included)."""
+    x = np.random.default_rng(seed).integers(0, 256, shape, dtype=np.uint8)
+    x.reshape(-1)[:2] = (0, 255)
+    return x
+
+
+@pytest.mark.parametrize("jit", JIT)
+def test_replay_keeps_uint8_frames_uint8(jit):
+    """Frames enter, rest in and leave the replay buffer as uint8, one byte a pixel, values
+    unchanged (no float copy of a 1M-frame buffer, no rounding)."""
+    T, B, frame = 3, 2, (4, 6, 6)
+    rollout = Transition(obs=_frames((T, B) + frame, 0), action=np.zeros((T, B), np.int32),
+                         reward=np.zeros((T, B), np.float32), next_obs=_frames((T, B) + frame, 1),
+                         terminated=np.zeros((T, B), bool), version=np.zeros((T, B), np.int32))
+    flat = buffers.flatten_time_batch(rollout)
+    assert flat.obs.dtype == np.uint8 and flat.obs.shape == (T * B,) + frame
+    one = jax.tree.map(lambda x: x[0], flat)
+    rb = _maybe_jit(buffers.replay_init, jit, static_argnums=0)(8, one)
+    assert rb.data.obs.dtype == jnp.uint8 and rb.data.next_obs.dtype == jnp.uint8
+    assert rb.data.obs.nbytes == 8 * 4 * 6 * 6
+    rb = _maybe_jit(buffers.replay_add, jit)(rb, flat)
+    assert rb.data.obs.dtype == jnp.uint8
+    np.testing.assert_array_equal(rb.data.obs[:T * B], flat.obs)
+    sample = _maybe_jit(buffers.replay_sample, jit, static_argnums=2)(rb, jax.random.key(0), 16)
+    assert sample.obs.dtype == jnp.uint8 and sample.next_obs.dtype == jnp.uint8
+    # every sampled frame is one of those inserted, byte for byte
+    inserted = {f.tobytes() for f in flat.obs}
+    assert all(np.asarray(f).tobytes() in inserted for f in sample.obs)
+
+
+def test_onpolicy_pool_keeps_uint8_frames_uint8():
+    """Trajectories pooled by the learner (device-resident after the receiver's device_put)
+    and joined into one batch along B stay uint8."""
+    from tianjax.runtime.batching import concat_batches
+    from tianjax.types import Trajectory
+
+    T, B, frame = 4, 2, (4, 6, 6)
+
+    def traj(seed):
+        f32, i32 = np.zeros((T, B), np.float32), np.zeros((T, B), np.int32)
+        return Trajectory(_frames((T, B) + frame, seed), i32, f32, np.zeros((T, B), bool), f32, f32, f32,
+                          i32, _frames((B,) + frame, seed + 10), _frames((B,) + frame, seed + 20),
+                          np.full(B, -1, np.int32))
+
+    host = [traj(0), traj(1)]
+    pooled = [jax.device_put(t) for t in host]
+    assert all(t.obs.dtype == jnp.uint8 for t in pooled)
+    batch = concat_batches(pooled)
+    assert batch.obs.dtype == jnp.uint8 and batch.obs.shape == (T, 2 * B) + frame
+    assert batch.last_obs.dtype == jnp.uint8 and batch.trunc_obs.dtype == jnp.uint8
+    np.testing.assert_array_equal(batch.obs, np.concatenate([t.obs for t in host], axis=1))
+    np.testing.assert_array_equal(batch.last_obs, np.concatenate([t.last_obs for t in host], axis=0))
+    assert concat_batches(host).obs.dtype == np.uint8  # host-side leaves too

@@ -247,3 +247,101 @@ def test_unknown_env_id_is_a_config_error(backend, env_id):
 def test_unknown_backend_is_a_config_error():
     with pytest.raises(ConfigError, match="config key 'env_backend'"):
         make_host_env("gymnax", "CartPole-v1", 2)
+
+
+class _ScriptedAtari:
+    """Stands in for an envpool Atari pool (B = 2): each step returns the next scripted
+    (clipped reward, terminated, info reward, info terminated), and it records the calls."""
+
+    def __init__(self, script):
+        self.script = list(script)
+        self.calls = []
+
+    def step(self, actions, env_ids):
+        ids = np.asarray(env_ids)
+        self.calls.append(("step", ids.tolist()))
+        if len(ids) < 2:  # envpool's end-of-life restart: obs 7, reward 0
+            return (np.full((len(ids), 1), 7, np.uint8), np.zeros(len(ids), np.float32),
+                    np.zeros(len(ids), bool), np.zeros(len(ids), bool),
+                    {"env_id": ids, "reward": np.zeros(len(ids), np.float32),
+                     "terminated": np.zeros(len(ids), np.int32)})
+        reward, term, score, over = (np.asarray(x) for x in self.script.pop(0))
+        return (np.full((2, 1), 1, np.uint8), reward.astype(np.float32), term.astype(bool),
+                np.zeros(2, bool), {"env_id": ids, "reward": score.astype(np.float32),
+                                    "terminated": over.astype(np.int32)})
+
+    def reset(self, env_ids=None):
+        ids = np.arange(2) if env_ids is None else np.asarray(env_ids)
+        self.calls.append(("reset", ids.tolist()))
+        return np.full((len(ids), 1), 9, np.uint8), {"env_id": ids}
+
+
+def test_envpool_reports_the_unclipped_score_and_the_game_over_apart():
+    """With reward_clip and episodic_life: `reward` clipped, `terminated` at a lost life;
+    `score` is info["reward"], `game_over` info["terminated"]; a lost life is not reset (that
+    would start a new game) but restarted by stepping that env alone."""
+    env = EnvpoolEnv("Breakout-v5", 2, seed=0, episodic_life=True, reward_clip=True)
+    env._env.close()
+    fake = env._env = _ScriptedAtari([
+        ([1, 1], [False, False], [4, 1], [0, 0]),  # env 0 hits a 4-point brick
+        ([0, 1], [True, False], [0, 7], [0, 0]),  # env 0 loses a life; env 1 scores 7
+        ([0, 0], [False, True], [0, 0], [0, 1]),  # env 1's game is over
+    ])
+    s = env.step(np.zeros(2))
+    np.testing.assert_array_equal(s.reward, [1, 1])
+    np.testing.assert_array_equal(s.score, [4, 1])
+    np.testing.assert_array_equal(s.report_reward, [4, 1])
+    assert not s.game_over.any() and not s.report_done.any()
+
+    s = env.step(np.zeros(2))
+    np.testing.assert_array_equal(s.terminated, [True, False])
+    np.testing.assert_array_equal(s.game_over, [False, False])
+    assert fake.calls[-1] == ("step", [0])  # restarted, not reset
+    np.testing.assert_array_equal(s.obs[:, 0], [7, 1])
+    np.testing.assert_array_equal(s.final_obs[:, 0], [1, 1])
+
+    s = env.step(np.zeros(2))
+    np.testing.assert_array_equal(s.terminated, [False, True])
+    np.testing.assert_array_equal(s.game_over, [False, True])
+    np.testing.assert_array_equal(s.report_done, [False, True])
+    assert fake.calls[-1] == ("reset", [1])  # a new game
+    np.testing.assert_array_equal(s.obs[:, 0], [1, 9])
+
+
+def test_steps_without_a_score_report_what_they_learn_from():
+    """A HostStep without score / game_over (other envs, or a user's HostEnv) reports its
+    reward and ends its reported episode where it terminates or is truncated."""
+    s = HostStep(np.zeros((2, 1)), np.array([0.5, 2.0], np.float32), np.array([True, False]),
+                 np.array([False, True]), np.zeros((2, 1)))
+    np.testing.assert_array_equal(s.report_reward, [0.5, 2.0])
+    np.testing.assert_array_equal(s.report_done, [True, True])
+    env = _env("envpool", 2)
+    try:
+        env.reset(0)
+        step = env.step(np.zeros(2, np.int32))
+        np.testing.assert_array_equal(step.score, step.reward)
+        np.testing.assert_array_equal(step.game_over, step.terminated | step.truncated)
+    finally:
+        env.close()
+
+
+def test_lunarlander_continuous_config_builds_a_gaussian_policy():
+    from tianjax.algos import make_algorithm
+    from tianjax.config import load_config
+    from tianjax.distributions import Gaussian
+    from tianjax.runtime.sources import env_spec
+
+    config = load_config("configs/ppo_lunarlander_continuous.yaml")
+    assert (config.env, config.env_backend, config.algo, config.target_return) == \
+        ("LunarLanderContinuous-v2", "envpool", "ppo", 200)
+    obs_shape, obs_dtype, spec = env_spec(config)
+    assert tuple(obs_shape) == (8,) and np.dtype(obs_dtype) == np.float32
+    assert not spec.discrete and spec.shape == (2,)
+    np.testing.assert_array_equal(spec.low, [-1, -1])
+    np.testing.assert_array_equal(spec.high, [1, 1])
+    algo = make_algorithm(config, obs_shape, spec, obs_dtype=obs_dtype)
+    params = jax.jit(algo.init)(jax.random.key(0)).params
+    dist, value = algo.network.apply(params, np.zeros((3, 8), np.float32))
+    assert isinstance(dist, Gaussian) and dist.mean.shape == (3, 2) and value.shape == (3,)
+    out = jax.jit(algo.act)(params, np.zeros((3, 8), np.float32), jax.random.key(1), 0)
+    assert out.action.shape == (3, 2) and out.log_prob.shape == (3,)

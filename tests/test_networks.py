@@ -13,18 +13,38 @@ from tianjax.networks import ActionSpec, ActorCritic, QNetwork, as_float, resolv
 DISCRETE = ActionSpec(discrete=True, num_actions=3)
 
 
-@pytest.mark.parametrize("shape, torso", [
-    ((4,), "mlp"),  # CartPole
-    ((10, 10, 4), "minatar_cnn"),  # Breakout-MinAtar
-    ((10, 10, 6), "minatar_cnn"),  # SpaceInvaders-MinAtar
-    ((4, 84, 84), "nature_cnn"),  # envpool Atari, channels first
-    ((84, 84, 4), "nature_cnn"),
-    ((36, 36, 1), "nature_cnn"),  # the smallest frame the Nature convolutions take
-    ((35, 40, 3), "minatar_cnn"),
-    ((3, 5), "mlp"),  # flattened
+@pytest.mark.parametrize("shape, dtype, torso", [
+    ((4,), np.float32, "mlp"),  # CartPole
+    ((10, 10, 4), np.bool_, "minatar_cnn"),  # Breakout-MinAtar
+    ((10, 10, 6), np.float32, "minatar_cnn"),  # SpaceInvaders-MinAtar
+    ((10, 10, 4), np.uint8, "minatar_cnn"),  # a small map stays small whatever its dtype
+    ((4, 84, 84), np.uint8, "nature_cnn"),  # envpool Atari, channels first
+    ((84, 84, 4), np.uint8, "nature_cnn"),
+    ((36, 36, 1), np.uint8, "nature_cnn"),  # the smallest frame the Nature convolutions take
+    ((35, 40, 3), np.uint8, "minatar_cnn"),
+    ((4, 84, 84), np.float32, "impala_cnn"),  # a float image is no [0, 255] frame
+    ((84, 84, 3), np.float64, "impala_cnn"),
+    ((36, 36, 1), np.int32, "impala_cnn"),
+    ((84, 84, 4), None, "nature_cnn"),  # dtype not given: assumed frames
+    ((3, 5), np.uint8, "mlp"),  # flattened
 ])
-def test_auto_picks_a_torso_from_the_shape(shape, torso):
-    assert resolve_torso("auto", shape) == torso
+def test_auto_picks_a_torso_from_shape_and_dtype(shape, dtype, torso):
+    assert resolve_torso("auto", shape, dtype) == torso
+
+
+def test_make_algorithm_resolves_auto_with_the_env_dtype():
+    """A float 84x84 image gets the IMPALA torso, uint8 frames the Nature one; learner and
+    actors build the same tree because both pass the env's dtype."""
+    config = load_config("configs/ppo_cartpole.yaml", ["network.torso=auto"])
+    for dtype, block in ((np.float32, "ImpalaCNN_0"), (np.uint8, "NatureCNN_0")):
+        algo = make_algorithm(config, (4, 84, 84), DISCRETE, obs_dtype=dtype)
+        params = jax.eval_shape(algo.init, jax.random.key(0)).params
+        torso = params["params"]["Torso_0"]
+        assert list(k for k in torso if k.endswith("CNN_0")) == [block]
+    # a concrete torso is kept whatever the dtype
+    config = load_config("configs/ppo_cartpole.yaml", ["network.torso=nature_cnn"])
+    algo = make_algorithm(config, (4, 84, 84), DISCRETE, obs_dtype=np.float32)
+    assert "NatureCNN_0" in jax.eval_shape(algo.init, jax.random.key(0)).params["params"]["Torso_0"]
 
 
 @pytest.mark.parametrize("torso, shape, words", [

@@ -32,7 +32,8 @@ def _check(cond: bool, key: str, msg: str) -> None:
 @dataclass(frozen=True)
 class NetworkConfig:
     # auto: mlp for vectors, minatar_cnn for small maps (MinAtar's 10x10xC), nature_cnn for
-    # frames of 36x36 or more (Atari's 84x84); see tianjax/networks.py
+    # uint8 frames of 36x36 or more (Atari's 84x84), impala_cnn for other images that large;
+    # see tianjax/networks.py
     torso: Literal["auto", "mlp", "minatar_cnn", "nature_cnn", "impala_cnn"] = "auto"
     hidden: tuple[int, ...] = (64, 64)  # widths of the MLP (after the convolutions of a CNN torso)
     activation: Literal["tanh", "relu"] = "tanh"  # of an mlp torso (CNN torsos use relu)
@@ -334,12 +335,13 @@ class CheckpointConfig:
 class Config:
     algo: str = "ppo"  # a registered algorithm: ppo | impala | dqn | ippo | qmix | maddpg | yours
     # (tianjax.algos.register)
-    env: str = "CartPole-v1"  # env id (gymnax name, envpool task id, gymnasium id or JaxMARL id),
-    # or "module:EnvId" (gymnasium: import module, which registers EnvId; gymnax: module.EnvId
-    # is a gymnax-API env class, instance or factory)
-    env_backend: Literal["gymnax", "envpool", "gymnasium", "jaxmarl"] = "gymnax"
+    env: str = "CartPole-v1"  # env id (gymnax name, envpool task id, gymnasium id, brax name
+    # or JaxMARL id), or "module:EnvId" (gymnasium and brax: import module, which registers
+    # EnvId; gymnax: module.EnvId is a gymnax-API env class, instance or factory)
+    env_backend: Literal["gymnax", "envpool", "gymnasium", "jaxmarl", "brax"] = "gymnax"
     # host envs: keyword arguments for envpool.make / gymnasium.make_vec (e.g. Atari's
-    # episodic_life, reward_clip, stack_num; max_episode_steps)
+    # episodic_life, reward_clip, stack_num; max_episode_steps); brax: episode_length,
+    # backend and the env's constructor arguments (tianjax/envs/brax_env.py)
     env_options: dict[str, Any] = field(default_factory=dict)
     mode: Literal["fused", "sync", "async"] = "fused"
     seed: int = 0
@@ -418,19 +420,20 @@ class Config:
             _check(self.qmix.burn_in < self.rollout_len, "qmix.burn_in",
                    f"must be below rollout_len ({self.rollout_len}), the replayed sequence length")
         if self.num_actors == 0 and self.mode != "fused":
-            _check(self.env_backend not in ("gymnax", "jaxmarl"), "num_actors",
+            _check(self.env_backend not in ("gymnax", "jaxmarl", "brax"), "num_actors",
                    "0 (acting inside the learner) is for host envs; JAX envs use mode: fused")
         if self.algo in ("dqn", "maddpg"):
             _check(self.replay_config.buffer_size >= self.num_envs * self.rollout_len,
                    f"{self.algo}.buffer_size",
                    f"must hold at least one rollout (num_envs * rollout_len = "
                    f"{self.num_envs * self.rollout_len}), got {self.replay_config.buffer_size}")
-        _check(not self.env_options or self.env_backend in ("envpool", "gymnasium"), "env_options",
-               "is for host envs (env_backend: envpool or gymnasium); a JAX env takes its "
-               "options in its own code (env: module:Attr)")
+        _check(not self.env_options or self.env_backend in ("envpool", "gymnasium", "brax"),
+               "env_options",
+               "is for host envs (env_backend: envpool or gymnasium) and brax; a gymnax env takes "
+               "its options in its own code (env: module:Attr)")
         if self.mode == "fused":
-            _check(self.env_backend in ("gymnax", "jaxmarl"), "mode",
-                   f"'fused' needs a JAX env (env_backend: gymnax or jaxmarl), got env_backend "
+            _check(self.env_backend in ("gymnax", "jaxmarl", "brax"), "mode",
+                   f"'fused' needs a JAX env (env_backend: gymnax, brax or jaxmarl), got env_backend "
                    f"'{self.env_backend}'; use mode: sync for host envs")
         if self.num_seeds > 1:
             _check(self.mode == "fused", "num_seeds", "several seeds side by side need mode: fused")

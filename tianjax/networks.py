@@ -9,14 +9,23 @@ The torso is chosen by `network.torso`:
                  flatten, then the MLP; needs frames of at least 36x36
     impala_cnn   the IMPALA residual stacks (Espeholt et al. 2018: 16, 32, 32 channels,
                  each conv 3x3 + max-pool 3x3/2 + two residual blocks), then the MLP
-    auto         rank-3 observations of at least 36x36 -> nature_cnn, smaller rank-3 maps
-                 -> minatar_cnn, anything else -> mlp
+    auto         from the observation's shape and dtype:
+                   uint8 frames of at least 36x36 (Atari's)     -> nature_cnn
+                   other images of at least 36x36 (float, ...)  -> impala_cnn
+                   smaller rank-3 maps (MinAtar's 10x10xC)      -> minatar_cnn
+                   anything else                                -> mlp
 
-`auto` decides from the shape alone, so every process that builds the network from the
-same config and env gets the same parameter tree. A torso that cannot take the shape is
-one ConfigError naming `network.torso`. Images are [..., H, W, C] or [..., C, H, W]
-(channels are the smallest of the first and last axis, as envpool's Atari frames are
-[4, 84, 84] and MinAtar's maps [10, 10, C]).
+Why the dtype: the Nature CNN is the torso for pixel frames, uint8 in [0, 255] that enter
+it scaled to [0, 1]. A float image (already normalised pixels, depth, feature maps) is not
+scaled and has no known range; IMPALA's residual stacks of 3x3 convolutions, which take
+any size and keep more of a small image than a stride-4 first layer, are the safer
+default there. `auto` decides from the shape and dtype alone (no values), so every process
+that builds the network from the same config and env gets the same parameter tree; the
+runtime resolves it once per env in `tianjax.algos.make_algorithm(..., obs_dtype=...)`.
+Where the dtype is not given (a network built directly), `auto` assumes frames, as for
+uint8. A torso that cannot take the shape is one ConfigError naming `network.torso`.
+Images are [..., H, W, C] or [..., C, H, W] (channels are the smallest of the first and
+last axis, as envpool's Atari frames are [4, 84, 84] and MinAtar's maps [10, 10, C]).
 
 Inputs are cast to float32 inside the network; only uint8 inputs (frames) are scaled by
 1/255, so frames travel as uint8 from env to loss and {0, 1} maps keep their values.
@@ -36,6 +45,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import dataclasses
 import importlib
 from typing import Any, Callable, NamedTuple, Sequence
 
@@ -82,9 +92,10 @@ def image_layout(obs_shape: Sequence[int]) -> tuple[int, int, int, bool]:
     return a, b, c, False
 
 
-def resolve_torso(torso: str, obs_shape: Sequence[int]) -> str:
-    """The concrete torso for `torso` and an observation shape, or a ConfigError naming
-    `network.torso` when that torso cannot take the shape."""
+def resolve_torso(torso: str, obs_shape: Sequence[int], obs_dtype=None) -> str:
+    """The concrete torso for `torso` and an observation shape (and dtype: see `auto` in the
+    module docstring; None assumes frames), or a ConfigError naming `network.torso` when that
+    torso cannot take the shape."""
     obs_shape = tuple(int(d) for d in obs_shape)
     if torso not in TORSOS:
         raise ConfigError(f"config key 'network.torso': must be one of {list(TORSOS)}, got {torso!r}")
@@ -96,7 +107,10 @@ def resolve_torso(torso: str, obs_shape: Sequence[int]) -> str:
         if not image:
             return "mlp"
         h, w, _, _ = image_layout(obs_shape)
-        return "nature_cnn" if min(h, w) >= NATURE_MIN_SIZE else "minatar_cnn"
+        if min(h, w) < NATURE_MIN_SIZE:
+            return "minatar_cnn"
+        frames = obs_dtype is None or np.dtype(obs_dtype) == np.uint8
+        return "nature_cnn" if frames else "impala_cnn"
     if torso != "mlp" and not image:
         raise ConfigError(f"config key 'network.torso': {torso} needs image observations "
                           f"[H, W, C] or [C, H, W], got shape {obs_shape}; use mlp or auto")
@@ -107,6 +121,16 @@ def resolve_torso(torso: str, obs_shape: Sequence[int]) -> str:
                               f"{NATURE_MIN_SIZE}x{NATURE_MIN_SIZE}, got {h}x{w} (shape {obs_shape}); "
                               "use minatar_cnn, impala_cnn or auto")
     return torso
+
+
+def resolve_network(cfg: NetworkConfig, obs_shape, obs_dtype=None) -> NetworkConfig:
+    """`cfg` with `torso: auto` replaced by the torso for this observation shape and dtype
+    (unchanged for a concrete torso, an unknown dtype, or a structured multi-agent shape)."""
+    if cfg.torso != "auto" or obs_dtype is None:
+        return cfg
+    if not isinstance(obs_shape, (tuple, list)) or not all(isinstance(d, (int, np.integer)) for d in obs_shape):
+        return cfg
+    return dataclasses.replace(cfg, torso=resolve_torso("auto", obs_shape, obs_dtype))
 
 
 class MLP(nn.Module):

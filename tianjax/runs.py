@@ -61,12 +61,13 @@ def _algorithm(config: Config, env) -> tuple[Algorithm, tuple[int, ...]]:
         from tianjax.envs.jax_env import make_gymnax
 
         e = make_gymnax(config.env if env is None else env)
-        obs_shape, action_spec = e.obs_shape, e.action_spec
+        obs_shape, obs_dtype, action_spec = e.obs_shape, e.obs_dtype, e.action_spec
     else:
         from tianjax.runtime.sources import env_spec
 
-        obs_shape, _, action_spec = env_spec(config)
-    return make_algorithm(config, obs_shape, action_spec, correct_staleness=False), tuple(obs_shape)
+        obs_shape, obs_dtype, action_spec = env_spec(config)
+    return (make_algorithm(config, obs_shape, action_spec, correct_staleness=False, obs_dtype=obs_dtype),
+            tuple(obs_shape))
 
 
 def evaluate(run, episodes: int = 10, *, greedy: bool = True, seed: int | None = None, env: Any = None,

@@ -16,12 +16,13 @@ trains, or a module named in the config key `imports`).
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from typing import Callable
 
 from tianjax.algos.base import ActOutput, Algorithm
 from tianjax.config import Config, ConfigError
-from tianjax.networks import ActionSpec
+from tianjax.networks import ActionSpec, resolve_network
 
 # name -> "module:function" (built in, imported on first use) or the factory itself
 _REGISTRY: dict[str, str | Callable[..., Algorithm]] = {
@@ -91,8 +92,13 @@ def factory(name: str) -> Callable[..., Algorithm]:
 
 
 def make_algorithm(config: Config, obs_shape, action_spec: ActionSpec, *,
-                   correct_staleness: bool = True) -> Algorithm:
+                   correct_staleness: bool = True, obs_dtype=None) -> Algorithm:
+    """With `obs_dtype` (the env's observation dtype), `network.torso: auto` is resolved
+    from the shape and dtype (tianjax.networks) before the algorithm is built."""
     make = factory(config.algo)
+    network = resolve_network(config.network, obs_shape, obs_dtype)
+    if network is not config.network:
+        config = dataclasses.replace(config, network=network)
     algo = make(config, tuple(obs_shape), action_spec, correct_staleness=correct_staleness)
     if not isinstance(algo, Algorithm):
         raise TypeError(f"algorithm '{config.algo}' ({_qualified(make)}) returned "

@@ -20,11 +20,23 @@ Backends differ in how they reset:
   adapter instead resets the finished envs at once with envpool's partial reset,
   `env.reset(np.array(env_ids))`, which leaves the others untouched; the following step
   then acts normally in every env (elapsed steps restart at 1, dynamics continue from
-  the reset observation), so no step is wasted and none is mislabelled. One difference
+  the reset observation), so no step is wasted and none is mislabelled. A lost life with
+  Atari's `episodic_life` is the exception: a reset there would start a new game, so the
+  adapter instead steps just those envs once, which runs envpool's end-of-life restart
+  (action ignored, reward 0, the game and its step count go on). One difference
   remains: envpool computes terminated = done & ~truncated, so an episode that fails on
   its last allowed step is reported as truncated only (gymnax and gymnasium set both).
 - gymnasium vector envs are built with `autoreset_mode=SAME_STEP`, whose semantics are
   already these; the final observations come from `info["final_obs"]`.
+
+Learning and reporting may see different episodes. With envpool's Atari options
+`reward_clip` and `episodic_life`, `reward` is clipped to -1, 0, +1 and a lost life ends
+the episode for learning (`terminated`), while the game goes on. The step then also says
+what a person would call the episode: `score` is the game's own (unclipped) reward, from
+envpool's `info["reward"]`, and `game_over` marks the end of the whole game (all lives
+lost, envpool's `info["terminated"]`, or a time limit). The returns tianjax reports sum
+`score` from one game over to the next (`HostStep.report_reward`, `report_done`); envs
+without those keys report what they learn from.
 
 `make_host_env(backend, env_id, num_envs, seed)` builds either and turns an unknown env id
 into a one-line `ConfigError` naming the config key 'env'.
@@ -48,6 +60,19 @@ class HostStep(NamedTuple):
     terminated: np.ndarray  # [B] bool, the episode reached a terminal state
     truncated: np.ndarray  # [B] bool, the episode was cut (time limit)
     final_obs: np.ndarray  # [B, ...] the observation the episode ended on (= obs elsewhere)
+    score: np.ndarray | None = None  # [B] float32 the game's unclipped reward (None: = reward)
+    game_over: np.ndarray | None = None  # [B] bool the whole game ended, all lives included
+    # (None: = terminated | truncated)
+
+    @property
+    def report_reward(self) -> np.ndarray:
+        """[B] what a reported episode return sums: the unclipped score where there is one."""
+        return self.reward if self.score is None else self.score
+
+    @property
+    def report_done(self) -> np.ndarray:
+        """[B] where a reported episode ends: at game over where the env tells it apart."""
+        return (self.terminated | self.truncated) if self.game_over is None else self.game_over
 
 
 @runtime_checkable
@@ -177,19 +202,35 @@ class EnvpoolEnv:
     def step(self, actions) -> HostStep:
         a = _prepare_actions(actions, self.action_spec, self.num_envs, self._action_dtype)
         obs, reward, terminated, truncated, info = self._env.step(a, self._ids)
-        obs, reward, terminated, truncated = self._ordered(info, obs, reward, terminated, truncated)
+        # Atari's info: the unclipped reward and the real game over (episodic_life aside)
+        score, game_end = info.get("reward"), info.get("terminated")
+        score = reward if score is None else score
+        game_end = terminated if game_end is None else game_end
+        obs, reward, terminated, truncated, score, game_end = self._ordered(
+            info, obs, reward, terminated, truncated, score, game_end)
         terminated = np.asarray(terminated, bool)
         truncated = np.asarray(truncated, bool)
         final_obs = obs
         done = terminated | truncated
+        game_over = (terminated & np.asarray(game_end, bool)) | truncated
         if done.any():
-            # Reset the finished envs now (envpool would only do it on the next step,
+            # Start the next episode now (envpool would only do it on the next step,
             # swallowing that step's action): obs becomes the next episode's first obs.
-            ids = np.flatnonzero(done).astype(np.int32)
-            reset_obs, reset_info = self._env.reset(ids)
             obs = np.array(obs, copy=True)
-            obs[np.asarray(reset_info["env_id"])] = reset_obs
-        return HostStep(obs, np.asarray(reward, np.float32), terminated, truncated, final_obs)
+            over = np.flatnonzero(game_over).astype(np.int32)
+            if len(over):  # a new game: envpool's partial reset
+                reset_obs, reset_info = self._env.reset(over)
+                obs[np.asarray(reset_info["env_id"])] = reset_obs
+            lost = np.flatnonzero(done & ~game_over).astype(np.int32)
+            if len(lost):
+                # NOTE: a lost life (episodic_life) must not reset: envpool's reset starts a
+                # new game. Stepping only those envs runs envpool's own end-of-life restart
+                # (the action is ignored, the reward is 0, lives and the step count go on).
+                noop = np.zeros((len(lost),) + tuple(self.action_spec.shape), self._action_dtype)
+                life_obs, *_, life_info = self._env.step(noop, lost)
+                obs[np.asarray(life_info["env_id"])] = life_obs
+        return HostStep(obs, np.asarray(reward, np.float32), terminated, truncated, final_obs,
+                        np.asarray(score, np.float32), game_over)
 
     def close(self) -> None:
         self._env.close()

@@ -113,8 +113,13 @@ def make_gymnax(name_or_env, params=None) -> JaxEnv:
     return JaxEnv(env, default_params if params is None else params, name=name_or_env)
 
 
-def make_jax_env(backend: str, name: str):
-    """The JAX env `name` of `backend` ('gymnax' or 'jaxmarl', the multi-agent one)."""
+def make_jax_env(backend: str, name: str, options: dict | None = None):
+    """The JAX env `name` of `backend` ('gymnax', 'brax' with its env_options, or 'jaxmarl',
+    the multi-agent one)."""
+    if backend == "brax":
+        from tianjax.envs.brax_env import make_brax
+
+        return make_brax(name, options)
     if backend == "jaxmarl":
         from tianjax.envs.marl import make_jaxmarl
 

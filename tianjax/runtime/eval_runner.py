@@ -66,8 +66,9 @@ def _host_returns(config: Config, algo, action_spec, params, episodes: int, gree
                 key, sub = jax.random.split(key)
                 action = policy(params, obs, sub)
             out = env.step(np.asarray(clip_action(action, action_spec)))
-            ret += np.where(finished, 0.0, out.reward)
-            finished |= np.asarray(out.terminated) | np.asarray(out.truncated)
+            # whole games, scored unclipped, where the env tells them apart (Atari's lives)
+            ret += np.where(finished, 0.0, out.report_reward)
+            finished |= np.asarray(out.report_done)
             obs = out.obs
             if finished.all():
                 break
@@ -95,12 +96,14 @@ def evaluate_params(config: Config, params, episodes: int = 10, greedy: bool = T
     """Returns [episodes] (x seeds, flattened) of the policy `params` in the config's env
     (`env`: a JaxEnv or gymnax-API object to use instead of the config's)."""
     seed = config.seed + 1 if seed is None else seed
-    if config.env_backend in ("gymnax", "jaxmarl"):
+    if config.env_backend in ("gymnax", "jaxmarl", "brax"):
         from tianjax.envs.jax_env import make_gymnax, make_jax_env
         from tianjax.evaluation import make_evaluator
 
-        env = make_jax_env(config.env_backend, config.env) if env is None else make_gymnax(env)
-        algo = make_algorithm(config, env.obs_shape, env.action_spec, correct_staleness=False)
+        env = (make_jax_env(config.env_backend, config.env, config.env_options) if env is None
+               else make_gymnax(env))
+        algo = make_algorithm(config, env.obs_shape, env.action_spec, correct_staleness=False,
+                              obs_dtype=getattr(env, "obs_dtype", None))
         params = _as_tree_of(jax.eval_shape(algo.init, jax.random.key(0)).params, params)
         evaluate = make_evaluator(env, algo, episodes, greedy=greedy)
         if config.mode == "fused" and config.num_seeds > 1:  # one policy per seed, one at a time
@@ -111,8 +114,8 @@ def evaluate_params(config: Config, params, episodes: int = 10, greedy: bool = T
         return np.asarray(rets, np.float64).reshape(-1)
     from tianjax.runtime.sources import env_spec
 
-    obs_shape, _, action_spec = env_spec(config)
-    algo = make_algorithm(config, obs_shape, action_spec, correct_staleness=False)
+    obs_shape, obs_dtype, action_spec = env_spec(config)
+    algo = make_algorithm(config, obs_shape, action_spec, correct_staleness=False, obs_dtype=obs_dtype)
     return _host_returns(config, algo, action_spec, params, episodes, greedy, seed)
 
 

@@ -33,8 +33,9 @@ from tianjax.runtime import shutdown
 def run_fused(config: Config, logger: RunLogger, progress: Progress, env=None) -> dict:
     """Trains `config` in fused mode. Returns a dict with params, tracker stats and timings."""
     t_start = time.perf_counter()
-    env = env if env is not None else make_jax_env(config.env_backend, config.env)
-    algo = make_algorithm(config, env.obs_shape, env.action_spec, correct_staleness=False)
+    env = env if env is not None else make_jax_env(config.env_backend, config.env, config.env_options)
+    algo = make_algorithm(config, env.obs_shape, env.action_spec, correct_staleness=False,
+                          obs_dtype=getattr(env, "obs_dtype", None))
     init, run = make_fused(config, env, algo)
     S, B, T = config.num_seeds, config.num_envs, config.rollout_len
     per_iter = B * T

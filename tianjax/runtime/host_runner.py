@@ -86,7 +86,7 @@ def run_host(config: Config, logger: RunLogger, progress: Progress, env: HostEnv
                               f"has {env.num_envs} envs")
         if algo is None:
             algo = make_algorithm(config, env.obs_shape, env.action_spec,
-                                  correct_staleness=config.mode == "async")
+                                  correct_staleness=config.mode == "async", obs_dtype=env.obs_dtype)
         out = _train(config, logger, progress, env, algo, t_start)
     finally:
         if own_env:

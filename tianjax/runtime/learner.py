@@ -102,7 +102,7 @@ class Learner(Ingress, BatchPolicy):
         rt = config.runtime
         obs_shape, obs_dtype, action_spec = env_spec(config)
         self.algo = make_algorithm(config, obs_shape, action_spec,
-                                   correct_staleness=config.staleness.correct)
+                                   correct_staleness=config.staleness.correct, obs_dtype=obs_dtype)
         self.template = batch_template(config, self.algo, obs_shape, obs_dtype)
         self.mesh = learner_mesh(config)
         n_dev = self.mesh.devices.size

@@ -4,6 +4,11 @@
 Both produce the same thing per call: a numpy [T, B] batch (a Trajectory for on-policy
 algorithms, Transitions for replay ones) stamped with the behaviour version, plus the
 episodes that finished during it. Python touches each step's batch, never a sample.
+
+The episodes are what is reported, the batch what is learned from; for host envs they can
+differ: with Atari's reward clipping and episodic life the batch has clipped rewards and
+an episode end at each lost life, while the reported return is the unclipped score of the
+whole game (tianjax.envs.host).
 """
 
 from __future__ import annotations
@@ -32,8 +37,8 @@ def env_spec(config: Config):
     if config.env_backend == "gymnax":
         env = make_gymnax(config.env)
         return env.obs_shape, jax.dtypes.canonicalize_dtype(env.obs_dtype), env.action_spec
-    if config.env_backend == "jaxmarl":  # obs_shape: an MAObs of shapes (float32 leaves)
-        env = make_jax_env(config.env_backend, config.env)
+    if config.env_backend in ("jaxmarl", "brax"):  # float32 obs (jaxmarl: an MAObs of shapes)
+        env = make_jax_env(config.env_backend, config.env, config.env_options)
         return env.obs_shape, np.dtype(np.float32), env.action_spec
     env = make_host_env(config.env_backend, config.env, 1, config.seed, **config.env_options)
     try:
@@ -71,7 +76,7 @@ class JaxSource:
     """B gymnax envs; each call is one jitted lax.scan rollout and one device->host copy."""
 
     def __init__(self, config: Config, algo: Algorithm, seed: int, env=None):
-        env = env or make_jax_env(config.env_backend, config.env)
+        env = env or make_jax_env(config.env_backend, config.env, config.env_options)
         self.algo = algo
         init, rollout = make_rollout(env, algo, config.num_envs, config.rollout_len)
         self._state = jax.jit(init)(jax.random.key(seed))
@@ -169,13 +174,16 @@ class HostSource:
                 if cut.any():
                     ids = np.flatnonzero(cut)
                     cuts.append((t, ids, np.asarray(step.final_obs, self._obs_dtype)[ids]))
-            self._ep_ret += step.reward
+            # the reported episode is the whole game, scored unclipped (HostStep.report_*);
+            # learning above keeps the clipped reward and the per-life ends
+            game_over = step.report_done
+            self._ep_ret += step.report_reward
             self._ep_len += 1
-            ep_done[t] = done
+            ep_done[t] = game_over
             ep_ret[t] = self._ep_ret
             ep_len[t] = self._ep_len
-            self._ep_ret[done] = 0.0
-            self._ep_len[done] = 0
+            self._ep_ret[game_over] = 0.0
+            self._ep_len[game_over] = 0
             self._obs = np.asarray(step.obs, self._obs_dtype)
         v_stamp = np.full((T, B), version, np.int32)
         episodes = Episodes(ep_done, ep_ret, ep_len)
@@ -207,10 +215,11 @@ class HostSource:
 
 def make_source(config: Config, seed: int):
     """The configured env's rollout source, with the algorithm built for its spaces."""
-    if config.env_backend in ("gymnax", "jaxmarl"):
-        env = make_jax_env(config.env_backend, config.env)
-        algo = make_algorithm(config, env.obs_shape, env.action_spec)
+    if config.env_backend in ("gymnax", "jaxmarl", "brax"):
+        env = make_jax_env(config.env_backend, config.env, config.env_options)
+        algo = make_algorithm(config, env.obs_shape, env.action_spec,
+                              obs_dtype=getattr(env, "obs_dtype", None))
         return JaxSource(config, algo, seed, env=env)
     env = make_host_env(config.env_backend, config.env, config.num_envs, seed, **config.env_options)
-    algo = make_algorithm(config, tuple(env.obs_shape), env.action_spec)
+    algo = make_algorithm(config, tuple(env.obs_shape), env.action_spec, obs_dtype=env.obs_dtype)
     return HostSource(config, algo, seed, env=env)
