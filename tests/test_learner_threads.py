@@ -143,3 +143,81 @@ def test_the_publisher_sends_what_it_holds_before_it_stops(ctx):
         pub.offer(2, TREE)  # a later offer starts it again
         pub.stop()
         assert pub.sent == sent + 1 and sub.latest(1000)[0] == 2
+
+
+def test_the_publisher_sends_a_device_snapshot_under_its_device_version(ctx):
+    """The learner offers a device copy of (version, params) without waiting for it: the
+    thread waits for the host copy and sends the device's version; an older device version
+    offered after a newer one never goes out."""
+    import jax
+    import jax.numpy as jnp
+
+    from tianjax.runtime.inflight import snapshot
+
+    with ParamPublisher(KEY, ctx=ctx) as channel, ParamSubscriber(KEY, channel.endpoint, TREE, ctx=ctx) as sub:
+        pub = Publisher(channel)
+        try:
+            deadline = time.monotonic() + WAIT_S
+            while sub.latest(20) is None:
+                assert time.monotonic() < deadline
+                pub.offer(0, TREE)
+            state = {"obs": jnp.asarray(TREE["obs"]) + 7, "act": jnp.asarray(TREE["act"])}
+            version, params = snapshot((jnp.asarray(7, jnp.int32), state))
+            assert params["obs"].unsafe_buffer_pointer() != state["obs"].unsafe_buffer_pointer()
+            pub.offer(version, params)
+            got = sub.latest(1000)
+            assert got is not None and got[0] == 7
+            np.testing.assert_array_equal(got[1]["obs"], TREE["obs"] + 7)
+            pub.offer(jax.device_put(np.int32(5)), TREE)  # older than what was sent: dropped
+            assert sub.latest(300) is None
+        finally:
+            pub.stop()
+
+
+def test_inflight_hands_back_finished_updates_in_order_and_counts_busy_time_once():
+    """Updates run one after another: two dispatched 2 s and 1.5 s ago that are both done
+    now were busy from the first dispatch to the last end (the overlap counted once)."""
+    from tianjax.runtime.inflight import InFlight
+
+    inflight = InFlight(limit=2)
+    try:
+        t0 = time.perf_counter()
+        inflight.add({"update_skipped": np.float32(0), "loss": np.float32(1)}, t0 - 2.0)
+        inflight.add({"update_skipped": np.float32(1), "loss": np.float32(2)}, t0 - 1.5)
+        done = inflight.settle()
+        t1 = time.perf_counter()
+        assert [float(m["loss"]) for m in done] == [1.0, 2.0]
+        assert [float(m["update_skipped"]) for m in done] == [0.0, 1.0]
+        assert 2.0 <= inflight.busy_s <= 2.0 + (t1 - t0)
+        assert inflight.take() == [] and inflight.pending == 0 and inflight.finished == 2
+    finally:
+        inflight.close()
+
+
+def test_inflight_keeps_at_most_its_limit_unread(monkeypatch):
+    """add() waits while `limit` updates are unread: the loop never runs further ahead of
+    the device than that (each in-flight update holds a batch). The read-back stands in
+    for a running update by waiting on a gate."""
+    import threading
+
+    from tianjax.runtime import inflight as inflight_mod
+
+    gate = threading.Event()
+    real = inflight_mod.to_host
+    monkeypatch.setattr(inflight_mod, "to_host", lambda tree: (gate.wait(WAIT_S), real(tree))[1])
+    inflight = inflight_mod.InFlight(limit=1)
+    try:
+        inflight.add({"update_skipped": np.float32(0)}, time.perf_counter())
+        added = threading.Event()
+        t = threading.Thread(target=lambda: (inflight.add({"update_skipped": np.float32(0)},
+                                                          time.perf_counter()), added.set()))
+        t.start()
+        assert not added.wait(0.3)  # the first is still "running": the second waits
+        assert inflight.take() == []  # and take() does not wait for it
+        gate.set()
+        assert added.wait(WAIT_S)
+        t.join(WAIT_S)
+        assert len(inflight.settle()) == 2
+    finally:
+        gate.set()
+        inflight.close()

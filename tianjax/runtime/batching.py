@@ -2,8 +2,8 @@
 
     sync:   one trajectory from every actor, made with the current version;
     async:  any `batch_trajectories` pooled trajectories still within max_staleness;
-    reuse:  (async, on-policy) another pass over the last batch while nothing fresh waits,
-            within the balance controller's reuse budget;
+    reuse:  (async, on-policy) another pass over the last batch while nothing fresh waits
+            and no update runs, within the balance controller's reuse budget;
     replay: (off-policy) a sample from the replay buffer whenever the replay ratio says
             the learner owes gradient steps.
 
@@ -13,6 +13,7 @@ A mixin of `Learner` (tianjax/runtime/learner.py), whose state it reads and writ
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
@@ -29,9 +30,16 @@ def batch_axis(field: str) -> int:
 
 
 def concat_batches(batches: list):
-    """Joins actor batches along B."""
+    """Joins actor batches along B (device-resident leaves on the device: the join is
+    queued behind the running update, and the host does not wait for it)."""
     first = batches[0]  # a field may be a tree itself (multi-agent observations)
-    return type(first)(*[jax.tree.map(lambda *xs, a=batch_axis(name): np.concatenate(xs, axis=a),
+    if len(batches) == 1:
+        return first
+
+    def join(*xs, a):
+        return (jnp.concatenate(xs, axis=a) if isinstance(xs[0], jax.Array) else np.concatenate(xs, axis=a))
+
+    return type(first)(*[jax.tree.map(lambda *xs, a=batch_axis(name): join(*xs, a=a),
                                       *[getattr(b, name) for b in batches])
                          for name in first._fields])
 
@@ -126,6 +134,8 @@ class BatchPolicy:
         return chosen
 
     def _global_batch(self, local):
+        if self.rx.place is not None:
+            return jax.device_put(local, self.batch_sharding)  # already there but the versions
         return jax.tree.map(
             lambda x, s, g: jax.make_array_from_process_local_data(s, x, g.shape),
             local, self.batch_sharding, self._global_sds)
@@ -150,8 +160,10 @@ class BatchPolicy:
         if chosen is not None:
             local = concat_batches([item[2] for item in chosen])
             self._last_batch, self._last_reuse = (local, min(i[0] for i in chosen)), 0
-        elif (self._last_batch is not None and self.config.mode == "async"
+        elif (self._last_batch is not None and self.config.mode == "async" and not self.inflight.pending
               and self.balance.may_reuse(self._last_reuse, self._last_batch[1], self.state_version)):
+            # NOTE: only while no update runs (the device would idle): a reuse pass queued
+            # behind a running update would make fresh data that arrives meanwhile wait
             local = self._last_batch[0]  # bounded reuse while no fresh data waits
             self._last_reuse += 1
         else:

@@ -45,6 +45,7 @@ from tianjax.runtime import shutdown
 from tianjax.runtime.balance import BalanceController
 from tianjax.runtime.batching import BatchPolicy, batch_axis
 from tianjax.runtime.controller import AdaptiveBalance
+from tianjax.runtime.inflight import InFlight, snapshot, to_host
 from tianjax.runtime.ingress import Ingress
 from tianjax.runtime.publisher import Publisher
 from tianjax.runtime.receiver import Receiver
@@ -64,11 +65,6 @@ def learner_mesh(config: Config) -> Mesh:
     else:
         devices = jax.local_devices()[: config.runtime.learner_devices or None]
     return Mesh(np.array(devices), ("data",))
-
-
-def to_host(tree):
-    """numpy copies of replicated arrays (works when other processes hold parts of the mesh)."""
-    return jax.tree.map(lambda x: np.asarray(x.addressable_data(0)) if isinstance(x, jax.Array) else x, tree)
 
 
 def save_params(path: str, params) -> None:
@@ -120,6 +116,7 @@ class Learner(Ingress, BatchPolicy):
         # NOTE: initialised by a jitted program with a replicated output so that, in a
         # multi-process run, every learner process holds the same global state.
         self.state = jax.jit(self.algo.init, out_shardings=replicated)(jax.random.key(config.seed))
+        traj_sharding = self.batch_sharding  # of one trajectory's fields, as of the batch's
         self.replay = self.algo.buffer == "replay"
         if self.replay:
             batch_template_tree = self._init_replay()
@@ -147,10 +144,15 @@ class Learner(Ingress, BatchPolicy):
                                           use_fd=fds.get("traj"),
                                           hwm=rt.recv_hwm, max_bytes=int(rt.max_message_mb * 2**20))
         self.control = ControlServer(run_key, endpoint=ep.get("control"), **net, use_fd=fds.get("control"))
-        # checks and decodes trajectories on its own thread while updates run
-        self.rx = Receiver(self.traj_in, self.net.ctx)
+        # checks and decodes trajectories on its own thread while updates run, and (one
+        # process, one device) starts their copies to the device there
+        self.rx = Receiver(self.traj_in, self.net.ctx, place=self._placer(traj_sharding))
         # and signs and sends parameters on another
         self.publisher = Publisher(self.params_pub)
+        # updates run while the loop goes on; a third thread reads their results back
+        self.inflight = InFlight(limit=2)
+        self._dispatches = 0  # updates dispatched by this session
+        self._pending: list[dict] = []  # read-back metrics of finished updates, not yet logged
         self.balance = BalanceController(config.staleness.max_staleness, rt.max_pool,
                                          rt.max_reuse if jax.process_count() == 1 else 0)
         self.tracker = EpisodeTracker(config.target_return, target_win_rate=config.target_win_rate)
@@ -186,7 +188,6 @@ class Learner(Ingress, BatchPolicy):
         self.n_updates = self.budget // config.steps_per_update  # on-policy: fresh batches
         self.fresh_updates = 0
         self._counts0 = (0, 0, 0)  # env steps, samples consumed and fresh when this session began
-        self._busy_s = 0.0  # this session's wall time with an update running (dispatch to result)
         self.wall_offset = 0.0
         self.resumed_from = None
         self.checkpoint_root = checkpoint_root or (logger.run_dir if logger is not None else None)
@@ -255,6 +256,23 @@ class Learner(Ingress, BatchPolicy):
                 self.state, prepared, fresh).compile()
         self.compile_time_s = max(time.perf_counter() - t, 1e-9)
 
+    def _placer(self, sharding):
+        """What the receiver thread applies to a decoded (batch, episodes, act_steps): the
+        batch's fields put on the learner's device, except the behaviour versions, which
+        the loop reads on the host (staleness, admission). None (the loop copies whole
+        batches) with several devices or processes, where a batch is split over them."""
+        if jax.process_count() > 1 or self.mesh.devices.size > 1:
+            return None
+        names = type(self.template[0])._fields
+
+        def place(tree):
+            batch, *rest = tree
+            fields = [getattr(batch, n) if n == "version" else jax.device_put(getattr(batch, n), getattr(sharding, n))
+                      for n in names]
+            return (type(batch)(*fields), *rest)
+
+        return place
+
     @property
     def endpoints(self) -> dict:
         return {"params": self.params_pub.endpoint, "traj": self.traj_in.endpoint,
@@ -277,15 +295,31 @@ class Learner(Ingress, BatchPolicy):
         return int(self._version_cache)
 
     def publish(self) -> None:
+        """Offers the newest parameters to the publisher thread without waiting for them:
+        a device copy of (version, params) whose host copy is under way, so the version
+        sent is the device's own (exact even while a skipped update is still unread). In a
+        multi-process run (where a device copy would be a program every process must run)
+        the host copy is made here."""
         self._published_steps = self.env_steps
-        self.publisher.offer(self.state_version,
-                             ParamsMessage(self._host_params(), np.asarray(self.env_steps, np.int64)))
+        if self._params_cache is None or self._params_cache[0] != self._dispatches:
+            if jax.process_count() == 1:
+                version, params = snapshot((self.state.version, self.state.params))
+            else:
+                version, params = self.state_version, to_host(self.state.params)
+            self._params_cache = (self._dispatches, version, params)
+        _, version, params = self._params_cache
+        self.publisher.offer(version, ParamsMessage(params, np.asarray(self.env_steps, np.int64)))
 
-    def _host_params(self):
-        if self._params_cache is None or self._params_cache[0] != self.state_version:
-            params = to_host(self.state.params)
-            self._params_cache = (self.state_version, params)
-        return self._params_cache[1]
+    def _absorb(self, finished: list[dict]) -> None:
+        """Takes in the read-back metrics of finished updates: a skipped one (non-finite
+        gradients, the state kept) did not advance the version."""
+        for m in finished:
+            self._version_cache -= int(m["update_skipped"])
+            self._pending.append(m)
+
+    def settle(self) -> None:
+        """Waits for the updates in flight, so that the version and counts are exact."""
+        self._absorb(self.inflight.settle())
 
     # ------------------------------------------------------------------ the loop
     def run(self, should_stop: Callable[[], bool] = lambda: False, t_start: float | None = None) -> dict:
@@ -310,6 +344,8 @@ class Learner(Ingress, BatchPolicy):
             # Ctrl-C / SIGTERM: stop here, checkpoint, and report what was done
             self.interrupted = True
         finally:
+            self.inflight.close()
+            self._absorb(self.inflight.take())
             self.rx.stop()
             self.publisher.stop()
             self._final_checkpoint(t_start, completed)
@@ -333,15 +369,17 @@ class Learner(Ingress, BatchPolicy):
     def _loop(self, should_stop, t_start: float) -> None:
         cfg, rt = self.config, self.config.runtime
         self._last_batch, self._last_reuse = None, 0
-        pending: list[dict] = []
+        self._pending: list[dict] = []
+        exact = cfg.mode == "sync" or jax.process_count() > 1  # the version read back after each update
         self.publish()
         t_train = last_publish = last_arrival = time.perf_counter()
         busy, notice_at = False, WAIT_NOTICE_S
         while not self.finished() and not should_stop():
             shutdown.check()
             # NOTE: block (until a message or 50 ms) only when the last pass found no work;
-            # right after an update more may be waiting in the pool.
-            received = self.pump(0 if busy else 50, t_start)
+            # right after an update more may be waiting in the pool. While an update runs,
+            # look again within 5 ms: when it ends, a reuse pass may be due.
+            received = self.pump(0 if busy else 5 if self.inflight.pending else 50, t_start)
             now = time.perf_counter()
             if received:
                 last_arrival = now
@@ -382,10 +420,16 @@ class Learner(Ingress, BatchPolicy):
                     self.state, metrics = self._learn(self.state, self._prepared, np.bool_(not reuse))
                 else:
                     self.state, metrics = self.update(self.state, batch, np.bool_(not reuse))
-                self._version_cache = version + 1 - int(to_host(metrics["update_skipped"]))
-            # NOTE: the read of update_skipped waits for the update, so this spans its run
-            self._busy_s += time.perf_counter() - t_update
-            pending.append(metrics)
+                # NOTE: dispatched, not finished: the version counts the update now and
+                # takes back a skipped one when its flag is read (a few updates later in
+                # async mode; at once in sync mode, where the versions must match exactly)
+                self._version_cache = version + 1
+                self._dispatches += 1
+            self.inflight.add(metrics, t_update)
+            if exact:
+                self.settle()
+            else:
+                self._absorb(self.inflight.take())
             # off-policy, a sample is fresh when it enters the buffer, not when it is replayed
             self.balance.consumed_batch(taus, taus.size, time.perf_counter(), reuse=reuse,
                                         fresh=0 if reuse or self.replay else taus.size)
@@ -395,13 +439,16 @@ class Learner(Ingress, BatchPolicy):
                 self.publish()
                 last_publish = time.perf_counter()
             if self.state_version % cfg.log_every == 0:
-                self._log(pending, t_start, t_train)
-                pending = []
+                self._log(self._pending, t_start, t_train)
+                self._pending = []
             if self.saver is not None and self.saver.due(self.state_version):
                 with shutdown.critical():
+                    self.settle()
                     self.save_checkpoint(time.perf_counter(), t_start)
-        if pending:
-            self._log(pending, t_start, t_train)  # the last record holds the final counts
+        self.settle()
+        if self._pending:
+            self._log(self._pending, t_start, t_train)  # the last record holds the final counts
+            self._pending = []
         self._train_time = time.perf_counter() - t_train
 
     def _steer(self, now: float) -> None:
@@ -465,7 +512,7 @@ class Learner(Ingress, BatchPolicy):
         return {"samples_fresh_per_s": fresh / train_time,
                 "samples_consumed_per_s": consumed / train_time,
                 # share of training wall time (compilation excluded) with an update running
-                "learner_busy_fraction": min(self._busy_s / train_time, 1.0),
+                "learner_busy_fraction": min(self.inflight.busy_s / train_time, 1.0),
                 "reuse_fraction": 1.0 - fresh / consumed if consumed and not self.replay else 0.0}
 
     def _fresh_samples(self) -> int:
@@ -521,6 +568,7 @@ class Learner(Ingress, BatchPolicy):
         }
 
     def close(self) -> None:
+        self.inflight.close()
         self.rx.close()
         self.publisher.stop()
         for ch in (self.params_pub, self.traj_in, self.control):

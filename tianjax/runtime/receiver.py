@@ -10,6 +10,10 @@ pool stay with the learner's loop, which takes from the queue only while its poo
 room. The queue is bounded (`max_ready`), and while the learner says it has no room the
 thread stops reading, so the socket's high-water mark pushes back on the actors exactly
 as before.
+
+With `place` the thread also starts each finite trajectory's copy to the learner's device
+(`jax.device_put`, which returns at once), so the copy overlaps the running update and
+the pool holds device-resident batches.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from __future__ import annotations
 import collections
 import itertools
 import threading
+from typing import Any, Callable
 
 import jax
 import numpy as np
@@ -44,8 +49,11 @@ class Receiver:
     (in the learner's thread) that becomes readable when something is ready; take() gives
     the next (message, finite) pair or None."""
 
-    def __init__(self, channel: TrajectoryReceiver, ctx: zmq.Context, max_ready: int = 2):
+    def __init__(self, channel: TrajectoryReceiver, ctx: zmq.Context, max_ready: int = 2,
+                 place: Callable[[Any], Any] | None = None):
+        """`place(tree) -> tree` is applied to each finite message's tree in the thread."""
         self.channel = channel
+        self.place = place
         self.max_ready = max(int(max_ready), 1)
         self._ready: collections.deque = collections.deque()
         self._room = threading.Event()  # the learner can take more
@@ -152,7 +160,10 @@ class Receiver:
                 msg = self.channel.recv(0)  # verifies, decodes; counts what it rejects
                 if msg is None:
                     continue
-                self._ready.append((msg, check_finite(msg.tree)))
+                finite = check_finite(msg.tree)
+                if finite and self.place is not None:
+                    msg = msg._replace(tree=self.place(msg.tree))
+                self._ready.append((msg, finite))
                 try:
                     self._signal.send(b"", zmq.NOBLOCK)
                 except zmq.Again:
