@@ -69,6 +69,28 @@ def test_a_reuse_pass_takes_gradient_steps_without_using_up_the_schedule():
     assert not np.array_equal(before, jax.tree.leaves(state.params)[0])
 
 
+def test_a_state_resumed_under_a_larger_budget_goes_on_from_its_fresh_steps():
+    # 3 updates of 16 env steps spend a 48-step budget; resumed with 96, the same state's next
+    # update runs from progress 48 / 96, and a reuse pass after it holds at 64 / 96
+    opts = ["num_envs=2", "rollout_len=8", "ppo.num_epochs=2", "ppo.num_minibatches=2"]
+    cfg, algo, state, traj = _ppo([*opts, "total_env_steps=48"])
+    update = jax.jit(algo.update)
+    for _ in range(3):
+        state, _ = update(state, traj)
+    assert int(state.fresh_steps) == 48 and float(learning_rate(state.opt_state)) == pytest.approx(
+        cfg.ppo.lr / 12, rel=1e-5)
+    cfg96 = load_config("configs/ppo_cartpole.yaml", [*opts, "total_env_steps=96"])
+    env = make_gymnax(cfg96.env)
+    resumed = make_algorithm(cfg96, env.obs_shape, env.action_spec, correct_staleness=False)
+    update = jax.jit(resumed.update)
+    state, _ = update(state, traj)  # gradient steps at 48, 52, 56, 60 of 96
+    assert int(state.fresh_steps) == 64 and int(state.version) == 4
+    assert float(learning_rate(state.opt_state)) == pytest.approx(cfg.ppo.lr * (1 - 60 / 96), rel=1e-5)
+    state, _ = update(state, traj, jnp.bool_(False))
+    assert int(state.fresh_steps) == 64
+    assert float(learning_rate(state.opt_state)) == pytest.approx(cfg.ppo.lr * (1 - 64 / 96), rel=1e-5)
+
+
 def test_importing_every_module_starts_no_jax_backend():
     # a multi-host script imports tianjax's modules and only then calls
     # jax.distributed.initialize(), which fails once a backend exists

@@ -1,18 +1,26 @@
 """Resuming runs of the distributed runtime and of the in-process host trainer.
 
 The learner's state, version, env-step count and episode statistics come back from the
-newest checkpoint and go on; metrics are appended to the same run directory.
+newest checkpoint and go on; metrics are appended to the same run directory. Progress
+(fresh env steps learned) goes on too: a run resumed with a larger `total_env_steps` takes
+the learning-rate schedule up at the fresh-step count it stopped at, over the new budget.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import threading
 
 import pytest
 
 import tianjax
 from tianjax import checkpoint as ckpt
+from tianjax.learner import learning_rate
+from tianjax.metrics import RunLogger
+from tianjax.runtime.actor import Actor
+from tianjax.runtime.learner import Learner
+from tianjax.transport.auth import new_run_key
 
 from .conftest import ASYNC_CFG, REPO
 
@@ -84,3 +92,93 @@ def test_resumed_dqn_without_its_buffer_refills_it_before_learning(tmp_path):
     assert [r["updates"] for r in after[:3]] == [v1, v1 + 4, v1 + 8]
     assert after[0]["loss"] == 0.0 and after[1]["loss"] > 0.0
     assert second.summary["updates"] == v1 + (1024 - 256 + 128) // 128 * 4
+
+
+def _saved_learner(run_dir) -> dict:
+    """The newest checkpoint's learner state, as saved (nested dicts of arrays)."""
+    _, tree, _ = ckpt.restore_latest(run_dir)
+    return tree["learner"]
+
+
+def test_the_learning_rate_goes_on_from_the_fresh_steps_learned_across_a_resume(tmp_path):
+    # 64 env steps per update, K = 2 epochs x 2 minibatches: gradient step j of the update
+    # that starts at F fresh steps runs at lr0 * (1 - (F + 64 j / K) / total_env_steps), and the
+    # update leaves the last one's in the optimizer state
+    common = ["num_envs=4", "rollout_len=16", "ppo.num_epochs=2", "ppo.num_minibatches=2", "log_every=1",
+              "eval_episodes=0", "target_return=null"]
+    n, K, t1, t2 = 64, 4, 4 * 64, 10 * 64
+    lr0 = tianjax.load_config(GYM_CFG).ppo.lr
+    first = tianjax.train(GYM_CFG, [*common, f"total_env_steps={t1}"], run_dir=str(tmp_path / "r"),
+                          progress=False, verbose=False)
+    saved = _saved_learner(first.run_dir)
+    assert int(saved["fresh_steps"]) == t1
+    assert float(saved["opt_state"]["hyperparams"]["learning_rate"]) == pytest.approx(lr0 * n / K / t1, rel=1e-5)
+
+    tianjax.train(GYM_CFG, [*common, f"total_env_steps={t2}", f"resume={first.run_dir}"],
+                  progress=False, verbose=False)
+    recs = _records(first.run_dir)
+    assert [r["updates"] for r in recs] == list(range(1, 11))
+    for r in recs:  # "lr" is read back from the optimizer state after each update
+        start = (r["updates"] - 1) * n
+        total = t1 if r["updates"] <= 4 else t2
+        assert r["lr"] == pytest.approx(lr0 * (1 - (start + n * (K - 1) / K) / total), rel=1e-5), r
+    # the first update after the resume goes on from 256 fresh steps of 640, neither from 0 (a
+    # restarted schedule) nor past the end of the first run's (the old budget)
+    assert recs[4]["lr"] == pytest.approx(lr0 * (1 - (4.75 * n) / t2), rel=1e-5)
+    saved = _saved_learner(first.run_dir)
+    assert int(saved["fresh_steps"]) == t2
+    assert float(saved["opt_state"]["hyperparams"]["learning_rate"]) == pytest.approx(lr0 * n / K / t2, rel=1e-5)
+
+
+def _learn_in_process(config, run_dir, stop_when=lambda learner: False):
+    """A Learner in this process (checkpointing into run_dir) and its actors in threads; the
+    run ends at its budget or once `stop_when(learner)`, checkpointing either way."""
+    run_key = new_run_key()
+    logger = RunLogger(config, run_dir, tensorboard=False)
+    learner = Learner(config, run_key, logger)
+    actors = [Actor(config, i, learner.endpoints, run_key) for i in range(config.num_actors)]
+    threads = [threading.Thread(target=a.run, daemon=True) for a in actors]
+    for t in threads:
+        t.start()
+    try:
+        learner.run(lambda: stop_when(learner))
+    finally:
+        learner.stop_actors()
+        for t in threads:
+            t.join(30)
+        learner.close()
+        logger.close()
+    return learner
+
+
+def test_an_async_run_with_reuse_resumes_its_schedule_at_the_fresh_steps_learned(tmp_path):
+    # reuse passes take gradient steps without moving progress: only fresh batches count,
+    # before and after each resume
+    def config(total, *extra):
+        return tianjax.load_config(ASYNC_CFG, [
+            "num_actors=1", "num_envs=4", "rollout_len=16", "ppo.num_epochs=2", "ppo.num_minibatches=2",
+            "runtime.max_reuse=4", "staleness.max_staleness=null", "runtime.heartbeat_timeout_s=60",
+            "target_return=null", f"total_env_steps={total}", *extra])
+
+    n, K, t1, t2 = 64, 4, 6 * 64, 12 * 64
+    run_dir = str(tmp_path / "r")
+    first = _learn_in_process(config(t1), run_dir)
+    lr0 = first.config.ppo.lr
+    assert first.fresh_updates == 6 and int(first.state.fresh_steps) == t1
+    assert float(learning_rate(first.state.opt_state)) == pytest.approx(lr0 * n / K / t1, rel=1e-4)
+    # resumed with a larger budget and stopped after its first update, which is fresh (a
+    # session has nothing to reuse before it): that batch's last gradient step runs at
+    # 6 3/4 batches of 12, neither from 0 (a restarted schedule) nor past the old budget's end
+    second = _learn_in_process(config(t2, f"resume={run_dir}"), run_dir,
+                               stop_when=lambda learner: learner.fresh_updates > 6)
+    assert second.resumed_from == int(first.state.version)
+    assert int(second.state.version) == int(first.state.version) + 1
+    assert int(second.state.fresh_steps) == t1 + n
+    expected = lr0 * (1 - (t1 + n * (K - 1) / K) / t2)
+    assert float(learning_rate(second.state.opt_state)) == pytest.approx(expected, rel=1e-4)
+    # and on to the end: the last gradient step of the last fresh batch, at 1 - 1 / (12 K)
+    third = _learn_in_process(config(t2, f"resume={run_dir}"), run_dir)
+    assert third.fresh_updates == 12 and int(third.state.fresh_steps) == t2
+    # every update: 12 fresh batches, the rest reuse passes (counted on across the resumes)
+    assert int(third.state.version) == 12 + third.balance.reused_batches
+    assert float(learning_rate(third.state.opt_state)) == pytest.approx(lr0 * n / K / t2, rel=1e-4)
