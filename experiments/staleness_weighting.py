@@ -5,11 +5,15 @@ truncated IS (decoupled PPO), against the sync baseline, same env-step budget.
 
 Async PPO on envpool CartPole-v1 with 4 actors, 4 credits each, 1-trajectory batches and
 parameters published every 4 updates, so that consumed samples are several versions old
-(the table shows the measured mean tau). The arms:
+(the table shows the measured mean tau); the balance controller is held at these values
+(`balance.mode=fixed`: the adaptive one, async's default, would bring tau down to its
+set-point). The arms:
 
 - none:      the textbook loss, ratio and clip against the behaviour policy mu, weights 1;
 - IS only:   decoupled PPO (clip against pi_0), weights min(rho_bar, pi_0 / mu);
 - w(tau)+IS: decoupled PPO, weights (1 + tau)^-1 * min(rho_bar, pi_0 / mu);
+- w+IS+traces: the same, with GAE's traces cut by min(1, pi_0 / mu) of each later step
+  (`ppo.truncated_traces`);
 - sync:      the same config in sync mode (no staleness), the reference for env steps.
 
 Per arm, over the seeds: final 100-episode return (mean), env steps and wall-clock time to
@@ -26,11 +30,13 @@ from _runs import fmt, median, run
 
 CONFIG = "configs/ppo_cartpole_async.yaml"
 BASE = ["num_actors=4", "runtime.credits_per_actor=4", "runtime.batch_trajectories=1", "runtime.publish_every=4",
-        "runtime.max_reuse=0", "staleness.max_staleness=null", "target_return=475", "ppo.num_minibatches=4"]
+        "runtime.max_reuse=0", "staleness.max_staleness=null", "target_return=475", "ppo.num_minibatches=4",
+        "balance.mode=fixed"]
 ARMS = {
     "none": ["staleness.correct=false"],
     "IS only": ["staleness.schedule=constant"],
     "w(tau)+IS": ["staleness.schedule=polynomial", "staleness.power=1.0"],
+    "w+IS+traces": ["staleness.schedule=polynomial", "staleness.power=1.0", "ppo.truncated_traces=true"],
     "sync": ["mode=sync", "runtime.batch_trajectories=null"],
 }
 
@@ -56,7 +62,7 @@ def main():
               f"{sum(r['convergence_time_s'] is not None for r in runs):>6}/{len(runs):<2}"
               f"{statistics.mean(r.get('staleness_mean', 0.0) for r in runs):>10.2f}")
     if sync_steps:
-        for name in ("IS only", "w(tau)+IS", "none"):
+        for name in ("IS only", "w(tau)+IS", "w+IS+traces", "none"):
             if name in results:
                 worst = [r["convergence_env_steps"] for r in results[name]]
                 ratio = None if None in worst else max(worst) / sync_steps

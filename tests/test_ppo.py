@@ -1,3 +1,4 @@
+import dataclasses
 import math
 
 import chex
@@ -249,3 +250,28 @@ def test_gae_uses_the_learners_critic_throughout():
     np.testing.assert_allclose(batch.prox_value, v0, rtol=1e-6)
     np.testing.assert_allclose(batch.advantage, adv, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(batch.target, target, rtol=1e-5, atol=1e-6)
+
+
+def test_truncated_traces_cut_gae_by_the_later_steps_ratio_and_vanish_when_mu_is_pi0():
+    cfg, params, traj, state, rho = _decoupled_case()
+    cfg_traced = dataclasses.replace(cfg, ppo=dataclasses.replace(cfg.ppo, truncated_traces=True))
+    batch = make_batch(_linear_apply, cfg_traced, state, traj, correct_staleness=True)
+    u = params["u"]
+    v0 = np.asarray(traj.obs @ u, np.float64)
+    last = np.asarray(traj.last_obs @ u, np.float64)
+    g, lam = cfg.ppo.gamma, cfg.ppo.gae_lambda
+    # by hand, per env: A_2 = delta_2; A_s = delta_s + g lam min(1, rho_{s+1}) A_{s+1}
+    r = np.asarray(traj.reward, np.float64)
+    for b in range(2):
+        v_next = np.append(v0[1:, b], last[b])
+        delta = r[:, b] + g * v_next - v0[:, b]
+        a2 = delta[2]
+        a1 = delta[1] + g * lam * min(1.0, rho[2, b]) * a2
+        a0 = delta[0] + g * lam * min(1.0, rho[1, b]) * a1
+        np.testing.assert_allclose(np.asarray(batch.advantage)[:, b], [a0, a1, a2], rtol=1e-5, atol=1e-6)
+    # mu = pi_0: every trace is whole, and the batch is plain GAE's
+    logp0 = np.take_along_axis(np.asarray(jax.nn.log_softmax(traj.obs @ params["W"])),
+                               np.asarray(traj.action)[..., None], axis=-1)[..., 0]
+    on = traj._replace(behaviour_log_prob=jnp.asarray(logp0))
+    chex.assert_trees_all_close(make_batch(_linear_apply, cfg_traced, state, on, correct_staleness=True),
+                                make_batch(_linear_apply, cfg, state, on, correct_staleness=True), atol=1e-6)

@@ -46,6 +46,24 @@ def test_gae_lambda_zero_is_td_error(maybe_jit):
     np.testing.assert_allclose(np.asarray(adv), [1.0, -0.5, 0.0], atol=1e-6)
 
 
+def test_traced_gae_hand_computed_cuts_traces_by_the_next_steps_ratio(maybe_jit):
+    # the first test's deltas [1.4, 1.0, 0.35, 2.2], gamma * lambda = 0.72 where not done;
+    # c_t[s] is the trace coefficient of step s+1: c_1 = 0.5, c_2 = 1 (cut by done
+    # anyway), c_3 = 0.25, and the last entry (no step after it) is never used
+    r_t = jnp.array([1.0, 2.0, 1.0, 1.0])
+    discount_t = jnp.array([0.9, 0.0, 0.9, 0.9])
+    v_tm1 = jnp.array([0.5, 1.0, 2.0, 1.5])
+    v_t = jnp.array([1.0, 7.0, 1.5, 3.0])
+    c_t = jnp.array([0.5, 1.0, 0.25, 0.0])
+    # A3 = 2.2; A2 = 0.35 + 0.72 * 0.25 * 2.2 = 0.746; A1 = 1.0; A0 = 1.4 + 0.72 * 0.5 * 1.0 = 1.76
+    traced = maybe_jit(returns.traced_gae, static_argnums=2)
+    adv = traced(r_t, discount_t, 0.8, v_tm1, v_t, c_t)
+    np.testing.assert_allclose(np.asarray(adv), [1.76, 1.0, 0.746, 2.2], rtol=1e-6, atol=1e-6)
+    # with every trace whole it is GAE
+    np.testing.assert_allclose(np.asarray(traced(r_t, discount_t, 0.8, v_tm1, v_t, jnp.ones(4))),
+                               np.asarray(returns.gae(r_t, discount_t, 0.8, v_tm1, v_t)), rtol=1e-6)
+
+
 # ----------------------------------------------------------------------------- V-trace
 
 

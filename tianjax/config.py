@@ -61,6 +61,9 @@ class PPOConfig:
     vf_coef: float = 0.5
     ent_coef: float = 0.01
     max_grad_norm: float = 0.5
+    # corrected (async) batches: GAE's trace through each later step is cut by
+    # min(1, pi_0/mu) of that step's action (no effect where mu = pi_0)
+    truncated_traces: bool = False
 
     def __post_init__(self):
         _check(self.lr > 0, "ppo.lr", f"must be > 0, got {self.lr}")

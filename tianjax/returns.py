@@ -4,7 +4,9 @@ Names follow rlax: `_tm1` is the value at the step the action was taken from, `_
 step after it. `discount_t = gamma * (1 - done_t)`; truncation bootstrapping is folded
 into `r_t` by the caller (r_t + gamma * V(final obs)).
 
-- GAE: Schulman et al., "High-Dimensional Continuous Control Using GAE", 2016.
+- GAE: Schulman et al., "High-Dimensional Continuous Control Using GAE", 2016; with
+  truncated importance traces (Retrace, Munos et al., 2016) for a learner policy other
+  than the behaviour policy.
 - V-trace: Espeholt et al., "IMPALA", 2018, eq. (1) and the policy-gradient advantage.
 """
 
@@ -35,6 +37,31 @@ def gae(r_t: Array, discount_t: Array, lambda_: float, v_tm1: Array, v_t: Array)
         return acc, acc
 
     _, adv = jax.lax.scan(body, jnp.zeros_like(delta[0]), (delta, discount_t), reverse=True)
+    return adv
+
+
+def traced_gae(r_t: Array, discount_t: Array, lambda_: float, v_tm1: Array, v_t: Array, c_t: Array) -> Array:
+    """GAE whose traces are cut by importance ratios, A_tm1 [T]:
+
+        A_s = delta_s + discount_s * lambda * c_{s+1} * A_{s+1},   delta_s = r_s + discount_s V(x_{s+1}) - V(x_s)
+
+    with `c_t` [T] the trace coefficient of the step after each one (c_t[s] = c_{s+1}, e.g.
+    min(1, pi(a_{s+1}|x_{s+1}) / mu(a_{s+1}|x_{s+1}))). A_s is the advantage of the action
+    taken at s when pi acts from s+1 on: the action at s itself is not reweighted (the
+    caller's per-sample weight does that, once), and each later step counts only as far as
+    pi would have taken mu's actions (Retrace's truncated traces, Munos et al., 2016). With
+    c = 1 it is `gae`.
+    """
+    chex.assert_rank([r_t, discount_t, v_tm1, v_t, c_t], 1)
+    chex.assert_equal_shape([r_t, discount_t, v_tm1, v_t, c_t])
+    delta = r_t + discount_t * v_t - v_tm1
+
+    def body(acc, x):
+        d, disc, c = x
+        acc = d + disc * lambda_ * c * acc
+        return acc, acc
+
+    _, adv = jax.lax.scan(body, jnp.zeros_like(delta[0]), (delta, discount_t, c_t), reverse=True)
     return adv
 
 

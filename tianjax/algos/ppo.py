@@ -14,7 +14,10 @@ and pi_theta, the policy being optimised. The objective over a batch of N sample
     w_i = normalise( w(tau_i) * min(rho_bar, pi_0(a_i|s_i) / mu(a_i|s_i)) )    (no gradient)
     A_i = GAE over the trajectory with the learner's current critic V_0 throughout
           (V_0(s_t), V_0(s_T) and V_0 of the final observation where a time limit cut an
-          episode), normalised with the weights: (A - mean_w A) / std_w A,
+          episode), normalised with the weights: (A - mean_w A) / std_w A; with
+          `ppo.truncated_traces`, A_s = delta_s + gamma lambda c_{s+1} A_{s+1} with
+          c = min(1, pi_0/mu), so that mu's later actions count only as far as pi_0 would
+          take them (returns.traced_gae; A_s itself is reweighted once, by w_s),
     G_i = A_i (before normalisation) + V_0(s_i)
 
 Why this form. The gradient of the clipped term at theta = theta_0 is
@@ -46,7 +49,7 @@ from tianjax.config import Config
 from tianjax.learner import (LearnerState, gradient_step, guarded, init_state, learning_rate, lr_schedule,
                              make_optimizer, step_progress)
 from tianjax.networks import ActionSpec
-from tianjax.returns import gae
+from tianjax.returns import gae, traced_gae
 from tianjax.types import Trajectory
 
 
@@ -104,15 +107,22 @@ def make_loss(apply_fn, *, clip_eps: float, clip_value: bool, vf_coef: float, en
 
 
 def advantages(traj: Trajectory, values: jax.Array, last_value: jax.Array, bootstrap_value: jax.Array,
-               gamma: float, lambda_: float):
+               gamma: float, lambda_: float, traces: jax.Array | None = None):
     """GAE over a [T, B] trajectory with one critic's values: V(s_t) `values` [T, B], V(s_T)
     `last_value` [B], and V(final obs) where truncated `bootstrap_value` [T, B] (0 elsewhere).
+    `traces` [T, B]: per-step trace coefficients c_t (returns.traced_gae), or None for 1.
     Returns (advantage [T, B], target [T, B])."""
     v_tm1 = values
     v_t = jnp.concatenate([v_tm1[1:], last_value[None]], axis=0)
     r_t = traj.reward + gamma * bootstrap_value
     discount_t = gamma * (1.0 - traj.done.astype(jnp.float32))
-    adv = jax.vmap(gae, in_axes=(1, 1, None, 1, 1), out_axes=1)(r_t, discount_t, lambda_, v_tm1, v_t)
+    if traces is None:
+        adv = jax.vmap(gae, in_axes=(1, 1, None, 1, 1), out_axes=1)(r_t, discount_t, lambda_, v_tm1, v_t)
+    else:
+        # the coefficient of the step after each one (the last bootstraps from V(s_T))
+        c_next = jnp.concatenate([traces[1:], jnp.ones_like(traces[:1])], axis=0)
+        adv = jax.vmap(traced_gae, in_axes=(1, 1, None, 1, 1, 1), out_axes=1)(
+            r_t, discount_t, lambda_, v_tm1, v_t, c_next)
     return adv, adv + v_tm1
 
 
@@ -138,12 +148,14 @@ def make_batch(apply_fn, config: Config, state: LearnerState, traj: Trajectory, 
         w, mask = S.staleness_weights(state.version, traj.version, config.staleness)
         rho = S.truncated_ratio(log_pi0, traj.behaviour_log_prob, config.staleness.rho_bar)
         w = S.normalise(w * rho, mask) if config.staleness.normalise else w * rho
+        traces = S.truncated_ratio(log_pi0, traj.behaviour_log_prob, 1.0) if cfg.truncated_traces else None
     else:
         log_pi0, v0, boot = traj.behaviour_log_prob, traj.behaviour_value, traj.bootstrap_value
         last_v0 = apply_fn(state.params, traj.last_obs)[1]
         w = jnp.ones((T, B), jnp.float32)
+        traces = None
     sg = jax.lax.stop_gradient
-    adv, target = advantages(traj, v0, last_v0, boot, cfg.gamma, cfg.gae_lambda)
+    adv, target = advantages(traj, v0, last_v0, boot, cfg.gamma, cfg.gae_lambda, traces)
     return PPOBatch(traj.obs, traj.action, sg(log_pi0), sg(v0), sg(adv), sg(target), sg(w))
 
 
