@@ -4,7 +4,8 @@ It has the shape of the well-known single-file JAX PPO (PureJaxRL's): 2x64 tanh 
 critic, GAE, 4 epochs x 4 minibatches, Adam with linear annealing, one jitted scan over all
 updates. It has none of tianjax's extras (truncation bootstrapping, version stamps,
 non-finite guard, episode bookkeeping), so it is the bare cost of the algorithm on this
-machine. Used only by experiments/bench_fused.py.
+machine. Used by experiments/bench_fused.py and experiments/minatar_vs_minimal.py (which
+flattens MinAtar's maps into its input).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ class _AC(nn.Module):
 
     @nn.compact
     def __call__(self, x):
+        x = x.reshape(x.shape[0], -1)  # maps (MinAtar's 10x10xC) flattened
         o = nn.initializers.orthogonal
         a = nn.tanh(nn.Dense(64, kernel_init=o(np.sqrt(2)))(x))
         a = nn.tanh(nn.Dense(64, kernel_init=o(np.sqrt(2)))(a))
@@ -33,14 +35,15 @@ class _AC(nn.Module):
 
 def make_train(env_name="CartPole-v1", num_envs=4, num_steps=128, total_steps=500_000,
                epochs=4, minibatches=4, lr=2.5e-4, gamma=0.99, lam=0.95, clip=0.2,
-               ent=0.01, vf=0.5, max_norm=0.5):
+               ent=0.01, vf=0.5, max_norm=0.5, anneal=True):
     env, env_params = gymnax.make(env_name)
     n_updates = total_steps // (num_envs * num_steps)
     batch = num_envs * num_steps
     mb = batch // minibatches
     net = _AC(env.action_space(env_params).n)
     tx = optax.chain(optax.clip_by_global_norm(max_norm),
-                     optax.adam(optax.linear_schedule(lr, 0.0, n_updates * epochs * minibatches), eps=1e-5))
+                     optax.adam(optax.linear_schedule(lr, 0.0 if anneal else lr, n_updates * epochs * minibatches),
+                                eps=1e-5))
 
     def train(key):
         key, k1, k2 = jax.random.split(key, 3)
