@@ -148,7 +148,10 @@ class Learner(Ingress, BatchPolicy):
         # process, one device) starts their copies to the device there
         self.rx = Receiver(self.traj_in, self.net.ctx, place=self._placer(traj_sharding))
         # and signs and sends parameters on another
-        self.publisher = Publisher(self.params_pub)
+        # NOTE: the count goes out as it is when the message is sent (an int read across
+        # threads), so actor-side schedules (epsilon) never hear of an older one than need be
+        self.publisher = Publisher(self.params_pub,
+                                   stamp=lambda m: m._replace(env_steps=np.asarray(self.env_steps, np.int64)))
         # updates run while the loop goes on; a third thread reads their results back
         self.inflight = InFlight(limit=2)
         self._dispatches = 0  # updates dispatched by this session

@@ -25,8 +25,12 @@ from tianjax.transport.channels import ParamPublisher
 class Publisher:
     """Sends `channel`'s parameter messages on its own thread (started by the first offer)."""
 
-    def __init__(self, channel: ParamPublisher):
+    def __init__(self, channel: ParamPublisher, stamp=None):
+        """`stamp(tree) -> tree`, if given, is applied in the thread just before a send (the
+        learner stamps the newest env-step count there: the wait for the host copy must not
+        make the count older)."""
         self.channel = channel
+        self._stamp = stamp
         self._cv = threading.Condition()
         self._slot: tuple[int, Any] | None = None
         self._newest = -1  # the newest version offered (as a number)
@@ -73,6 +77,8 @@ class Publisher:
                         return
                     (version, tree), self._slot = self._slot, None
                 tree = to_host(tree)  # waits for the device-to-host copies, if any
+                if self._stamp is not None:
+                    tree = self._stamp(tree)
                 version = int(np.asarray(to_host(version)))
                 if version < self._sent_version:
                     continue
