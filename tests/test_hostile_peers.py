@@ -360,7 +360,10 @@ def test_under_curve_a_subscriber_without_the_key_reads_nothing(run_factory):
 
 @pytest.mark.slow
 def test_squatter_never_gets_a_restarted_learners_ports(run_factory):
-    run = run_factory("runtime.restart_learner=true", "checkpoint.every=20", "total_env_steps=200000")
+    # a budget that outlasts the 20 s attack: the launcher frees the ports as the run ends,
+    # a moment before its process exits, and a squatter may then bind them (after the run,
+    # they are anyone's); 200k steps ended inside the attack on a quiet machine
+    run = run_factory("runtime.restart_learner=true", "checkpoint.every=20", "total_env_steps=500000")
     endpoints = run.actor_endpoints()
     run.wait_updates(30)
     # binds each port the moment it is free, while the run lasts (after it, they are anyone's)
