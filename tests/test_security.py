@@ -157,15 +157,17 @@ def test_a_second_run_cannot_inject_into_the_first(learners):
             ok = [ctl.send({"type": "register", "actor": 0}),
                   ctl.send({"type": "heartbeat", "actor": 0, "credits": 2})]
             assert all(ok) or ctl is ctl_a
+        # the register is answered before any trajectory arrives: the credits granted are the
+        # window less what the actor already holds, so a trajectory pooled first would take one
+        _pump_until(b, 0, ctrl=2)
+        # run B's learner answered its own actor's register with credits; run A said nothing
+        assert ctl_b.recv(WAIT_S * 1000) == {"type": "credit", "n": b.config.runtime.credits_per_actor}
+        assert ctl_a.recv(200) is None
         for i in range(n):
             # queued, or refused once the handshake failed: either way nothing may reach A
             into_a.send(_tree(a.template, rng), version=0, timeout_ms=0)
             assert into_b.send(_tree(b.template, rng), version=0, timeout_ms=SEND_MS)
         _pump_until(b, n, ctrl=2)
-
-        # run B's learner answered its own actor's register with credits; run A said nothing
-        assert ctl_b.recv(WAIT_S * 1000) == {"type": "credit", "n": b.config.runtime.credits_per_actor}
-        assert ctl_a.recv(200) is None
         # parameters: run B's actor takes run B's, and never run A's
         deadline = time.monotonic() + WAIT_S
         got_b = None
