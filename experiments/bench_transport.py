@@ -158,7 +158,7 @@ def _subscribe(ctx, sync, cmd) -> dict:
         dt, moved, verified = time.perf_counter() - t0, (n - 1) * size, n
     else:
         net = _net(mode, server=False)
-        s = ParamSubscriber(_auth(mode), cmd["endpoint"], _template(mib), hwm=hwm, **_with(net, ctx))
+        s = ParamSubscriber(_auth(mode), cmd["endpoint"], _template(mib), **_with(net, ctx))
         if s.latest(SYNC_TIMEOUT_MS) is None:
             raise TimeoutError("publisher went silent")
         cpu = _cpu()

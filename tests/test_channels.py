@@ -216,6 +216,38 @@ def test_latest_version_wins(ctx, transport):
         assert sub.version == 5 and not sub.rejected
 
 
+def test_a_subscriber_that_reads_rarely_gets_the_newest_not_a_backlog(ctx, transport):
+    # an actor reads once per rollout while the learner publishes several versions: what it
+    # reads must be the newest published, whatever piled up since. (With a small RCVHWM, old
+    # versions waited in the kernel's socket buffers and came out one read at a time: an
+    # actor fell ever further behind, about 0.2 x the run's env steps in async DQN.)
+    big = {"obs": np.zeros((64, 256), np.float32), "act": TREE["act"]}  # 64 KiB a version
+    with ParamPublisher(KEY, transport=transport, ctx=ctx) as pub, \
+            ParamSubscriber(KEY, pub.endpoint, big, ctx=ctx) as sub:
+        assert _until(lambda: (pub.publish(0, big), sub.latest(20))[1]) is not None
+        last = 0
+        for burst in range(5):
+            for _ in range(100):  # 6.4 MiB between two reads: far above the socket buffers
+                last += 1
+                pub.publish(last, {"obs": big["obs"] + last, "act": big["act"]})
+            time.sleep(0.2)  # the actor's rollout
+            # (a burst can outrun the PUB's I/O thread, which then drops the newest: the
+            # learner's next publication, or its re-send while idle, carries it)
+            last += 1
+            pub.publish(last, {"obs": big["obs"] + last, "act": big["act"]})
+            reads, deadline = 0, time.monotonic() + WAIT_MS / 1000
+            while sub.version < last and time.monotonic() < deadline:
+                reads += sub.latest(20) is not None
+            # one read once the burst has arrived (a few while it still arrives): a backlog
+            # handed out a few versions a read would take dozens
+            assert sub.version == last and reads <= 5, (burst, sub.version, last, reads)
+        assert not sub.rejected
+        # and the version read is that version's parameters
+        pub.publish(last + 1, {"obs": big["obs"] - 1.0, "act": big["act"]})
+        version, tree = _until(lambda: sub.latest(20))
+        assert version == last + 1 and float(tree["obs"][0, 0]) == -1.0
+
+
 def test_subscriber_rejects_and_keeps_newest_valid(ctx):
     with ParamPublisher(KEY, ctx=ctx) as pub, ParamSubscriber(KEY, pub.endpoint, TREE, ctx=ctx) as sub:
         assert _until(lambda: (pub.publish(0, TREE), sub.latest(20))[1]) is not None

@@ -162,10 +162,7 @@ def _record_acting(calls: list, sends: list):
     return instrument
 
 
-# NOTE: 2 actors is left out: there the lag grows with the run (about 0.2 x the count, 3,456
-# env steps at 16,000), on the code before the learner's pipeline change too; open in the
-# issue on async learning
-@pytest.mark.parametrize("num_actors", [1, 4])
+@pytest.mark.parametrize("num_actors", [1, 2, 4])
 def test_async_dqn_actors_explore_on_one_global_schedule(tmp_path, num_actors):
     config = load_config(DQN, ["mode=async", f"num_actors={num_actors}", *SMALL_DQN, "total_env_steps=16000",
                                "log_every=20", "target_return=null", "checkpoint.final=false",

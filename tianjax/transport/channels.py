@@ -35,6 +35,7 @@ from typing import Any, Literal
 
 import zmq
 
+from tianjax.transport import envelope
 from tianjax.transport.auth import Authenticator, RunKey, as_authenticator
 from tianjax.transport.security import SENDER_MAX_BYTES, SUBSCRIPTION_MAX_BYTES, Handshake, limit_frames
 from tianjax.transport.codec import (
@@ -178,13 +179,13 @@ def _default_max_bytes(spec: TreeSpec) -> int:
 class ParamPublisher(_Channel):
     """Learner side: publishes (version, params) to every subscribed actor.
 
-    NOTE: leaves go out without copies, so the arrays of a published tree must not be
-    written in place until ZeroMQ has sent them; jax arrays and fresh host copies are safe.
-    At its HWM a PUB drops the message being published, i.e. the newest. The HWM is
-    therefore not tiny: a burst of publishes can outrun the I/O thread, and the newest
-    version must not be the one lost. A slow subscriber is still bounded: it is at most
-    `hwm` + its own RCVHWM versions behind, and queued messages pin at most `hwm` old
-    parameter trees in memory (they are views, not copies).
+    A message goes out as one frame (transport/envelope.py: the subscriber conflates, and
+    ZeroMQ conflates single frames only), packed by one copy, so the caller may reuse the
+    tree's arrays once publish() returns. At its HWM a PUB drops the message being
+    published, i.e. the newest. The HWM is therefore not tiny: a burst of publishes can
+    outrun the I/O thread, and the newest version must not be the one lost. The
+    subscriber's I/O thread reads everything that arrives and keeps the newest, so what
+    the PUB queues for it drains at the speed of the connection, not of the actor.
     """
 
     def __init__(self, key: Key, *, endpoint: str | None = None, host: str = DEFAULT_HOST,
@@ -205,7 +206,7 @@ class ParamPublisher(_Channel):
         self._seq += 1
         frames = encode(params, auth=self._auth, kind="params", version=version,
                         sender=self.sender, seq=self._seq, batch_dims=self.batch_dims)
-        self.socket.send_multipart(frames, copy=False)  # PUB never blocks
+        self.socket.send(envelope.pack(frames), copy=False)  # PUB never blocks
 
 
 class ParamSubscriber(_Channel):
@@ -222,25 +223,28 @@ class ParamSubscriber(_Channel):
     env-step count, has moved on).
     """
 
-    # NOTE: everything queued is drained (a backlog left in the kernel's socket buffers
-    # would otherwise hand out ever older versions), but only the newest few are kept.
+    # NOTE: the socket conflates (ZMQ_CONFLATE): its I/O thread reads every message as it
+    # arrives and keeps the newest, so nothing waits in the kernel's socket buffers to be
+    # handed out later. (With a small RCVHWM instead, a backlog of old versions stayed
+    # there and an actor reading once per rollout fell ever further behind.) The drain
+    # keeps the newest few in case several frames are read at once (a test's raw socket).
     _KEEP = 8
     _MAX_DRAIN = 100_000
 
-    def __init__(self, key: Key, endpoint: str, template: Any, *, hwm: int = 2,
+    def __init__(self, key: Key, endpoint: str, template: Any, *,
                  max_bytes: int | None = None, batch_dims: int = 0, same_version: bool = False,
                  ctx: zmq.Context | None = None, handshake: Handshake | None = None):
         spec = template if isinstance(template, TreeSpec) else TreeSpec(template, batch_dims=batch_dims)
         # never above the exact size a template without batch dims fixes
         max_bytes = min(max_bytes or (1 << 62), _default_max_bytes(spec))
-        super().__init__(zmq.SUB, ctx, max_bytes, handshake)
+        # the envelope is one frame: the payload's bound plus its table and padding
+        super().__init__(zmq.SUB, ctx, max_bytes + envelope.overhead(len(spec.leaves) + 2), handshake)
         self.same_version = same_version
         self._auth = as_authenticator(key)
         self.spec = spec
         self.max_bytes = max_bytes
-        # NOTE: a small RCVHWM bounds what can pile up behind a slow actor; ZMQ_CONFLATE
-        # would keep only the last message but does not support multipart messages.
-        self.socket.rcvhwm = hwm
+        # one message held, the newest (set before connecting; RCVHWM is then ignored)
+        self.socket.setsockopt(zmq.CONFLATE, 1)
         self.socket.setsockopt(zmq.SUBSCRIBE, b"")
         self._connect(endpoint)
         self.version = -1
@@ -257,7 +261,7 @@ class ParamSubscriber(_Channel):
         n = 0
         while n < self._MAX_DRAIN:
             try:
-                raws.append(self.socket.recv_multipart(zmq.NOBLOCK, copy=False))
+                raws.append(self.socket.recv(zmq.NOBLOCK, copy=False))
             except zmq.Again:
                 break
             n += 1
@@ -269,8 +273,8 @@ class ParamSubscriber(_Channel):
         # and the ones before it need no verification (verifying is the costly part).
         for i in range(len(raws) - 1, -1, -1):
             try:
-                msg = decode(raws[i], auth=self._auth, spec=self.spec, kind="params",
-                             max_bytes=self.max_bytes)
+                msg = decode(envelope.unpack(raws[i].buffer), auth=self._auth, spec=self.spec,
+                             kind="params", max_bytes=self.max_bytes)
                 self._guard.check(msg)
             except CodecError as e:
                 self.rejected[e.reason] += 1
