@@ -1,0 +1,113 @@
+"""The control channel: the learner's `ControlServer` (ROUTER, binds) and the actors'
+`ControlClient`s (DEALER, connect) exchange small JSON messages: register, heartbeat,
+credit, stop."""
+
+from __future__ import annotations
+
+import collections
+import time
+from typing import Literal
+
+import zmq
+
+from tianjax.transport.auth import as_authenticator
+from tianjax.transport.codec import ReplayGuard, decode_json, encode_json
+from tianjax.transport.sockets import CONTROL_MAX_BYTES, DEFAULT_HOST, Key, _Channel, _first_seq
+from tianjax.transport.security import Handshake
+
+
+class ControlServer(_Channel):
+    """Learner side of control. Clients are addressed by their authenticated sender name
+    (bytes). NOTE: ZeroMQ assigns each connection its routing id, and replies to a name go
+    to the connection its last *authenticated* message came from, so a peer without the
+    key can neither claim a name nor divert an actor's credits and stop messages."""
+
+    def __init__(self, key: Key, *, endpoint: str | None = None, host: str = DEFAULT_HOST,
+                 transport: Literal["tcp", "ipc"] = "tcp", sender: str = "learner",
+                 max_bytes: int = CONTROL_MAX_BYTES, ctx: zmq.Context | None = None,
+                 handshake: Handshake | None = None, ipc_dir: str | None = None,
+                 use_fd: int | None = None):
+        super().__init__(zmq.ROUTER, ctx, max_bytes, handshake)
+        self._auth = as_authenticator(key)
+        self.sender = sender
+        self.max_bytes = max_bytes
+        self._seq = _first_seq()
+        # unknown routes raise instead of vanishing
+        self.socket.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        self._bind(endpoint, host, transport, ipc_dir, use_fd)
+        self._routes: dict[bytes, bytes] = {}  # sender name -> routing id of its connection
+        self.peers: dict[bytes, float] = {}  # identity -> monotonic time last heard
+        self.accepted = 0
+        self.rejected: collections.Counter = collections.Counter()
+        self._guard = ReplayGuard()
+
+    def poll(self, timeout_ms: int | None = 0) -> tuple[bytes, dict] | None:
+        def valid(frames):
+            msg = decode_json(frames[1:], auth=self._auth, kind="ctrl", max_bytes=self.max_bytes)
+            self._guard.check(msg)
+            return frames[0].bytes, msg
+
+        got = self._recv_valid(timeout_ms, valid)
+        if got is None:
+            return None
+        route, msg = got
+        name = msg.sender.encode()
+        self._routes[name] = route  # a restarted actor's new connection takes over
+        self.peers[name] = time.monotonic()
+        return name, msg.body
+
+    def send(self, identity: bytes, msg: dict) -> bool:
+        """Sends to the client named `identity`; False if it is unknown or gone, or its
+        queue is full."""
+        route = self._routes.get(identity)
+        if route is None:
+            return False
+        self._seq += 1
+        frames = encode_json(msg, auth=self._auth, kind="ctrl", sender=self.sender, seq=self._seq)
+        try:
+            self.socket.send_multipart([route, *frames], flags=zmq.NOBLOCK)
+        except (zmq.Again, zmq.ZMQError):
+            return False
+        return True
+
+    def broadcast(self, msg: dict) -> int:
+        """Sends msg to every client heard from; returns how many took it."""
+        return sum(self.send(identity, msg) for identity in list(self.peers))
+
+    def forget(self, identity: bytes) -> None:
+        self.peers.pop(identity, None)
+        self._routes.pop(identity, None)
+
+
+class ControlClient(_Channel):
+    """Actor side of control; `identity` names the actor (its messages' sender)."""
+
+    def __init__(self, key: Key, endpoint: str, *, identity: str, hwm: int = 1000,
+                 ctx: zmq.Context | None = None, handshake: Handshake | None = None):
+        super().__init__(zmq.DEALER, ctx, CONTROL_MAX_BYTES, handshake)
+        self._auth = as_authenticator(key)
+        self.identity = identity
+        self._seq = _first_seq()
+        self.socket.sndhwm = hwm
+        self._connect(endpoint)
+        self.accepted = 0
+        self.rejected: collections.Counter = collections.Counter()
+        self._guard = ReplayGuard()
+
+    def send(self, msg: dict) -> bool:
+        """Queues msg (a JSON object with a string "type"); False if the queue is full."""
+        self._seq += 1
+        frames = encode_json(msg, auth=self._auth, kind="ctrl", sender=self.identity, seq=self._seq)
+        try:
+            self.socket.send_multipart(frames, flags=zmq.NOBLOCK)
+        except zmq.Again:
+            return False
+        return True
+
+    def recv(self, timeout_ms: int | None = 0) -> dict | None:
+        def valid(frames):
+            msg = decode_json(frames, auth=self._auth, kind="ctrl", max_bytes=CONTROL_MAX_BYTES)
+            self._guard.check(msg)
+            return msg.body
+
+        return self._recv_valid(timeout_ms, valid)

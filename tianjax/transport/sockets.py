@@ -1,0 +1,142 @@
+"""The socket under every channel (tianjax/transport/channels.py): one ZeroMQ socket with
+linger 0, a frame-size cap, the run's handshake, and binding to loopback unless asked
+otherwise; plus the deadline helpers the channels' receives share."""
+
+from __future__ import annotations
+
+import errno
+import os
+import secrets
+import tempfile
+import time
+from typing import Literal
+
+import zmq
+
+from tianjax.transport.auth import Authenticator, RunKey
+from tianjax.transport.codec import MAX_HEADER_BYTES, CodecError, TreeSpec
+from tianjax.transport.security import Handshake, limit_frames
+
+DEFAULT_HOST = "127.0.0.1"
+CONTROL_MAX_BYTES = 1 << 16
+Key = RunKey | bytes | Authenticator
+
+
+def _deadline(timeout_ms: int | None) -> float | None:
+    return None if timeout_ms is None else time.monotonic() + timeout_ms / 1000
+
+
+def _remaining_ms(deadline: float | None) -> int | None:
+    return None if deadline is None else max(0, int((deadline - time.monotonic()) * 1000))
+
+
+def _bind_or_oserror(socket: zmq.Socket, endpoint: str) -> None:
+    """bind, with a port in use or descriptors exhausted raised as an OSError naming it."""
+    try:
+        socket.bind(endpoint)
+    except zmq.ZMQError as e:
+        if e.errno in (errno.EADDRINUSE, errno.EMFILE, errno.ENFILE, errno.EACCES):
+            raise OSError(e.errno, os.strerror(e.errno), endpoint) from None
+        raise
+
+
+def _first_seq() -> int:
+    # NOTE: receivers demand strictly increasing seqs per sender; starting at the clock
+    # lets a restarted sender (same id) continue upward instead of being taken for a replay.
+    return time.time_ns()
+
+
+class _Channel:
+    """One socket, linger 0, closed by close() or a with block. `max_in` caps each inbound
+    frame (ZeroMQ's maxmsgsize: a larger one disconnects its sender unread); `handshake`,
+    if given, is the run's connection credentials (see `security`), set before the socket
+    binds (as a server) or connects (as a client)."""
+
+    def __init__(self, socket_type: int, ctx: zmq.Context | None, max_in: int,
+                 handshake: Handshake | None):
+        self._ctx = ctx or zmq.Context.instance()
+        self.socket: zmq.Socket = self._ctx.socket(socket_type)
+        self.socket.linger = 0
+        limit_frames(self.socket, max_in)
+        self.handshake = handshake
+        self.endpoint = ""
+        self._ipc_path: str | None = None
+
+    def _connect(self, endpoint: str) -> None:
+        if self.handshake is not None:
+            self.handshake.client(self.socket)
+        self.socket.connect(endpoint)
+        self.endpoint = endpoint
+
+    def _bind(self, endpoint: str | None, host: str, transport: Literal["tcp", "ipc"],
+              ipc_dir: str | None = None, use_fd: int | None = None) -> None:
+        if self.handshake is not None:
+            self.handshake.server(self.socket)
+        if use_fd is not None:
+            # a listening socket bound and held by the launcher (see launch/ports.py):
+            # it owns the port or ipc path, so nothing here unlinks it
+            if endpoint is None:
+                raise ValueError("a listening descriptor needs its endpoint")
+            self.socket.setsockopt(zmq.USE_FD, use_fd)
+            _bind_or_oserror(self.socket, endpoint)
+            self.endpoint = endpoint
+            return
+        if endpoint is None and transport == "ipc":
+            name = f"tianjax-{os.getpid()}-{secrets.token_hex(6)}.ipc"
+            endpoint = "ipc://" + os.path.join(ipc_dir or tempfile.gettempdir(), name)
+        if endpoint is None:
+            if ":" in host:  # an IPv6 address
+                self.socket.ipv6 = True
+                host = f"[{host}]"
+            port = self.socket.bind_to_random_port(f"tcp://{host}")
+            self.endpoint = f"tcp://{host}:{port}"
+            return
+        _bind_or_oserror(self.socket, endpoint)
+        # resolves "tcp://host:0" and "tcp://host:*" to the port the OS gave
+        self.endpoint = self.socket.getsockopt_string(zmq.LAST_ENDPOINT)
+        if endpoint.startswith("ipc://"):
+            self._ipc_path = endpoint[len("ipc://"):]
+
+    def _recv_valid(self, timeout_ms: int | None, valid):
+        """The first message `valid(frames)` accepts within timeout_ms, or None. Messages it
+        refuses (CodecError) are dropped and counted in `rejected` by reason, never raised."""
+        deadline = _deadline(timeout_ms)
+        while True:
+            try:
+                frames = self.socket.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                remaining = _remaining_ms(deadline)
+                if remaining == 0 or not self.socket.poll(remaining):
+                    return None
+                continue
+            try:
+                result = valid(frames)
+            except CodecError as e:
+                self.rejected[e.reason] += 1
+                continue
+            self.accepted += 1
+            return result
+
+    def close(self) -> None:
+        if not self.socket.closed:
+            self.socket.close(linger=0)
+        if self._ipc_path:
+            try:
+                os.unlink(self._ipc_path)
+            except OSError:
+                pass
+            self._ipc_path = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.endpoint or 'unbound'})"
+
+
+def _default_max_bytes(spec: TreeSpec) -> int:
+    # exact shapes give the exact size; with free batch dims, 1 GiB unless the caller says
+    return spec.nbytes + MAX_HEADER_BYTES + 64 if spec.batch_dims == 0 else 1 << 30
