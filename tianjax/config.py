@@ -208,6 +208,8 @@ class MultiAgentConfig:
 
 # algorithms over a multi-agent env (env_backend: jaxmarl); all others are single-agent
 MULTI_AGENT_ALGOS = ("ippo", "qmix", "maddpg")
+# built-in algorithms that learn from replay (their settings: Config.replay_config)
+REPLAY_ALGOS = ("dqn", "qmix", "maddpg")
 
 
 @dataclass(frozen=True)
@@ -403,9 +405,6 @@ class Config:
             _check(self.env_backend == "jaxmarl", "env_backend",
                    f"algo '{self.algo}' is multi-agent and needs env_backend: jaxmarl, got "
                    f"'{self.env_backend}'")
-            _check(self.mode == "fused" or self.algo == "ippo", "mode",
-                   f"'{self.algo}' runs in mode: fused only so far (ippo also runs sync/async), "
-                   f"got '{self.mode}'")
         elif self.env_backend == "jaxmarl":
             _check(False, "algo", f"'{self.algo}' is single-agent; env_backend: jaxmarl needs a "
                    f"multi-agent algo ({', '.join(MULTI_AGENT_ALGOS)})")
@@ -425,11 +424,24 @@ class Config:
         if self.num_actors == 0 and self.mode != "fused":
             _check(self.env_backend not in ("gymnax", "jaxmarl", "brax"), "num_actors",
                    "0 (acting inside the learner) is for host envs; JAX envs use mode: fused")
-        if self.algo in ("dqn", "maddpg"):
-            _check(self.replay_config.buffer_size >= self.num_envs * self.rollout_len,
-                   f"{self.algo}.buffer_size",
-                   f"must hold at least one rollout (num_envs * rollout_len = "
-                   f"{self.num_envs * self.rollout_len}), got {self.replay_config.buffer_size}")
+        if self.algo in REPLAY_ALGOS:
+            rc, key = self.replay_config, self.algo
+            items = self.num_envs * (1 if self.algo == "qmix" else self.rollout_len)  # qmix: sequences
+            _check(rc.buffer_size >= items, f"{key}.buffer_size",
+                   f"must hold at least one rollout ({items} {'sequences' if self.algo == 'qmix' else 'transitions'}"
+                   f"), got {rc.buffer_size}")
+            if self.mode == "sync" and self.num_actors >= 1:
+                # a sync actor waits for the version after the one it acted with: every round
+                # of trajectories (one per actor) must owe the learner a gradient step
+                per_round = self.num_actors * self.num_envs * self.rollout_len
+                batch = rc.batch_size * (self.rollout_len if self.algo == "qmix" else 1)
+                _check(self.replay_ratio * per_round >= batch, "runtime.replay_ratio",
+                       f"mode sync: a round of trajectories ({per_round} env steps) must owe a gradient "
+                       f"step of {batch} samples, got a replay ratio of {self.replay_ratio:g}")
+                latest = int(per_round - batch / self.replay_ratio)
+                _check(rc.learning_starts <= latest, f"{key}.learning_starts",
+                       f"mode sync with actors: learning must start in the first round of trajectories "
+                       f"(sync actors wait for the next version), so at most {latest}, got {rc.learning_starts}")
         _check(not self.env_options or self.env_backend in ("envpool", "gymnasium", "brax"),
                "env_options",
                "is for host envs (env_backend: envpool or gymnasium) and brax; a gymnax env takes "
@@ -463,6 +475,17 @@ class Config:
         """The section with the replay settings (buffer_size, batch_size, learning_starts,
         updates_per_rollout): qmix's for qmix (items are sequences), maddpg's, else dqn's."""
         return {"qmix": self.qmix, "maddpg": self.maddpg}.get(self.algo, self.dqn)
+
+    @property
+    def replay_ratio(self) -> float:
+        """Off-policy runs with actors: samples learned per sample produced (balance.target_replay_ratio,
+        runtime.replay_ratio, or as in fused mode: updates_per_rollout x batch_size items of
+        the replay section per rollout of num_envs x rollout_len env steps; a qmix item is a
+        sequence of rollout_len samples)."""
+        rc = self.replay_config
+        item = self.rollout_len if self.algo == "qmix" else 1
+        return self.balance.target_replay_ratio or self.runtime.replay_ratio or (
+            rc.updates_per_rollout * rc.batch_size * item / (self.num_envs * self.rollout_len))
 
     @property
     def algo_config(self):

@@ -131,8 +131,9 @@ def make_loss(agent: AgentRNN, mixer: Mixer, *, gamma: float, burn_in: int):
         sg = jax.lax.stop_gradient
         T = seq.reward.shape[0]
         if burn_in:
-            warm = jax.tree.map(lambda x: x[:burn_in], seq)
-            seq = jax.tree.map(lambda x: x[burn_in:], seq)
+            # time-major fields are cut at burn_in; the stored carry (no T axis) starts the warm-up
+            warm = time_slice(seq, slice(None, burn_in))
+            seq = time_slice(seq, slice(burn_in, None))
             hidden = sg(_final_hidden(agent, params.agent, warm))
             h_target = sg(_final_hidden(agent, target_params.agent, warm))
             weight = weight[burn_in:]
@@ -152,6 +153,11 @@ def make_loss(agent: AgentRNN, mixer: Mixer, *, gamma: float, burn_in: int):
         return loss, metrics
 
     return loss_fn
+
+
+def time_slice(seq: Sequences, index: slice) -> Sequences:
+    """Time-major sequences [T, B, ...] cut to `index` along T; the carry [B, ...] is kept."""
+    return jax.tree.map(lambda x: x[index], seq._replace(carry=None))._replace(carry=seq.carry)
 
 
 def _final_hidden(agent: AgentRNN, params, seq: Sequences) -> jax.Array:
@@ -252,4 +258,4 @@ def make(config: Config, obs_shape, action_spec: ActionSpec, *, correct_stalenes
 
 
 __all__ = ["AgentRNN", "Mixer", "QMIXParams", "agent_inputs", "double_q_choice", "make",
-           "make_loss", "make_unroll", "masked_epsilon_greedy", "td_targets", "time_major"]
+           "make_loss", "make_unroll", "masked_epsilon_greedy", "td_targets", "time_major", "time_slice"]

@@ -48,10 +48,9 @@ class Actor:
         self.source = make_source(config, seed=config.seed + 7919 * (actor_id + 1))
         self.algo = self.source.algo
         self._params_template = jax.eval_shape(self.algo.init, jax.random.key(0)).params
-        # NOTE: compiled before connecting: a subscriber that does not read for seconds finds
-        # only the versions from when its pipe filled (a PUB drops the newest), so an actor
-        # that compiled after connecting would act first with parameters (and a global
-        # env-step count) as old as its compilation
+        # compiled before connecting, so that the learner sees the actor register only when
+        # it is ready to act (its subscriber conflates: it holds the newest version whenever
+        # it reads, however long it did not)
         self.source.compile(self._params_template)
         params_template = ParamsMessage(self._params_template, np.zeros((), np.int64))
         rt = config.runtime
@@ -100,9 +99,8 @@ class Actor:
         """Drains the parameter socket, keeping the newest message; with `activate`, acts
         with it from now on. Returns whether anything new arrived.
 
-        NOTE: an actor waiting for a credit drains too (without activating): a PUB drops
-        what a subscriber's full pipe cannot take, i.e. the newest versions, so an actor that
-        stopped reading would find only versions from when its pipe filled."""
+        An actor waiting for a credit drains too (without activating): the newest message
+        also says the learner is alive."""
         newest = self.params_in.latest(0)  # only versions newer than ours, or a new learner's
         if newest is not None:
             self._last_heard = time.monotonic()

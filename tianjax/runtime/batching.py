@@ -5,7 +5,12 @@
     reuse:  (async, on-policy) another pass over the last batch while nothing fresh waits
             and no update runs, within the balance controller's reuse budget;
     replay: (off-policy) a sample from the replay buffer whenever the replay ratio says
-            the learner owes gradient steps.
+            the learner owes gradient steps. The buffer's items are transitions (DQN,
+            MADDPG: each trajectory flattened to T x B of them) or sequences (QMIX: one
+            [T] item per env, stored with the recurrent state it started from), each step
+            with its behaviour version; the settings are the algorithm's own replay section
+            (`config.replay_config`: dqn, maddpg or qmix). Every count here is in samples
+            (env steps): a sequence item is `rollout_len` of them.
 
 A mixin of `Learner` (tianjax/runtime/learner.py), whose state it reads and writes.
 """
@@ -19,14 +24,24 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from tianjax import buffers
+from tianjax.types import Sequences
 
 # Trajectory fields that are [B, ...] rather than [T, B, ...]
 _PER_ENV = ("last_obs", "trunc_obs", "trunc_t")
 
 
-def batch_axis(field: str) -> int:
-    """The B axis of a batch field: [T, B, ...] leaves, except the per-env ones [B, ...]."""
+def batch_axis(field: str, kind: type | None = None) -> int:
+    """The B axis of a field of a batch of type `kind`: [T, B, ...] leaves, except the
+    per-env ones [B, ...]; Sequences are batch-major [B, T, ...] (carry [B, ...]) throughout."""
+    if kind is Sequences:
+        return 0
     return 0 if field in _PER_ENV else 1
+
+
+def replay_items(batch):
+    """One actor message's batch as replay items: Transitions [T, B] -> [T * B]; Sequences
+    [B, T] are already one item per env."""
+    return batch if isinstance(batch, Sequences) else buffers.flatten_time_batch(batch)
 
 
 def concat_batches(batches: list):
@@ -48,22 +63,22 @@ class BatchPolicy:
     """The batch for the next update, and when the budget is spent (methods of `Learner`)."""
 
     def _init_replay(self):
-        """Off-policy: a replay buffer local to this process; each update samples
-        `dqn.batch_size` transitions per process and learns from all processes' samples."""
+        """Off-policy: a replay buffer local to this process, of the algorithm's items
+        (transitions or sequences); each update samples `batch_size` items per process and
+        learns from all processes' samples."""
         cfg = self.config
-        batch = self.template[0]
-        flat = jax.tree.map(lambda x: jax.ShapeDtypeStruct((x.shape[0] * x.shape[1],) + x.shape[2:], x.dtype),
-                            batch)
-        one = jax.tree.map(lambda x: np.zeros(x.shape[1:], x.dtype), flat)
-        self.rb = jax.jit(buffers.replay_init, static_argnums=0)(cfg.dqn.buffer_size, one)
-        self._replay_add = jax.jit(lambda rb, b: buffers.replay_add(rb, buffers.flatten_time_batch(b)),
-                                   donate_argnums=0)
-        self._replay_sample = jax.jit(lambda rb, key: buffers.replay_sample(rb, key, cfg.dqn.batch_size))
+        rc = cfg.replay_config
+        items = jax.eval_shape(replay_items, self.template[0])
+        one = jax.tree.map(lambda x: np.zeros(x.shape[1:], x.dtype), items)
+        self.rb = jax.jit(buffers.replay_init, static_argnums=0)(rc.buffer_size, one)
+        self._replay_add = jax.jit(lambda rb, b: buffers.replay_add(rb, replay_items(b)), donate_argnums=0)
+        self._replay_sample = jax.jit(lambda rb, key: buffers.replay_sample(rb, key, rc.batch_size))
         self._sample_key = jax.random.key(cfg.seed + 1 + jax.process_index())
-        self.replay_ratio = cfg.balance.target_replay_ratio or cfg.runtime.replay_ratio or (
-            cfg.dqn.updates_per_rollout * cfg.dqn.batch_size / (cfg.num_envs * cfg.rollout_len))
-        n = cfg.dqn.batch_size * jax.process_count()
-        global_sds = jax.tree.map(lambda x: jax.ShapeDtypeStruct((n,) + x.shape[1:], x.dtype), flat)
+        self.replay_ratio = cfg.replay_ratio
+        # samples (env steps) in one sampled batch, this process's share
+        self.replay_batch_samples = rc.batch_size * (cfg.rollout_len if self.algo.buffer == "sequences" else 1)
+        n = rc.batch_size * jax.process_count()
+        global_sds = jax.tree.map(lambda x: jax.ShapeDtypeStruct((n,) + x.shape[1:], x.dtype), items)
         self.batch_sharding = jax.tree.map(lambda _: NamedSharding(self.mesh, P("data")), global_sds)
         self.learned = 0  # samples learned from, this process's share
         self.replay_added = 0  # samples in the buffer (added by this process, ever)
@@ -78,23 +93,22 @@ class BatchPolicy:
     def _replay_owed(self) -> float:
         """Samples the learner still owes to the replay ratio: ratio x (samples admitted
         after learning_starts) - samples learned (this process's share)."""
-        produced = self.replay_added - self.config.dqn.learning_starts
+        produced = self.replay_added - self.config.replay_config.learning_starts
         if produced < 0:
             return 0.0
         return self.replay_ratio * produced - self.learned
 
     def replay_ratio_measured(self) -> float:
-        return self.learned / max(self.replay_added - self.config.dqn.learning_starts, 1)
+        return self.learned / max(self.replay_added - self.config.replay_config.learning_starts, 1)
 
     def _replay_batch(self):
         """The next update's batch (global, sharded) and its behaviour versions, or None
         while the replay ratio says the learner is ahead of production."""
-        cfg = self.config
-        if self._replay_owed() < cfg.dqn.batch_size:
+        if self._replay_owed() < self.replay_batch_samples:
             return None
         self._sample_key, key = jax.random.split(self._sample_key)
         local = jax.device_get(self._replay_sample(self.rb, key))
-        self.learned += cfg.dqn.batch_size
+        self.learned += self.replay_batch_samples
         batch = jax.tree.map(lambda x, s, g: jax.make_array_from_process_local_data(s, x, g.shape),
                              local, self.batch_sharding, self._global_sds)
         return batch, np.asarray(local.version)
@@ -148,7 +162,7 @@ class BatchPolicy:
             # (collective) updates: there only the count of fresh batches decides
             return self.fresh_updates >= self.n_updates and not self.replay
         if self.replay:
-            return self._replay_owed() < self.config.dqn.batch_size
+            return self._replay_owed() < self.replay_batch_samples
         return len(self.pool) < self.local_trajectories
 
     def _next_batch(self):

@@ -7,9 +7,10 @@ dependencies), or, in sync mode, on exactly one fresh trajectory from every acto
            the loss's weights; parameters are published every `publish_every` updates.
     sync:  wait for one trajectory from every actor made with the current version, update,
            publish, repeat (strict assignment dependencies: the baseline TianJi beats).
-    replay (off-policy, either mode): admitted trajectories go to a replay buffer, and
-           gradient steps are paced against arrivals so that samples learned per sample
-           produced (after `dqn.learning_starts`) hold the replay ratio; while the learner
+    replay (off-policy, either mode): admitted trajectories go to a replay buffer (of
+           transitions, or of sequences for recurrent agents: QMIX), and gradient steps are
+           paced against arrivals so that samples learned per sample produced (after the
+           replay section's `learning_starts`) hold the replay ratio; while the learner
            is behind by more than a trajectory per actor, the actors' credits are held back.
 
 The budget holds in every mode: credits are granted only while the env steps admitted
@@ -109,15 +110,16 @@ class Learner(Ingress, BatchPolicy):
                              f"{n_dev} learner devices")
         replicated = NamedSharding(self.mesh, P())
         batch_template_tree = self._global_template()
-        self.batch_sharding = type(batch_template_tree)(*[
-            jax.tree.map(lambda _, a=batch_axis(name): NamedSharding(self.mesh, P(*([None] * a), "data")),
+        kind = type(batch_template_tree)
+        self.batch_sharding = kind(*[
+            jax.tree.map(lambda _, a=batch_axis(name, kind): NamedSharding(self.mesh, P(*([None] * a), "data")),
                          getattr(batch_template_tree, name))
             for name in batch_template_tree._fields])
         # NOTE: initialised by a jitted program with a replicated output so that, in a
         # multi-process run, every learner process holds the same global state.
         self.state = jax.jit(self.algo.init, out_shardings=replicated)(jax.random.key(config.seed))
         traj_sharding = self.batch_sharding  # of one trajectory's fields, as of the batch's
-        self.replay = self.algo.buffer == "replay"
+        self.replay = self.algo.buffer in ("replay", "sequences")
         if self.replay:
             batch_template_tree = self._init_replay()
         self._replicated = replicated
@@ -168,7 +170,7 @@ class Learner(Ingress, BatchPolicy):
             max_publish_every=rt.publish_every, max_reuse=self.balance.max_reuse,
             n_actors=max(config.num_actors, 1), period_s=bc.period_s, deadband=bc.deadband,
             target_replay_ratio=self.replay_ratio if self.replay else None,
-            traj_samples=self.traj_steps, batch_size=config.dqn.batch_size if self.replay else 0)
+            traj_samples=self.traj_steps, batch_size=self.replay_batch_samples if self.replay else 0)
         # env steps the actors may produce: on-policy, whole updates' worth (the schedules
         # end there); off-policy, whole trajectories' worth of total_env_steps
         self.budget = (config.total_env_steps // (config.steps_per_update if self.algo.buffer == "onpolicy"
@@ -287,7 +289,7 @@ class Learner(Ingress, BatchPolicy):
 
         def widen(name, x):
             shape = list(x.shape)
-            shape[batch_axis(name)] *= k
+            shape[batch_axis(name, type(batch))] *= k
             return jax.ShapeDtypeStruct(tuple(shape), x.dtype)
 
         return type(batch)(*[jax.tree.map(lambda x, n=n: widen(n, x), getattr(batch, n))

@@ -2,8 +2,14 @@
 (a Python loop over batched env steps with the jitted policy in it).
 
 Both produce the same thing per call: a numpy [T, B] batch (a Trajectory for on-policy
-algorithms, Transitions for replay ones) stamped with the behaviour version, plus the
-episodes that finished during it. Python touches each step's batch, never a sample.
+algorithms, Transitions for replay ones; for recurrent replay agents such as QMIX, JAX
+envs only, Sequences [B, T] with the recurrent state each env's rollout started from)
+stamped with the behaviour version, plus the episodes that finished during it. Python
+touches each step's batch, never a sample.
+
+A recurrent policy's state lives in the source between calls: each rollout starts from
+the state the previous one ended with (reset to `init_carry` where an episode ended), so
+an actor's trajectories continue one another as the fused loop's do.
 
 The episodes are what is reported, the batch what is learned from; for host envs they can
 differ: with Atari's reward clipping and episodic life the batch has clipped rewards and
@@ -20,11 +26,14 @@ import numpy as np
 
 from tianjax.algos import make_algorithm
 from tianjax.algos.base import Algorithm
-from tianjax.config import Config
+from tianjax.config import Config, ConfigError
 from tianjax.envs.host import HostEnv, make_host_env
 from tianjax.envs.jax_env import make_gymnax, make_jax_env
 from tianjax.rollout import Episodes, make_rollout
 from tianjax.types import Trajectory, Transition
+
+
+_JAX_BACKENDS = ("gymnax", "jaxmarl", "brax")
 
 
 class Rollout(NamedTuple):
@@ -52,9 +61,10 @@ def batch_template(config: Config, algo: Algorithm, obs_shape, obs_dtype) -> tup
     act_steps (int64 scalar) is the global env-step count the actor's schedules used."""
     T, B = config.rollout_len, config.num_envs
     sds = jax.ShapeDtypeStruct
-    if config.env_backend == "jaxmarl":
-        # structured observations (MAObs) and episodes with wins: the rollout's own shapes
-        init, rollout = make_rollout(make_jax_env(config.env_backend, config.env), algo, B, T)
+    if config.env_backend == "jaxmarl" or (algo.buffer == "sequences" and config.env_backend in _JAX_BACKENDS):
+        # structured observations (MAObs), episodes with wins, sequences with their start
+        # carry: the rollout's own shapes
+        init, rollout = make_rollout(make_jax_env(config.env_backend, config.env, config.env_options), algo, B, T)
         params = jax.eval_shape(algo.init, jax.random.key(0)).params
         state = jax.eval_shape(init, jax.random.key(0))
         _, batch, episodes = jax.eval_shape(rollout, params, 0, state, 0)
@@ -64,6 +74,9 @@ def batch_template(config: Config, algo: Algorithm, obs_shape, obs_dtype) -> tup
     act = sds((T,) + out.action.shape, out.action.dtype)
     obs = sds((T, B) + tuple(obs_shape), obs_dtype)
     f32, i32, b = (sds((T, B), d) for d in (np.float32, np.int32, np.bool_))
+    if algo.buffer == "sequences":
+        raise ConfigError(f"config key 'env_backend': '{algo.name}' replays sequences of a recurrent "
+                          f"policy, which actors run on JAX envs only ({', '.join(_JAX_BACKENDS)})")
     if algo.buffer == "replay":
         batch = Transition(obs, act, f32, obs, b, i32)
     else:
@@ -73,7 +86,9 @@ def batch_template(config: Config, algo: Algorithm, obs_shape, obs_dtype) -> tup
 
 
 class JaxSource:
-    """B gymnax envs; each call is one jitted lax.scan rollout and one device->host copy."""
+    """B JAX envs; each call is one jitted lax.scan rollout and one device->host copy. The
+    rollout state (envs, key, episode stats, a recurrent policy's carry) stays on the
+    device from one call to the next."""
 
     def __init__(self, config: Config, algo: Algorithm, seed: int, env=None):
         env = env or make_jax_env(config.env_backend, config.env, config.env_options)
@@ -86,6 +101,11 @@ class JaxSource:
     def compile(self, params) -> None:
         """Compiles the rollout now (params may be ShapeDtypeStructs) rather than at the first call."""
         self._rollout = self._rollout.lower(params, np.int32(0), self._state, np.int32(0)).compile()
+
+    @property
+    def carry(self):
+        """A recurrent policy's state [B, ...] the next rollout starts from (None otherwise)."""
+        return self._state.carry
 
     def __call__(self, params, version: int, env_steps: int) -> Rollout:
         self._state, batch, episodes = self._rollout(params, np.int32(version), self._state, np.int32(env_steps))
@@ -215,7 +235,7 @@ class HostSource:
 
 def make_source(config: Config, seed: int):
     """The configured env's rollout source, with the algorithm built for its spaces."""
-    if config.env_backend in ("gymnax", "jaxmarl", "brax"):
+    if config.env_backend in _JAX_BACKENDS:
         env = make_jax_env(config.env_backend, config.env, config.env_options)
         algo = make_algorithm(config, env.obs_shape, env.action_spec,
                               obs_dtype=getattr(env, "obs_dtype", None))
