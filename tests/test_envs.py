@@ -55,6 +55,7 @@ def test_termination_is_not_truncation():
     ("gymnax", "Pong-v5", "envpool"),
     ("envpool", "Breakout-MinAtar", "gymnax"),
     ("gymnasium", "SpaceInvaders-MinAtar", "gymnax"),
+    ("envpool", "inverted_pendulum", "brax"),
 ])
 def test_an_env_id_of_another_backend_says_which_backend(backend, env_id, other):
     from tianjax.config import load_config

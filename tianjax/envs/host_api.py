@@ -1,0 +1,133 @@
+"""The host-env protocol (`HostEnv`, `HostStep`) and the gymnasium-space conversions every
+adapter shares; the semantics are in tianjax/envs/host.py's docstring."""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Protocol, runtime_checkable
+
+import numpy as np
+
+from tianjax.config import ConfigError
+from tianjax.networks import ActionSpec
+
+
+class HostStep(NamedTuple):
+    obs: np.ndarray  # [B, ...] next observation (already reset where the episode ended)
+    reward: np.ndarray  # [B] float32
+    terminated: np.ndarray  # [B] bool, the episode reached a terminal state
+    truncated: np.ndarray  # [B] bool, the episode was cut (time limit)
+    final_obs: np.ndarray  # [B, ...] the observation the episode ended on (= obs elsewhere)
+    score: np.ndarray | None = None  # [B] float32 the game's unclipped reward (None: = reward)
+    game_over: np.ndarray | None = None  # [B] bool the whole game ended, all lives included
+    # (None: = terminated | truncated)
+
+    @property
+    def report_reward(self) -> np.ndarray:
+        """[B] what a reported episode return sums: the unclipped score where there is one."""
+        return self.reward if self.score is None else self.score
+
+    @property
+    def report_done(self) -> np.ndarray:
+        """[B] where a reported episode ends: at game over where the env tells it apart."""
+        return (self.terminated | self.truncated) if self.game_over is None else self.game_over
+
+
+@runtime_checkable
+class HostEnv(Protocol):
+    """A batch of `num_envs` host environments with same-step auto-reset."""
+
+    num_envs: int
+    obs_shape: tuple[int, ...]
+    obs_dtype: np.dtype
+    action_spec: ActionSpec
+    name: str
+
+    def reset(self, seed: int | None = None) -> np.ndarray:
+        """Resets every env (reseeding when `seed` is given); returns obs [B, ...]."""
+        ...
+
+    def step(self, actions: np.ndarray) -> HostStep:
+        ...
+
+    def close(self) -> None:
+        ...
+
+
+# ----------------------------------------------------------------------------- spaces
+
+
+def action_spec_from_space(space, env_id: str) -> ActionSpec:
+    """An ActionSpec from a gymnasium-style single-env action space."""
+    kind = type(space).__name__
+    if kind == "Discrete":
+        if int(getattr(space, "start", 0)) != 0:
+            raise ConfigError(f"config key 'env': '{env_id}' has a Discrete action space starting "
+                              f"at {space.start}; only actions 0..n-1 are supported")
+        return ActionSpec(discrete=True, num_actions=int(space.n))
+    if kind == "Box":
+        return ActionSpec(discrete=False, shape=tuple(space.shape),
+                          low=np.asarray(space.low, np.float32), high=np.asarray(space.high, np.float32))
+    raise ConfigError(f"config key 'env': '{env_id}' has a {kind} action space; "
+                      "only Discrete and Box are supported")
+
+
+def _obs_space(space, env_id: str) -> tuple[tuple[int, ...], np.dtype]:
+    if type(space).__name__ != "Box":
+        raise ConfigError(f"config key 'env': '{env_id}' has a {type(space).__name__} observation "
+                          "space; only Box (array) observations are supported")
+    return tuple(space.shape), np.dtype(space.dtype)
+
+
+def _prepare_actions(actions, spec: ActionSpec, num_envs: int, dtype) -> np.ndarray:
+    a = np.asarray(actions)
+    if spec.discrete:
+        a = a.reshape(num_envs).astype(dtype, copy=False)
+    else:
+        a = np.clip(a.reshape((num_envs,) + tuple(spec.shape)), spec.low, spec.high).astype(dtype, copy=False)
+    return a
+
+
+def other_backend_hint(env_id: str, backend: str) -> str:
+    """', but it is a <other> env: set env_backend: <other> ...' where another backend
+    knows `env_id`, else ''."""
+    if ":" in env_id:
+        return ""
+    found = []
+    if backend != "gymnax":
+        try:
+            import gymnax
+
+            if env_id in gymnax.registered_envs:
+                found.append("gymnax")
+        except ImportError:
+            pass
+    if backend != "envpool":
+        try:
+            import envpool
+
+            if env_id in envpool.list_all_envs():
+                found.append("envpool")
+        except ImportError:
+            pass
+    if backend != "gymnasium":
+        try:
+            import gymnasium as gym
+
+            if env_id in gym.registry:
+                found.append("gymnasium")
+        except ImportError:
+            pass
+    if backend != "brax":
+        try:
+            from brax import envs as brax_envs
+
+            if env_id in brax_envs._envs:
+                found.append("brax")
+        except (ImportError, AttributeError):
+            pass
+    if not found:
+        return ""
+    other = found[0]
+    mode = "mode: fused, or sync/async with actors" if other in ("gymnax", "brax") else "mode: sync or async"
+    article = "an" if other[0] in "aeiou" else "a"
+    return f", but it is {article} {other} env: set env_backend: {other} ({mode})"
