@@ -18,19 +18,17 @@ and rewrapped on restore. Nothing here is jitted or pure: this is the runtime sh
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import hashlib
-import logging
 import os
 import shutil
-import sys
 import warnings
 from typing import Any
 
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
+
+from tianjax.checkpoint_errors import HeldStderr, only_error_lines, quiet_loggers, resource_errno
 
 CHECKPOINT_DIR = "checkpoints"
 
@@ -82,84 +80,6 @@ def digest(tree) -> str:
     return h.hexdigest()
 
 
-@contextlib.contextmanager
-def _quiet(names):
-    loggers = [logging.getLogger(n) for n in names]
-    levels = [lg.level for lg in loggers]
-    for lg in loggers:
-        lg.setLevel(logging.CRITICAL + 1)
-    try:
-        yield
-    finally:
-        for lg, level in zip(loggers, levels):
-            lg.setLevel(level)
-
-
-def _resource_errno(e: BaseException) -> int | None:
-    """ENOSPC or EMFILE if that is what failed under `e` (orbax reports OS errors inside
-    ValueErrors from tensorstore), else None."""
-    while e is not None:
-        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EMFILE, errno.ENFILE):
-            return e.errno
-        text = str(e)
-        if "No space left on device" in text or "os_error_code='28'" in text:
-            return errno.ENOSPC
-        if "Too many open files" in text:
-            return errno.EMFILE
-        e = e.__cause__ or e.__context__
-    return None
-
-
-class _ErrorLinesOnly:
-    """A stderr that passes only `tianjax:` lines (and the newline that ends each)."""
-
-    def __init__(self, out):
-        self._out, self._passing = out, False
-
-    def write(self, text: str) -> int:
-        if text.startswith("tianjax:") or (self._passing and text == "\n"):
-            self._passing = text != "\n"
-            return self._out.write(text)
-        self._passing = False
-        return len(text)
-
-    def flush(self) -> None:
-        self._out.flush()
-
-    def __getattr__(self, name):
-        return getattr(self._out, name)
-
-
-class _HeldStderr:
-    """Holds what is written to sys.stderr inside the block; writes it out at the end unless
-    discard() was called (a save that failed for want of space: its threads' tracebacks)."""
-
-    def __enter__(self):
-        import io
-
-        self._real, self._buf, self._keep = sys.stderr, io.StringIO(), True
-        sys.stderr = self._buf
-        return self
-
-    def discard(self) -> None:
-        self._keep = False
-
-    def __exit__(self, *exc):
-        sys.stderr = self._real
-        text = self._buf.getvalue()
-        if text and (self._keep and exc[0] is None or exc[0] is not None and _resource_errno(exc[1]) is None):
-            self._real.write(text)
-        return False
-
-
-def _only_error_lines() -> None:
-    """NOTE: after a full disk or descriptor limit the run ends with one line; closing
-    orbax's manager then lets tensorstore's threads call into its closed event loop, and each
-    prints a traceback. Nothing this process writes to stderr afterwards is news."""
-    if not isinstance(sys.stderr, _ErrorLinesOnly):
-        sys.stderr = _ErrorLinesOnly(sys.stderr)
-
-
 def checkpoint_dir(run_dir: str) -> str:
     return os.path.join(os.path.abspath(run_dir), CHECKPOINT_DIR)
 
@@ -190,14 +110,14 @@ class Checkpointer:
         if step in self._mgr.all_steps():
             return  # already saved (a final save right after a periodic one)
         meta = dict(meta, step=int(step), digest=digest(state))
-        held = _HeldStderr()
+        held = HeldStderr()
         try:
-            with _quiet(("absl", "asyncio")), held:  # orbax's threads log each failure with a traceback
+            with quiet_loggers(("absl", "asyncio")), held:  # orbax's threads log each failure with a traceback
                 self._mgr.save(int(step), args=ocp.args.Composite(
                     state=ocp.args.StandardSave(_unkey(state)), meta=ocp.args.JsonSave(meta)), force=True)
                 self._mgr.wait_until_finished()
         except Exception as e:  # noqa: BLE001
-            failed = _resource_errno(e)
+            failed = resource_errno(e)
             if failed is None:
                 raise
             # the half-written step frees its space; the steps before it are whole
@@ -205,7 +125,7 @@ class Checkpointer:
                 if "orbax-checkpoint-tmp" in name:
                     shutil.rmtree(os.path.join(self.directory, name), ignore_errors=True)
             held.discard()
-            _only_error_lines()
+            only_error_lines()
             raise OSError(failed, os.strerror(failed), self.directory) from None
         self._last = step
 
