@@ -206,17 +206,93 @@ def test_inside_the_dead_band_and_without_samples_nothing_moves():
     assert ctl.metrics()["balance_staleness_measured"] == pytest.approx(4.4)
 
 
-def test_replay_ratio_set_point_moves_the_window():
+def test_replay_ratio_set_point_takes_fewer_gradient_steps_then_slows_the_actors():
     ctl = AdaptiveBalance(adaptive=True, target_staleness=0.0, batch_trajectories=1,
                           max_credits_per_actor=4, max_publish_every=1, max_reuse=0, n_actors=2,
                           target_replay_ratio=2.0, traj_samples=512, batch_size=128)
     ctl.decide(0.0)
     ctl.decide(1.0, production_rate=1000.0, consumption_rate=0.0)  # before learning starts
     assert ctl.moves == 0
-    ctl.decide(2.0, production_rate=1000.0, consumption_rate=1000.0)  # learner behind: ratio 1
-    assert ctl.actions.window == 7 and ctl.last_action == "window_down"
-    ctl.decide(3.0, production_rate=1000.0, consumption_rate=3000.0)  # ahead: ratio 3
-    assert ctl.actions.window == 8
+    # learner behind (credits held back): first fewer gradient steps per arrival, down to
+    # 0.9 of the target (the tolerance), the actors unslowed; then their window
+    ctl.decide(2.0, 1000.0, 2000.0, throttled=True)
+    assert ctl.last_action == "grad_steps_down" and ctl.actions.replay_scale == pytest.approx(0.95)
+    assert ctl.metrics()["balance_grad_steps"] == pytest.approx(2.0 * 0.95 * 512 / 128)
+    ctl.decide(3.0, 1000.0, 1000.0)  # behind what it paces to (ratio 1 < 1.9)
+    assert ctl.actions.replay_scale == pytest.approx(0.9) and ctl.actions.window == 8
+    ctl.decide(4.0, 1000.0, 1800.0, throttled=True)
+    assert ctl.last_action == "window_down" and ctl.actions.window == 7
+    assert ctl.actions.replay_scale == pytest.approx(0.9)  # never below the tolerance
+    # keeping up with what it paces to (1.8): after two calm periods, the ratio back up a step
+    ctl.decide(5.0, 1000.0, 1800.0)
+    assert ctl.last_action == "hold"
+    ctl.decide(6.0, 1000.0, 1800.0)
+    assert ctl.last_action == "grad_steps_up" and ctl.actions.replay_scale == pytest.approx(0.95)
+    ctl.decide(7.0, 1000.0, 1900.0)
+    ctl.decide(8.0, 1000.0, 1900.0)
+    assert ctl.actions.replay_scale == pytest.approx(1.0) and ctl.actions.window == 7
+    ctl.decide(9.0, 1000.0, 2000.0)  # on target: hold
+    assert ctl.last_action == "hold"
+    ctl.decide(10.0, 1000.0, 3000.0)  # ahead: ratio 3 (a backlog caught up)
+    assert ctl.last_action == "window_up" and ctl.actions.window == 8
     m = ctl.metrics()
     assert m["balance_grad_steps"] == 8.0 and m["balance_replay_ratio_measured"] == 3.0
+    assert m["balance_replay_scale"] == 1.0
     assert not math.isnan(m["balance_target_replay_ratio"])
+
+
+class ReplayPlant:
+    """Off-policy runtime, per DT: actors produce `speed` samples/s while the learner owes at
+    most `slack` samples (else their credits are held back); the learner learns up to
+    `capacity` samples/s of what it owes (target x scale x each sample produced)."""
+
+    def __init__(self, speed, capacity, target, slack=2000.0):
+        self.speed, self.capacity, self.target, self.slack = speed, capacity, target, slack
+        self.owed = self.produced = self.learned = 0.0
+
+    def step(self, actions: Actions):
+        held = self.owed > self.slack
+        made = 0.0 if held else self.speed * DT
+        self.produced += made
+        self.owed += self.target * actions.replay_scale * made
+        learn = min(self.capacity * DT, self.owed)
+        self.owed -= learn
+        self.learned += learn
+        return made, learn, held
+
+
+@pytest.mark.parametrize("capacity_share", [1.2, 0.95, 0.6])
+def test_replay_ratio_stays_within_tolerance_and_actors_run_as_fast_as_it_allows(capacity_share):
+    target, speed = 4.0, 1000.0
+    plant = ReplayPlant(speed, capacity_share * target * speed, target)
+    ctl = AdaptiveBalance(adaptive=True, target_staleness=0.0, batch_trajectories=1,
+                          max_credits_per_actor=4, max_publish_every=1, max_reuse=0, n_actors=2,
+                          target_replay_ratio=target, traj_samples=64, batch_size=32)
+    p = c = 0.0
+    held_any = False
+    scales, t = [], 0.0
+    while t < 30.0:
+        made, learn, held = plant.step(ctl.actions)
+        p, c, held_any = p + made, c + learn, held_any or held
+        t += DT
+        before = ctl._last_decision
+        ctl.decide(t, p / ctl.period_s, c / ctl.period_s, throttled=held_any)
+        if ctl._last_decision != before:  # a decision was taken: a new period's measurements
+            p = c = 0.0
+            held_any = False
+            scales.append(ctl.actions.replay_scale)
+    # the run ends once what is owed is learned: the ratio it ends at
+    ratio = (plant.learned + plant.owed) / plant.produced
+    assert abs(ratio / target - 1) <= 0.1 + 1e-9, ratio
+    late = scales[len(scales) // 2:]
+    if capacity_share >= 1.0:
+        assert min(late) == 1.0  # a learner that keeps up learns at the full ratio
+    else:
+        # a learner short by 5% is absorbed by fewer gradient steps (no credits held in the
+        # second half, the actors at full speed); one at 60% takes the lowest scale
+        assert max(late) - min(late) <= 0.05 + 1e-9  # settled: no growing oscillation
+        want = 0.95 if capacity_share > 0.9 else 0.9
+        assert min(late) >= want - 0.05 - 1e-9 and min(late) <= want + 1e-9, late
+    production = plant.produced / 30.0
+    expected = min(speed, capacity_share * speed / 0.9)
+    assert production >= 0.9 * expected, (production, expected)

@@ -114,6 +114,10 @@ class DQNConfig:
     eps_end: float = 0.05
     eps_fraction: float = 0.3  # fraction of total_env_steps over which epsilon decays
     max_grad_norm: float = 10.0
+    # replay keeps each observation frame once ([T + 1, B] frames per [T, B] rollout) instead
+    # of obs and next_obs (tianjax/frame_replay.py; mode fused); a transition cut by a time
+    # limit inside a rollout then has weight 0 (its final observation is not kept)
+    frame_once: bool = False
 
     def __post_init__(self):
         _check(self.lr > 0, "dqn.lr", f"must be > 0, got {self.lr}")
@@ -421,6 +425,12 @@ class Config:
         if self.algo == "qmix":
             _check(self.qmix.burn_in < self.rollout_len, "qmix.burn_in",
                    f"must be below rollout_len ({self.rollout_len}), the replayed sequence length")
+        if self.dqn.frame_once:
+            _check(self.algo == "dqn", "dqn.frame_once",
+                   f"is for algo dqn (its replay of transitions), got algo '{self.algo}'")
+            _check(self.mode == "fused", "dqn.frame_once",
+                   f"is served by mode: fused only (the {self.mode} learner keeps obs and next_obs); "
+                   "set it false or use mode: fused")
         if self.num_actors == 0 and self.mode != "fused":
             _check(self.env_backend not in ("gymnax", "jaxmarl", "brax"), "num_actors",
                    "0 (acting inside the learner) is for host envs; JAX envs use mode: fused")

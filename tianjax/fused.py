@@ -15,7 +15,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from tianjax import buffers
+from tianjax import buffers, frame_replay
 from tianjax.algos.base import Algorithm
 from tianjax.config import Config
 from tianjax.envs.jax_env import JaxEnv
@@ -27,7 +27,12 @@ class FusedState(NamedTuple):
     learner: LearnerState
     actor: RolloutState
     env_steps: jax.Array  # int32 scalar
-    replay: buffers.ReplayState | None = None
+    replay: buffers.ReplayState | frame_replay.FrameReplayState | None = None
+
+
+def uses_frame_replay(config: Config, algo: Algorithm) -> bool:
+    """Whether replay keeps each frame once (dqn.frame_once; transitions, not sequences)."""
+    return bool(config.dqn.frame_once) and algo.buffer == "replay"
 
 
 def make_replay_learn(config: Config, algo: Algorithm):
@@ -37,16 +42,24 @@ def make_replay_learn(config: Config, algo: Algorithm):
     have been collected, takes `dqn.updates_per_rollout` gradient steps on uniform samples
     (metrics are their means; zeros before learning starts). Shared by every loop that
     learns off-policy: fused, in-process host, and the distributed learner.
+
+    With `dqn.frame_once` (fused DQN) the buffer is a tianjax.frame_replay ring, the
+    transitions come as the rollout's [T, B] chunk, and each update also takes the
+    buffer's per-sample mask.
     """
 
     rc = config.replay_config  # dqn, or qmix (whose items are sequences)
+    frames = uses_frame_replay(config, algo)
 
-    def learn(learner: LearnerState, rb: buffers.ReplayState, trans, env_steps):
-        rb = buffers.replay_add(rb, trans)
+    def learn(learner: LearnerState, rb, trans, env_steps):
+        rb = frame_replay.add(rb, trans) if frames else buffers.replay_add(rb, trans)
 
         def run(l0):
             def one(l, _):
                 key, sub = jax.random.split(l.key)
+                if frames:
+                    batch, mask = frame_replay.sample(rb, sub, rc.batch_size)
+                    return algo.update(l._replace(key=key), batch, True, mask)
                 batch = buffers.replay_sample(rb, sub, rc.batch_size)
                 return algo.update(l._replace(key=key), batch)
 
@@ -68,7 +81,9 @@ def make_fused(config: Config, env: JaxEnv, algo: Algorithm):
     rollout_init, rollout = make_rollout(env, algo, B, T)
     replay = algo.buffer in ("replay", "sequences")
     # replay items: transitions ([T, B] flattened) or sequences (one [T] item per env)
-    to_items = (lambda x: x) if algo.buffer == "sequences" else buffers.flatten_time_batch
+    # frame-once replay: the [T, B] chunk itself
+    frames = uses_frame_replay(config, algo)
+    to_items = (lambda x: x) if algo.buffer == "sequences" or frames else buffers.flatten_time_batch
 
     def init(key) -> FusedState:
         k_learn, k_act = jax.random.split(key)
@@ -77,8 +92,11 @@ def make_fused(config: Config, env: JaxEnv, algo: Algorithm):
         rb = None
         if replay:
             _, example, _ = jax.eval_shape(rollout, learner.params, learner.version, actor)
-            one = jax.tree.map(lambda x: jnp.zeros(x.shape[1:], x.dtype), jax.eval_shape(to_items, example))
-            rb = buffers.replay_init(config.replay_config.buffer_size, one)
+            if frames:
+                rb = frame_replay.init(config.replay_config.buffer_size, example)
+            else:
+                one = jax.tree.map(lambda x: jnp.zeros(x.shape[1:], x.dtype), jax.eval_shape(to_items, example))
+                rb = buffers.replay_init(config.replay_config.buffer_size, one)
         return FusedState(learner, actor, jnp.zeros((), jnp.int32), rb)
 
     def onpolicy_iteration(state: FusedState):
@@ -108,4 +126,4 @@ def make_fused(config: Config, env: JaxEnv, algo: Algorithm):
     return init, run
 
 
-__all__ = ["FusedState", "make_fused", "make_replay_learn", "Episodes"]
+__all__ = ["FusedState", "make_fused", "make_replay_learn", "uses_frame_replay", "Episodes"]

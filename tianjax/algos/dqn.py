@@ -25,6 +25,11 @@ the buffer, normalised to mean 1 over the kept samples). With the default `const
 schedule, or whenever every tau is 0, the weights are exactly 1 and the loss is the
 plain DQN loss. `correct_staleness=False` (what the fused runner uses) skips the weights
 altogether, i.e. plain uniform experience replay.
+
+With `dqn.frame_once` (tianjax.frame_replay) the replay stores each frame once and cannot
+give a transition cut by a time limit inside a stored chunk its final observation; `update`
+then takes the buffer's per-sample mask as a fourth argument and multiplies the weights by
+it (0 for those transitions: w_i * m_i in the loss above, its mean still over all N).
 """
 
 from __future__ import annotations
@@ -139,13 +144,17 @@ def make(config: Config, obs_shape: tuple[int, ...], action_spec: ActionSpec, *,
     def greedy(params, obs):
         return jnp.argmax(apply_fn(params, obs), axis=-1).astype(jnp.int32)
 
-    def update(state: LearnerState, batch: Transition, fresh=True):
+    def update(state: LearnerState, batch: Transition, fresh=True, mask=None):
         """One gradient step on replayed transitions (`fresh` is unused: replay has no
-        fresh/reused batches; progress here is the env steps the actors produced)."""
+        fresh/reused batches; progress here is the env steps the actors produced).
+        `mask` [N] (optional) multiplies the per-sample weights: the frame-once replay
+        gives 0 to the transitions whose true next observation it does not hold."""
         if correct_staleness:
             w, _ = S.staleness_weights(state.version, batch.version, config.staleness)
         else:
             w = jnp.ones(batch.reward.shape, jnp.float32)
+        if mask is not None:
+            w = w * jax.lax.stop_gradient(mask.astype(jnp.float32))
         params, opt_state, metrics = gradient_step(loss_fn, optimizer, state.params, state.opt_state,
                                                    state.target_params, batch, w)
         version = state.version + 1
@@ -154,6 +163,8 @@ def make(config: Config, obs_shape: tuple[int, ...], action_spec: ActionSpec, *,
         metrics["weight_min"] = jnp.min(w)
         metrics["weight_max"] = jnp.max(w)
         metrics["target_synced"] = do_sync.astype(jnp.float32)
+        if mask is not None:
+            metrics["mask_mean"] = jnp.mean(mask.astype(jnp.float32))
         new_state = state._replace(params=params, opt_state=opt_state, target_params=target_params,
                                    version=version)
         return new_state, metrics

@@ -24,9 +24,19 @@ it measures were mostly made under the new setting (no oscillation from acting o
 measurements).
 
 Off-policy (DQN) the set-point is `balance.target_replay_ratio` (samples learned per
-sample produced): the learner behind it (c / p below target) shrinks the window, so the
-actors slow down; ahead of it, the window grows. Gradient steps per arriving trajectory
-are target x trajectory samples / batch size, reported as `balance_grad_steps`.
+sample produced), held within `replay_tolerance` (10%). Two actions serve it:
+
+- `replay_scale` in [1 - tolerance, 1]: the learner paces its gradient steps to
+  target x scale, so gradient steps per arriving trajectory are
+  target x scale x trajectory samples / batch size (`balance_grad_steps`). It is the fast
+  knob. A learner behind (the runtime holding actors' credits back because it owes more
+  gradient steps than a trajectory per actor, `throttled`, or c / p below what it paces
+  to) takes fewer gradient steps per arrival, so the actors go on producing;
+- `window`: a learner still behind at the lowest scale shrinks the actors' window (fewer
+  trajectories in flight, so fresher replay). Two calm periods in a row (no credit held,
+  c / p at what it paces to) take the scale back up a step (the hysteresis keeps a learner
+  just short of the target from flipping between two scales every period); at scale 1
+  and ahead of the target (c / p above it: a backlog being caught up), the window grows.
 
 With `balance.mode: fixed` the actions never move (the runtime section's values).
 Pure: no sockets, threads or clocks; the caller passes `now` (seconds).
@@ -45,6 +55,7 @@ class Actions:
     window: int  # trajectories in flight or pooled, all actors together
     publish_every: int
     max_reuse: int
+    replay_scale: float = 1.0  # off-policy: the learner paces to target replay ratio x this
 
     def credits(self, rank: int, n_actors: int) -> int:
         """Credits of the actor at `rank` (0-based, in registration order): the window split
@@ -72,6 +83,7 @@ class AdaptiveBalance:
     target_replay_ratio: float | None = None  # off-policy set-point
     traj_samples: int = 0  # samples per trajectory (off-policy: for balance_grad_steps)
     batch_size: int = 0  # off-policy: samples per gradient step
+    replay_tolerance: float = 0.1  # off-policy: replay_scale stays in [1 - this, 1]
 
     actions: Actions = field(init=False)
     moves: int = 0
@@ -80,6 +92,7 @@ class AdaptiveBalance:
     _tau_sum: float = 0.0
     _tau_n: int = 0
     _measured: float = float("nan")
+    _calm: int = 0  # off-policy: decisions in a row at which the learner kept up
 
     def __post_init__(self):
         self.actions = Actions(self.max_credits_per_actor * max(self.n_actors, 1),
@@ -100,8 +113,10 @@ class AdaptiveBalance:
             self._set(window=self._clip_window(round(share * n_new)))
 
     # ------------------------------------------------------------------ decisions
-    def decide(self, now: float, production_rate: float = 0.0, consumption_rate: float = 0.0) -> Actions:
-        """The actions from now on. Moves at most once per `period_s`."""
+    def decide(self, now: float, production_rate: float = 0.0, consumption_rate: float = 0.0,
+               throttled: bool = False) -> Actions:
+        """The actions from now on. Moves at most once per `period_s`. Off-policy,
+        `throttled` says the runtime is holding actors' credits back (the learner behind)."""
         if self._last_decision is None:
             self._last_decision = now
             return self.actions
@@ -114,7 +129,7 @@ class AdaptiveBalance:
         if not self.adaptive:
             return self.actions
         if self.target_replay_ratio is not None:
-            self._decide_replay(production_rate, consumption_rate)
+            self._decide_replay(production_rate, consumption_rate, throttled)
             return self.actions
         if tau_n == 0:
             return self.actions  # nothing learned this period: nothing measured
@@ -145,18 +160,30 @@ class AdaptiveBalance:
                 self._set("publish_every_up", publish_every=a.publish_every + 1)
         return self.actions
 
-    def _decide_replay(self, p: float, c: float) -> None:
+    def _decide_replay(self, p: float, c: float, throttled: bool) -> None:
         if p <= 0 or c <= 0:
             return  # nothing produced, or learning not started (dqn.learning_starts)
         ratio = c / p
         self._measured = ratio
-        error = self.target_replay_ratio - ratio  # > 0: the learner is behind
-        if abs(error) <= self.deadband * self.target_replay_ratio:
-            return
         a = self.actions
-        if error > 0 and a.window > self._clip_window(0):
-            self._set("window_down", window=self._clip_window(a.window - 1))
-        elif error < 0 and a.window < self._clip_window(10**9):
+        # NOTE: a band narrower than the tolerance, so that the ratio is held within it
+        band = min(self.deadband, self.replay_tolerance / 2)
+        paced = self.target_replay_ratio * a.replay_scale  # what the learner paces to
+        floor = 1.0 - self.replay_tolerance
+        step = self.replay_tolerance / 2
+        if throttled or ratio < paced * (1 - band):  # behind
+            self._calm = 0
+            if a.replay_scale > floor + 1e-9:
+                self._set("grad_steps_down", replay_scale=max(floor, a.replay_scale - step))
+            elif a.window > self._clip_window(0):
+                self._set("window_down", window=self._clip_window(a.window - 1))
+            return
+        self._calm += 1
+        if a.replay_scale < 1.0 - 1e-9:
+            if self._calm >= 2:  # the full ratio back, a step at a time
+                self._calm = 0
+                self._set("grad_steps_up", replay_scale=min(1.0, a.replay_scale + step))
+        elif ratio > self.target_replay_ratio * (1 + band) and a.window < self._clip_window(10**9):
             self._set("window_up", window=self._clip_window(a.window + 1))
 
     def _clip_window(self, w: int) -> int:
@@ -183,8 +210,10 @@ class AdaptiveBalance:
         if self.target_replay_ratio is not None:
             out["balance_target_replay_ratio"] = self.target_replay_ratio
             out["balance_replay_ratio_measured"] = self._measured
+            out["balance_replay_scale"] = a.replay_scale
             if self.batch_size:
-                out["balance_grad_steps"] = self.target_replay_ratio * self.traj_samples / self.batch_size
+                out["balance_grad_steps"] = (self.target_replay_ratio * a.replay_scale * self.traj_samples
+                                             / self.batch_size)
         else:
             out["balance_target_staleness"] = self.target_staleness
             out["balance_staleness_measured"] = self._measured
