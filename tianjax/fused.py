@@ -95,7 +95,8 @@ def make_fused(config: Config, env: JaxEnv, algo: Algorithm):
             if frames:
                 rb = frame_replay.init(config.replay_config.buffer_size, example)
             else:
-                one = jax.tree.map(lambda x: jnp.zeros(x.shape[1:], x.dtype), jax.eval_shape(to_items, example))
+                one = jax.tree.map(lambda x: jnp.zeros(x.shape[1:], x.dtype),
+                                   jax.eval_shape(to_items, example))
                 rb = buffers.replay_init(config.replay_config.buffer_size, one)
         return FusedState(learner, actor, jnp.zeros((), jnp.int32), rb)
 
