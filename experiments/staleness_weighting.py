@@ -14,6 +14,9 @@ set-point). The arms:
 - w(tau)+IS: decoupled PPO, weights (1 + tau)^-1 * min(rho_bar, pi_0 / mu);
 - w+IS+traces: the same, with GAE's traces cut by min(1, pi_0 / mu) of each later step
   (`ppo.truncated_traces`);
+- IS+bclip, w+IS+bclip: IS only and w(tau)+IS, and a sample whose pi_0 has already moved
+  past the clip range from mu in the direction of its advantage gets weight 0
+  (`ppo.behaviour_clip`: the textbook clip's first-step effect, kept inside the decoupled loss);
 - sync:      the same config in sync mode (no staleness), the reference for env steps.
 
 Per arm, over the seeds: final 100-episode return (mean), env steps and wall-clock time to
@@ -37,6 +40,8 @@ ARMS = {
     "IS only": ["staleness.schedule=constant"],
     "w(tau)+IS": ["staleness.schedule=polynomial", "staleness.power=1.0"],
     "w+IS+traces": ["staleness.schedule=polynomial", "staleness.power=1.0", "ppo.truncated_traces=true"],
+    "IS+bclip": ["staleness.schedule=constant", "ppo.behaviour_clip=true"],
+    "w+IS+bclip": ["staleness.schedule=polynomial", "staleness.power=1.0", "ppo.behaviour_clip=true"],
     "sync": ["mode=sync", "runtime.batch_trajectories=null"],
 }
 
@@ -62,8 +67,8 @@ def main():
               f"{sum(r['convergence_time_s'] is not None for r in runs):>6}/{len(runs):<2}"
               f"{statistics.mean(r.get('staleness_mean', 0.0) for r in runs):>10.2f}")
     if sync_steps:
-        for name in ("IS only", "w(tau)+IS", "w+IS+traces", "none"):
-            if name in results:
+        for name in results:
+            if name != "sync":
                 worst = [r["convergence_env_steps"] for r in results[name]]
                 ratio = None if None in worst else max(worst) / sync_steps
                 print(f"{name}: env steps to 475, worst seed / sync median = {fmt(ratio, '.2f')}")

@@ -275,3 +275,42 @@ def test_truncated_traces_cut_gae_by_the_later_steps_ratio_and_vanish_when_mu_is
     on = traj._replace(behaviour_log_prob=jnp.asarray(logp0))
     chex.assert_trees_all_close(make_batch(_linear_apply, cfg_traced, state, on, correct_staleness=True),
                                 make_batch(_linear_apply, cfg, state, on, correct_staleness=True), atol=1e-6)
+
+
+def test_behaviour_clip_zeroes_exactly_the_samples_the_textbook_clip_stops_at_theta0():
+    cfg, params, traj, state, rho = _decoupled_case()
+    cfg_b = dataclasses.replace(cfg, ppo=dataclasses.replace(cfg.ppo, behaviour_clip=True))
+    plain = make_batch(_linear_apply, cfg, state, traj, correct_staleness=True)
+    clipped = make_batch(_linear_apply, cfg_b, state, traj, correct_staleness=True)
+    # by hand: pi_0 has moved past [0.8, 1.2] from mu in the direction of the sample's
+    # weighted-normalised advantage; those samples lose their weight, the others keep it
+    # (no renormalisation: the step shrinks as the textbook loss's does)
+    w = np.asarray(plain.weight, np.float64)
+    a = np.asarray(plain.advantage, np.float64)
+    mean = (w * a).sum() / w.sum()
+    a_hat = a - mean
+    moved = ((a_hat > 0) & (rho > 1.2)) | ((a_hat < 0) & (rho < 0.8))
+    assert 0 < moved.sum() < moved.size  # the case has both kinds
+    np.testing.assert_allclose(clipped.weight, np.where(moved, 0.0, w), rtol=1e-6)
+    chex.assert_trees_all_close(clipped._replace(weight=plain.weight), plain)
+    # the gradient at theta_0: the once-corrected policy gradient over the samples kept,
+    # nothing from the ones the textbook clip (centred on mu) would stop
+    loss_fn = make_loss(_linear_apply, clip_eps=0.2, clip_value=True, vf_coef=0.0, ent_coef=0.0)
+    flat = jax.tree.map(lambda x: x.reshape((6,) + x.shape[2:]), clipped)
+    grad = jax.grad(lambda p: loss_fn(p, flat)[0])(params)["W"]
+    s = np.asarray(traj.obs, np.float64).reshape(6, 2)
+    pi0 = np.asarray(jax.nn.softmax(traj.obs @ params["W"]), np.float64).reshape(6, 3)
+    onehot = np.eye(3)[np.asarray(traj.action).reshape(-1)]
+    grad_logp = s[:, :, None] * (onehot - pi0)[:, None, :]
+    wk = np.asarray(flat.weight, np.float64)
+    ak = np.asarray(flat.advantage, np.float64)
+    mk = (wk * ak).sum() / wk.sum()
+    ak = (ak - mk) / (np.sqrt((wk * (ak - mk) ** 2).sum() / wk.sum()) + 1e-8)
+    expected = -np.einsum("i,i,ijk->jk", wk, ak, grad_logp) / 6
+    np.testing.assert_allclose(grad, expected, rtol=1e-4, atol=1e-6)
+    # with mu = pi_0 nothing has moved: the batch is the decoupled one, unchanged
+    logp0 = np.take_along_axis(np.asarray(jax.nn.log_softmax(traj.obs @ params["W"])),
+                               np.asarray(traj.action)[..., None], axis=-1)[..., 0]
+    on = traj._replace(behaviour_log_prob=jnp.asarray(logp0))
+    chex.assert_trees_all_close(make_batch(_linear_apply, cfg_b, state, on, correct_staleness=True),
+                                make_batch(_linear_apply, cfg, state, on, correct_staleness=True), atol=1e-6)

@@ -64,6 +64,9 @@ class PPOConfig:
     # corrected (async) batches: GAE's trace through each later step is cut by
     # min(1, pi_0/mu) of that step's action (no effect where mu = pi_0)
     truncated_traces: bool = False
+    # corrected batches: a sample whose pi_0 has already moved past the clip range from mu
+    # in the direction of its advantage gets weight 0 (the textbook clip at the first step)
+    behaviour_clip: bool = False
 
     def __post_init__(self):
         _check(self.lr > 0, "ppo.lr", f"must be > 0, got {self.lr}")

@@ -28,6 +28,20 @@ centres the clip on mu, so a sample whose mu is far from pi_0 is clipped, i.e. g
 gradient, from the first step. The proximal policy pi_0 is what the trust region is about;
 mu only decides how much each sample counts.
 
+With `ppo.behaviour_clip`, a sample whose pi_0 has already moved past the clip range from
+mu in the direction of its advantage is dropped:
+
+    w_i <- w_i * (1 - m_i),   m_i = [A_i > 0 and pi_0/mu > 1 + eps] or [A_i < 0 and pi_0/mu < 1 - eps]
+
+(A_i weighted-normalised; applied after the normalisation, so the step shrinks with the
+share dropped). These are exactly the samples the textbook clip, centred on mu, gives no
+gradient at the first step. At high staleness mu's advantages keep pointing where the
+learner has already gone: the updates between mu and pi_0 acted on samples of the same
+era, and without a reference to mu each stale batch pushes further (experiments/
+staleness_weighting.py: at tau about 14 the decoupled arms miss 475 on every seed, with the
+mask they reach it). The trust region of the epochs stays around pi_0; where mu = pi_0 no
+sample is dropped.
+
 Equivalence: with tau = 0 and mu = pi_0 (fused mode) every w_i = 1, pi_0 = mu and V_0 = the
 behaviour critic, so the loss is plain PPO's; `correct_staleness=False` builds exactly
 that, with the behaviour log-probs and values standing in for pi_0 and V_0 (no second
@@ -126,6 +140,17 @@ def advantages(traj: Trajectory, values: jax.Array, last_value: jax.Array, boots
     return adv, adv + v_tm1
 
 
+def already_moved(adv: jax.Array, w: jax.Array, log_pi0: jax.Array, log_mu: jax.Array,
+                  clip_eps: float) -> jax.Array:
+    """1.0 where pi_0 has already moved past the clip range from mu in the direction of the
+    sample's (weighted-normalised) advantage: A > 0 and pi_0/mu > 1 + eps, or A < 0 and
+    pi_0/mu < 1 - eps; else 0.0. These are the samples the textbook clip (centred on mu)
+    gives no gradient at the first step: the learner has acted on what they say."""
+    a = weighted_normalise(adv, w)
+    r0 = jnp.exp(log_pi0 - log_mu)
+    return (((a > 0) & (r0 > 1 + clip_eps)) | ((a < 0) & (r0 < 1 - clip_eps))).astype(jnp.float32)
+
+
 def make_batch(apply_fn, config: Config, state: LearnerState, traj: Trajectory, *,
                correct_staleness: bool) -> PPOBatch:
     """The [T, B] PPOBatch of one update, taken at the learner's params pi_0 = state.params.
@@ -147,8 +172,13 @@ def make_batch(apply_fn, config: Config, state: LearnerState, traj: Trajectory, 
         boot = jnp.where(at_cut, trunc_v0[None, :], traj.bootstrap_value)
         w, mask = S.staleness_weights(state.version, traj.version, config.staleness)
         rho = S.truncated_ratio(log_pi0, traj.behaviour_log_prob, config.staleness.rho_bar)
-        w = S.normalise(w * rho, mask) if config.staleness.normalise else w * rho
         traces = S.truncated_ratio(log_pi0, traj.behaviour_log_prob, 1.0) if cfg.truncated_traces else None
+        w = S.normalise(w * rho, mask) if config.staleness.normalise else w * rho
+        if cfg.behaviour_clip:
+            # after the normalisation: the samples left keep their weights, so the step
+            # shrinks with the share the learner has already acted on, as the textbook one does
+            adv, _ = advantages(traj, v0, last_v0, boot, cfg.gamma, cfg.gae_lambda, traces)
+            w = w * (1.0 - already_moved(adv, w, log_pi0, traj.behaviour_log_prob, cfg.clip_eps))
     else:
         log_pi0, v0, boot = traj.behaviour_log_prob, traj.behaviour_value, traj.bootstrap_value
         last_v0 = apply_fn(state.params, traj.last_obs)[1]
