@@ -74,9 +74,12 @@ class BatchPolicy:
         self._replay_add = jax.jit(lambda rb, b: buffers.replay_add(rb, replay_items(b)), donate_argnums=0)
         self._replay_sample = jax.jit(lambda rb, key: buffers.replay_sample(rb, key, rc.batch_size))
         self._sample_key = jax.random.key(cfg.seed + 1 + jax.process_index())
-        self.replay_ratio = cfg.replay_ratio
-        # samples (env steps) in one sampled batch, this process's share
+        # samples (env steps) in one sampled batch, this process's share (a sequence item
+        # is rollout_len of them)
         self.replay_batch_samples = rc.batch_size * (cfg.rollout_len if self.algo.buffer == "sequences" else 1)
+        # as Config.replay_ratio, by this algorithm's items (a registered one's too)
+        self.replay_ratio = cfg.balance.target_replay_ratio or cfg.runtime.replay_ratio or (
+            rc.updates_per_rollout * self.replay_batch_samples / (cfg.num_envs * cfg.rollout_len))
         n = rc.batch_size * jax.process_count()
         global_sds = jax.tree.map(lambda x: jax.ShapeDtypeStruct((n,) + x.shape[1:], x.dtype), items)
         self.batch_sharding = jax.tree.map(lambda _: NamedSharding(self.mesh, P("data")), global_sds)
