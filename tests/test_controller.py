@@ -209,7 +209,7 @@ def test_inside_the_dead_band_and_without_samples_nothing_moves():
 def test_replay_ratio_set_point_takes_fewer_gradient_steps_then_slows_the_actors():
     ctl = AdaptiveBalance(adaptive=True, target_staleness=0.0, batch_trajectories=1,
                           max_credits_per_actor=4, max_publish_every=1, max_reuse=0, n_actors=2,
-                          target_replay_ratio=2.0, traj_samples=512, batch_size=128)
+                          target_replay_ratio=2.0, traj_samples=512, batch_size=128, replay_tolerance=0.1)
     ctl.decide(0.0)
     ctl.decide(1.0, production_rate=1000.0, consumption_rate=0.0)  # before learning starts
     assert ctl.moves == 0
@@ -267,7 +267,7 @@ def test_replay_ratio_stays_within_tolerance_and_actors_run_as_fast_as_it_allows
     plant = ReplayPlant(speed, capacity_share * target * speed, target)
     ctl = AdaptiveBalance(adaptive=True, target_staleness=0.0, batch_trajectories=1,
                           max_credits_per_actor=4, max_publish_every=1, max_reuse=0, n_actors=2,
-                          target_replay_ratio=target, traj_samples=64, batch_size=32)
+                          target_replay_ratio=target, traj_samples=64, batch_size=32, replay_tolerance=0.1)
     p = c = 0.0
     held_any = False
     scales, t = [], 0.0
@@ -275,9 +275,9 @@ def test_replay_ratio_stays_within_tolerance_and_actors_run_as_fast_as_it_allows
         made, learn, held = plant.step(ctl.actions)
         p, c, held_any = p + made, c + learn, held_any or held
         t += DT
-        before = ctl._last_decision
+        before = ctl.decisions
         ctl.decide(t, p / ctl.period_s, c / ctl.period_s, throttled=held_any)
-        if ctl._last_decision != before:  # a decision was taken: a new period's measurements
+        if ctl.decisions != before:  # a decision was taken: a new period's measurements
             p = c = 0.0
             held_any = False
             scales.append(ctl.actions.replay_scale)

@@ -85,7 +85,21 @@ class BatchPolicy:
         self.batch_sharding = jax.tree.map(lambda _: NamedSharding(self.mesh, P("data")), global_sds)
         self.learned = 0  # samples learned from, this process's share
         self.replay_added = 0  # samples in the buffer (added by this process, ever)
+        # samples owed in all: each sample admitted after learning_starts adds the ratio the
+        # learner paced to when it arrived (the controller's replay_scale x the target)
+        self.replay_earned = 0.0
+        self.replay_throttled = False  # credits were held back since the controller's last decision
         return global_sds
+
+    def _replay_admitted(self, samples: int) -> None:
+        """Counts `samples` added to the buffer, and what they add to the samples owed."""
+        starts = self.config.replay_config.learning_starts
+        before = max(self.replay_added - starts, 0)
+        self.replay_added += samples
+        # NOTE: one process only: every process of a multi-process run must take the same
+        # number of (collective) updates, so there the ratio is the target's
+        scale = self.controller.actions.replay_scale if jax.process_count() == 1 else 1.0
+        self.replay_earned += self.replay_ratio * scale * (max(self.replay_added - starts, 0) - before)
 
     @property
     def kept_steps(self) -> int:
@@ -94,12 +108,9 @@ class BatchPolicy:
         return self.balance.produced
 
     def _replay_owed(self) -> float:
-        """Samples the learner still owes to the replay ratio: ratio x (samples admitted
-        after learning_starts) - samples learned (this process's share)."""
-        produced = self.replay_added - self.config.replay_config.learning_starts
-        if produced < 0:
-            return 0.0
-        return self.replay_ratio * produced - self.learned
+        """Samples the learner still owes to the replay ratio: the paced ratio x each sample
+        admitted after learning_starts, less the samples learned (this process's share)."""
+        return max(self.replay_earned - self.learned, 0.0)
 
     def replay_ratio_measured(self) -> float:
         return self.learned / max(self.replay_added - self.config.replay_config.learning_starts, 1)

@@ -24,7 +24,8 @@ it measures were mostly made under the new setting (no oscillation from acting o
 measurements).
 
 Off-policy (DQN) the set-point is `balance.target_replay_ratio` (samples learned per
-sample produced), held within `replay_tolerance` (10%). Two actions serve it:
+sample produced), held within `replay_tolerance` (5%, so that a run ends within 10% of
+its setting with room to spare). Two actions serve it:
 
 - `replay_scale` in [1 - tolerance, 1]: the learner paces its gradient steps to
   target x scale, so gradient steps per arriving trajectory are
@@ -83,10 +84,11 @@ class AdaptiveBalance:
     target_replay_ratio: float | None = None  # off-policy set-point
     traj_samples: int = 0  # samples per trajectory (off-policy: for balance_grad_steps)
     batch_size: int = 0  # off-policy: samples per gradient step
-    replay_tolerance: float = 0.1  # off-policy: replay_scale stays in [1 - this, 1]
+    replay_tolerance: float = 0.05  # off-policy: replay_scale stays in [1 - this, 1]
 
     actions: Actions = field(init=False)
     moves: int = 0
+    decisions: int = 0  # periods decided (a move or a hold)
     last_action: str = "hold"
     _last_decision: float | None = None
     _tau_sum: float = 0.0
@@ -123,6 +125,7 @@ class AdaptiveBalance:
         if now - self._last_decision < self.period_s:
             return self.actions
         self._last_decision = now
+        self.decisions += 1
         tau_n, tau_sum = self._tau_n, self._tau_sum
         self._tau_sum, self._tau_n = 0.0, 0
         self.last_action = "hold"

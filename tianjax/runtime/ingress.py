@@ -88,9 +88,10 @@ class Ingress:
             self._grant(ident)
         elif self.replay:
             self.rb = self._replay_add(self.rb, batch)
-            self.replay_added += samples
+            self._replay_admitted(samples)
             self._held.append(ident)
             self._release_held()
+            self.replay_throttled |= bool(self._held)
         else:
             self.pool.append((int(msg.version), ident, batch))
 

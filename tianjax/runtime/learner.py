@@ -215,6 +215,9 @@ class Learner(Ingress, BatchPolicy):
         if "replay" in tree:
             self.rb, self._sample_key = tree["replay"], tree["sample_key"]
             self.replay_added = meta["replay_added"]
+            starts = self.config.replay_config.learning_starts
+            self.replay_earned = float(meta.get("replay_earned",
+                                                self.replay_ratio * max(self.replay_added - starts, 0)))
         self.env_steps = int(meta["env_steps"])
         self.fresh_updates = int(meta["fresh_updates"])
         self.wall_offset = float(meta["wall_time_s"])
@@ -233,7 +236,8 @@ class Learner(Ingress, BatchPolicy):
         meta = dict(ckpt.run_meta(self.config), updates=self.state_version, env_steps=self.env_steps,
                     fresh_updates=self.fresh_updates, wall_time_s=self.wall_offset + now - t_start,
                     tracker=self.tracker.state_dict(), balance=self.balance.state_dict(),
-                    learned=getattr(self, "learned", 0), replay_added=getattr(self, "replay_added", 0))
+                    learned=getattr(self, "learned", 0), replay_added=getattr(self, "replay_added", 0),
+                    replay_earned=getattr(self, "replay_earned", 0.0))
         with self.fd_reserve.released():
             self.saver.save(self.state_version, self._checkpoint_tree(), meta)
 
@@ -459,9 +463,12 @@ class Learner(Ingress, BatchPolicy):
     def _steer(self, now: float) -> None:
         """Asks the controller for its actions (it moves at most once a period) and applies
         a move: the reuse budget at once, a larger window by granting the new slots."""
-        moves = self.controller.moves
+        moves, decided = self.controller.moves, self.controller.decisions
+        throttled = self.replay and self.replay_throttled
         actions = self.controller.decide(now, self.balance.production_rate(now),
-                                         self.balance.consumption_rate(now))
+                                         self.balance.consumption_rate(now), throttled=throttled)
+        if self.replay and self.controller.decisions != decided:
+            self.replay_throttled = False  # a new period
         if self.controller.moves == moves:
             return
         self.balance.max_reuse = actions.max_reuse
