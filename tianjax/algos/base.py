@@ -22,8 +22,10 @@ What an algorithm gives:
   must not advance.
 - `loss_fn(params, batch, ...) -> (loss, metrics)` with per-sample weights as an explicit
   input (exposed for tests and notebooks; the runtime calls only `update`).
-- `buffer`: "onpolicy" (batches are Trajectory [T, B]) or "replay" (batches are
-  Transition [N], sampled by the runtime; the replay settings are the `dqn` section's).
+- `buffer`: "onpolicy" (batches are Trajectory [T, B]), "replay" (batches are
+  Transition [N], sampled by the runtime) or "sequences" (QMIX: [N, T] sequences); the
+  replay settings are the algorithm's own section's (`Config.replay_config`: dqn, maddpg
+  or qmix).
 - `network`: the flax module (`tianjax.networks.custom_network` gives the user's one).
 
 What the runtime guarantees it:

@@ -109,7 +109,7 @@ def _train(config: Config, logger: RunLogger, progress: Progress, env: HostEnv, 
     if replay:
         flat = jax.tree.map(lambda x: jax.ShapeDtypeStruct((T * B,) + x.shape[2:], x.dtype), template)
         one = jax.tree.map(lambda x: np.zeros(x.shape[1:], x.dtype), flat)
-        rb = jax.jit(buffers.replay_init, static_argnums=0)(config.dqn.buffer_size, one)
+        rb = jax.jit(buffers.replay_init, static_argnums=0)(config.replay_config.buffer_size, one)
         learn = jax.jit(make_replay_learn(config, algo), donate_argnums=(0, 1)).lower(
             learner, rb, flat, np.int32(0)).compile()
     else:
@@ -132,7 +132,7 @@ def _train(config: Config, logger: RunLogger, progress: Progress, env: HostEnv, 
         env_steps, wall_offset, start_iter = meta["env_steps"], meta["wall_time_s"], meta["iterations"]
         tracker.load_state_dict(meta["tracker"])
     # labelled by updates scheduled (iterations x updates per iteration), as in fused mode
-    per_iter_updates = config.dqn.updates_per_rollout if replay else 1
+    per_iter_updates = config.replay_config.updates_per_rollout if replay else 1
     saver = ckpt.Checkpointer(logger.run_dir, config.checkpoint.keep, config.checkpoint.every,
                               start=start_iter * per_iter_updates)
     t_start -= wall_offset  # a resumed run's clock goes on
