@@ -288,8 +288,9 @@ def test_config_rejects_frame_once_where_it_is_not_served():
     with pytest.raises(ConfigError, match=r"^config key 'dqn.frame_once': .*algo dqn.*'ppo'") as e:
         load_config({"algo": "ppo", "dqn": {"frame_once": True}})
     assert "\n" not in str(e.value)
-    with pytest.raises(ConfigError, match=r"^config key 'dqn.frame_once': is served by mode: fused only"):
-        load_config("configs/dqn_pong.yaml", ["dqn.frame_once=true"])
+    with pytest.raises(ConfigError, match=r"^config key 'dqn.frame_once': is served by mode: fused and by actor"):
+        load_config("configs/dqn_pong.yaml", ["dqn.frame_once=true", "mode=sync", "num_actors=0"])
+    assert load_config("configs/dqn_pong.yaml").dqn.frame_once  # async, with actors
     assert load_config("configs/dqn_cartpole.yaml", ["dqn.frame_once=true"]).dqn.frame_once
     assert not load_config("configs/dqn_cartpole.yaml").dqn.frame_once
 

@@ -431,9 +431,9 @@ class Config:
         if self.dqn.frame_once:
             _check(self.algo == "dqn", "dqn.frame_once",
                    f"is for algo dqn (its replay of transitions), got algo '{self.algo}'")
-            _check(self.mode == "fused", "dqn.frame_once",
-                   f"is served by mode: fused only (the {self.mode} learner keeps obs and next_obs); "
-                   "set it false or use mode: fused")
+            _check(self.mode == "fused" or self.num_actors >= 1, "dqn.frame_once",
+                   "is served by mode: fused and by actor processes (num_actors >= 1); the "
+                   "in-process host loop (num_actors: 0) keeps obs and next_obs")
         if self.num_actors == 0 and self.mode != "fused":
             _check(self.env_backend not in ("gymnax", "jaxmarl", "brax"), "num_actors",
                    "0 (acting inside the learner) is for host envs; JAX envs use mode: fused")

@@ -242,3 +242,27 @@ def test_a_replacement_actor_resumes_the_global_exploration_schedule(tmp_path, p
     # whole count (over 12k steps), and an epsilon far above the schedule's
     for r in after:
         assert r["actor_steps_lag_max"] <= lag_bound, r
+
+
+def test_async_dqn_with_frame_once_replay_stores_each_frame_once_and_holds_its_budget(tmp_path):
+    from tianjax import frame_replay
+
+    config = load_config(DQN, ["mode=async", "num_actors=2", *SMALL_DQN, "total_env_steps=6000",
+                               "dqn.frame_once=true", "target_return=null", "checkpoint.final=false",
+                               "eval_episodes=0", "log_every=10", "runtime.heartbeat_timeout_s=60",
+                               "env_options={max_episode_steps: 30}"],  # truncations inside chunks
+                         run_dir=str(tmp_path / "run"))
+    logger = RunLogger(config, tensorboard=False)
+    learner, out = _run_in_process(config, logger)
+    records = logger.read_records()
+    logger.close()
+    assert isinstance(learner.rb, frame_replay.FrameReplayState)
+    T, B = config.rollout_len, config.num_envs
+    assert learner.rb.frames.shape[1:3] == (T + 1, B)  # T + 1 frames per env column, not 2 T
+    assert abs(out["env_steps"] - config.total_env_steps) <= 2 * T * B
+    s = out["extra_summary"]
+    assert abs(s["replay_ratio"] / s["replay_ratio_target"] - 1) <= 0.1, s
+    # a time limit of 30 falls inside the 16-step chunks: those samples are masked out
+    masks = [r["mask_mean"] for r in records if "mask_mean" in r]
+    assert masks and 0.9 < min(masks) < 1.0
+

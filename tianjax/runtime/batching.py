@@ -23,7 +23,7 @@ import numpy as np
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from tianjax import buffers
+from tianjax import buffers, frame_replay
 from tianjax.types import Sequences
 
 # Trajectory fields that are [B, ...] rather than [T, B, ...]
@@ -68,12 +68,22 @@ class BatchPolicy:
         learns from all processes' samples."""
         cfg = self.config
         rc = cfg.replay_config
-        items = jax.eval_shape(replay_items, self.template[0])
-        one = jax.tree.map(lambda x: np.zeros(x.shape[1:], x.dtype), items)
-        self.rb = jax.jit(buffers.replay_init, static_argnums=0)(rc.buffer_size, one)
-        self._replay_add = jax.jit(lambda rb, b: buffers.replay_add(rb, replay_items(b)), donate_argnums=0)
-        self._replay_sample = jax.jit(lambda rb, key: buffers.replay_sample(rb, key, rc.batch_size))
         self._sample_key = jax.random.key(cfg.seed + 1 + jax.process_index())
+        if cfg.algo == "dqn" and cfg.dqn.frame_once:
+            # each observation stored once: an actor's [T, B] trajectory goes in whole, and a
+            # sample is (transitions, mask); the update takes the mask as its weights' factor
+            self.rb = jax.jit(frame_replay.init, static_argnums=0)(rc.buffer_size, self.template[0])
+            self._replay_add = jax.jit(frame_replay.add, donate_argnums=0)
+            self._replay_sample = jax.jit(lambda rb, key: frame_replay.sample(rb, key, rc.batch_size))
+            update = self.algo.update
+            self._update_fn = lambda state, batch, fresh: update(state, batch[0], fresh, batch[1])
+            items = jax.eval_shape(self._replay_sample, self.rb, self._sample_key)
+        else:
+            items = jax.eval_shape(replay_items, self.template[0])
+            one = jax.tree.map(lambda x: np.zeros(x.shape[1:], x.dtype), items)
+            self.rb = jax.jit(buffers.replay_init, static_argnums=0)(rc.buffer_size, one)
+            self._replay_add = jax.jit(lambda rb, b: buffers.replay_add(rb, replay_items(b)), donate_argnums=0)
+            self._replay_sample = jax.jit(lambda rb, key: buffers.replay_sample(rb, key, rc.batch_size))
         # samples (env steps) in one sampled batch, this process's share (a sequence item
         # is rollout_len of them)
         self.replay_batch_samples = rc.batch_size * (cfg.rollout_len if self.algo.buffer == "sequences" else 1)
@@ -122,10 +132,12 @@ class BatchPolicy:
             return None
         self._sample_key, key = jax.random.split(self._sample_key)
         local = jax.device_get(self._replay_sample(self.rb, key))
+        # (frame-once replay samples (transitions, mask))
+        versions = local.version if hasattr(local, "version") else local[0].version
         self.learned += self.replay_batch_samples
         batch = jax.tree.map(lambda x, s, g: jax.make_array_from_process_local_data(s, x, g.shape),
                              local, self.batch_sharding, self._global_sds)
-        return batch, np.asarray(local.version)
+        return batch, np.asarray(versions)
 
     def _take_batch(self):
         """The trajectories for the next update, or None if the pool cannot make one."""

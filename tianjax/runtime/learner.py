@@ -250,7 +250,8 @@ class Learner(Ingress, BatchPolicy):
         replicated = self._replicated
         fresh = jax.ShapeDtypeStruct((), np.bool_)
         if not self._split:
-            self.update = jax.jit(self.algo.update, in_shardings=(replicated, self.batch_sharding, replicated),
+            update = getattr(self, "_update_fn", self.algo.update)  # (frame-once replay: with its mask)
+            self.update = jax.jit(update, in_shardings=(replicated, self.batch_sharding, replicated),
                                   out_shardings=(replicated, replicated), donate_argnums=0).lower(
                 self.state, self._global_sds, fresh).compile()
         else:
