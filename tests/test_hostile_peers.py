@@ -317,7 +317,7 @@ def test_run_reaches_target_under_connection_flood_oversized_frames_and_subscrip
     endpoints = run.actor_endpoints()
     run.wait_updates(5)  # compiled and learning: what it holds now is its working size
     rss0, fds0 = run.sample()
-    seconds, held = 25.0, 1000
+    seconds, held = 12.0, 1000
     flood = run.attack("flood", endpoints, seconds, held)
     frames = run.attack("frames", endpoints, seconds)
     subs = run.attack("subscribe", endpoints, seconds, 1000)
@@ -350,7 +350,7 @@ def test_under_curve_a_subscriber_without_the_key_reads_nothing(run_factory):
     run = run_factory("runtime.security=curve")
     endpoints = run.actor_endpoints()
     run.wait_updates(5)
-    out = run.attack("subscribe", endpoints, 15.0, 10)
+    out = run.attack("subscribe", endpoints, 8.0, 10)
     run.sample_until_attackers_end()
     assert run.wait() == 0, run.stderr()
     s = run.summary()

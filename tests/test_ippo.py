@@ -147,11 +147,12 @@ def test_single_and_multi_agent_mismatch_names_the_key():
         load_config({"algo": "ppo", "env": "MPE_simple_spread_v3", "env_backend": "jaxmarl"})
 
 
-def test_replay_multi_agent_algos_with_actor_processes_are_refused_by_name():
-    for algo in ("qmix", "maddpg"):
-        with pytest.raises(ConfigError, match="'mode'"):
-            load_config({"algo": algo, "env": "SMAX_3m", "env_backend": "jaxmarl", "mode": "async", "num_actors": 2})
-    load_config({"algo": "ippo", "env": "SMAX_3m", "env_backend": "jaxmarl", "mode": "async", "num_actors": 2})
+def test_multi_agent_algos_take_actor_processes_but_not_acting_inside_the_learner():
+    for algo in ("ippo", "qmix", "maddpg"):
+        base = {"algo": algo, "env": "SMAX_3m", "env_backend": "jaxmarl", "num_actors": 2}
+        assert load_config({**base, "mode": "async"}).mode == "async"
+        with pytest.raises(ConfigError, match="^config key 'num_actors'"):
+            load_config({**base, "mode": "sync", "num_actors": 0})
 
 
 def test_fused_ippo_on_smax_reports_wins(tmp_path):

@@ -146,18 +146,19 @@ def test_a_killed_learner_ends_every_process_nonzero_with_one_line(tmp_path, pro
 @pytest.mark.slow
 def test_a_learner_left_without_actors_says_so_and_the_run_ends(tmp_path, procs):
     """The README's learners with only `--actor-id 0` started (learner 1 has no actor): learner
-    1 says every 30 s which flags would start its actors, and once runtime.connect_timeout_s
-    has passed both learners end, non-zero, with one line naming them; actor 0, whose learner
-    went without telling it, gives up after runtime.heartbeat_timeout_s."""
-    env, learners, actors = _start_readme_run(tmp_path, procs, "runtime.connect_timeout_s=40",
-                                              "runtime.heartbeat_timeout_s=20", actors=(0,))
+    1 says which flags would start its actors (every 30 s, or halfway through a shorter
+    runtime.connect_timeout_s), and once that timeout has passed both learners end, non-zero,
+    with one line naming them; actor 0, whose learner went without telling it, gives up
+    after runtime.heartbeat_timeout_s."""
+    env, learners, actors = _start_readme_run(tmp_path, procs, "runtime.connect_timeout_s=24",
+                                              "runtime.heartbeat_timeout_s=12", actors=(0,))
     codes = [procs.wait(p, 150) for p in learners]
     assert codes == [1, 1], codes
     err1 = procs.stderr(learners[1])
-    assert "learner 1/2: no actor has connected after 30 s" in err1, err1[-3000:]
+    assert "learner 1/2: no actor has connected after 12 s" in err1, err1[-3000:]
     assert "--actor-id 1 --num-learners 2" in err1
     lines = _one_error_line(err1)
-    assert len(lines) == 1 and "no trajectory from any actor for 40 s" in lines[0], err1[-3000:]
+    assert len(lines) == 1 and "no trajectory from any actor for 24 s" in lines[0], err1[-3000:]
     assert "start its actors with --actor-id 1 --num-learners 2" in lines[0]
     lines0 = _one_error_line(procs.stderr(learners[0]))
     assert len(lines0) == 1 and "learner 1 failed" in lines0[0], procs.stderr(learners[0])[-3000:]

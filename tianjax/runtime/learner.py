@@ -383,7 +383,9 @@ class Learner(Ingress, BatchPolicy):
         exact = cfg.mode == "sync" or jax.process_count() > 1  # the version read back after each update
         self.publish()
         t_train = last_publish = last_arrival = time.perf_counter()
-        busy, notice_at = False, WAIT_NOTICE_S
+        # the notice comes every WAIT_NOTICE_S, or halfway through a shorter wait
+        notice_every = min(WAIT_NOTICE_S, rt.connect_timeout_s / 2)
+        busy, notice_at = False, notice_every
         while not self.finished() and not should_stop():
             shutdown.check()
             # NOTE: block (until a message or 50 ms) only when the last pass found no work;
@@ -399,9 +401,9 @@ class Learner(Ingress, BatchPolicy):
                 print(f"tianjax: {self.waiting_who}: no actor has connected after {now - last_arrival:.0f} s "
                       f"(waiting up to {limit:.0f} s, runtime.connect_timeout_s): start {self.waiting_hint}",
                       file=sys.stderr, flush=True)
-                notice_at += WAIT_NOTICE_S
+                notice_at += notice_every
             elif self.actors:
-                notice_at = WAIT_NOTICE_S
+                notice_at = notice_every
             if now - last_arrival > limit:
                 raise LearnerStalled(f"no trajectory from any actor for {limit:.0f} s "
                                      f"({len(self.actors)} registered)")
