@@ -1,0 +1,134 @@
+"""The runtime sections of a config: staleness, runtime (processes, sockets, security),
+balance and checkpoint."""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+from typing import Literal
+
+from tianjax.config.checks import _check
+
+
+@dataclass(frozen=True)
+class StalenessConfig:
+    # w(tau): constant (1), polynomial (1 + tau)^-power, exponential exp(-tau / kappa),
+    # hinge (1 up to tau0, then (1 + tau - tau0)^-power), cutoff (1 up to max_staleness, then 0)
+    correct: bool = True  # false: the plain losses, every sample weighted 1 (for comparisons)
+    schedule: Literal["constant", "polynomial", "exponential", "hinge", "cutoff"] = "constant"
+    power: float = 0.5
+    kappa: float = 8.0
+    tau0: int = 4
+    max_staleness: int | None = None  # samples older than this are dropped (null: keep all)
+    rho_bar: float = 1.0  # PPO: weight also by min(rho_bar, pi / mu) (IMPALA: V-trace clips)
+    normalise: bool = True  # rescale weights to mean 1 over the kept samples of a batch
+
+    def __post_init__(self):
+        _check(self.power >= 0, "staleness.power", f"must be >= 0, got {self.power}")
+        _check(self.kappa > 0, "staleness.kappa", f"must be > 0, got {self.kappa}")
+        _check(self.tau0 >= 0, "staleness.tau0", f"must be >= 0, got {self.tau0}")
+        _check(self.max_staleness is None or self.max_staleness >= 0, "staleness.max_staleness",
+               f"must be >= 0 or null, got {self.max_staleness}")
+        _check(self.schedule != "cutoff" or self.max_staleness is not None, "staleness.max_staleness",
+               "must be set for schedule 'cutoff'")
+        _check(self.rho_bar > 0, "staleness.rho_bar", f"must be > 0, got {self.rho_bar}")
+
+
+@dataclass(frozen=True)
+class RuntimeConfig:
+    """The distributed runtime (modes sync and async): processes, sockets, balance."""
+
+    batch_trajectories: int | None = None  # actor trajectories per update (null: num_actors)
+    publish_every: int = 1  # updates between parameter broadcasts
+    credits_per_actor: int = 2  # trajectories an actor may have in flight or pooled (flow control)
+    max_pool: int = 64  # trajectories the learner holds; beyond it, it stops reading (HWM)
+    max_reuse: int = 0  # on-policy: extra passes over a batch while no fresh data is waiting
+    replay_ratio: float | None = None  # off-policy: samples learned per sample produced
+    # (null: as in fused mode, dqn.updates_per_rollout * dqn.batch_size / (num_envs * rollout_len))
+    send_hwm: int = 2  # trajectories an actor may have queued before its sends block
+    recv_hwm: int = 4  # trajectories queued at the learner's socket
+    transport: Literal["tcp", "ipc"] = "tcp"
+    bind_host: str = "127.0.0.1"  # where the learner binds; loopback unless set
+    security: Literal["mac", "curve"] | None = None  # who may connect: mac (a token derived
+    # from the run key at the handshake, MACs on every message; cheap), curve (CurveZMQ: also
+    # encrypts, and actors verify the learner's key; costs CPU per byte); null: curve unless
+    # bind_host is loopback
+    allow_hosts: tuple[str, ...] = ()  # IP addresses allowed to connect to the learner (empty: any
+    # holding the run's credentials)
+    io_threads: int | None = None  # ZeroMQ I/O threads of the learner (null: 2 with curve, else 1)
+    heartbeat_s: float = 1.0  # actor -> learner heartbeat period
+    heartbeat_timeout_s: float = 120.0  # silence after which a peer counts as lost (a learner
+    # is silent during an update: raise this for updates that take minutes, e.g. CNNs on CPU)
+    connect_timeout_s: float = 600.0  # how long an actor waits for a (starting) learner
+    max_message_mb: float = 256.0  # larger messages are rejected unread
+    actor_devices: str = "cpu"  # jax platform for actors (cpu, gpu, ...)
+    learner_devices: int | None = None  # devices the learner's update spans (null: all local)
+    actor_threads: int = 1  # XLA/Eigen threads per actor process (2-core machines)
+    max_actor_restarts: int = 3  # a dead or silent actor is restarted up to this many times
+    restart_learner: bool = False  # a dead learner is restarted from its last checkpoint
+    max_learner_restarts: int = 2  # ... up to this many times
+
+    def __post_init__(self):
+        _check(self.batch_trajectories is None or self.batch_trajectories >= 1,
+               "runtime.batch_trajectories", "must be >= 1 or null")
+        _check(self.publish_every >= 1, "runtime.publish_every", "must be >= 1")
+        _check(self.max_pool >= 1, "runtime.max_pool", "must be >= 1")
+        _check(self.credits_per_actor >= 1, "runtime.credits_per_actor", "must be >= 1")
+        _check(self.max_reuse >= 0, "runtime.max_reuse", "must be >= 0")
+        _check(self.replay_ratio is None or self.replay_ratio > 0, "runtime.replay_ratio",
+               "must be > 0 or null")
+        _check(self.send_hwm >= 1, "runtime.send_hwm", "must be >= 1")
+        _check(self.recv_hwm >= 1, "runtime.recv_hwm", "must be >= 1")
+        _check(self.heartbeat_s > 0, "runtime.heartbeat_s", "must be > 0")
+        _check(self.heartbeat_timeout_s > self.heartbeat_s, "runtime.heartbeat_timeout_s",
+               "must be larger than runtime.heartbeat_s")
+        _check(self.connect_timeout_s > 0, "runtime.connect_timeout_s", "must be > 0")
+        _check(self.max_message_mb > 0, "runtime.max_message_mb", "must be > 0")
+        for i, host in enumerate(self.allow_hosts):
+            try:
+                ipaddress.ip_address(host)
+            except ValueError:
+                _check(False, f"runtime.allow_hosts[{i}]", f"must be an IP address, got {host!r}")
+        _check(self.io_threads is None or self.io_threads >= 1, "runtime.io_threads", "must be >= 1 or null")
+        _check(self.learner_devices is None or self.learner_devices >= 1, "runtime.learner_devices",
+               "must be >= 1 or null")
+        _check(self.actor_threads >= 1, "runtime.actor_threads", "must be >= 1")
+        _check(self.max_actor_restarts >= 0, "runtime.max_actor_restarts", "must be >= 0")
+        _check(self.max_learner_restarts >= 0, "runtime.max_learner_restarts", "must be >= 0")
+
+
+@dataclass(frozen=True)
+class BalanceConfig:
+    """The balance controller (mode async): a set-point on what the learner consumes. The
+    runtime section's credits_per_actor, publish_every and max_reuse are its upper bounds
+    (and where it starts); it moves them between 1 (0 for reuse) and those values."""
+
+    mode: Literal["fixed", "adaptive"] | None = None  # null: adaptive in mode async, else fixed
+    target_staleness: float = 2.0  # on-policy: mean tau (updates) of the consumed samples
+    target_replay_ratio: float | None = None  # off-policy: samples learned per sample produced
+    # (null: runtime.replay_ratio, or as in fused mode)
+    period_s: float = 1.0  # seconds between decisions
+    deadband: float = 0.15  # no move while |measured - target| <= deadband * target
+
+    def __post_init__(self):
+        _check(self.target_staleness >= 0, "balance.target_staleness",
+               f"must be >= 0, got {self.target_staleness}")
+        _check(self.target_replay_ratio is None or self.target_replay_ratio > 0,
+               "balance.target_replay_ratio", f"must be > 0 or null, got {self.target_replay_ratio}")
+        _check(self.period_s > 0, "balance.period_s", f"must be > 0, got {self.period_s}")
+        _check(0 <= self.deadband < 1, "balance.deadband", f"must be in [0, 1), got {self.deadband}")
+
+
+@dataclass(frozen=True)
+class CheckpointConfig:
+    """Orbax checkpoints of the whole learner state, under <run_dir>/checkpoints."""
+
+    every: int = 0  # updates between checkpoints (0: only the final one)
+    keep: int = 3  # checkpoints kept (the newest)
+    final: bool = True  # write one at the end of the run (and on Ctrl-C / SIGTERM)
+    replay: bool = False  # DQN: include the replay buffer (large; fused runs always do). Without
+    # it a resumed run refills the buffer with `dqn.learning_starts` samples before learning
+
+    def __post_init__(self):
+        _check(self.every >= 0, "checkpoint.every", f"must be >= 0, got {self.every}")
+        _check(self.keep >= 1, "checkpoint.keep", f"must be >= 1, got {self.keep}")
