@@ -122,6 +122,10 @@ def test_killed_learner_resumes_from_its_checkpoint_and_actors_follow(tmp_path, 
     assert s["updates"] >= 200000 // (2 * 16 * 32)
     # the version went on from the checkpoint: never below it once the new learner logged
     updates = [r["updates"] for r in records(run_dir)]
+    if len(updates) >= 2 and updates[-1] == updates[-2]:
+        # the final record holds the metrics of the last updates, read back after the loop
+        # (lazily, a few updates behind): it may repeat the version last logged
+        updates = updates[:-1]
     drop = next((i for i in range(1, len(updates)) if updates[i] <= updates[i - 1]), None)
     if drop is not None:  # the old learner had logged past its checkpoint
         assert updates[drop - 1] <= logged_before

@@ -43,9 +43,9 @@ def _still_role_processes(pids: list[int]) -> list[int]:
 def test_soak_short_run_survives_kills_and_garbage(tmp_path, procs):
     soak_dir = tmp_path / "soak"
     out = tmp_path / "soak.json"
-    # the budget ends the run after ~10-20 s of training on 2 idle cores; --minutes only
+    # the budget ends the run after ~15-25 s of training on 2 idle cores; --minutes only
     # caps a slow (loaded) machine, which then stops it with SIGTERM
-    p = procs.start([SOAK, "--minutes", "1", "--total-env-steps", "400000", "--kill-every", "5",
+    p = procs.start([SOAK, "--minutes", "1", "--total-env-steps", "600000", "--kill-every", "5",
                      "--garbage-rate", "50", "--sample-every", "2", "--warmup", "4", "--rate-window", "6",
                      "--max-rss-growth", "1.5", "--max-fd-spread", "64", "--dir", str(soak_dir),
                      "--out", str(out)], name="soak")
