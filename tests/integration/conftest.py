@@ -174,3 +174,34 @@ def procs(tmp_path):
         yield ps
     finally:
         ps.kill_all()
+
+
+def run_in_process(config, logger=None, instrument=lambda actor: None, learner_kwargs=None,
+                   prepare=lambda learner: None):
+    """A Learner in this process and its actors in threads, over real sockets: the learner's
+    state stays readable. `prepare(learner)` runs before the actors are made and
+    `instrument(actor)` on each actor before it runs. Returns (learner, result)."""
+    import threading
+
+    from tianjax.runtime.actor import Actor
+    from tianjax.runtime.learner import Learner
+    from tianjax.transport.auth import new_run_key
+
+    run_key = new_run_key()
+    learner = Learner(config, run_key, logger, **(learner_kwargs or {}))
+    prepare(learner)
+    actors = [Actor(config, i, learner.endpoints, run_key) for i in range(config.num_actors)]
+    for a in actors:
+        instrument(a)
+    threads = [threading.Thread(target=a.run, daemon=True) for a in actors]
+    for t in threads:
+        t.start()
+    try:
+        out = learner.run()
+    finally:
+        learner.stop_actors()
+        for t in threads:
+            t.join(30)
+        learner.close()
+    return learner, out
+

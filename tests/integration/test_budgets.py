@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import threading
 
 import jax
 import jax.numpy as jnp
@@ -25,11 +24,8 @@ from tianjax.algos.dqn import epsilon_greedy, epsilon_schedule
 from tianjax.config import load_config
 from tianjax.learner import learning_rate
 from tianjax.metrics import RunLogger
-from tianjax.runtime.actor import Actor
-from tianjax.runtime.learner import Learner
-from tianjax.transport.auth import new_run_key
 
-from .conftest import ASYNC_CFG, REPO
+from .conftest import ASYNC_CFG, REPO, run_in_process
 
 TOTAL = 10_000  # not a multiple of any batch below
 PPO_FUSED = str(REPO / "configs" / "ppo_cartpole.yaml")
@@ -83,22 +79,7 @@ def test_every_mode_ends_within_one_batch_per_actor_of_the_budget(tmp_path, case
 def _run_in_process(config, logger=None, instrument=lambda actor: None):
     """A Learner in this process and its actors in threads: the learner's state stays readable.
     `instrument(actor)` is called on each actor before it runs."""
-    run_key = new_run_key()
-    learner = Learner(config, run_key, logger)
-    actors = [Actor(config, i, learner.endpoints, run_key) for i in range(config.num_actors)]
-    for a in actors:
-        instrument(a)
-    threads = [threading.Thread(target=a.run, daemon=True) for a in actors]
-    for t in threads:
-        t.start()
-    try:
-        out = learner.run()
-    finally:
-        learner.stop_actors()
-        for t in threads:
-            t.join(30)
-        learner.close()
-    return learner, out
+    return run_in_process(config, logger, instrument)
 
 
 def test_reuse_heavy_async_run_ends_its_learning_rate_schedule_exactly_at_the_budget(tmp_path):

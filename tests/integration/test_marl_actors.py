@@ -18,7 +18,6 @@ pattern of test_budgets.py), on tiny configs:
 
 from __future__ import annotations
 
-import threading
 
 import jax
 import jax.numpy as jnp
@@ -28,12 +27,11 @@ import pytest
 from tianjax.algos import qmix as Q
 from tianjax.config import ConfigError, load_config
 from tianjax.envs.marl import MAObs
-from tianjax.runtime.actor import Actor
 from tianjax.runtime.learner import Learner
 from tianjax.transport.auth import new_run_key
 from tianjax.types import Sequences
 
-from .conftest import REPO
+from .conftest import REPO, run_in_process
 
 MADDPG = str(REPO / "configs" / "maddpg_mpe_spread_async.yaml")
 QMIX = str(REPO / "configs" / "qmix_smax_3m_async.yaml")
@@ -72,33 +70,25 @@ class RecordingSource:
 def _run(config):
     """Learner here, actors in threads; returns (learner, result, sampled, sources), where
     sampled lists (learner version, behaviour versions) of every replayed batch."""
-    run_key = new_run_key()
-    learner = Learner(config, run_key, checkpoint_root=config.run_dir)
-    sampled = []
-    replay_batch = learner._replay_batch
+    sampled, sources = [], []
 
-    def recording_batch():
-        got = replay_batch()
-        if got is not None:
-            sampled.append((learner.state_version, np.array(got[1])))
-        return got
+    def record_batches(learner):
+        replay_batch = learner._replay_batch
 
-    learner._replay_batch = recording_batch
-    actors = [Actor(config, i, learner.endpoints, run_key) for i in range(config.num_actors)]
-    sources = []
-    for a in actors:
-        a.source = RecordingSource(a.source)
-        sources.append(a.source)
-    threads = [threading.Thread(target=a.run, daemon=True) for a in actors]
-    for t in threads:
-        t.start()
-    try:
-        out = learner.run()
-    finally:
-        learner.stop_actors()
-        for t in threads:
-            t.join(30)
-        learner.close()
+        def recording_batch():
+            got = replay_batch()
+            if got is not None:
+                sampled.append((learner.state_version, np.array(got[1])))
+            return got
+
+        learner._replay_batch = recording_batch
+
+    def record_rollouts(actor):
+        actor.source = RecordingSource(actor.source)
+        sources.append(actor.source)
+
+    learner, out = run_in_process(config, instrument=record_rollouts, prepare=record_batches,
+                                  learner_kwargs={"checkpoint_root": config.run_dir})
     return learner, out, sampled, sources
 
 

@@ -87,47 +87,52 @@ def _prepare_actions(actions, spec: ActionSpec, num_envs: int, dtype) -> np.ndar
     return a
 
 
+def _gymnax_ids():
+    import gymnax
+
+    return gymnax.registered_envs
+
+
+def _envpool_ids():
+    import envpool
+
+    return envpool.list_all_envs()
+
+
+def _gymnasium_ids():
+    import gymnasium as gym
+
+    return gym.registry
+
+
+def _brax_ids():
+    from brax import envs as brax_envs
+
+    return brax_envs._envs
+
+
+# the backends an env id may belong to, in the order a hint names them
+_BACKEND_IDS = (("gymnax", _gymnax_ids), ("envpool", _envpool_ids), ("gymnasium", _gymnasium_ids),
+                ("brax", _brax_ids))
+
+
+def _knows(ids, env_id: str) -> bool:
+    """Whether a backend's registry (imported on demand) holds `env_id`; False where the
+    backend is not installed."""
+    try:
+        return env_id in ids()
+    except (ImportError, AttributeError):
+        return False
+
+
 def other_backend_hint(env_id: str, backend: str) -> str:
     """', but it is a <other> env: set env_backend: <other> ...' where another backend
     knows `env_id`, else ''."""
     if ":" in env_id:
         return ""
-    found = []
-    if backend != "gymnax":
-        try:
-            import gymnax
-
-            if env_id in gymnax.registered_envs:
-                found.append("gymnax")
-        except ImportError:
-            pass
-    if backend != "envpool":
-        try:
-            import envpool
-
-            if env_id in envpool.list_all_envs():
-                found.append("envpool")
-        except ImportError:
-            pass
-    if backend != "gymnasium":
-        try:
-            import gymnasium as gym
-
-            if env_id in gym.registry:
-                found.append("gymnasium")
-        except ImportError:
-            pass
-    if backend != "brax":
-        try:
-            from brax import envs as brax_envs
-
-            if env_id in brax_envs._envs:
-                found.append("brax")
-        except (ImportError, AttributeError):
-            pass
-    if not found:
+    other = next((name for name, ids in _BACKEND_IDS if name != backend and _knows(ids, env_id)), None)
+    if other is None:
         return ""
-    other = found[0]
     mode = "mode: fused, or sync/async with actors" if other in ("gymnax", "brax") else "mode: sync or async"
     article = "an" if other[0] in "aeiou" else "a"
     return f", but it is {article} {other} env: set env_backend: {other} ({mode})"

@@ -69,7 +69,8 @@ class BatchPolicy:
         cfg = self.config
         rc = cfg.replay_config
         self._sample_key = jax.random.key(cfg.seed + 1 + jax.process_index())
-        if cfg.algo == "dqn" and cfg.dqn.frame_once:
+        self._frame_once = cfg.algo == "dqn" and cfg.dqn.frame_once
+        if self._frame_once:
             # each observation stored once: an actor's [T, B] trajectory goes in whole, and a
             # sample is (transitions, mask); the update takes the mask as its weights' factor
             self.rb = jax.jit(frame_replay.init, static_argnums=0)(rc.buffer_size, self.template[0])
@@ -132,8 +133,7 @@ class BatchPolicy:
             return None
         self._sample_key, key = jax.random.split(self._sample_key)
         local = jax.device_get(self._replay_sample(self.rb, key))
-        # (frame-once replay samples (transitions, mask))
-        versions = local.version if hasattr(local, "version") else local[0].version
+        versions = (local[0] if self._frame_once else local).version  # frame-once: (transitions, mask)
         self.learned += self.replay_batch_samples
         batch = jax.tree.map(lambda x, s, g: jax.make_array_from_process_local_data(s, x, g.shape),
                              local, self.batch_sharding, self._global_sds)
