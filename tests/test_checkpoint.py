@@ -137,6 +137,31 @@ def test_incompatible_config_names_the_key():
         ckpt.check_compatible(meta, load_config(CFG, ["num_envs=8"]), "r")
 
 
+def test_section_keys_that_shape_the_arrays_are_named():
+    dqn = os.path.join(os.path.dirname(CFG), "dqn_cartpole.yaml")
+    fused = load_config(dqn)
+    meta = ckpt.run_meta(fused)
+    # fused runs keep their replay buffer: its layout is part of the checkpoint
+    with pytest.raises(ckpt.CheckpointError, match="config key 'dqn.frame_once' is True"):
+        ckpt.check_compatible(meta, load_config(dqn, ["dqn.frame_once=true"]), "r")
+    with pytest.raises(ckpt.CheckpointError, match="config key 'dqn.buffer_size'"):
+        ckpt.check_compatible(meta, load_config(dqn, ["dqn.buffer_size=1000"]), "r")
+    ckpt.check_compatible(meta, load_config(dqn, ["dqn.lr=1e-3", "dqn.batch_size=32"]), "r")
+    # actors feeding a learner whose checkpoints leave the buffer out: its size may change
+    actors = ["mode=async", "num_actors=2", "env_backend=envpool"]
+    meta = ckpt.run_meta(load_config(dqn, actors))
+    ckpt.check_compatible(meta, load_config(dqn, actors + ["dqn.buffer_size=1000"]), "r")
+    # a checkpoint written before a key was recorded is not refused for it
+    ckpt.check_compatible({"config": {"algo": "dqn"}}, load_config(dqn, ["dqn.frame_once=true"]), "r")
+    # the sections that size a multi-agent algorithm's networks
+    qmix = os.path.join(os.path.dirname(CFG), "qmix_smax_3m.yaml")
+    with pytest.raises(ckpt.CheckpointError, match="config key 'qmix.hidden_dim'"):
+        ckpt.check_compatible(ckpt.run_meta(load_config(qmix)), load_config(qmix, ["qmix.hidden_dim=32"]), "r")
+    ippo = os.path.join(os.path.dirname(CFG), "ippo_mpe_spread.yaml")
+    with pytest.raises(ckpt.CheckpointError, match="config key 'marl.agent_id'"):
+        ckpt.check_compatible(ckpt.run_meta(load_config(ippo)), load_config(ippo, ["marl.agent_id=false"]), "r")
+
+
 # ----------------------------------------------------------------------------- resume
 def _train(run_dir, updates, *extra):
     overrides = ["ppo.anneal_lr=false", "log_every=4", "eval_episodes=0", "checkpoint.every=8",

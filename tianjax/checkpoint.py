@@ -140,21 +140,49 @@ class Checkpointer:
 # Config keys a checkpoint's arrays depend on: resuming with any of them changed is refused.
 SHAPE_KEYS = ("algo", "env", "env_backend", "mode", "num_seeds", "num_envs", "rollout_len",
               "network", "num_actors")
+# ... and, per algorithm, the keys of its own section (dotted) that shape its parameters
+ALGO_SHAPE_KEYS = {
+    "qmix": ("qmix.hidden_dim", "qmix.mixer_embed", "qmix.hyper_hidden"),
+    "ippo": ("marl.agent_id", "marl.centralised_value"),
+}
+# ... or the layout of its replay buffer, where the checkpoint holds the buffer
+REPLAY_SHAPE_KEYS = {
+    "dqn": ("dqn.buffer_size", "dqn.frame_once"),
+    "qmix": ("qmix.buffer_size",),
+    "maddpg": ("maddpg.buffer_size",),
+}
+
+
+def shape_keys(config) -> tuple[str, ...]:
+    """The config keys (dotted for sections' keys) that a checkpoint of this run depends on."""
+    keys = SHAPE_KEYS + ALGO_SHAPE_KEYS.get(config.algo, ())
+    # fused runs always keep their buffer; the others where checkpoint.replay asks
+    if config.mode == "fused" or config.checkpoint.replay:
+        keys += REPLAY_SHAPE_KEYS.get(config.algo, ())
+    return keys
+
+
+def _lookup(d: dict, dotted: str):
+    for part in dotted.split("."):
+        d = d[part]
+    return d
 
 
 def run_meta(config) -> dict:
     """What a checkpoint records about the config that made it."""
     d = config.to_dict()
-    return {"config": {k: d[k] for k in SHAPE_KEYS}}
+    return {"config": {k: _lookup(d, k) for k in shape_keys(config)}}
 
 
 def check_compatible(meta: dict, config, run_dir: str) -> None:
-    """Raises CheckpointError naming the first config key that differs from the run's."""
+    """Raises CheckpointError naming the first config key that differs from the run's
+    (a key the checkpoint did not record, e.g. one written before the key was checked, is
+    not compared)."""
     saved = meta.get("config", {})
     now = run_meta(config)["config"]
-    for k in SHAPE_KEYS:
-        if k in saved and saved[k] != now[k]:
-            raise CheckpointError(f"resume: config key '{k}' is {now[k]!r} but the run in '{run_dir}' "
+    for k, value in now.items():
+        if k in saved and saved[k] != value:
+            raise CheckpointError(f"resume: config key '{k}' is {value!r} but the run in '{run_dir}' "
                                   f"was trained with {saved[k]!r}")
 
 
