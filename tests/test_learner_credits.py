@@ -88,3 +88,21 @@ def test_shrunk_window_holds_back_freed_slots_and_a_wider_one_is_granted(rig):
     _decide(learner, tau=0.0, t=3.0)
     assert learner.controller.actions.window == 2
     assert _credits(ctl, learner) == 1
+
+
+def test_actor_time_reports_are_summed_and_malformed_ones_ignored(rig):
+    learner, ctl, _ = rig
+    good = {"acting": 3.0, "waiting_credit": 1.0, "waiting_params": 0.5, "sending": 0.5, "wall": 5.0, "cpu": 2.5}
+    assert ctl.send({"type": "register", "actor": 0})
+    _credits(ctl, learner, 0.2)
+    assert learner.actor_time_summary() == {"actor_time_s": dict.fromkeys(good, 0.0), "actor_wait_fraction": None}
+    assert ctl.send({"type": "heartbeat", "actor": 0, "credits": 3, "time_s": good})
+    _credits(ctl, learner, 0.2)
+    assert learner.actor_time_summary() == {"actor_time_s": good, "actor_wait_fraction": 0.4}
+    # a later report replaces the earlier one only when every field is a finite,
+    # non-negative number of seconds
+    for bad in ({**good, "acting": float("nan")}, {**good, "wall": -1.0}, {**good, "cpu": True},
+                {k: v for k, v in good.items() if k != "sending"}, [1, 2], "soon", {**good, "acting": "3"}):
+        assert ctl.send({"type": "heartbeat", "actor": 0, "credits": 3, "time_s": bad})
+    _credits(ctl, learner, 0.2)
+    assert learner.actor_time_summary()["actor_time_s"] == good

@@ -75,6 +75,14 @@ def test_reaches_target_and_reports_balance(tmp_path, mode):
         assert s["staleness_max"] == 0 and s["staleness_mean"] == 0
         assert s["dropped_samples"] == 0
     assert read_summary(tmp_path / mode)["final_return"] == s["final_return"]
+    # where the time went: both actors reported, their parts fit inside their wall time,
+    # and only sync actors wait for parameters after the first version
+    t = s["actor_time_s"]
+    parts = t["acting"] + t["waiting_credit"] + t["waiting_params"] + t["sending"]
+    assert 0 < t["acting"] and parts <= t["wall"] * 1.001 and t["cpu"] > 0, t
+    assert 0 <= s["actor_wait_fraction"] < 1 and s["learner_cpu_s"] > 0
+    if mode == "sync":
+        assert t["waiting_params"] > 0.05 * t["wall"], t
 
 
 # ----------------------------------------------------------------------------- failures

@@ -13,6 +13,11 @@ and nothing piles up unseen in socket buffers to be learned from later at high s
 (ZeroMQ's high-water marks alone cannot do this: the kernel's TCP buffers hold hundreds of
 small messages behind them.) Every wait is a poll with a timeout, during which heartbeats
 continue and a stop is noticed.
+
+Each heartbeat also says where the actor's time went since it registered: acting (the
+rollout: policy and env steps), waiting for a credit (the learner is behind), waiting for
+parameters (sync: the next version), sending (the learner's socket full), and the CPU time
+of its process, so that a run can show whether its actors or its learner set the pace.
 """
 
 from __future__ import annotations
@@ -33,6 +38,8 @@ from tianjax.types import ParamsMessage
 
 # the exit code of an actor whose learner is gone or failed: restarting it cannot help
 LEARNER_GONE = 3
+# where an actor's wall time goes (seconds), as its heartbeats report it
+TIME_KEYS = ("acting", "waiting_credit", "waiting_params", "sending")
 
 
 class ActorStopped(Exception):
@@ -74,13 +81,17 @@ class Actor:
         self._learner_restarts = 0
         self.learner_restarted = False  # set when a restarted learner is first heard
         self._pending = None  # the newest (version, ParamsMessage) drained, not yet acted with
+        self.time_s = dict.fromkeys(TIME_KEYS, 0.0)
+        self._t0 = self._cpu0 = None  # wall clock and CPU time when it registered
 
     # ------------------------------------------------------------------ waiting, politely
     def _beat(self) -> None:
         now = time.monotonic()
         if now - self._last_beat >= self.config.runtime.heartbeat_s:
             self.control.send({"type": "heartbeat", "actor": self.actor_id, "version": self.version,
-                               "env_steps": self.env_steps, "credits": self.credits})
+                               "env_steps": self.env_steps, "credits": self.credits,
+                               "time_s": {**self.time_s, "wall": time.perf_counter() - self._t0,
+                                          "cpu": time.process_time() - self._cpu0}})
             self._last_beat = now
 
     def _check_control(self) -> None:
@@ -170,27 +181,35 @@ class Actor:
                 raise ActorStopped(f"the learner took nothing and said nothing for {timeout:.0f} s")
 
     # ------------------------------------------------------------------ the loop
+    def _timed(self, key: str, fn, *args):
+        t = time.perf_counter()
+        try:
+            return fn(*args)
+        finally:
+            self.time_s[key] += time.perf_counter() - t
+
     def run(self) -> int:
+        self._t0, self._cpu0 = time.perf_counter(), time.process_time()
         self.control.send({"type": "register", "actor": self.actor_id, "pid": os.getpid()})
         try:
             # the learner may still be starting (compiling, joining a multi-host mesh)
             self._last_heard = time.monotonic()
-            self._wait_for_version(0, timeout=self.config.runtime.connect_timeout_s)
+            self._timed("waiting_params", self._wait_for_version, 0, self.config.runtime.connect_timeout_s)
             while True:
-                self._wait_for_credit()
+                self._timed("waiting_credit", self._wait_for_credit)
                 if self.config.mode == "async":
                     self._take_newest()
                 # actor-side schedules (epsilon) follow the learner's global count, so every
                 # actor, and a restarted one, is at the same point of one schedule
                 acted_at = self.global_steps
-                rollout = self.source(self.params, self.version, acted_at)
+                rollout = self._timed("acting", self.source, self.params, self.version, acted_at)
                 self.env_steps += self.source.steps_per_call
                 sent_with = self.version
-                self._send(rollout, acted_at)
+                self._timed("sending", self._send, rollout, acted_at)
                 self.credits -= 1
                 self._beat()
                 if self.config.mode == "sync":
-                    self._wait_for_version(sent_with + 1)
+                    self._timed("waiting_params", self._wait_for_version, sent_with + 1)
         except ActorStopped as e:
             if e.args:
                 print(f"tianjax: actor {self.actor_id} stopping: {e.args[0]}", file=sys.stderr, flush=True)

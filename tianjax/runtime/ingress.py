@@ -12,12 +12,31 @@ A mixin of `Learner` (tianjax/runtime/learner.py), whose state it reads and writ
 
 from __future__ import annotations
 
+import math
 import time
 
 import numpy as np
 import zmq
 
+from tianjax.runtime.actor import TIME_KEYS
 from tianjax.runtime.receiver import check_finite  # noqa: F401 - where it was
+
+# an actor's heartbeat reports these (seconds since it registered)
+ACTOR_TIME_KEYS = TIME_KEYS + ("wall", "cpu")
+
+
+def actor_times(report) -> dict | None:
+    """An actor's heartbeat `time_s` report as a dict of finite, non-negative seconds, or
+    None when it is missing or malformed (it is then ignored, never trusted in part)."""
+    if not isinstance(report, dict):
+        return None
+    out = {}
+    for k in ACTOR_TIME_KEYS:
+        v = report.get(k)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            return None
+        out[k] = float(v)
+    return out
 
 
 class Ingress:
@@ -102,6 +121,8 @@ class Ingress:
         new = ident not in self.actors
         info = self.actors.setdefault(ident, {"actor": msg.get("actor"), "outstanding": 0, "last_traj": now})
         info["last_seen"] = now
+        if (times := actor_times(msg.get("time_s"))) is not None:
+            self.actor_time_s[ident] = times
         # a sync actor waits for the next version after each trajectory: one slot is all it
         # uses, and more would let the first actors take a small budget from the others
         if new:
@@ -122,6 +143,18 @@ class Ingress:
             # late, not lost (handing out slots for them let the actors run ahead)
             info["outstanding"] = 0
             self._grant(ident, window)
+
+    def actor_time_summary(self) -> dict:
+        """Where the actors' time went, summed over every actor this learner heard from (as
+        of each one's newest heartbeat, at most `runtime.heartbeat_s` old): seconds acting,
+        waiting for a credit, waiting for parameters, sending, their wall and CPU time, and
+        the share of wall time spent waiting (credits, parameters or a full socket)."""
+        total = dict.fromkeys(ACTOR_TIME_KEYS, 0.0)
+        for times in self.actor_time_s.values():
+            for k in total:
+                total[k] += times[k]
+        waited = total["waiting_credit"] + total["waiting_params"] + total["sending"]
+        return {"actor_time_s": total, "actor_wait_fraction": waited / total["wall"] if total["wall"] else None}
 
     def pump(self, timeout_ms: int, t_start: float = 0.0) -> int:
         """Waits up to timeout_ms for control messages and trajectories and takes in what

@@ -183,6 +183,7 @@ class Learner(Ingress, BatchPolicy, LearnerRecords):
         self._lag_max = 0  # since the last record: max (env steps admitted - that count) on arrival
         self.pool: collections.deque = collections.deque()
         self.actors: dict[bytes, dict] = {}  # identity -> {"actor", "last_seen", "outstanding", "last_traj"}
+        self.actor_time_s: dict[bytes, dict] = {}  # identity -> where its time went (its newest heartbeat)
         # said every WAIT_NOTICE_S while no actor has registered (multi-host: which flags)
         self.waiting_hint, self.waiting_who = "its actors (tianjax launch --role actor ...)", "learner"
         self.dropped_nonfinite = 0
@@ -328,6 +329,7 @@ class Learner(Ingress, BatchPolicy, LearnerRecords):
         exact = cfg.mode == "sync" or jax.process_count() > 1  # the version read back after each update
         self.publish()
         t_train = last_publish = last_arrival = time.perf_counter()
+        cpu0 = time.process_time()  # this process's CPU time, all its threads (XLA's too)
         # the notice comes every WAIT_NOTICE_S, or halfway through a shorter wait
         notice_every = min(WAIT_NOTICE_S, rt.connect_timeout_s / 2)
         busy, notice_at = False, notice_every
@@ -407,6 +409,7 @@ class Learner(Ingress, BatchPolicy, LearnerRecords):
             self._log(self._pending, t_start, t_train)  # the last record holds the final counts
             self._pending = []
         self._train_time = time.perf_counter() - t_train
+        self._train_cpu = time.process_time() - cpu0
 
     def _steer(self, now: float) -> None:
         """Asks the controller for its actions (it moves at most once a period) and applies

@@ -170,5 +170,8 @@ class LearnerRecords:
                 "handshakes_refused": dict(self.net.gatekeeper.refused),
                 "balance": {**self.balance.metrics(time.perf_counter()), **self.controller.metrics()},
                 "learner_devices": int(self.mesh.devices.size),
+                # where the time went: this process's CPU seconds while training, and the actors'
+                "learner_cpu_s": getattr(self, "_train_cpu", None),
+                **self.actor_time_summary(),
             },
         }
