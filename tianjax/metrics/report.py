@@ -64,6 +64,7 @@ COLUMNS = [
     ("samples_consumed_per_s", "samples consumed/s (reuse incl.)", 0),
     ("reuse_fraction", "reuse fraction", 2),
     ("learner_busy_fraction", "learner busy fraction", 2),
+    ("actor_wait_fraction", "actor wait fraction", 2),
 ]
 ROUNDING = ("convergence time to 0.1 s; env steps to target exact; final return and win rate to 2 decimals; "
             "throughputs to the nearest integer; '-' = not reached or not measured")
