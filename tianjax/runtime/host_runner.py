@@ -16,7 +16,8 @@ iteration:
 
 Replay algorithms (DQN) run the same loop, adding each rollout's [T * B] transitions to an
 on-device replay buffer and taking `dqn.updates_per_rollout` gradient steps once
-`dqn.learning_starts` env steps have been collected, exactly as the fused loop does.
+`dqn.learning_starts` env steps have been collected, exactly as the fused loop does (the
+same tianjax.replay set-up).
 
 Modes: `sync` is this loop. `async` runs the same single-process loop (its learner uses
 the staleness-corrected losses, which reduce to the plain ones because every batch here is
@@ -38,13 +39,12 @@ import time
 import jax
 import numpy as np
 
-from tianjax import buffers
 from tianjax import checkpoint as ckpt
 from tianjax.algos import make_algorithm
 from tianjax.algos.base import Algorithm
 from tianjax.config import Config, ConfigError
 from tianjax.envs.host import HostEnv, make_host_env
-from tianjax.fused import make_replay_learn
+from tianjax.replay import make_replay, make_replay_learn
 from tianjax.runtime.fused_runner import sample_rates
 from tianjax.metrics import EpisodeTracker, Progress, RunLogger
 from tianjax.metrics.episodes import finished_episodes
@@ -107,11 +107,9 @@ def _train(config: Config, logger: RunLogger, progress: Progress, env: HostEnv, 
     source.compile(learner.params)
     template = batch_template(config, algo, env.obs_shape, source.obs_dtype)[0]
     if replay:
-        flat = jax.tree.map(lambda x: jax.ShapeDtypeStruct((T * B,) + x.shape[2:], x.dtype), template)
-        one = jax.tree.map(lambda x: np.zeros(x.shape[1:], x.dtype), flat)
-        rb = jax.jit(buffers.replay_init, static_argnums=0)(config.replay_config.buffer_size, one)
+        rb = jax.jit(make_replay(config, algo).init)(template)
         learn = jax.jit(make_replay_learn(config, algo), donate_argnums=(0, 1)).lower(
-            learner, rb, flat, np.int32(0)).compile()
+            learner, rb, template, np.int32(0)).compile()
     else:
         learn = jax.jit(algo.update, donate_argnums=0).lower(learner, template).compile()
     compile_time = time.perf_counter() - t
@@ -161,8 +159,7 @@ def _train(config: Config, logger: RunLogger, progress: Progress, env: HostEnv, 
                 if replay:
                     # learning_starts counts the samples in the buffer: a resumed run whose
                     # checkpoint left the buffer out refills it first
-                    learner, rb, metrics = learn(learner, rb, buffers.flatten_time_batch(rollout.batch),
-                                                 np.int32(env_steps - replay_base))
+                    learner, rb, metrics = learn(learner, rb, rollout.batch, np.int32(env_steps - replay_base))
                 else:
                     learner, metrics = learn(learner, rollout.batch)
             pending.append(metrics)
