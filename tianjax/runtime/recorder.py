@@ -19,10 +19,12 @@ What each runner counts and measures is its own; how it is kept is here:
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from typing import Callable
 
+import jax
 import numpy as np
 
 from tianjax import checkpoint as ckpt
@@ -226,4 +228,12 @@ def sample_rates(config: Config, algo, env_steps: int, train_time: float) -> dic
             "reuse_fraction": 0.0}
 
 
-__all__ = ["RunRecorder", "sample_rates"]
+def save_params(path: str, params) -> None:
+    """Parameters as a .npz of leaves keyed by their tree paths (plain arrays, no pickle)."""
+    flat = jax.tree_util.tree_flatten_with_path(params)[0]
+    tmp = path + ".tmp.npz"
+    np.savez(tmp, **{jax.tree_util.keystr(k): np.asarray(v) for k, v in flat})
+    os.replace(tmp, path)
+
+
+__all__ = ["RunRecorder", "sample_rates", "save_params"]
