@@ -46,7 +46,7 @@ def _credits(ctl, learner, wait_s=0.5) -> int:
 def _decide(learner, tau: float, t: float) -> None:
     """The controller measures `tau` over a period and decides at time `t` (its clock)."""
     learner.controller.consumed(tau * 10, 10)
-    learner._steer(t)
+    learner.ingress.steer(t)
 
 
 @pytest.fixture
@@ -69,7 +69,7 @@ def test_shrunk_window_holds_back_freed_slots_and_a_wider_one_is_granted(rig):
     learner, ctl, traj = rig
     assert ctl.send({"type": "register", "actor": 0})
     assert _credits(ctl, learner) == 3  # the bound: runtime.credits_per_actor
-    learner._steer(0.0)  # the controller's clock starts
+    learner.ingress.steer(0.0)  # the controller's clock starts
     _decide(learner, tau=20.0, t=1.5)  # far too stale: the window falls to one batch (1)
     assert learner.controller.actions.window == 1
     for _ in range(3):
@@ -81,7 +81,7 @@ def test_shrunk_window_holds_back_freed_slots_and_a_wider_one_is_granted(rig):
     # the first two slots freed are not handed back (2 and then 1 still pooled); the last is
     granted = []
     for _ in range(3):
-        assert learner._take_batch() is not None
+        assert learner.batches.take(learner.state_version) is not None
         granted.append(_credits(ctl, learner, 0.2))
     assert granted == [0, 0, 1]
     # fresher than asked: the window grows by 0.5 * k * |error| = 1 and the slot is granted now
@@ -95,14 +95,14 @@ def test_actor_time_reports_are_summed_and_malformed_ones_ignored(rig):
     good = {"acting": 3.0, "waiting_credit": 1.0, "waiting_params": 0.5, "sending": 0.5, "wall": 5.0, "cpu": 2.5}
     assert ctl.send({"type": "register", "actor": 0})
     _credits(ctl, learner, 0.2)
-    assert learner.actor_time_summary() == {"actor_time_s": dict.fromkeys(good, 0.0), "actor_wait_fraction": None}
+    assert learner.ingress.actor_time_summary() == {"actor_time_s": dict.fromkeys(good, 0.0), "actor_wait_fraction": None}
     assert ctl.send({"type": "heartbeat", "actor": 0, "credits": 3, "time_s": good})
     _credits(ctl, learner, 0.2)
-    assert learner.actor_time_summary() == {"actor_time_s": good, "actor_wait_fraction": 0.4}
+    assert learner.ingress.actor_time_summary() == {"actor_time_s": good, "actor_wait_fraction": 0.4}
     # a later report replaces the earlier one only when every field is a finite,
     # non-negative number of seconds
     for bad in ({**good, "acting": float("nan")}, {**good, "wall": -1.0}, {**good, "cpu": True},
                 {k: v for k, v in good.items() if k != "sending"}, [1, 2], "soon", {**good, "acting": "3"}):
         assert ctl.send({"type": "heartbeat", "actor": 0, "credits": 3, "time_s": bad})
     _credits(ctl, learner, 0.2)
-    assert learner.actor_time_summary()["actor_time_s"] == good
+    assert learner.ingress.actor_time_summary()["actor_time_s"] == good

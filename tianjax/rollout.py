@@ -3,7 +3,9 @@
 `rollout(params, version, state, env_steps)` steps B envs for T steps with the policy
 `params` of the given version and returns a [T, B] batch stamped with that version
 (a Trajectory for on-policy algorithms, Transitions for replay), plus the episodes that
-finished. One jitted call per rollout; Python never sees a single step.
+finished. One jitted call per rollout; Python never sees a single step. The episode
+bookkeeping and the truncation bootstrap are tianjax.episodes', which the host envs'
+Python loop (tianjax.runtime.sources) shares.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import jax.numpy as jnp
 
 from tianjax.algos.base import Algorithm
 from tianjax.envs.jax_env import JaxEnv
+from tianjax.episodes import Episodes, team_reward, track_episodes, truncation_bootstrap
 from tianjax.types import EpisodeStats, Sequences, Trajectory, Transition
 
 
@@ -26,41 +29,10 @@ class RolloutState(NamedTuple):
     carry: Any = None  # recurrent policies: their state [B, ...], reset where an episode ended
 
 
-class Episodes(NamedTuple):
-    """Finished episodes of a rollout, as [T, B] masks and values."""
-
-    done: jax.Array  # [T, B] bool, an episode ended at this step
-    returns: jax.Array  # [T, B] its undiscounted return (valid where done)
-    lengths: jax.Array  # [T, B] its length (valid where done)
-    won: jax.Array | None = None  # [T, B] bool, it ended in a win (envs that report wins)
-
-
-def team_reward(reward: jax.Array, batch_ndim: int) -> jax.Array:
-    """The episode-return increment of one step: the reward itself for one agent, the mean
-    over the agent axis for [..., N] multi-agent rewards (JaxMARL's convention; SMAX gives
-    every agent the same team reward)."""
-    return reward if reward.ndim == batch_ndim else jnp.mean(reward, axis=-1)
-
-
 def clip_action(action, spec):
     if spec.discrete:
         return action
     return jnp.clip(action, spec.low, spec.high)
-
-
-def last_truncation(cut: jax.Array, final_obs: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """(trunc_obs [B, ...], trunc_t [B]): each env's last truncation in a rollout, from the
-    mask cut [T, B] and the final observations final_obs [T, B, ...] (zeros and -1 if none)."""
-    T = cut.shape[0]
-    trunc_t = jnp.max(jnp.where(cut, jnp.arange(T, dtype=jnp.int32)[:, None], -1), axis=0)
-
-    def pick(x):  # every leaf of a structured observation (multi-agent: MAObs) alike
-        index = jnp.maximum(trunc_t, 0).reshape((1, -1) + (1,) * (x.ndim - 2))
-        picked = jnp.take_along_axis(x, index, axis=0)[0]
-        keep = (trunc_t >= 0).reshape((-1,) + (1,) * (x.ndim - 2))
-        return jnp.where(keep, picked, jnp.zeros_like(picked))
-
-    return jax.tree.map(pick, final_obs), trunc_t
 
 
 def make_rollout(env: JaxEnv, algo: Algorithm, num_envs: int, rollout_len: int):
@@ -91,9 +63,7 @@ def make_rollout(env: JaxEnv, algo: Algorithm, num_envs: int, rollout_len: int):
                 fresh = algo.init_carry(num_envs)
                 carry = jax.tree.map(lambda f, c: jnp.where(done.reshape(done.shape + (1,) * (c.ndim - 1)), f, c),
                                      fresh, out.carry)
-            ep_ret = s.stats.episode_return + team_reward(nxt.reward, 1)
-            ep_len = s.stats.episode_length + 1
-            stats = EpisodeStats(jnp.where(done, 0.0, ep_ret), jnp.where(done, 0, ep_len))
+            stats, ep_ret, ep_len = track_episodes(s.stats, team_reward(nxt.reward, 1), done)
             # envs that report no wins keep the three-field Episodes the runtime's messages carry
             episodes = Episodes(done, ep_ret, ep_len, None if nxt.won is None else nxt.won & done)
             v = jnp.full((num_envs,), version, jnp.int32)
@@ -117,10 +87,12 @@ def make_rollout(env: JaxEnv, algo: Algorithm, num_envs: int, rollout_len: int):
             return state, rec, episodes
         obs, action, reward, done, (cut, final_obs), log_prob, value, v = rec
         # NOTE: one [T * B] forward is far cheaper than T small ones inside the scan.
-        boot = algo.value(params, final_obs)  # [T, B] or, multi-agent, [T, B, N]
-        boot = jnp.where(cut.reshape(cut.shape + (1,) * (boot.ndim - cut.ndim)), boot, 0.0)
-        trunc_obs, trunc_t = last_truncation(cut, final_obs)
+        values = algo.value(params, final_obs)  # [T, B] or, multi-agent, [T, B, N]
+        boot, trunc_obs, trunc_t = truncation_bootstrap(values, cut, final_obs)
         batch = Trajectory(obs, action, reward, done, boot, log_prob, value, v, state.obs, trunc_obs, trunc_t)
         return state, batch, episodes
 
     return init, rollout
+
+
+__all__ = ["Episodes", "RolloutState", "clip_action", "make_rollout", "team_reward"]

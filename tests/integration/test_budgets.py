@@ -237,9 +237,9 @@ def test_async_dqn_with_frame_once_replay_stores_each_frame_once_and_holds_its_b
     learner, out = _run_in_process(config, logger)
     records = logger.read_records()
     logger.close()
-    assert isinstance(learner.rb, frame_replay.FrameReplayState)
+    assert isinstance(learner.replay.rb, frame_replay.FrameReplayState)
     T, B = config.rollout_len, config.num_envs
-    assert learner.rb.frames.shape[1:3] == (T + 1, B)  # T + 1 frames per env column, not 2 T
+    assert learner.replay.rb.frames.shape[1:3] == (T + 1, B)  # T + 1 frames per env column, not 2 T
     assert abs(out["env_steps"] - config.total_env_steps) <= 2 * T * B
     s = out["extra_summary"]
     assert abs(s["replay_ratio"] / s["replay_ratio_target"] - 1) <= 0.1, s

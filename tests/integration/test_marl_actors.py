@@ -73,15 +73,15 @@ def _run(config):
     sampled, sources = [], []
 
     def record_batches(learner):
-        replay_batch = learner._replay_batch
+        replay_batch = learner.batches.next
 
-        def recording_batch():
-            got = replay_batch()
+        def recording_batch(*args, **kwargs):
+            got = replay_batch(*args, **kwargs)
             if got is not None:
                 sampled.append((learner.state_version, np.array(got[1])))
             return got
 
-        learner._replay_batch = recording_batch
+        learner.batches.next = recording_batch
 
     def record_rollouts(actor):
         actor.source = RecordingSource(actor.source)
@@ -126,13 +126,13 @@ def test_replay_run_with_two_actors_ends_at_the_budget_holding_its_replay_ratio(
     rc = config.replay_config
     assert rc is getattr(config, algo) and rc.batch_size != config.dqn.batch_size
     item = config.rollout_len if algo == "qmix" else 1
-    assert jax.tree.leaves(learner.rb.data)[0].shape[0] == rc.buffer_size
-    assert learner.replay_batch_samples == rc.batch_size * item
+    assert jax.tree.leaves(learner.replay.rb.data)[0].shape[0] == rc.buffer_size
+    assert learner.replay.batch_samples == rc.batch_size * item
     expected_ratio = rc.updates_per_rollout * rc.batch_size * item / per_actor
     assert s["replay_ratio_target"] == pytest.approx(expected_ratio)
     assert abs(s["replay_ratio"] / s["replay_ratio_target"] - 1) <= 0.1, s
     assert len(sampled) == out["updates"] > 0
-    assert learner.learned == out["updates"] * rc.batch_size * item
+    assert learner.replay.learned == out["updates"] * rc.batch_size * item
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
@@ -145,13 +145,13 @@ def test_every_replayed_sample_keeps_its_behaviour_version(run_of, algo, mode):
         tau = version - behaviour.astype(np.float64)
         assert np.isfinite(tau).all() and (tau >= 0).all(), (version, behaviour)
     # in the buffer: every filled slot's version is one the learner had reached
-    size = int(learner.rb.size)
-    stored = np.asarray(learner.rb.data.version)[:size]
+    size = int(learner.replay.rb.size)
+    stored = np.asarray(learner.replay.rb.data.version)[:size]
     assert size > 0 and stored.min() >= 0 and stored.max() <= out["updates"]
     if algo == "qmix":  # a sequence is one rollout, acted with one version
         assert (stored == stored[:, :1]).all()
     hist = out["extra_summary"]["staleness_histogram"]
-    assert min(hist) >= 0 and sum(hist.values()) == learner.learned
+    assert min(hist) >= 0 and sum(hist.values()) == learner.replay.learned
     # the last update learned at the version before it
     assert max(v for v, _ in sampled) == out["updates"] - 1
 
@@ -191,8 +191,9 @@ def test_a_resumed_learner_gets_the_sequence_replay_buffer_back(run_of, tmp_path
                       new_run_key())
     try:
         assert resumed.state_version == out["updates"] and resumed.env_steps == out["env_steps"]
-        assert resumed.replay_added == learner.replay_added and resumed.learned == learner.learned
-        jax.tree.map(np.testing.assert_array_equal, jax.device_get(resumed.rb), jax.device_get(learner.rb))
+        assert resumed.replay.added == learner.replay.added and resumed.replay.learned == learner.replay.learned
+        jax.tree.map(np.testing.assert_array_equal, jax.device_get(resumed.replay.rb),
+                     jax.device_get(learner.replay.rb))
     finally:
         resumed.close()
 

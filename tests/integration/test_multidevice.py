@@ -25,7 +25,7 @@ SCRIPT = textwrap.dedent("""
     local.Learner = Recording
     result = tianjax.train(sys.argv[1], sys.argv[3:], run_dir=sys.argv[2], progress=False, verbose=False)
     learner = made[0]
-    state_sharding, batch_sharding, _ = learner.update.input_shardings[0]
+    state_sharding, batch_sharding, _ = learner.sgd.update.input_shardings[0]
     report = {
         "summary": result.summary,
         "mesh_devices": int(learner.mesh.devices.size),
@@ -33,9 +33,9 @@ SCRIPT = textwrap.dedent("""
         # update does not read, such as the behaviour values decoupled PPO recomputes, has
         # no input sharding: XLA drops it)
         "batch_devices": sorted({len(s.device_set) for s in batch_sharding if s is not None}),
-        "global_shapes": {n: list(getattr(learner._global_sds, n).shape)
+        "global_shapes": {n: list(getattr(learner.sgd.global_sds, n).shape)
                           for n, sh in zip(batch_sharding._fields, batch_sharding) if sh is not None},
-        "shard_shapes": {n: list(sh.shard_shape(getattr(learner._global_sds, n).shape))
+        "shard_shapes": {n: list(sh.shard_shape(getattr(learner.sgd.global_sds, n).shape))
                          for n, sh in zip(batch_sharding._fields, batch_sharding) if sh is not None},
         "params_replicated": all(s.is_fully_replicated for s in jax.tree.leaves(state_sharding)),
     }

@@ -59,7 +59,12 @@ def test_resume_continues_version_and_env_steps(tmp_path, cfg, extra):
     assert updates == sorted(updates) and updates[-1] == s["updates"]
     steps = [r["env_steps"] for r in recs]
     assert steps == sorted(steps)
-    assert ckpt.read_meta(first.run_dir)["updates"] == s["updates"]
+    meta = ckpt.read_meta(first.run_dir)
+    assert meta["updates"] == s["updates"]
+    # the run's wall time, written once: the last checkpoint comes after the last record
+    # and before the summary, and a resumed run's past is counted once in each
+    assert recs[-1]["wall_time_s"] <= meta["wall_time_s"] <= s["wall_time_s"] + 1.0, (meta, s)
+    assert s["wall_time_s"] > first.summary["wall_time_s"]
 
 
 def test_eval_plays_a_host_env_run(tmp_path, capsys):

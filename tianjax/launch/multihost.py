@@ -114,7 +114,8 @@ def run_learner(config: Config, *, coordinator: str | None, num_processes: int |
                           "stopping; the last checkpoint stands")
         peers = PeerWatch(global_state.client, index, count, config.runtime.heartbeat_timeout_s, on_lost=lost)
     from tianjax.metrics import Progress, RunLogger, format_summary
-    from tianjax.runtime.learner import Learner, save_params
+    from tianjax.runtime.learner import Learner
+    from tianjax.runtime.recorder import save_params
 
     run_dir = os.path.join(config.run_dir or "runs/multihost", f"learner-{index}")
     logger = RunLogger(config, run_dir)
@@ -125,9 +126,9 @@ def run_learner(config: Config, *, coordinator: str | None, num_processes: int |
                       endpoints=learner_endpoints(bind_host, base_port, index),
                       checkpoint_root=os.path.dirname(logger.run_dir))
     ids = actor_ids(index, count, config.num_actors)
-    learner.waiting_who = f"learner {index}/{count}"
-    learner.waiting_hint = (f"its actors with tianjax launch --role actor --actor-id {', '.join(map(str, ids))} "
-                            f"--num-learners {count} --learner-host <this host> --base-port {base_port}")
+    learner.watch.who = f"learner {index}/{count}"
+    learner.watch.hint = (f"its actors with tianjax launch --role actor --actor-id {', '.join(map(str, ids))} "
+                          f"--num-learners {count} --learner-host <this host> --base-port {base_port}")
     print(f"tianjax: learner {index}/{count} on {learner.mesh.devices.size} devices ({config.runtime.security}); "
           f"its actors are --actor-id {', '.join(map(str, ids))} (of 0-{count * config.num_actors - 1}; "
           f"num_actors={config.num_actors} per learner), started with --num-learners {count} "

@@ -8,7 +8,8 @@ buffer whatever `checkpoint.replay` says: the fused loop's learning_starts count
 steps, so it cannot go on with an empty buffer), so a run resumed from one continues bit
 for bit as if it had not stopped. They
 are written at chunk boundaries: the first one at or after every `checkpoint.every`
-updates, and at the end (also when stopped by Ctrl-C or SIGTERM).
+updates, and at the end (also when stopped by Ctrl-C or SIGTERM). Episodes, records,
+checkpoints and the result are kept by the run recorder (runtime/recorder.py).
 """
 
 from __future__ import annotations
@@ -20,14 +21,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tianjax import checkpoint as ckpt
 from tianjax.algos import make_algorithm
 from tianjax.config import Config
 from tianjax.envs.jax_env import make_jax_env
 from tianjax.fused import make_fused
-from tianjax.metrics import EpisodeTracker, Progress, RunLogger
-from tianjax.metrics.episodes import finished_episodes
+from tianjax.metrics import Progress, RunLogger
 from tianjax.runtime import shutdown
+from tianjax.runtime.recorder import RunRecorder, sample_rates
 
 
 def run_fused(config: Config, logger: RunLogger, progress: Progress, env=None) -> dict:
@@ -55,17 +55,15 @@ def run_fused(config: Config, logger: RunLogger, progress: Progress, env=None) -
     updates_per_iter = config.replay_config.updates_per_rollout if algo.buffer != "onpolicy" else 1
 
     wins = getattr(env, "reports_wins", False)
-    trackers = [EpisodeTracker(config.target_return, target_win_rate=config.target_win_rate)
-                for _ in range(S)]
-    done_iters, env_steps, wall_offset, resumed_from = 0, 0, 0.0, None
+    rec = RunRecorder(config, logger, progress, seeds=S, wins=wins)
+    done_iters, env_steps = 0, 0
     if config.resume:
-        resumed_from, state, meta = ckpt.restore_latest(config.resume, state)
-        ckpt.check_compatible(meta, config, config.resume)
-        done_iters, env_steps, wall_offset = meta["iterations"], meta["env_steps"], meta["wall_time_s"]
-        for t, st in zip(trackers, meta["trackers"]):
-            t.load_state_dict(st)
-    saver = ckpt.Checkpointer(logger.run_dir, config.checkpoint.keep, config.checkpoint.every,
-                             start=done_iters * updates_per_iter)
+        state, meta = rec.resume(state)
+        done_iters, env_steps = meta["iterations"], meta["env_steps"]
+    rec.start(t_start)
+    # labelled by updates scheduled (iterations x updates per iteration): unique and
+    # increasing even while DQN's version waits for learning_starts
+    rec.open_checkpoints(logger.run_dir, start=done_iters * updates_per_iter)
     compiled = {}
 
     def compiled_chunk(n: int):
@@ -81,12 +79,7 @@ def run_fused(config: Config, logger: RunLogger, progress: Progress, env=None) -
         if remaining % chunk:  # a shorter last chunk (choose log_every dividing the updates to avoid it)
             compiled_chunk(remaining % chunk)
     compile_time = time.perf_counter() - t_compile
-
-    t_train = time.perf_counter()
-    env_steps0 = env_steps
-
-    def elapsed(now: float) -> float:
-        return wall_offset + now - t_start
+    rec.training(time.perf_counter(), env_steps)
 
     def record(n, metrics, episodes):
         """Host-side bookkeeping of a finished chunk of n iterations."""
@@ -99,38 +92,19 @@ def run_fused(config: Config, logger: RunLogger, progress: Progress, env=None) -
             done, rets = done[None], rets[None]
             won = None if won is None else won[None]
         for s in range(S):
-            if wins:
-                r, st, w = finished_episodes(done[s], rets[s], env_steps, won[s])
-            else:
-                (r, st), w = finished_episodes(done[s], rets[s], env_steps), None
-            trackers[s].add(r, st, elapsed(now), wins=w)
+            rec.add_rollout(done[s], rets[s], env_steps, now, won=None if won is None else won[s], seed=s)
         env_steps += n * per_iter
-        ma = float(np.mean([t.moving_average for t in trackers]))
         metrics = {k: np.asarray(v) for k, v in metrics.items()}
-        rec = {
-            "env_steps": env_steps,
-            "updates": int(metrics.pop("version")[..., -1].max()),
-            "wall_time_s": elapsed(now),
-            "env_steps_per_s": (env_steps - env_steps0) / max(now - t_train, 1e-9),
-            "return_mean_100": ma,
-            "episodes": int(sum(t.episodes for t in trackers)),
-        }
-        if wins:
-            rec["win_rate_100"] = float(np.mean([t.win_rate for t in trackers]))
-        rec.update({k: float(np.mean(v)) for k, v in metrics.items()})
+        updates = int(metrics.pop("version")[..., -1].max())
+        fields = {k: float(np.mean(v)) for k, v in metrics.items()}
         if algo.schedules is not None:
-            rec.update({k: float(v) for k, v in algo.schedules(env_steps).items()})
-        logger.log(rec)
-        progress.update(env_steps, ret=ma, sps=int(rec["env_steps_per_s"]))
+            fields.update({k: float(v) for k, v in algo.schedules(env_steps).items()})
+        rec.record(env_steps, updates, now, fields=fields)
 
     def save() -> None:
-        meta = dict(ckpt.run_meta(config), iterations=done_iters, env_steps=env_steps,
-                    updates=int(np.asarray(state.learner.version).max()),
-                    wall_time_s=elapsed(time.perf_counter()),
-                    trackers=[t.state_dict() for t in trackers])
-        # labelled by updates scheduled (iterations x updates per iteration): unique and
-        # increasing even while DQN's version waits for learning_starts
-        saver.save(done_iters * updates_per_iter, state, meta)
+        rec.save(done_iters * updates_per_iter, state, time.perf_counter(),
+                 dict(iterations=done_iters, env_steps=env_steps,
+                      updates=int(np.asarray(state.learner.version).max())))
 
     progress.update(env_steps)
     # NOTE: on an accelerator chunk k + 1 is dispatched before chunk k's outputs are read,
@@ -140,7 +114,7 @@ def run_fused(config: Config, logger: RunLogger, progress: Progress, env=None) -
     # were seen to deadlock, every thread idle, the outputs never ready. A checkpoint must
     # be taken before the next dispatch, which donates the state buffers.
     overlap = jax.default_backend() != "cpu"
-    pending, interrupted = None, False
+    pending, interrupted, completed = None, False, False
     try:
         while done_iters < n_iters:
             shutdown.check()
@@ -154,7 +128,7 @@ def run_fused(config: Config, logger: RunLogger, progress: Progress, env=None) -
             if not overlap:
                 record(*pending)
                 pending = None
-            if saver.due(done_iters * updates_per_iter):
+            if rec.due(done_iters * updates_per_iter):
                 if pending is not None:
                     record(*pending)
                 pending = None
@@ -162,58 +136,20 @@ def run_fused(config: Config, logger: RunLogger, progress: Progress, env=None) -
         if pending is not None:
             record(*pending)
             pending = None
-        if config.checkpoint.final:
-            save()
+        completed = True
     except KeyboardInterrupt:
         # Ctrl-C / SIGTERM between chunks: keep what was trained (the last dispatched
         # chunk is finished first; its outputs are read before the save) and report it
         interrupted = True
         if pending is not None:
             record(*pending)
-        if config.checkpoint.final:
-            save()
     finally:
-        saver.close()
+        rec.final_checkpoint(save, allowed=completed or interrupted)  # not after an error
 
-    train_time = time.perf_counter() - t_train
-    params = state.learner.params
-    conv = [t.convergence_time_s for t in trackers]
-    conv_steps = [t.convergence_env_steps for t in trackers]
-    return {
-        "params": params,
-        "algo": algo,
-        "env": env,
-        "env_steps": env_steps * S,
-        "updates": int(np.asarray(state.learner.version).max()),
-        "resumed_from_step": resumed_from,
-        "interrupted": interrupted,
-        "wall_offset_s": wall_offset,
-        "skipped_updates": int(np.asarray(state.learner.skipped_updates).sum()),
-        "train_time_s": train_time,
-        "compile_time_s": compile_time,
-        "env_steps_per_s": (env_steps - env_steps0) * S / max(train_time, 1e-9),
-        "episodes": int(sum(t.episodes for t in trackers)),
-        "final_return": float(np.mean([t.moving_average for t in trackers])),
-        "final_return_per_seed": [t.moving_average for t in trackers] if S > 1 else None,
-        # with several seeds, the run has converged when its slowest seed has
-        "convergence_time_s": None if any(c is None for c in conv) else max(conv),
-        "convergence_env_steps": None if any(c is None for c in conv_steps) else max(conv_steps),
-        "final_win_rate": float(np.mean([t.win_rate for t in trackers])) if wins else None,
-        "extra_summary": sample_rates(config, algo, (env_steps - env_steps0) * S, train_time),
-    }
-
-
-def sample_rates(config: Config, algo, env_steps: int, train_time: float) -> dict:
-    """Fresh and consumed samples per second of a single-process loop: every env step is
-    learned from once (fresh); on-policy each update consumes its batch once, off-policy
-    each gradient step consumes dqn.batch_size replayed samples. No reuse here."""
-    t = max(train_time, 1e-9)
-    if algo.buffer != "onpolicy":
-        rc = config.replay_config  # items: transitions, or (qmix) sequences of rollout_len steps
-        item_steps = config.rollout_len if algo.buffer == "sequences" else 1
-        learned = max(env_steps - rc.learning_starts, 0) // (config.num_envs * config.rollout_len)
-        consumed = learned * rc.updates_per_rollout * rc.batch_size * item_steps
-    else:
-        consumed = env_steps
-    return {"samples_fresh_per_s": env_steps / t, "samples_consumed_per_s": consumed / t,
-            "reuse_fraction": 0.0}
+    rec.end_training(time.perf_counter())
+    return rec.result(
+        params=state.learner.params, algo=algo, env=env, env_steps=env_steps,
+        updates=int(np.asarray(state.learner.version).max()),
+        skipped_updates=int(np.asarray(state.learner.skipped_updates).sum()),
+        compile_time_s=compile_time, interrupted=interrupted,
+        extra_summary=sample_rates(config, algo, (env_steps - rec.env_steps0) * S, rec.train_time))

@@ -16,7 +16,9 @@ iteration:
 
 Replay algorithms (DQN) run the same loop, adding each rollout's [T * B] transitions to an
 on-device replay buffer and taking `dqn.updates_per_rollout` gradient steps once
-`dqn.learning_starts` env steps have been collected, exactly as the fused loop does.
+`dqn.learning_starts` env steps have been collected, exactly as the fused loop does (the
+same tianjax.replay set-up). Episodes, records, checkpoints and the result are kept by
+the run recorder (runtime/recorder.py), as in the other runners.
 
 Modes: `sync` is this loop. `async` runs the same single-process loop (its learner uses
 the staleness-corrected losses, which reduce to the plain ones because every batch here is
@@ -32,23 +34,19 @@ runs.
 
 from __future__ import annotations
 
-import sys
 import time
 
 import jax
 import numpy as np
 
-from tianjax import buffers
-from tianjax import checkpoint as ckpt
 from tianjax.algos import make_algorithm
 from tianjax.algos.base import Algorithm
 from tianjax.config import Config, ConfigError
 from tianjax.envs.host import HostEnv, make_host_env
-from tianjax.fused import make_replay_learn
-from tianjax.runtime.fused_runner import sample_rates
-from tianjax.metrics import EpisodeTracker, Progress, RunLogger
-from tianjax.metrics.episodes import finished_episodes
+from tianjax.metrics import Progress, RunLogger
+from tianjax.replay import make_replay, make_replay_learn
 from tianjax.runtime import shutdown
+from tianjax.runtime.recorder import RunRecorder, sample_rates
 from tianjax.runtime.sources import HostSource, batch_template
 
 
@@ -107,17 +105,16 @@ def _train(config: Config, logger: RunLogger, progress: Progress, env: HostEnv, 
     source.compile(learner.params)
     template = batch_template(config, algo, env.obs_shape, source.obs_dtype)[0]
     if replay:
-        flat = jax.tree.map(lambda x: jax.ShapeDtypeStruct((T * B,) + x.shape[2:], x.dtype), template)
-        one = jax.tree.map(lambda x: np.zeros(x.shape[1:], x.dtype), flat)
-        rb = jax.jit(buffers.replay_init, static_argnums=0)(config.replay_config.buffer_size, one)
+        rb = jax.jit(make_replay(config, algo).init)(template)
         learn = jax.jit(make_replay_learn(config, algo), donate_argnums=(0, 1)).lower(
-            learner, rb, flat, np.int32(0)).compile()
+            learner, rb, template, np.int32(0)).compile()
     else:
         learn = jax.jit(algo.update, donate_argnums=0).lower(learner, template).compile()
     compile_time = time.perf_counter() - t
 
-    tracker = EpisodeTracker(config.target_return)
-    env_steps, t_update, wall_offset, start_iter, resumed_from = 0, 0.0, 0.0, 0, None
+    # host envs report no wins: the return decides convergence
+    rec = RunRecorder(config, logger, progress, win_target=False)
+    env_steps, t_update, start_iter = 0, 0.0, 0
     keep_replay = replay and config.checkpoint.replay
 
     def tree():
@@ -125,44 +122,37 @@ def _train(config: Config, logger: RunLogger, progress: Progress, env: HostEnv, 
 
     if config.resume:
         # the envs start afresh (host envs cannot be saved); learner and counters go on
-        resumed_from, restored, meta = ckpt.restore_latest(config.resume, tree())
-        ckpt.check_compatible(meta, config, config.resume)
+        restored, meta = rec.resume(tree())
         learner = restored["learner"]
         rb = restored.get("replay", rb if replay else None)
-        env_steps, wall_offset, start_iter = meta["env_steps"], meta["wall_time_s"], meta["iterations"]
-        tracker.load_state_dict(meta["tracker"])
+        env_steps, start_iter = meta["env_steps"], meta["iterations"]
+    rec.start(t_start)  # a resumed run's clock goes on
     # labelled by updates scheduled (iterations x updates per iteration), as in fused mode
     per_iter_updates = config.replay_config.updates_per_rollout if replay else 1
-    saver = ckpt.Checkpointer(logger.run_dir, config.checkpoint.keep, config.checkpoint.every,
-                              start=start_iter * per_iter_updates)
-    t_start -= wall_offset  # a resumed run's clock goes on
-    env_steps0 = env_steps
-    replay_base = 0 if keep_replay or resumed_from is None else env_steps0  # see learn() below
+    rec.open_checkpoints(logger.run_dir, start=start_iter * per_iter_updates)
+    replay_base = 0 if keep_replay or rec.resumed_from is None else env_steps  # see learn() below
     pending: list[dict] = []
     version = int(learner.version)
     it = start_iter
 
     def save():
-        meta = dict(ckpt.run_meta(config), iterations=it, env_steps=env_steps, updates=version,
-                    wall_time_s=time.perf_counter() - t_start, tracker=tracker.state_dict())
-        saver.save(it * per_iter_updates, tree(), meta)
+        rec.save(it * per_iter_updates, tree(), time.perf_counter(),
+                 dict(iterations=it, env_steps=env_steps, updates=version))
 
-    t_train = time.perf_counter()
-    interrupted = False
+    rec.training(time.perf_counter(), env_steps)
+    interrupted = completed = False
     try:
         while it < n_iters:
             shutdown.check()
             rollout = source(learner.params, version, env_steps)
-            returns, ended_at = finished_episodes(rollout.episodes.done, rollout.episodes.returns, env_steps)
+            rec.add_rollout(rollout.episodes.done, rollout.episodes.returns, env_steps, time.perf_counter())
             env_steps += B * T
-            tracker.add(returns, ended_at, time.perf_counter() - t_start)
             t0 = time.perf_counter()
             with shutdown.critical():  # the update donates its inputs: finish it
                 if replay:
                     # learning_starts counts the samples in the buffer: a resumed run whose
                     # checkpoint left the buffer out refills it first
-                    learner, rb, metrics = learn(learner, rb, buffers.flatten_time_batch(rollout.batch),
-                                                 np.int32(env_steps - replay_base))
+                    learner, rb, metrics = learn(learner, rb, rollout.batch, np.int32(env_steps - replay_base))
                 else:
                     learner, metrics = learn(learner, rollout.batch)
             pending.append(metrics)
@@ -171,59 +161,28 @@ def _train(config: Config, logger: RunLogger, progress: Progress, env: HostEnv, 
             it += 1
 
             if it % config.log_every == 0 or it == n_iters:
-                now = time.perf_counter()
-                ma = tracker.moving_average
-                record = {
-                    "env_steps": env_steps,
-                    "updates": version,
-                    "wall_time_s": now - t_start,
-                    "env_steps_per_s": (env_steps - env_steps0) / max(now - t_train, 1e-9),
-                    "return_mean_100": ma,
-                    "episodes": tracker.episodes,
-                }
-                record.update(_mean_metrics(pending))
+                fields = _mean_metrics(pending)
                 if algo.schedules is not None:
-                    record.update({k: float(v) for k, v in algo.schedules(env_steps).items()})
+                    fields.update({k: float(v) for k, v in algo.schedules(env_steps).items()})
                 pending = []
-                logger.log(record)
-                progress.update(env_steps, ret=ma, sps=int(record["env_steps_per_s"]))
-            if saver.due(it * per_iter_updates):
+                rec.record(env_steps, version, time.perf_counter(), fields=fields)
+            if rec.due(it * per_iter_updates):
                 save()
-        if config.checkpoint.final:
-            save()
+        completed = True
     except KeyboardInterrupt:  # Ctrl-C / SIGTERM: checkpoint and report what was done
         interrupted = True
-        if config.checkpoint.final:
-            try:
-                save()
-            except Exception as e:  # noqa: BLE001 - interrupted inside an update: its input was donated
-                print(f"tianjax: warning: no final checkpoint ({type(e).__name__}); the last periodic one "
-                      "stands", file=sys.stderr, flush=True)
     finally:
-        saver.close()
+        # interrupted inside an update, its input was donated: then the last periodic one stands
+        rec.final_checkpoint(save, tolerant=interrupted, allowed=completed or interrupted)
 
-    train_time = time.perf_counter() - t_train
-    return {
-        "params": learner.params,
-        "algo": algo,
-        "env": env,
-        "env_steps": env_steps,
-        "updates": int(learner.version),
-        "resumed_from_step": resumed_from,
-        "interrupted": interrupted,
-        "wall_offset_s": wall_offset,
-        "skipped_updates": int(learner.skipped_updates),
-        "train_time_s": train_time,
-        "compile_time_s": compile_time,
-        "env_steps_per_s": (env_steps - env_steps0) / max(train_time, 1e-9),
-        "episodes": tracker.episodes,
-        "final_return": tracker.moving_average,
-        "convergence_time_s": tracker.convergence_time_s,
-        "convergence_env_steps": tracker.convergence_env_steps,
+    rec.end_training(time.perf_counter())
+    train_time = rec.train_time
+    return rec.result(
+        params=learner.params, algo=algo, env=env, env_steps=env_steps, updates=int(learner.version),
+        skipped_updates=int(learner.skipped_updates), compile_time_s=compile_time, interrupted=interrupted,
         # where the training time went: acting (env steps and policy) and learning
-        "extra_summary": {"act_time_s": train_time - t_update, "update_time_s": t_update,
-                          **sample_rates(config, algo, env_steps - env_steps0, train_time)},
-    }
+        extra_summary={"act_time_s": train_time - t_update, "update_time_s": t_update,
+                       **sample_rates(config, algo, env_steps - rec.env_steps0, train_time)})
 
 
 __all__ = ["run_host"]

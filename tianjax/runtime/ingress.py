@@ -1,25 +1,36 @@
-"""The learner's ingress: who may send (credits), what is let in (admission), and the
-control conversation with actors (register, heartbeat, lost slots), over the learner's
-trajectory and control sockets.
+"""The learner's ingress: who may send (credits, steered by the balance controller), what
+is let in (admission), and the control conversation with actors (register, heartbeat,
+lost slots), over the learner's trajectory and control sockets.
 
 Credits are TianJi's flow control: an actor may have as many trajectories in flight or
 waiting here as its share of the balance controller's window (one in sync mode), and no
 more than the fresh-step budget still allows, so actors slow down exactly when the
 learner falls behind and stop when the budget is spent.
 
-A mixin of `Learner` (tianjax/runtime/learner.py), whose state it reads and writes.
+An admitted trajectory goes to the pool (on-policy; the batch strategies take from it) or
+to the replay buffer (off-policy), whose sender's credit is held back while the learner
+owes more than a trajectory per actor in gradient steps. The trajectories themselves are
+read, checked and decoded by the receiver thread (runtime/receiver.py).
 """
 
 from __future__ import annotations
 
+import collections
 import math
 import time
+from typing import Callable
 
+import jax
 import numpy as np
 import zmq
 
+from tianjax.config import Config
 from tianjax.runtime.actor import TIME_KEYS
-from tianjax.runtime.receiver import check_finite  # noqa: F401 - where it was
+from tianjax.runtime.balance import BalanceController
+from tianjax.runtime.controller import AdaptiveBalance
+from tianjax.runtime.receiver import Receiver, check_finite  # noqa: F401 - check_finite: where it was
+from tianjax.runtime.replay_batches import ReplayBatches
+from tianjax.transport.channels import ControlServer
 
 # an actor's heartbeat reports these (seconds since it registered)
 ACTOR_TIME_KEYS = TIME_KEYS + ("wall", "cpu")
@@ -40,17 +51,38 @@ def actor_times(report) -> dict | None:
 
 
 class Ingress:
-    """Credits, admission and the control conversation (methods of `Learner`)."""
+    """`budget`: env steps the actors may produce in all; `version()`: the learner's
+    current version; `publish()`: sends the current parameters; `episodes(returns,
+    env_steps, now, wins)`: takes the episodes that finished; `replay`: the replay buffer
+    admitted trajectories go to (None: the pool)."""
 
-    def _credits_left(self) -> int:
+    def __init__(self, config: Config, control: ControlServer, rx: Receiver, balance: BalanceController,
+                 controller: AdaptiveBalance, *, budget: int, version: Callable[[], int],
+                 publish: Callable[[], None], episodes: Callable, replay: ReplayBatches | None = None):
+        self.config, self.control, self.rx = config, control, rx
+        self.balance, self.controller, self.replay = balance, controller, replay
+        self.budget, self.version, self.publish, self.episodes = budget, version, publish, episodes
+        self.traj_steps = config.rollout_len * config.num_envs
+        self.pool: collections.deque = collections.deque()  # (behaviour version, sender, batch)
+        self.held: collections.deque = collections.deque()  # replay: credits held back while behind
+        self.actors: dict[bytes, dict] = {}  # identity -> {"actor", "last_seen", "outstanding", "last_traj"}
+        self.actor_time_s: dict[bytes, dict] = {}  # identity -> where its time went (its newest heartbeat)
+        self.env_steps = 0  # admitted
+        self.act_steps = 0  # the global env-step count the newest admitted trajectory was acted at
+        self.lag_max = 0  # since the last record: max (env steps admitted - that count) on arrival
+        self.dropped_nonfinite = 0
+        self._poller = None
+
+    # ------------------------------------------------------------------ credits
+    def credits_left(self) -> int:
         """Trajectories the budget still allows beyond those admitted and in flight. (An actor
         not heard from for the heartbeat timeout is gone: its slots no longer count.)"""
         now, limit = time.perf_counter(), self.config.runtime.heartbeat_timeout_s
         outstanding = sum(max(info["outstanding"], 0) for info in self.actors.values()
                           if now - max(info.get("last_seen", 0.0), info["last_traj"]) <= limit)
-        return (self.budget - self.kept_steps) // self.traj_steps - outstanding
+        return (self.budget - self.balance.produced) // self.traj_steps - outstanding
 
-    def _window(self, ident: bytes) -> int:
+    def window(self, ident: bytes) -> int:
         """Trajectories this actor may have in flight or waiting here: in sync mode one (it
         waits for the next version after each); in async mode its share of the controller's
         window, by registration order."""
@@ -59,28 +91,49 @@ class Ingress:
         rank = list(self.actors).index(ident) if ident in self.actors else 0
         return self.controller.actions.credits(rank, len(self.actors))
 
-    def _in_hand(self, ident: bytes) -> int:
+    def in_hand(self, ident: bytes) -> int:
         """This actor's trajectories in flight (credits out) or held here (pooled, or
         replay credits held back)."""
         info = self.actors.get(ident)
         out = max(info["outstanding"], 0) if info is not None else 0
-        return out + sum(item[1] == ident for item in self.pool) + self._held.count(ident)
+        return out + sum(item[1] == ident for item in self.pool) + self.held.count(ident)
 
-    def _grant(self, ident: bytes, n: int = 1) -> None:
+    def grant(self, ident: bytes, n: int = 1) -> None:
         info = self.actors.get(ident)
         # NOTE: a window the controller shrank is reached by not re-granting freed slots
-        n = min(n, self._credits_left(), self._window(ident) - self._in_hand(ident))
+        n = min(n, self.credits_left(), self.window(ident) - self.in_hand(ident))
         if n > 0 and info is not None and self.control.send(ident, {"type": "credit", "n": n}):
             info["outstanding"] += n
 
-    def _release_held(self) -> None:
+    def release_held(self) -> None:
         """Replay: hands back the credits held while the learner was behind, once it owes
         at most a trajectory per actor."""
-        slack = self.replay_ratio * self.traj_steps * max(len(self.actors), 1)
-        while self._held and self._replay_owed() <= slack:
-            self._grant(self._held.popleft())
+        slack = self.replay.ratio * self.traj_steps * max(len(self.actors), 1)
+        while self.held and self.replay.owed() <= slack:
+            self.grant(self.held.popleft())
 
-    def _ingest(self, msg, finite: bool, now: float, t_start: float) -> None:
+    def steer(self, now: float) -> None:
+        """Hands back the replay credits held while the learner was behind, as far as it has
+        caught up; then asks the controller for its actions (it moves at most once a
+        period) and applies a move: the reuse budget at once, a larger window by granting
+        the new slots."""
+        if self.held:
+            self.release_held()
+        controller, balance = self.controller, self.balance
+        moves, decided = controller.moves, controller.decisions
+        throttled = self.replay is not None and self.replay.throttled
+        actions = controller.decide(now, balance.production_rate(now), balance.consumption_rate(now),
+                                    throttled=throttled)
+        if self.replay is not None and controller.decisions != decided:
+            self.replay.throttled = False  # a new period
+        if controller.moves == moves:
+            return
+        balance.max_reuse = actions.max_reuse
+        for ident in list(self.actors):
+            self.grant(ident, self.window(ident) - self.in_hand(ident))
+
+    # ------------------------------------------------------------------ admission
+    def ingest(self, msg, finite: bool, now: float) -> None:
         """Admits a trajectory the receiver has checked and decoded (`finite`: every
         floating field finite), and hands its sender's credit back when it is not kept."""
         batch, episodes, act_steps = msg.tree
@@ -91,30 +144,32 @@ class Ingress:
             self.actors[ident]["last_traj"] = now
         if not finite:
             self.dropped_nonfinite += 1
-            self._grant(ident)
+            self.grant(ident)
             return
-        version = int(self.state_version)
-        admitted = self.balance.admit(int(msg.version), version, samples, now)
+        admitted = self.balance.admit(int(msg.version), int(self.version()), samples, now)
         if admitted:
-            self._act_steps = int(act_steps)
-            self._lag_max = max(self._lag_max, self.env_steps - self._act_steps)
+            self.act_steps = int(act_steps)
+            self.lag_max = max(self.lag_max, self.env_steps - self.act_steps)
             self.env_steps += samples
         done = np.asarray(episodes.done)
         if done.any():
             won = None if getattr(episodes, "won", None) is None else np.asarray(episodes.won)[done]
-            self.tracker.add(np.asarray(episodes.returns)[done], self.env_steps, now - t_start, wins=won)
+            self.episodes(np.asarray(episodes.returns)[done], self.env_steps, now, won)
         if not admitted:
-            self._grant(ident)
-        elif self.replay:
-            self.rb = self._replay_add(self.rb, batch)
-            self._replay_admitted(samples)
-            self._held.append(ident)
-            self._release_held()
-            self.replay_throttled |= bool(self._held)
+            self.grant(ident)
+        elif self.replay is not None:
+            # NOTE: one process only: every process of a multi-process run must take the same
+            # number of (collective) updates, so there the ratio is the target's
+            scale = self.controller.actions.replay_scale if jax.process_count() == 1 else 1.0
+            self.replay.add(batch, samples, scale)
+            self.held.append(ident)
+            self.release_held()
+            self.replay.throttled |= bool(self.held)
         else:
             self.pool.append((int(msg.version), ident, batch))
 
-    def _handle_control(self, ident, msg: dict, now: float) -> None:
+    # ------------------------------------------------------------------ control
+    def handle_control(self, ident, msg: dict, now: float) -> None:
         kind = msg.get("type")
         if kind not in ("register", "heartbeat"):
             return
@@ -127,12 +182,12 @@ class Ingress:
         # uses, and more would let the first actors take a small budget from the others
         if new:
             self.controller.actors_changed(len(self.actors))
-        window = self._window(ident)
+        window = self.window(ident)
         if kind == "register" or new:
             # a new or restarted actor (or, heard first by a heartbeat, one that was working
             # for a learner that restarted): whatever it held before is gone
             info["outstanding"] = 0
-            self._grant(ident, window)
+            self.grant(ident, window)
             self.publish()  # a late joiner gets the current parameters at once
         elif (msg.get("credits") == 0 and info["outstanding"] > 0
               and now - info["last_traj"] > 2 * self.config.runtime.heartbeat_s
@@ -142,7 +197,7 @@ class Ingress:
             # heartbeats are read before the trajectories queued behind them, which are
             # late, not lost (handing out slots for them let the actors run ahead)
             info["outstanding"] = 0
-            self._grant(ident, window)
+            self.grant(ident, window)
 
     def actor_time_summary(self) -> dict:
         """Where the actors' time went, summed over every actor this learner heard from (as
@@ -156,11 +211,11 @@ class Ingress:
         waited = total["waiting_credit"] + total["waiting_params"] + total["sending"]
         return {"actor_time_s": total, "actor_wait_fraction": waited / total["wall"] if total["wall"] else None}
 
-    def pump(self, timeout_ms: int, t_start: float = 0.0) -> int:
+    def pump(self, timeout_ms: int) -> int:
         """Waits up to timeout_ms for control messages and trajectories and takes in what
-        the receiver thread (runtime/receiver.py) has checked and decoded, the pool's room
-        permitting: with a full pool the thread stops reading, so the high-water marks
-        push back on actors. Returns the trajectories received."""
+        the receiver thread has checked and decoded, the pool's room permitting: with a
+        full pool the thread stops reading, so the high-water marks push back on actors.
+        Returns the trajectories received."""
         if self._poller is None:
             self._poller = zmq.Poller()
             self._poller.register(self.control.socket, zmq.POLLIN)
@@ -176,13 +231,13 @@ class Ingress:
             self.rx.drain_wake()
         received = 0
         while room and len(self.pool) < self.config.runtime.max_pool and (item := self.rx.take()) is not None:
-            self._ingest(*item, now, t_start)
+            self.ingest(*item, now)
             received += 1
         return received
 
     def _drain_control(self, now: float) -> None:
         while (item := self.control.poll(0)) is not None:
-            self._handle_control(*item, now)
+            self.handle_control(*item, now)
 
     def silent_actors(self, now: float) -> list[int]:
         """Registered actors not heard from (control or trajectories) for longer than the
@@ -203,3 +258,6 @@ class Ingress:
                 del self.actors[ident]
                 self.control.forget(ident)
                 self.controller.actors_changed(len(self.actors))
+
+
+__all__ = ["Ingress"]

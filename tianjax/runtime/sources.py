@@ -29,8 +29,9 @@ from tianjax.algos.base import Algorithm
 from tianjax.config import Config, ConfigError
 from tianjax.envs.host import HostEnv, make_host_env
 from tianjax.envs.jax_env import make_gymnax, make_jax_env
-from tianjax.rollout import Episodes, make_rollout
-from tianjax.types import Trajectory, Transition
+from tianjax.episodes import Episodes, track_episodes, truncation_bootstrap, values_where_cut
+from tianjax.rollout import make_rollout
+from tianjax.types import EpisodeStats, Trajectory, Transition
 
 
 _JAX_BACKENDS = ("gymnax", "jaxmarl", "brax")
@@ -119,7 +120,8 @@ class JaxSource:
 class HostSource:
     """B host envs (envpool or gymnasium) stepped from Python with the jitted policy.
 
-    Truncation bootstraps are evaluated once per rollout, batched over the truncated steps.
+    Episodes and the truncation bootstrap are tianjax.episodes' (as in the JAX rollout);
+    the bootstrap values are evaluated once per rollout, batched over the truncated steps.
     """
 
     def __init__(self, config: Config, algo: Algorithm, seed: int, env: HostEnv | None = None,
@@ -133,8 +135,7 @@ class HostSource:
         self._obs_dtype = jax.dtypes.canonicalize_dtype(self.env.obs_dtype)
         self._obs = np.asarray(self.env.reset(seed), self._obs_dtype)
         self._key = jax.random.key(seed) if key is None else key
-        self._ep_ret = np.zeros(self.B, np.float64)
-        self._ep_len = np.zeros(self.B, np.int32)
+        self._stats = EpisodeStats(np.zeros(self.B, np.float64), np.zeros(self.B, np.int32))
 
         def act(params, obs, key, env_steps):
             key, sub = jax.random.split(key)
@@ -165,11 +166,11 @@ class HostSource:
         ep_ret = np.zeros((T, B), np.float32)
         ep_len = np.zeros((T, B), np.int32)
         act_buf = logp_buf = val_buf = None
-        next_buf = term_buf = None
-        if self.replay:
-            next_buf = np.empty_like(obs_buf)
-            term_buf = np.empty((T, B), bool)
-        cuts = []
+        term_buf = np.empty((T, B), bool) if self.replay else None
+        # replay: every step's next observation; on-policy: the final ones where a time
+        # limit cut an episode (zeros elsewhere: the pages stay untouched)
+        final_buf = (np.empty if self.replay else np.zeros)((T, B) + obs_shape, self._obs_dtype)
+        cut_buf = np.zeros((T, B), bool)
         for t in range(T):
             self._key, (action, log_prob, value) = self._act(params, self._obs, self._key,
                                                              np.int32(env_steps + t * B))
@@ -184,47 +185,26 @@ class HostSource:
             logp_buf[t] = np.asarray(log_prob)
             val_buf[t] = np.asarray(value)
             rew_buf[t] = step.reward
-            done = step.terminated | step.truncated
-            done_buf[t] = done
+            done_buf[t] = step.terminated | step.truncated
             if self.replay:
-                next_buf[t] = step.final_obs
+                final_buf[t] = step.final_obs
                 term_buf[t] = step.terminated
             else:
-                cut = step.truncated & ~step.terminated
+                cut = cut_buf[t] = step.truncated & ~step.terminated
                 if cut.any():
-                    ids = np.flatnonzero(cut)
-                    cuts.append((t, ids, np.asarray(step.final_obs, self._obs_dtype)[ids]))
+                    final_buf[t, cut] = np.asarray(step.final_obs, self._obs_dtype)[cut]
             # the reported episode is the whole game, scored unclipped (HostStep.report_*);
             # learning above keeps the clipped reward and the per-life ends
-            game_over = step.report_done
-            self._ep_ret += step.report_reward
-            self._ep_len += 1
-            ep_done[t] = game_over
-            ep_ret[t] = self._ep_ret
-            ep_len[t] = self._ep_len
-            self._ep_ret[game_over] = 0.0
-            self._ep_len[game_over] = 0
+            self._stats, ep_ret[t], ep_len[t] = track_episodes(self._stats, step.report_reward,
+                                                               step.report_done, np)
+            ep_done[t] = step.report_done
             self._obs = np.asarray(step.obs, self._obs_dtype)
         v_stamp = np.full((T, B), version, np.int32)
         episodes = Episodes(ep_done, ep_ret, ep_len)
         if self.replay:
-            return Rollout(Transition(obs_buf, act_buf, rew_buf, next_buf, term_buf, v_stamp), episodes)
-        boot = np.zeros((T, B), np.float32)
-        trunc_obs = np.zeros((B,) + obs_shape, self._obs_dtype)
-        trunc_t = np.full(B, -1, np.int32)
-        for t, ids, final in cuts:  # in step order: each env keeps its last truncation
-            trunc_obs[ids] = final
-            trunc_t[ids] = t
-        if cuts:
-            # NOTE: padded to a multiple of B so the value function compiles for one shape only
-            ts = np.concatenate([np.full(len(ids), t) for t, ids, _ in cuts])
-            ids = np.concatenate([ids for _, ids, _ in cuts])
-            final = np.concatenate([f for _, _, f in cuts])
-            n = len(final)
-            padded = np.zeros((-(-n // B) * B,) + obs_shape, self._obs_dtype)
-            padded[:n] = final
-            values = [np.asarray(self._value(params, c)) for c in np.split(padded, len(padded) // B)]
-            boot[ts, ids] = np.concatenate(values)[:n]
+            return Rollout(Transition(obs_buf, act_buf, rew_buf, final_buf, term_buf, v_stamp), episodes)
+        values = values_where_cut(lambda obs: self._value(params, obs), cut_buf, final_buf, B)
+        boot, trunc_obs, trunc_t = truncation_bootstrap(values, cut_buf, final_buf, np)
         traj = Trajectory(obs_buf, act_buf, rew_buf, done_buf, boot, logp_buf, val_buf, v_stamp,
                           self._obs.copy(), trunc_obs, trunc_t)
         return Rollout(traj, episodes)
