@@ -31,7 +31,13 @@ def test_mixer_is_monotonic_in_each_agent_q(seed, scale, i, delta):
 def test_target_by_hand_on_a_two_agent_batch():
     mixer = Q.Mixer(embed_dim=2, hyper_hidden=2)
     params = mixer.init(jax.random.key(7), jnp.zeros((2,)), jnp.zeros((1,)))
+    # every weight drawn at random (the state-conditioned biases start at zero), so that
+    # each term of the formula below counts
+    leaves, treedef = jax.tree.flatten(params)
+    keys = jax.random.split(jax.random.key(8), len(leaves))
+    params = jax.tree.unflatten(treedef, [jax.random.normal(k, x.shape) for k, x in zip(keys, leaves)])
     p = jax.tree.map(np.asarray, params["params"])
+    assert abs(p["hyper_b1"]["kernel"]).min() > 0 and abs(p["hyper_b2"]["kernel"]).min() > 0
     # two transitions, two agents, three actions; the second agent cannot take action 2 next
     q_next_online = jnp.array([[[1.0, 3.0, 2.0], [0.5, 0.1, 9.0]],
                                [[4.0, 0.0, 1.0], [2.0, 3.0, 1.0]]])
@@ -66,6 +72,27 @@ def test_target_by_hand_on_a_two_agent_batch():
     np.testing.assert_allclose(mixed[0], q_tot(chosen[0], np.asarray(state[0])), rtol=1e-5)
     y = Q.td_targets(reward, terminated, mixed, gamma)
     np.testing.assert_allclose(y, expected, rtol=1e-5)
+
+
+def test_agent_and_team_qs_start_near_zero_on_smax_states():
+    """At init the Qs are small against SMAX 3m's rewards (a win is worth about 1) on every
+    state, so the first targets are set by rewards, not by the init's noise (LeCun init:
+    agent Qs up to 0.28, Q_tot up to 2.8 on these states)."""
+    from tianjax.envs.marl import make_jaxmarl
+
+    env = make_jaxmarl("SMAX_3m")
+    obs, _ = jax.vmap(env.reset)(jax.random.split(jax.random.key(0), 64))  # [64, N, ...]
+    n, d = obs.obs.shape[1:]
+    agent = Q.AgentRNN(hidden_dim=64, num_actions=obs.avail.shape[-1])
+    mixer = Q.Mixer(embed_dim=32, hyper_hidden=64)
+    x = jnp.concatenate([obs.obs, jnp.broadcast_to(jnp.eye(n), (64, n, n))], axis=-1)
+    h0 = jnp.zeros((64, n, 64))
+    for seed in range(3):
+        k_a, k_m = jax.random.split(jax.random.key(seed))
+        _, q = agent.apply(agent.init(k_a, h0, x), h0, x)
+        q_tot = mixer.apply(mixer.init(k_m, q[..., 0], obs.state), q.max(-1), obs.state)
+        assert float(jnp.abs(q).max()) < 0.1
+        assert float(jnp.abs(q_tot).max()) < 0.25
 
 
 def _seq(key, T=6, B=2, D=5, A=4, H=8):
