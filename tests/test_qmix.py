@@ -74,6 +74,30 @@ def test_target_by_hand_on_a_two_agent_batch():
     np.testing.assert_allclose(y, expected, rtol=1e-5)
 
 
+def test_lambda_targets_by_hand_stop_at_episode_ends():
+    # one sequence of 4 steps (B = 1): the episode is truncated after step 1 (done, not
+    # terminated: it bootstraps from its final observation, and the lambda-return stops)
+    r = jnp.array([[1.0], [2.0], [0.5], [-1.0]])
+    v = jnp.array([[10.0], [20.0], [30.0], [40.0]])
+    terminated = jnp.zeros((4, 1), bool)
+    done = jnp.array([[False], [True], [False], [False]])
+    g, lam = 0.9, 0.5
+    y3 = -1.0 + g * 40.0  # the sequence's last step: one-step
+    y2 = 0.5 + g * ((1 - lam) * 30.0 + lam * y3)
+    y1 = 2.0 + g * 20.0  # the episode ended: only its final observation's value
+    y0 = 1.0 + g * ((1 - lam) * 10.0 + lam * y1)
+    y = Q.lambda_targets(r, terminated, done, v, g, lam)
+    np.testing.assert_allclose(y[:, 0], [y0, y1, y2, y3], rtol=1e-6)
+    # a terminated step bootstraps nothing, and the step before it chains onto its reward
+    y = Q.lambda_targets(r, terminated.at[2, 0].set(True), done.at[2, 0].set(True), v, g, lam)
+    np.testing.assert_allclose(y[1:3, 0], [y1, 0.5], rtol=1e-6)
+    # lambda = 0 is the one-step target; lambda = 1 the discounted sum to the cut
+    np.testing.assert_allclose(Q.lambda_targets(r, terminated, done, v, g, 0.0),
+                               Q.td_targets(r, terminated, v, g), rtol=1e-6)
+    np.testing.assert_allclose(Q.lambda_targets(r, terminated, done, v, g, 1.0)[2:, 0],
+                               [0.5 + g * (-1.0 + g * 40.0), -1.0 + g * 40.0], rtol=1e-6)
+
+
 def test_agent_and_team_qs_start_near_zero_on_smax_states():
     """At init the Qs are small against SMAX 3m's rewards (a win is worth about 1) on every
     state, so the first targets are set by rewards, not by the init's noise (LeCun init:
@@ -140,6 +164,26 @@ def test_burn_in_steps_carry_no_loss():
     w3 = w.at[3].set(0.0)
     np.testing.assert_allclose(loss_fn(params, params, bumped, w3)[0], loss_fn(params, params, seq, w3)[0],
                                rtol=1e-6)
+
+
+def test_loss_regresses_on_lambda_targets():
+    """With qmix.td_lambda the loss's targets are lambda_targets of the target network's
+    double-Q values (the one-step loss is lambda = 0)."""
+    agent, mixer = Q.AgentRNN(hidden_dim=8, num_actions=4), Q.Mixer(embed_dim=8, hyper_hidden=16)
+    seq = _seq(jax.random.key(5))
+    init = lambda k: Q.QMIXParams(agent.init(k, jnp.zeros((2, N, 8)), jnp.zeros((2, N, 5 + N))),  # noqa: E731
+                                  mixer.init(k, jnp.zeros((2, N)), jnp.zeros((2, S))))
+    params, target = init(jax.random.key(6)), init(jax.random.key(7))
+    unroll = Q.make_unroll(agent)
+    _, q_next = unroll(params.agent, seq.carry, seq)
+    _, q_next_target = unroll(target.agent, seq.carry, seq)
+    v = mixer.apply(target.mixer, Q.double_q_choice(q_next, q_next_target, seq.next_obs.avail), seq.next_obs.state)
+    w = jnp.ones(seq.reward.shape)
+    for lam in (0.0, 0.6):
+        y = Q.lambda_targets(seq.reward, seq.terminated, seq.done, v, 0.9, lam)
+        _, m = Q.make_loss(agent, mixer, gamma=0.9, burn_in=0, td_lambda=lam)(params, target, seq, w)
+        np.testing.assert_allclose(m["target_mean"], jnp.mean(y), rtol=1e-5)
+    assert abs(float(jnp.mean(y)) - float(jnp.mean(Q.td_targets(seq.reward, seq.terminated, v, 0.9)))) > 1e-3
 
 
 def test_rollout_stores_the_hidden_state_that_replays_its_actions():

@@ -10,8 +10,16 @@ whose absolute-valued weights make Q_tot monotonic in every q^i (so the per-agen
 is the joint argmax). Targets are double-Q with a target network (agents and mixer):
 
     a*^i  = argmax_{a available at t+1} Q^i_online(h^i_{t+1}, a)
-    y_t   = r_t + gamma * (1 - terminated_t) * Q_tot^target([Q^i_target(h'^i_{t+1}, a*^i)]_i, s_{t+1})
+    v_t   = Q_tot^target([Q^i_target(h'^i_{t+1}, a*^i)]_i, s_{t+1})
+    y_t   = r_t + gamma * (1 - terminated_t) * [(1 - lambda c_t) v_t + lambda c_t y_{t+1}]
     loss  = sum_t m_t w_t (Q_tot(q_t(a_t), s_t) - y_t)^2 / sum_t m_t
+
+with lambda = `qmix.td_lambda` (pymarl2's TD(lambda) targets; 0 gives the one-step target
+y_t = r_t + gamma (1 - terminated_t) v_t), c_t = 1 - done_t (the lambda-return stops at an
+episode's end, where only v_t, the value of the final observation, can bootstrap) and
+c_{T-1} = 0 (the sequence's last step bootstraps from v_{T-1}). Replayed steps come from
+older policies: like pymarl2, the lambda-return does not correct for that (the staleness
+weight w_t only scales each step's loss).
 
 over replayed sequences (tianjax.types.Sequences, time-major [T, B] here: obs and next_obs
 MAObs, reward the team reward [T, B]), where s_{t+1} and the observation at t+1 are the true
@@ -104,6 +112,24 @@ def td_targets(reward_t: jax.Array, terminated_t: jax.Array, q_tot_next: jax.Arr
     return jax.lax.stop_gradient(reward_t + gamma * (1.0 - terminated_t.astype(jnp.float32)) * q_tot_next)
 
 
+def lambda_targets(reward_t: jax.Array, terminated_t: jax.Array, done_t: jax.Array, q_tot_next: jax.Array,
+                   gamma: float, lam: float) -> jax.Array:
+    """TD(lambda) targets [T, ...] of time-major sequences (the module docstring's y_t; no
+    gradient): computed backwards from y_{T-1} = r_{T-1} + gamma (1 - terminated) v_{T-1}."""
+    chex.assert_equal_shape([reward_t, terminated_t, done_t, q_tot_next])
+    discount = gamma * (1.0 - terminated_t.astype(jnp.float32))
+    carry_on = lam * (1.0 - done_t.astype(jnp.float32))
+
+    def step(y_next, x):
+        r, d, c, v = x
+        y = r + d * ((1.0 - c) * v + c * y_next)
+        return y, y
+
+    last = reward_t[-1] + discount[-1] * q_tot_next[-1]
+    _, ys = jax.lax.scan(step, last, (reward_t[:-1], discount[:-1], carry_on[:-1], q_tot_next[:-1]), reverse=True)
+    return jax.lax.stop_gradient(jnp.concatenate([ys, last[None]], axis=0))
+
+
 class QMIXParams(NamedTuple):
     agent: dict
     mixer: dict
@@ -131,7 +157,7 @@ def make_unroll(agent: AgentRNN):
     return unroll
 
 
-def make_loss(agent: AgentRNN, mixer: Mixer, *, gamma: float, burn_in: int):
+def make_loss(agent: AgentRNN, mixer: Mixer, *, gamma: float, burn_in: int, td_lambda: float = 0.0):
     """loss_fn(params: QMIXParams, target_params: QMIXParams, seq, weight [T, B]) -> (loss, metrics)."""
     unroll = make_unroll(agent)
 
@@ -153,7 +179,10 @@ def make_loss(agent: AgentRNN, mixer: Mixer, *, gamma: float, burn_in: int):
         q_tot = mixer.apply(params.mixer, q_taken, seq.obs.state)
         chosen = double_q_choice(sg(q_next), q_next_target, seq.next_obs.avail)
         q_tot_next = mixer.apply(target_params.mixer, chosen, seq.next_obs.state)
-        y = td_targets(seq.reward, seq.terminated, q_tot_next, gamma)
+        if td_lambda:
+            y = lambda_targets(seq.reward, seq.terminated, seq.done, q_tot_next, gamma, td_lambda)
+        else:
+            y = td_targets(seq.reward, seq.terminated, q_tot_next, gamma)
         td = q_tot - y
         loss = jnp.sum(weight * jnp.square(td)) / jnp.maximum(jnp.sum(weight > 0), 1)
         metrics = {"q_mean": sg(jnp.mean(q_tot)), "target_mean": sg(jnp.mean(y)),
@@ -213,7 +242,7 @@ def make(config: Config, obs_shape, action_spec: ActionSpec, *, correct_stalenes
     agent = AgentRNN(cfg.hidden_dim, action_spec.num_actions)
     mixer = Mixer(cfg.mixer_embed, cfg.hyper_hidden)
     optimizer = make_optimizer(cfg.lr, cfg.max_grad_norm)
-    loss_fn = make_loss(agent, mixer, gamma=cfg.gamma, burn_in=cfg.burn_in)
+    loss_fn = make_loss(agent, mixer, gamma=cfg.gamma, burn_in=cfg.burn_in, td_lambda=cfg.td_lambda)
     epsilon = epsilon_schedule(cfg.eps_start, cfg.eps_end, cfg.eps_fraction * config.total_env_steps)
 
     def init_carry(batch: int):
@@ -265,5 +294,5 @@ def make(config: Config, obs_shape, action_spec: ActionSpec, *, correct_stalenes
                      (agent, mixer), schedules=schedules, init_carry=init_carry)
 
 
-__all__ = ["AgentRNN", "Mixer", "QMIXParams", "agent_inputs", "double_q_choice", "make",
+__all__ = ["AgentRNN", "Mixer", "QMIXParams", "agent_inputs", "double_q_choice", "lambda_targets", "make",
            "make_loss", "make_unroll", "masked_epsilon_greedy", "td_targets", "time_major", "time_slice"]

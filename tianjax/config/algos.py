@@ -121,6 +121,7 @@ class QMIXConfig:
 
     lr: float = 5e-4
     gamma: float = 0.99
+    td_lambda: float = 0.0  # lambda of the targets' TD(lambda) within a sequence (0: one-step)
     buffer_size: int = 5_000  # sequences (one per env per rollout) kept in the replay buffer
     batch_size: int = 32  # sequences per gradient step
     learning_starts: int = 10_000  # env steps before the first update
@@ -139,6 +140,7 @@ class QMIXConfig:
     def __post_init__(self):
         _check(self.lr > 0, "qmix.lr", f"must be > 0, got {self.lr}")
         _check(0 < self.gamma <= 1, "qmix.gamma", f"must be in (0, 1], got {self.gamma}")
+        _check(0 <= self.td_lambda <= 1, "qmix.td_lambda", f"must be in [0, 1], got {self.td_lambda}")
         _check(self.buffer_size >= 1, "qmix.buffer_size", f"must be >= 1, got {self.buffer_size}")
         _check(1 <= self.batch_size <= self.buffer_size, "qmix.batch_size",
                f"must be in [1, qmix.buffer_size={self.buffer_size}], got {self.batch_size}")
