@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sets up a local virtual environment (.venv) and runs one job:
 #   ./quickstart.sh train [CONFIG] [key=value ...]   train (default: configs/ppo_cartpole.yaml)
-#   ./quickstart.sh test [pytest args ...]           run the test suite
+#   ./quickstart.sh test [pytest args ...]           run the test suite (2 workers)
 set -euo pipefail
 cd "$(dirname "$0")"
 PY=${PYTHON:-python3}
@@ -25,7 +25,9 @@ case "$job" in
     if [ $# -gt 0 ] && [[ "$1" != *=* ]]; then config=$1; shift; fi
     exec .venv/bin/tianjax train "$config" "$@" ;;
   test)
-    exec .venv/bin/python -m pytest "$@" ;;
+    # two pytest workers (TIANJAX_TEST_WORKERS; 0 runs in one process): most tests compile
+    # or train in a single thread, so two halve the suite on a 2-core machine
+    exec .venv/bin/python -m pytest -n "${TIANJAX_TEST_WORKERS:-2}" --dist worksteal "$@" ;;
   *)
     echo "usage: ./quickstart.sh train [CONFIG] [key=value ...] | ./quickstart.sh test [pytest args]" >&2
     exit 2 ;;
