@@ -76,6 +76,8 @@ def main(argv=None) -> dict:
         "wall_time_s": round(s["wall_time_s"], 1), "compile_time_s": round(s["compile_time_s"], 1),
         "final_return": round(s["final_return"], 2), "random_return": round(rand_ret, 2),
         "final_win_rate": s.get("final_win_rate"), "random_win_rate": rand_win,
+        "eval_return": None if s.get("eval_return") is None else round(s["eval_return"], 2),
+        "eval_win_rate": s.get("eval_win_rate"),
         "convergence_env_steps": s.get("convergence_env_steps"), "run_dir": s["run_dir"],
     }
     print("| " + " | ".join(row) + " |")

@@ -163,12 +163,14 @@ def test_fused_ippo_on_smax_reports_wins(tmp_path):
     run = tmp_path / "smax"
     result = tianjax.train({"algo": "ippo", "env": "SMAX_3m", "env_backend": "jaxmarl", "num_envs": 4,
                             "rollout_len": 64, "total_env_steps": 512, "log_every": 1, "target_return": None,
-                            "target_win_rate": 0.9, "compile_cache": None}, run_dir=str(run),
+                            "target_win_rate": 0.9, "compile_cache": None, "eval_episodes": 8},
+                           run_dir=str(run),
                            progress=False, verbose=False)
     s = result.summary
     assert s["env_steps"] == 512 and s["updates"] == 2 and s["target_win_rate"] == 0.9
     # 128 steps per env: every env has ended at least one battle (SMAX's limit is 101 steps)
     assert s["episodes"] >= 4 and 0.0 <= s["final_win_rate"] <= 1.0
+    assert s["eval_win_rate"] * 8 == round(s["eval_win_rate"] * 8)  # the greedy policy's 8 battles
     records = [json.loads(line) for line in open(run / "metrics.jsonl")]
     assert all("win_rate_100" in r for r in records)
     from tianjax.metrics.report import load_runs, table_rows, write_report

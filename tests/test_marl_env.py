@@ -121,3 +121,41 @@ def test_unknown_env_names_the_key():
         make_jaxmarl("MPE_simple_sprad_v3")
     with pytest.raises(ConfigError, match="'env'"):
         make_jaxmarl("SMAX_99q")
+
+
+def test_evaluator_counts_each_envs_first_battle_only():
+    """make_evaluator(wins=True): won is each env's first battle's outcome. A toy env (one
+    function under test, so a stand-in env): its reset draws a kind, 0 (lost at once), 1
+    (won at once) or 2 (lost after 3 steps). Envs whose first battle ended play on
+    (auto-reset) until the long ones end, and may win later battles: those must not count."""
+    from types import SimpleNamespace
+
+    from tianjax.envs.jax_env import JaxStep
+    from tianjax.evaluation import make_evaluator
+    from tianjax.networks import ActionSpec
+
+    def reset(key):
+        kind = jax.random.randint(key, (), 0, 3)
+        return kind[None].astype(jnp.float32), (kind, jnp.zeros((), jnp.int32))
+
+    def step(key, state, action):
+        kind, t = state
+        done = (kind < 2) | (t >= 2)
+        won = done & (kind == 1) & (action == 1)
+        new_obs, new_state = reset(key)
+        obs = kind[None].astype(jnp.float32)
+        nxt_state = (jnp.where(done, new_state[0], kind), jnp.where(done, 0, t + 1))
+        return JaxStep(jnp.where(done, new_obs, obs), nxt_state, won.astype(jnp.float32), done,
+                       jnp.zeros((), bool), obs, won)
+
+    env = SimpleNamespace(reset=reset, step=step, reports_wins=True, name="toy",
+                          action_spec=ActionSpec(discrete=True, num_actions=2))
+    algo = SimpleNamespace(init_carry=None, greedy=lambda params, obs: jnp.ones(obs.shape[:1], jnp.int32))
+    key = jax.random.key(0)
+    returns, won = make_evaluator(env, algo, 64, wins=True)(None, key)
+    first = np.asarray(jax.vmap(lambda k: reset(k)[1][0])(jax.random.split(jax.random.split(key)[1], 64)))
+    assert set(first.tolist()) == {0, 1, 2}  # every kind drawn: later wins were possible
+    np.testing.assert_array_equal(np.asarray(won), first == 1)
+    np.testing.assert_array_equal(np.asarray(returns), (first == 1).astype(np.float32))
+    with pytest.raises(ValueError, match="does not report wins"):
+        make_evaluator(SimpleNamespace(name="CartPole-v1"), algo, 4, wins=True)

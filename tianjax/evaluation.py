@@ -2,7 +2,8 @@
 
 `make_evaluator(env, algo, episodes)` returns a jitted `evaluate(params, key)` that plays
 each of `episodes` envs until its first episode ends (greedy by default) and returns their
-undiscounted returns [episodes].
+undiscounted returns [episodes]; with `wins=True` (envs that report wins: SMAX), the pair
+(returns, won [episodes] bool).
 """
 
 from __future__ import annotations
@@ -16,8 +17,11 @@ from tianjax.rollout import clip_action, team_reward
 
 
 def make_evaluator(env: JaxEnv, algo: Algorithm, episodes: int = 10, greedy: bool = True,
-                   max_steps: int = 100_000):
-    return jax.jit(lambda params, key: _evaluate(env, algo, params, key, episodes, greedy, max_steps))
+                   max_steps: int = 100_000, wins: bool = False):
+    if wins and not getattr(env, "reports_wins", False):
+        raise ValueError(f"env {getattr(env, 'name', env)!r} does not report wins")
+    evaluate = jax.jit(lambda params, key: _evaluate(env, algo, params, key, episodes, greedy, max_steps))
+    return evaluate if wins else (lambda params, key: evaluate(params, key)[0])
 
 
 def _evaluate(env, algo, params, key, episodes, greedy, max_steps):
@@ -30,7 +34,7 @@ def _evaluate(env, algo, params, key, episodes, greedy, max_steps):
         return (~jnp.all(c[4])) & (c[5] < max_steps)
 
     def body(c):
-        obs, state, key, ret, finished, t, carry = c
+        obs, state, key, ret, finished, t, carry, won = c
         key, k_act, k_env = jax.random.split(key, 3)
         if recurrent:  # each env plays one episode, so the carry never needs a reset
             if greedy:
@@ -45,9 +49,12 @@ def _evaluate(env, algo, params, key, episodes, greedy, max_steps):
         nxt = jax.vmap(env.step)(jax.random.split(k_env, episodes), state,
                                  clip_action(action, env.action_spec))
         ret = ret + jnp.where(finished, 0.0, team_reward(nxt.reward, 1))
+        if nxt.won is not None:
+            won = won | (~finished & nxt.won)
         finished = finished | nxt.terminated | nxt.truncated
-        return nxt.obs, nxt.state, key, ret, finished, t + 1, carry
+        return nxt.obs, nxt.state, key, ret, finished, t + 1, carry, won
 
     carry = algo.init_carry(episodes) if recurrent else None
-    init = (obs, state, key, jnp.zeros((episodes,)), jnp.zeros((episodes,), bool), 0, carry)
-    return jax.lax.while_loop(cond, body, init)[3]
+    no = jnp.zeros((episodes,), bool)
+    out = jax.lax.while_loop(cond, body, (obs, state, key, jnp.zeros((episodes,)), no, 0, carry, no))
+    return out[3], out[7]

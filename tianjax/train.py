@@ -113,12 +113,16 @@ def _train(config: Config, env, progress, verbose) -> TrainResult:
     finally:
         bar.close()
     wall = time.perf_counter() - t0
-    eval_return = None
+    eval_return = eval_win_rate = None
     if config.eval_episodes and config.mode == "fused" and config.num_seeds == 1:
         from tianjax.evaluation import make_evaluator
 
-        evaluate = make_evaluator(out["env"], out["algo"], config.eval_episodes)
+        wins = getattr(out["env"], "reports_wins", False)
+        evaluate = make_evaluator(out["env"], out["algo"], config.eval_episodes, wins=wins)
         rets = evaluate(out["params"], jax.random.key(config.seed + 1))
+        if wins:  # SMAX: the greedy policy's share of battles won
+            rets, won = rets
+            eval_win_rate = float(np.mean(np.asarray(won)))
         eval_return = float(np.mean(np.asarray(rets)))
     summary = {
         "mode": config.mode,
@@ -144,6 +148,8 @@ def _train(config: Config, env, progress, verbose) -> TrainResult:
     if out.get("final_win_rate") is not None:  # envs that report wins (SMAX)
         summary["final_win_rate"] = out["final_win_rate"]
         summary["target_win_rate"] = config.target_win_rate
+        if eval_win_rate is not None:
+            summary["eval_win_rate"] = eval_win_rate
     summary["interrupted"] = bool(out.get("interrupted", False))  # stopped by Ctrl-C / SIGTERM
     if out.get("resumed_from_step") is not None:
         summary["resumed_from_step"] = out["resumed_from_step"]

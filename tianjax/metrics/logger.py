@@ -116,7 +116,7 @@ def format_summary(summary: dict) -> str:
             "env_steps_per_s", "samples_fresh_per_s", "samples_consumed_per_s", "reuse_fraction",
             "learner_busy_fraction",
             "replay_ratio", "episodes", "final_return", "target_return", "final_win_rate", "target_win_rate",
-            "convergence_time_s", "convergence_env_steps", "eval_return", "skipped_updates",
+            "convergence_time_s", "convergence_env_steps", "eval_return", "eval_win_rate", "skipped_updates",
             "actor_restarts", "learner_restarts", "rejected_messages", "interrupted", "run_dir"]
     rows = [(k, fmt(summary[k])) for k in keys if k in summary]
     width = max(len(k) for k, _ in rows)
