@@ -27,7 +27,7 @@ case "$job" in
   test)
     # two pytest workers (TIANJAX_TEST_WORKERS; 0 runs in one process): most tests compile
     # or train in a single thread, so two halve the suite on a 2-core machine
-    exec .venv/bin/python -m pytest -n "${TIANJAX_TEST_WORKERS:-2}" --dist worksteal "$@" ;;
+    exec .venv/bin/python -m pytest -n "${TIANJAX_TEST_WORKERS:-2}" "$@" ;;
   *)
     echo "usage: ./quickstart.sh train [CONFIG] [key=value ...] | ./quickstart.sh test [pytest args]" >&2
     exit 2 ;;
