@@ -180,7 +180,10 @@ def test_actors_do_not_outlive_a_killed_launcher(tmp_path, procs, when):
     assert launcher.poll() is None, procs.stderr(launcher)
     launcher.send_signal(signal.SIGKILL)
     assert procs.wait(launcher, 10) == -signal.SIGKILL
-    wait_for(lambda: not alive(actors), 10, what="the actors to exit")
+    # by the parent-death SIGTERM: without it they would play on until the learner's silence
+    # timed out (runtime.heartbeat_timeout_s, 120 s). 30 s allows for a loaded machine (two
+    # test workers on 2 cores: CI once took over 10 s here)
+    wait_for(lambda: not alive(actors), 30, what="the actors to exit")
 
 
 # ----------------------------------------------------------------------------- authentication

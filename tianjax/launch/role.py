@@ -124,7 +124,16 @@ def main(argv=None) -> int:
         signal.signal(signal.SIGTERM, terminate)
         signal.signal(signal.SIGINT, terminate)  # Ctrl-C reaches the whole process group
     else:
-        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+        def stop_actor(signum, frame):
+            # NOTE: the flag first: a SystemExit raised inside a callback that swallows
+            # exceptions (see runtime/shutdown.py) would be lost, and the actor would play on
+            # until the learner's silence timed out; its loop also checks the flag
+            from tianjax.runtime import shutdown
+
+            shutdown.requested.set()
+            sys.exit(143)
+
+        signal.signal(signal.SIGTERM, stop_actor)
 
     from tianjax.config import load_config
     from tianjax.runtime import compile_cache

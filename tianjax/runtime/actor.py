@@ -31,6 +31,7 @@ import numpy as np
 import zmq
 
 from tianjax.config import Config
+from tianjax.runtime import shutdown
 from tianjax.runtime.sources import make_source
 from tianjax.transport.channels import ControlClient, ParamSubscriber, TrajectorySender
 from tianjax.transport.security import secure_context
@@ -95,6 +96,8 @@ class Actor:
             self._last_beat = now
 
     def _check_control(self) -> None:
+        if shutdown.requested.is_set():  # a SIGTERM whose SystemExit was swallowed
+            raise SystemExit(143)
         while (msg := self.control.recv(0)) is not None:
             self._last_heard = time.monotonic()
             if msg.get("type") == "stop":
