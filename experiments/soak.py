@@ -644,12 +644,14 @@ def main() -> int:
             garbage.join(timeout=10)
     t_end = time.monotonic()
 
-    # a run that finished by itself: samples that saw its last record were taken while the
-    # launcher wrote its final checkpoint and stopped its actors
+    # samples that saw the run's last record were taken after its last update, while the
+    # launcher wrote its final checkpoint and stopped its actors. That holds also when the
+    # deadline's SIGTERM came during that stop (a run stopped mid-training writes its last
+    # record after the SIGTERM, so no sample saw it)
     records = read_records(run_dir)
     summary_path = run_dir / "summary.json"
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else None
-    if summary is not None and records and not ended["sigterm_sent"]:
+    if summary is not None and records:
         final = records[-1]["updates"]
         for s in samples:
             if s["phase"] in ("warmup", "steady") and s["updates"] == final:

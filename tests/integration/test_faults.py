@@ -56,7 +56,8 @@ def test_killed_actor_is_restarted_and_the_run_reaches_its_target(tmp_path, proc
     assert procs.wait(launcher, 180) == 0, procs.stderr(launcher)
     s = read_summary(run_dir)
     assert s["actor_restarts"] == 1 and s["actors_lost"] == 0
-    assert s["final_return"] >= 475, s
+    # an async run: it reaches the target within its budget (see test_local_runtime)
+    assert s["convergence_env_steps"] is not None, {k: s[k] for k in ("final_return", "updates")}
     err = procs.stderr(launcher)
     assert "Traceback" not in err, err
     assert f"actor {victim_id} (killed by SIGKILL) restarted" in err, err
@@ -66,7 +67,9 @@ def test_killed_actor_is_restarted_and_the_run_reaches_its_target(tmp_path, proc
 def test_stopped_actor_times_out_and_is_replaced_while_the_learner_goes_on(tmp_path, procs):
     run_dir = tmp_path / "run"
     timeout = 4.0
-    launcher = _launch(procs, run_dir, "total_env_steps=120000", "log_every=2",
+    # a budget no machine spends before the test is done: the run must still be training
+    # when the timeout fires and for a while after, however fast the surviving actor is
+    launcher = _launch(procs, run_dir, "total_env_steps=5000000", "log_every=2",
                        f"runtime.heartbeat_timeout_s={timeout}")
     actors = _running(procs, launcher, run_dir, 10)
     victim = actors[1]
@@ -74,9 +77,17 @@ def test_stopped_actor_times_out_and_is_replaced_while_the_learner_goes_on(tmp_p
     victim.send_signal(signal.SIGSTOP)  # alive, holding its sockets, saying nothing
     stopped_at = len(records(run_dir))
 
-    assert procs.wait(launcher, 180) == 0, procs.stderr(launcher)
-    err = procs.stderr(launcher)
-    assert f"actor {victim_id} (silent for more than {timeout:g} s) restarted" in err, err
+    said = f"actor {victim_id} (silent for more than {timeout:g} s) restarted"
+    wait_for(lambda: said in procs.stderr(launcher) or launcher.poll() is not None, 120,
+             what="the silent actor's restart")
+    assert launcher.poll() is None and said in procs.stderr(launcher), procs.stderr(launcher)
+    restarted_at = len(records(run_dir))
+    wait_for(lambda: len(records(run_dir)) >= restarted_at + 10 or launcher.poll() is not None, 120,
+             what="10 records after the restart")
+    seen = records(run_dir)
+    launcher.send_signal(signal.SIGTERM)
+    assert procs.wait(launcher, 120) == 130, procs.stderr(launcher)  # the CLI's stop by signal
+    assert "Traceback" not in procs.stderr(launcher), procs.stderr(launcher)
     assert not alive([victim])  # killed, not left stopped
     s = read_summary(run_dir)
     # (under load a replacement can itself stay silent past this short timeout while it
@@ -84,7 +95,7 @@ def test_stopped_actor_times_out_and_is_replaced_while_the_learner_goes_on(tmp_p
     assert s["actor_restarts"] >= 1 and s["actors_lost"] == 0
     # the learner never stalled: from the stop on, records kept coming (every 2 updates)
     # at intervals well under the heartbeat timeout the replacement took
-    after = records(run_dir)[stopped_at - 1:]
+    after = seen[stopped_at - 1:]
     gaps = [b["wall_time_s"] - a["wall_time_s"] for a, b in zip(after, after[1:])]
     assert len(after) > 10 and max(gaps) < timeout, gaps
 
