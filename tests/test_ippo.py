@@ -171,6 +171,12 @@ def test_fused_ippo_on_smax_reports_wins(tmp_path):
     # 128 steps per env: every env has ended at least one battle (SMAX's limit is 101 steps)
     assert s["episodes"] >= 4 and 0.0 <= s["final_win_rate"] <= 1.0
     assert s["eval_win_rate"] * 8 == round(s["eval_win_rate"] * 8)  # the greedy policy's 8 battles
+    # `tianjax eval` / tianjax.evaluate from the final checkpoint: the same 8 battles (same
+    # seed, same params), so the same returns and win rate, and the line says it
+    ev = tianjax.evaluate(str(run), episodes=8)
+    assert ev.won.shape == (8,) and ev.win_rate == s["eval_win_rate"]
+    assert np.isclose(ev.returns.mean(), s["eval_return"], atol=1e-5)
+    assert f"win rate {s['eval_win_rate']:.3f}" in ev.line()
     records = [json.loads(line) for line in open(run / "metrics.jsonl")]
     assert all("win_rate_100" in r for r in records)
     from tianjax.metrics.report import load_runs, table_rows, write_report

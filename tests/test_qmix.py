@@ -234,3 +234,4 @@ def test_fused_qmix_learns_from_replayed_sequences(tmp_path):
     # `tianjax eval`: the checkpoint restores, and the greedy policy carries its GRU state
     out = evaluate_run(str(tmp_path / "q"), episodes=2)
     assert out.returns.shape == (2,) and np.all(np.isfinite(out.returns)) and out.returns.max() < 0
+    assert out.won is None and out.win_rate is None and "win rate" not in out.line()  # MPE reports none

@@ -24,7 +24,7 @@ from tianjax import checkpoint as ckpt
 from tianjax.algos import Algorithm, make_algorithm
 from tianjax.config import Config, ConfigError, load_config
 from tianjax.networks import use_network
-from tianjax.runtime.eval_runner import EvalResult, evaluate_params, locate
+from tianjax.runtime.eval_runner import EvalResult, evaluate_policy, locate
 
 
 class LoadedRun(NamedTuple):
@@ -73,7 +73,8 @@ def _algorithm(config: Config, env) -> tuple[Algorithm, tuple[int, ...]]:
 def evaluate(run, episodes: int = 10, *, greedy: bool = True, seed: int | None = None, env: Any = None,
              network: Any = None) -> EvalResult:
     """Plays `episodes` episodes with a run's policy; returns an EvalResult (returns
-    [episodes], x seeds for a multi-seed run).
+    [episodes], x seeds for a multi-seed run; on envs that report wins, SMAX, also each
+    episode's win and `win_rate`).
 
     `run` is a run directory or checkpoint directory, a LoadedRun, or the TrainResult of
     `tianjax.train` (its params are used as they are, no checkpoint read). The default
@@ -96,8 +97,8 @@ def evaluate(run, episodes: int = 10, *, greedy: bool = True, seed: int | None =
         loaded = load(run, env=env, network=network)
         config, params, step, run_dir = loaded.config, loaded.params, loaded.step, loaded.run_dir
     with use_network(network):
-        returns = evaluate_params(config, params, episodes, greedy, seed, env=env)
-    return EvalResult(np.asarray(returns, np.float64), step, run_dir)
+        returns, won = evaluate_policy(config, params, episodes, greedy, seed, env=env)
+    return EvalResult(np.asarray(returns, np.float64), step, run_dir, won)
 
 
 __all__ = ["LoadedRun", "evaluate", "load"]

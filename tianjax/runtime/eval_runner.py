@@ -25,11 +25,18 @@ class EvalResult:
     returns: np.ndarray  # [episodes] (x seeds, flattened)
     step: int  # the checkpoint's step (updates)
     run_dir: str
+    won: np.ndarray | None = None  # [episodes] bool, for envs that report wins (SMAX); else None
+
+    @property
+    def win_rate(self) -> float | None:
+        """The share of episodes won (each env's first battle), or None where the env reports no wins."""
+        return None if self.won is None else float(np.mean(self.won))
 
     def line(self) -> str:
         r = self.returns
+        wins = "" if self.won is None else f"  win rate {self.win_rate:.3f}"
         return (f"eval {len(r)} episodes (checkpoint step {self.step}): mean {r.mean():.2f}  "
-                f"std {r.std():.2f}  min {r.min():.2f}  max {r.max():.2f}")
+                f"std {r.std():.2f}  min {r.min():.2f}  max {r.max():.2f}{wins}")
 
 
 def locate(path: str) -> tuple[str, int | None]:
@@ -88,13 +95,21 @@ def evaluate_run(path: str, episodes: int = 10, greedy: bool = True, seed: int |
     else:
         step, state, _ = ckpt.restore_step(run_dir, step)
     params = state["learner"]["params"]
-    return EvalResult(evaluate_params(config, params, episodes, greedy, seed), step, run_dir)
+    returns, won = evaluate_policy(config, params, episodes, greedy, seed)
+    return EvalResult(returns, step, run_dir, won)
 
 
 def evaluate_params(config: Config, params, episodes: int = 10, greedy: bool = True, seed: int | None = None,
                     env=None) -> np.ndarray:
     """Returns [episodes] (x seeds, flattened) of the policy `params` in the config's env
     (`env`: a JaxEnv or gymnax-API object to use instead of the config's)."""
+    return evaluate_policy(config, params, episodes, greedy, seed, env)[0]
+
+
+def evaluate_policy(config: Config, params, episodes: int = 10, greedy: bool = True, seed: int | None = None,
+                    env=None) -> tuple[np.ndarray, np.ndarray | None]:
+    """(returns, won): as evaluate_params, with each episode's win [episodes] bool (x seeds,
+    flattened) where the env reports wins (SMAX), else None."""
     seed = config.seed + 1 if seed is None else seed
     if config.env_backend in ("gymnax", "jaxmarl", "brax"):
         from tianjax.envs.jax_env import make_gymnax, make_jax_env
@@ -105,18 +120,22 @@ def evaluate_params(config: Config, params, episodes: int = 10, greedy: bool = T
         algo = make_algorithm(config, env.obs_shape, env.action_spec, correct_staleness=False,
                               obs_dtype=getattr(env, "obs_dtype", None))
         params = _as_tree_of(jax.eval_shape(algo.init, jax.random.key(0)).params, params)
-        evaluate = make_evaluator(env, algo, episodes, greedy=greedy)
+        wins = bool(getattr(env, "reports_wins", False))
+        evaluate = make_evaluator(env, algo, episodes, greedy=greedy, wins=True) if wins else (
+            lambda p, k, ev=make_evaluator(env, algo, episodes, greedy=greedy): (ev(p, k), None))
         if config.mode == "fused" and config.num_seeds > 1:  # one policy per seed, one at a time
-            rets = [evaluate(jax.tree.map(lambda x, i=i: x[i], params), jax.random.key(seed))
+            outs = [evaluate(jax.tree.map(lambda x, i=i: x[i], params), jax.random.key(seed))
                     for i in range(config.num_seeds)]
         else:
-            rets = evaluate(params, jax.random.key(seed))
-        return np.asarray(rets, np.float64).reshape(-1)
+            outs = [evaluate(params, jax.random.key(seed))]
+        rets = np.concatenate([np.asarray(r, np.float64).reshape(-1) for r, _ in outs])
+        won = np.concatenate([np.asarray(w, bool).reshape(-1) for _, w in outs]) if wins else None
+        return rets, won
     from tianjax.runtime.sources import env_spec
 
     obs_shape, obs_dtype, action_spec = env_spec(config)
     algo = make_algorithm(config, obs_shape, action_spec, correct_staleness=False, obs_dtype=obs_dtype)
-    return _host_returns(config, algo, action_spec, params, episodes, greedy, seed)
+    return _host_returns(config, algo, action_spec, params, episodes, greedy, seed), None
 
 
 def _as_tree_of(template, restored):
@@ -129,4 +148,4 @@ def _as_tree_of(template, restored):
     return restored
 
 
-__all__ = ["EvalResult", "evaluate_params", "evaluate_run", "locate"]
+__all__ = ["EvalResult", "evaluate_params", "evaluate_policy", "evaluate_run", "locate"]
