@@ -247,3 +247,33 @@ def test_async_dqn_with_frame_once_replay_stores_each_frame_once_and_holds_its_b
     masks = [r["mask_mean"] for r in records if "mask_mean" in r]
     assert masks and 0.9 < min(masks) < 1.0
 
+
+
+def test_a_trajectory_lost_on_the_way_has_its_slot_handed_back(tmp_path):
+    # actor 0's third trajectory never reaches the learner (a broken connection drops what
+    # it had queued): the actor counts it as sent and says so in its heartbeats. Its slot
+    # comes back once the actor has stopped, out of slots, for the grace of 10 heartbeat
+    # periods, and the run still spends its budget, with the loss counted.
+    config = load_config(ASYNC_CFG, ["num_actors=2", *SMALL_PPO, "total_env_steps=6000",
+                                     "runtime.heartbeat_s=0.2", "balance.mode=fixed",
+                                     "runtime.credits_per_actor=1"], run_dir=str(tmp_path / "run"))
+
+    def lose_third(actor):
+        if actor.actor_id != 0:
+            return
+        send, calls = actor.traj_out.send, []
+
+        def lossy(tree, version, timeout_ms=1000):
+            calls.append(version)
+            return True if len(calls) == 3 else send(tree, version, timeout_ms)
+
+        actor.traj_out.send = lossy
+
+    learner, out = _run_in_process(config, instrument=lose_third)
+    s = {**out, **out["extra_summary"]}
+    per = config.num_envs * config.rollout_len
+    batch = config.batch_trajectories * per
+    assert s["trajectories_written_off"] == 1, s
+    assert s["env_steps"] == 6000 // batch * batch
+    # what came is what was admitted: the lost one never arrived
+    assert s["trajectories_received"] * per == s["env_steps"] + s["dropped_samples"] - s["balance"]["expired_samples"]

@@ -29,12 +29,20 @@ def _launch(procs, run_dir, *overrides):
                         "--no-progress"], name="launcher")
 
 
+def _registered(run_dir) -> int:
+    recs = records(run_dir)
+    return recs[-1].get("actors_seen", 0) if recs else 0
+
+
 def _running(procs, launcher, run_dir, updates: int) -> list[psutil.Process]:
-    """Waits for the launcher's 2 actors and `updates` logged updates; returns the actors."""
+    """Waits for the launcher's 2 actors, both registered with the learner (the learner
+    trains on the first while the second may still be compiling: a process that never
+    registered is not one the learner can find silent), and `updates` logged updates;
+    returns the actors."""
     actors = wait_for(lambda: len(actor_processes(launcher.pid)) == 2 and actor_processes(launcher.pid),
                       120, what="2 actors")
-    wait_for(lambda: updates_logged(run_dir) >= updates or launcher.poll() is not None, 120,
-             what=f"{updates} updates")
+    wait_for(lambda: updates_logged(run_dir) >= updates and _registered(run_dir) == 2
+             or launcher.poll() is not None, 120, what=f"{updates} updates from 2 registered actors")
     assert launcher.poll() is None, procs.stderr(launcher)
     return actors
 
@@ -78,8 +86,11 @@ def test_stopped_actor_times_out_and_is_replaced_while_the_learner_goes_on(tmp_p
     stopped_at = len(records(run_dir))
 
     said = f"actor {victim_id} (silent for more than {timeout:g} s) restarted"
-    wait_for(lambda: said in procs.stderr(launcher) or launcher.poll() is not None, 120,
-             what="the silent actor's restart")
+    try:
+        wait_for(lambda: said in procs.stderr(launcher) or launcher.poll() is not None, 120,
+                 what="the silent actor's restart")
+    except TimeoutError as e:
+        raise AssertionError(f"{e}; last record: {records(run_dir)[-1:]}; stderr: {procs.stderr(launcher)}")
     assert launcher.poll() is None and said in procs.stderr(launcher), procs.stderr(launcher)
     restarted_at = len(records(run_dir))
     wait_for(lambda: len(records(run_dir)) >= restarted_at + 10 or launcher.poll() is not None, 120,

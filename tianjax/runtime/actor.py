@@ -75,6 +75,7 @@ class Actor:
         self.version = -1
         self.params = None
         self.credits = 0
+        self.sent = 0  # trajectories sent since it (last) registered: heartbeats report it
         self.env_steps = 0  # stepped by this actor
         self.global_steps = 0  # admitted by the learner, as of the newest parameters
         self._last_beat = 0.0
@@ -90,7 +91,7 @@ class Actor:
         now = time.monotonic()
         if now - self._last_beat >= self.config.runtime.heartbeat_s:
             self.control.send({"type": "heartbeat", "actor": self.actor_id, "version": self.version,
-                               "env_steps": self.env_steps, "credits": self.credits,
+                               "env_steps": self.env_steps, "credits": self.credits, "sent": self.sent,
                                "time_s": {**self.time_s, "wall": time.perf_counter() - self._t0,
                                           "cpu": time.process_time() - self._cpu0}})
             self._last_beat = now
@@ -133,6 +134,7 @@ class Actor:
             # count start afresh, so register again and follow its versions from here
             self._learner_restarts = self.params_in.source_changes
             self.credits = 0
+            self.sent = 0
             self.learner_restarted = True
             self.control.send({"type": "register", "actor": self.actor_id, "pid": os.getpid()})
         return True
@@ -210,6 +212,7 @@ class Actor:
                 sent_with = self.version
                 self._timed("sending", self._send, rollout, acted_at)
                 self.credits -= 1
+                self.sent += 1
                 self._beat()
                 if self.config.mode == "sync":
                     self._timed("waiting_params", self._wait_for_version, sent_with + 1)

@@ -58,6 +58,11 @@ class BalanceController:
         self._arrivals.append((now, samples))
         return True
 
+    def refuse(self, samples: int) -> None:
+        """Arrived samples not admitted for another reason than their staleness (a late
+        trajectory the budget has no room for)."""
+        self.dropped += samples
+
     def fresh_enough(self, behaviour_version: int, learner_version: int) -> bool:
         return self.max_staleness is None or learner_version - behaviour_version <= self.max_staleness
 

@@ -34,6 +34,9 @@ from tianjax.transport.channels import ControlServer
 
 # an actor's heartbeat reports these (seconds since it registered)
 ACTOR_TIME_KEYS = TIME_KEYS + ("wall", "cpu")
+# a trajectory an actor has said it sent counts as lost when it has not come this many
+# heartbeat periods after it was said
+LOST_AFTER_BEATS = 10
 
 
 def actor_times(report) -> dict | None:
@@ -48,6 +51,36 @@ def actor_times(report) -> dict | None:
             return None
         out[k] = float(v)
     return out
+
+
+def lost_trajectories(claim, sent, accounted: int, now: float, grace: float, backlog_empty: bool):
+    """(lost, claim): how many of the trajectories an actor said it had sent count as lost,
+    and the claim to keep.
+
+    `sent`: the count its newest heartbeat reports; `accounted`: its trajectories that have
+    arrived or were written off before; `claim`: (time, count) of the oldest report not yet
+    accounted for, or None. The trajectories of a claim made at least `grace` seconds ago
+    that have still not come are lost, provided nothing is left unread here
+    (`backlog_empty`). A malformed `sent` changes nothing. Counts cannot tell which
+    trajectory is missing: while an actor keeps sending, later arrivals cover its claims,
+    so a loss is seen once the actor has stopped, out of slots (the case that stalls it).
+
+    NOTE: the heartbeat comes on another socket, so it often arrives before the
+    trajectories sent just ahead of it; under load they can lag it by seconds. Handing out
+    slots for trajectories that were late, not lost, let actors make more than the budget
+    (and, in sync mode, run a version ahead). Counts cannot tell a late one that comes
+    after all from the next: it counts as arrived (so this actor's claims are covered one
+    sooner from then on), and one the budget has no room for is dropped (Ingress.ingest)."""
+    if isinstance(sent, bool) or not isinstance(sent, int) or sent < 0:
+        return 0, claim
+    if claim is not None and accounted >= claim[1]:
+        claim = None  # everything that claim covered has come
+    lost = 0
+    if claim is not None and now - claim[0] >= grace and backlog_empty:
+        lost, claim = claim[1] - accounted, None
+    if claim is None and sent > accounted + lost:
+        claim = (now, sent)
+    return lost, claim
 
 
 class Ingress:
@@ -71,6 +104,7 @@ class Ingress:
         self.act_steps = 0  # the global env-step count the newest admitted trajectory was acted at
         self.lag_max = 0  # since the last record: max (env steps admitted - that count) on arrival
         self.dropped_nonfinite = 0
+        self.written_off = 0  # trajectories taken as lost on the way (their slots handed back)
         self._poller = None
 
     # ------------------------------------------------------------------ credits
@@ -139,12 +173,19 @@ class Ingress:
         batch, episodes, act_steps = msg.tree
         samples = self.traj_steps
         ident = msg.sender.encode()
-        if ident in self.actors:
-            self.actors[ident]["outstanding"] -= 1
-            self.actors[ident]["last_traj"] = now
+        if (info := self.actors.get(ident)) is not None:
+            info["arrived"] += 1
+            info["outstanding"] -= 1
+            info["last_traj"] = now
         if not finite:
             self.dropped_nonfinite += 1
             self.grant(ident)
+            return
+        if self.balance.produced + samples > self.budget:
+            # beyond the budget: only a trajectory taken as lost that came after all (its
+            # slot, handed back, let its actor make another). Dropped and counted, as a
+            # trajectory too stale to admit is
+            self.balance.refuse(samples)
             return
         admitted = self.balance.admit(int(msg.version), int(self.version()), samples, now)
         if admitted:
@@ -176,6 +217,12 @@ class Ingress:
         new = ident not in self.actors
         info = self.actors.setdefault(ident, {"actor": msg.get("actor"), "outstanding": 0, "last_traj": now})
         info["last_seen"] = now
+        if new or kind == "register":
+            # a new or restarted actor counts its trajectories from 0; one heard first by a
+            # heartbeat (it worked for a learner that restarted) from what it says it sent
+            sent = msg.get("sent")
+            base = sent if kind == "heartbeat" and isinstance(sent, int) and not isinstance(sent, bool) else 0
+            info.update(arrived=max(base, 0), written_off=0, claim=None)
         if (times := actor_times(msg.get("time_s"))) is not None:
             self.actor_time_s[ident] = times
         # a sync actor waits for the next version after each trajectory: one slot is all it
@@ -189,15 +236,19 @@ class Ingress:
             info["outstanding"] = 0
             self.grant(ident, window)
             self.publish()  # a late joiner gets the current parameters at once
-        elif (msg.get("credits") == 0 and info["outstanding"] > 0
-              and now - info["last_traj"] > 2 * self.config.runtime.heartbeat_s
-              and self.rx.backlog_empty):
-            # its trajectories were lost on the way (rejected, dropped): hand the slots back.
-            # NOTE: only with nothing left unread: after a long update or compilation the
-            # heartbeats are read before the trajectories queued behind them, which are
-            # late, not lost (handing out slots for them let the actors run ahead)
-            info["outstanding"] = 0
-            self.grant(ident, window)
+        elif (lost := self._lost(info, msg.get("sent"), now)) > 0:
+            # trajectories it sent long ago that never came (rejected on the way, or a
+            # connection that broke with them queued): hand their slots back
+            info["outstanding"] -= lost
+            info["written_off"] += lost
+            self.written_off += lost
+            self.grant(ident, window - self.in_hand(ident))
+
+    def _lost(self, info: dict, sent, now: float) -> int:
+        lost, info["claim"] = lost_trajectories(info["claim"], sent, info["arrived"] + info["written_off"], now,
+                                                LOST_AFTER_BEATS * self.config.runtime.heartbeat_s,
+                                                self.rx.backlog_empty)
+        return lost
 
     def actor_time_summary(self) -> dict:
         """Where the actors' time went, summed over every actor this learner heard from (as
@@ -260,4 +311,4 @@ class Ingress:
                 self.controller.actors_changed(len(self.actors))
 
 
-__all__ = ["Ingress"]
+__all__ = ["Ingress", "lost_trajectories"]

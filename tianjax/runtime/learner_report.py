@@ -101,6 +101,8 @@ class LearnerReport:
             "dropped_nonfinite": self.ingress.dropped_nonfinite,
             # every valid trajectory that arrived (admitted or dropped): what the actors sent
             "trajectories_received": self.traj_in.accepted,
+            # said sent by an actor, never come: their slots were handed back (ingress.py)
+            "trajectories_written_off": self.ingress.written_off,
             "rejected_messages": sum(rejected.values()),
             "rejected_by_reason": dict(rejected),
             # connections refused at the handshake (no run credentials), by reason

@@ -13,10 +13,25 @@ loop's next check() stops the run.
 from __future__ import annotations
 
 import contextlib
+import sys
 import threading
 
 requested = threading.Event()
 _critical = 0
+_prior_unraisable_hook = sys.unraisablehook
+
+
+def _unraisable(unraisable) -> None:
+    """The stop's KeyboardInterrupt, raised where Python cannot pass it on (the signal
+    landed in a destructor, such as a ZeroMQ frame's), is dropped: the flag is set, and the
+    loop's next check() raises it again where it unwinds. Python would print it as a
+    traceback in the middle of a clean stop."""
+    if requested.is_set() and isinstance(unraisable.exc_value, KeyboardInterrupt):
+        return
+    _prior_unraisable_hook(unraisable)
+
+
+sys.unraisablehook = _unraisable
 
 
 def check() -> None:
