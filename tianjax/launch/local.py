@@ -51,13 +51,15 @@ class LearnerFailure(RuntimeError):
 def _supervise_actors(config: Config, actors: ActorSupervisor, silent, log_dir: str,
                       learner: Learner | None = None) -> None:
     """One supervision pass: replace dead and silent actors; raise if the run cannot go on.
-    An in-process `learner` forgets the lost ones (their credits no longer count)."""
+    An in-process `learner` forgets the lost and the restarted ones (their credits no
+    longer count)."""
     changes = actors.check(silent)
     if changes.failed:  # deterministic: restarting would fail the same way
         i, why = sorted(changes.failed.items())[0]
         raise ActorFailure(f"actor {i} cannot start: {why}")
     if learner is not None:
-        for i in changes.lost:
+        # (a restarted actor's replacement also takes its place when it registers)
+        for i in [*changes.lost, *changes.restarted]:
             learner.forget_actor(i)
     for line in describe(changes, len(actors.procs), log_dir):
         print(line, file=sys.stderr, flush=True)

@@ -214,6 +214,18 @@ class Ingress:
         kind = msg.get("type")
         if kind not in ("register", "heartbeat"):
             return
+        aid = msg.get("actor")
+        replaced = False
+        if kind == "register" and isinstance(aid, int) and not isinstance(aid, bool):
+            # an earlier process of the same actor id (killed and restarted, in any launch
+            # mode): the slots it held are gone with it. Left in, they would count against
+            # the budget until its silence timed out, and near the end of a run the learner
+            # would wait for trajectories no one can send
+            for other, was in list(self.actors.items()):
+                if other != ident and was.get("actor") == aid:
+                    del self.actors[other]
+                    self.control.forget(other)
+                    replaced = True
         new = ident not in self.actors
         info = self.actors.setdefault(ident, {"actor": msg.get("actor"), "outstanding": 0, "last_traj": now})
         info["last_seen"] = now
@@ -227,7 +239,7 @@ class Ingress:
             self.actor_time_s[ident] = times
         # a sync actor waits for the next version after each trajectory: one slot is all it
         # uses, and more would let the first actors take a small budget from the others
-        if new:
+        if new or replaced:
             self.controller.actors_changed(len(self.actors))
         window = self.window(ident)
         if kind == "register" or new:
