@@ -1,10 +1,10 @@
-"""Which trajectories an actor said it sent count as lost (runtime/ingress.py's
+"""Which trajectories an actor said it sent count as lost (runtime/lost.py's
 lost_trajectories), on hand-made timelines of heartbeats and arrivals. The case it was
 written for: a heartbeat overtakes the trajectory sent just before it (another socket) and
 the trajectory comes seconds later; it must not be taken as lost, or the actor gets a slot
 too many and makes more than the budget."""
 
-from tianjax.runtime.ingress import lost_trajectories
+from tianjax.runtime.lost import lost_trajectories
 
 GRACE = 10.0
 
