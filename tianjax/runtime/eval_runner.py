@@ -121,16 +121,16 @@ def evaluate_policy(config: Config, params, episodes: int = 10, greedy: bool = T
                               obs_dtype=getattr(env, "obs_dtype", None))
         params = _as_tree_of(jax.eval_shape(algo.init, jax.random.key(0)).params, params)
         wins = bool(getattr(env, "reports_wins", False))
-        evaluate = make_evaluator(env, algo, episodes, greedy=greedy, wins=True) if wins else (
-            lambda p, k, ev=make_evaluator(env, algo, episodes, greedy=greedy): (ev(p, k), None))
+        evaluate = make_evaluator(env, algo, episodes, greedy=greedy, wins=wins)
         if config.mode == "fused" and config.num_seeds > 1:  # one policy per seed, one at a time
             outs = [evaluate(jax.tree.map(lambda x, i=i: x[i], params), jax.random.key(seed))
                     for i in range(config.num_seeds)]
         else:
             outs = [evaluate(params, jax.random.key(seed))]
-        rets = np.concatenate([np.asarray(r, np.float64).reshape(-1) for r, _ in outs])
-        won = np.concatenate([np.asarray(w, bool).reshape(-1) for _, w in outs]) if wins else None
-        return rets, won
+        if not wins:
+            return np.asarray(outs, np.float64).reshape(-1), None
+        rets, won = zip(*outs)
+        return np.asarray(rets, np.float64).reshape(-1), np.asarray(won, bool).reshape(-1)
     from tianjax.runtime.sources import env_spec
 
     obs_shape, obs_dtype, action_spec = env_spec(config)

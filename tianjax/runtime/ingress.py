@@ -28,7 +28,7 @@ from tianjax.config import Config
 from tianjax.runtime.actor import TIME_KEYS
 from tianjax.runtime.balance import BalanceController
 from tianjax.runtime.controller import AdaptiveBalance
-from tianjax.runtime.lost import LOST_AFTER_BEATS, lost_trajectories
+from tianjax.runtime.lost import LOST_AFTER_BEATS, count, lost_trajectories
 from tianjax.runtime.receiver import Receiver, check_finite  # noqa: F401 - check_finite: where it was
 from tianjax.runtime.replay_batches import ReplayBatches
 from tianjax.transport.channels import ControlServer
@@ -142,7 +142,7 @@ class Ingress:
         samples = self.traj_steps
         ident = msg.sender.encode()
         if (info := self.actors.get(ident)) is not None:
-            info["arrived"] += 1
+            info["accounted"] += 1
             info["outstanding"] -= 1
             info["last_traj"] = now
         if not finite:
@@ -182,27 +182,20 @@ class Ingress:
         kind = msg.get("type")
         if kind not in ("register", "heartbeat"):
             return
-        aid = msg.get("actor")
-        replaced = False
-        if kind == "register" and isinstance(aid, int) and not isinstance(aid, bool):
-            # an earlier process of the same actor id (killed and restarted, in any launch
-            # mode): the slots it held are gone with it. Left in, they would count against
-            # the budget until its silence timed out, and near the end of a run the learner
-            # would wait for trajectories no one can send
-            for other, was in list(self.actors.items()):
-                if other != ident and was.get("actor") == aid:
-                    del self.actors[other]
-                    self.control.forget(other)
-                    replaced = True
+        sent = count(msg.get("sent"))
+        # an earlier process of the same actor id (killed and restarted, in any launch
+        # mode): the slots it held are gone with it. Left in, they would count against the
+        # budget until its silence timed out, and near the end of a run the learner would
+        # wait for trajectories no one can send
+        replaced = (kind == "register" and count(msg.get("actor")) is not None
+                    and self._drop(msg.get("actor"), keep=ident))
         new = ident not in self.actors
         info = self.actors.setdefault(ident, {"actor": msg.get("actor"), "outstanding": 0, "last_traj": now})
         info["last_seen"] = now
         if new or kind == "register":
             # a new or restarted actor counts its trajectories from 0; one heard first by a
             # heartbeat (it worked for a learner that restarted) from what it says it sent
-            sent = msg.get("sent")
-            base = sent if kind == "heartbeat" and isinstance(sent, int) and not isinstance(sent, bool) else 0
-            info.update(arrived=max(base, 0), written_off=0, claim=None)
+            info.update(accounted=(sent or 0) if kind == "heartbeat" else 0, claim=None)
         if (times := actor_times(msg.get("time_s"))) is not None:
             self.actor_time_s[ident] = times
         # a sync actor waits for the next version after each trajectory: one slot is all it
@@ -216,19 +209,17 @@ class Ingress:
             info["outstanding"] = 0
             self.grant(ident, window)
             self.publish()  # a late joiner gets the current parameters at once
-        elif (lost := self._lost(info, msg.get("sent"), now)) > 0:
+            return
+        lost, info["claim"] = lost_trajectories(info["claim"], sent, info["accounted"], now,
+                                                LOST_AFTER_BEATS * self.config.runtime.heartbeat_s,
+                                                self.rx.backlog_empty)
+        if lost:
             # trajectories it sent long ago that never came (rejected on the way, or a
             # connection that broke with them queued): hand their slots back
             info["outstanding"] -= lost
-            info["written_off"] += lost
+            info["accounted"] += lost
             self.written_off += lost
-            self.grant(ident, window - self.in_hand(ident))
-
-    def _lost(self, info: dict, sent, now: float) -> int:
-        lost, info["claim"] = lost_trajectories(info["claim"], sent, info["arrived"] + info["written_off"], now,
-                                                LOST_AFTER_BEATS * self.config.runtime.heartbeat_s,
-                                                self.rx.backlog_empty)
-        return lost
+            self.grant(ident, window)
 
     def actor_time_summary(self) -> dict:
         """Where the actors' time went, summed over every actor this learner heard from (as
@@ -284,11 +275,16 @@ class Ingress:
     def forget_actor(self, actor_id: int) -> None:
         """Drops an actor that is being replaced; its replacement registers afresh. What it
         already delivered stays in the pool."""
-        for ident, info in list(self.actors.items()):
-            if info.get("actor") == actor_id:
-                del self.actors[ident]
-                self.control.forget(ident)
-                self.controller.actors_changed(len(self.actors))
+        if self._drop(actor_id):
+            self.controller.actors_changed(len(self.actors))
+
+    def _drop(self, actor_id, keep: bytes | None = None) -> bool:
+        """Removes every identity of `actor_id` but `keep`; returns whether any was."""
+        gone = [ident for ident, info in self.actors.items() if ident != keep and info.get("actor") == actor_id]
+        for ident in gone:
+            del self.actors[ident]
+            self.control.forget(ident)
+        return bool(gone)
 
 
 __all__ = ["Ingress"]

@@ -11,6 +11,12 @@ from __future__ import annotations
 LOST_AFTER_BEATS = 10
 
 
+def count(x) -> int | None:
+    """`x` if it is a count (a non-negative int, not a bool), else None: what a heartbeat
+    says is never trusted in part."""
+    return x if isinstance(x, int) and not isinstance(x, bool) and x >= 0 else None
+
+
 def lost_trajectories(claim, sent, accounted: int, now: float, grace: float, backlog_empty: bool):
     """(lost, claim): how many of the trajectories an actor said it had sent count as lost,
     and the claim to keep.
@@ -29,7 +35,7 @@ def lost_trajectories(claim, sent, accounted: int, now: float, grace: float, bac
     (and, in sync mode, run a version ahead). Counts cannot tell a late one that comes
     after all from the next: it counts as arrived (so this actor's claims are covered one
     sooner from then on), and one the budget has no room for is dropped (Ingress.ingest)."""
-    if isinstance(sent, bool) or not isinstance(sent, int) or sent < 0:
+    if count(sent) is None:
         return 0, claim
     if claim is not None and accounted >= claim[1]:
         claim = None  # everything that claim covered has come
@@ -41,4 +47,4 @@ def lost_trajectories(claim, sent, accounted: int, now: float, grace: float, bac
     return lost, claim
 
 
-__all__ = ["LOST_AFTER_BEATS", "lost_trajectories"]
+__all__ = ["LOST_AFTER_BEATS", "count", "lost_trajectories"]
