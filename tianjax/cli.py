@@ -8,6 +8,7 @@ with a one-line message and exit code 2, never a traceback.
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import os
 import signal
 import sys
@@ -122,6 +123,8 @@ def main(argv=None) -> int:
 
     signal.signal(signal.SIGTERM, _sigterm)
     signal.signal(signal.SIGINT, _sigterm)  # Ctrl-C: the same orderly stop
+    # `kill -USR1 PID` prints every thread's Python stack to stderr (a run that seems stuck)
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     try:
         if args.command == "train":
             return _train(args)

@@ -151,8 +151,10 @@ class Procs:
         try:
             return p.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
+            p.send_signal(signal.SIGUSR1)  # the CLI prints its threads' stacks: where it hangs
+            time.sleep(2.0)
             raise AssertionError(f"{p.log_name} still running after {timeout:.0f} s; stderr:\n"
-                                 + self.stderr(p)[-3000:]) from None
+                                 + self.stderr(p)[-6000:]) from None
 
     def kill_all(self) -> None:
         for p, _ in self.started:
