@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import os
 import signal
@@ -134,6 +135,7 @@ def main(argv=None) -> int:
             sys.exit(143)
 
         signal.signal(signal.SIGTERM, stop_actor)
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 PID`: every thread's stack
 
     from tianjax.config import load_config
     from tianjax.runtime import compile_cache
