@@ -124,7 +124,10 @@ def main(argv=None) -> int:
     signal.signal(signal.SIGTERM, _sigterm)
     signal.signal(signal.SIGINT, _sigterm)  # Ctrl-C: the same orderly stop
     # `kill -USR1 PID` prints every thread's Python stack to stderr (a run that seems stuck)
-    faulthandler.register(signal.SIGUSR1, all_threads=True)
+    try:
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
+    except (ValueError, OSError, AttributeError):
+        pass  # stderr is not a file (captured, as when main() runs inside another program)
     try:
         if args.command == "train":
             return _train(args)
