@@ -28,6 +28,19 @@ def _die_with_parent(parent_pid: int | None) -> None:
         sys.exit(143)
 
 
+def stop_actor(signum, frame):
+    """An actor's SIGTERM handler: exit code 143, once."""
+    # NOTE: the flag first: a SystemExit raised inside a callback that swallows exceptions
+    # (see runtime/shutdown.py) would be lost, and the actor would play on until the
+    # learner's silence timed out; its loop also checks the flag
+    from tianjax.runtime import shutdown
+
+    if shutdown.requested.is_set():
+        return  # a repeat (a killed launcher's threads each send one): already stopping
+    shutdown.requested.set()
+    sys.exit(143)
+
+
 def _event(kind: str, **fields) -> None:
     """One line on stdout for the supervising launcher (see tianjax.launch.local)."""
     print(json.dumps({"tianjax_event": kind, **fields}), flush=True)
@@ -125,15 +138,6 @@ def main(argv=None) -> int:
         signal.signal(signal.SIGTERM, terminate)
         signal.signal(signal.SIGINT, terminate)  # Ctrl-C reaches the whole process group
     else:
-        def stop_actor(signum, frame):
-            # NOTE: the flag first: a SystemExit raised inside a callback that swallows
-            # exceptions (see runtime/shutdown.py) would be lost, and the actor would play on
-            # until the learner's silence timed out; its loop also checks the flag
-            from tianjax.runtime import shutdown
-
-            shutdown.requested.set()
-            sys.exit(143)
-
         signal.signal(signal.SIGTERM, stop_actor)
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 PID`: every thread's stack
 

@@ -8,15 +8,46 @@ A handler must not raise inside a critical section either: between a jitted upda
 donates the state's buffers and the assignment of its result, an exception would leave
 the process with no valid state to checkpoint. There it only sets the flag, and the
 loop's next check() stops the run.
+
+The distributed learner's whole loop is such a section: its main thread shares locks and
+conditions with the receiver, publisher and read-back threads, starts actor processes and
+owns ZeroMQ sockets, and an exception raised between any two bytecodes there (inside a
+`with lock:` just acquired, or a Popen half done) can leave a lock held or a process
+untracked, and the stop itself hung. The loop polls the flag every pass instead.
 """
 
 from __future__ import annotations
 
 import contextlib
 import sys
-import threading
 
-requested = threading.Event()
+
+
+class _Flag:
+    """The stop flag: set by signal handlers, read by loops in any thread.
+
+    NOTE: not a threading.Event. Event.set() takes a lock, and a handler runs in the main
+    thread between two bytecodes, so a signal landing while that thread is inside Event.set()
+    (in the handler of an earlier signal: a killed launcher's threads each send its actors
+    their parent-death SIGTERM as they exit) waits forever for a lock its own thread holds.
+    One attribute, read and written under the GIL, needs no lock."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self):
+        self._value = False
+
+    def is_set(self) -> bool:
+        return self._value
+
+    def set(self) -> None:
+        self._value = True
+
+    def clear(self) -> None:
+        self._value = False
+
+
+requested = _Flag()
 _critical = 0
 _prior_unraisable_hook = sys.unraisablehook
 
@@ -53,7 +84,11 @@ def critical():
 
 def request(reason: str = "SIGTERM") -> None:
     """What a signal handler calls: asks the run to stop, at once unless in a critical
-    section (then at the loop's next check)."""
+    section (then at the loop's next check). A repeated signal does nothing: the stop is
+    under way, and a second exception would cut into its clean-up (closing sockets, the
+    final checkpoint)."""
+    if requested.is_set():
+        return
     requested.set()
     if _critical == 0:
         raise KeyboardInterrupt(reason)
