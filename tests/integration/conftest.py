@@ -93,6 +93,25 @@ def alive(procs: list[psutil.Process]) -> list[psutil.Process]:
     return out
 
 
+def wait_exited(procs: list[psutil.Process], timeout: float, log_dir=None, what: str = "the processes to exit") -> None:
+    """Waits until none of `procs` is alive. If some still are, asks each for its threads'
+    stacks (role processes print them on SIGUSR1) and raises with the tail of their logs
+    (`log_dir`/actor-N.log, as the launcher writes them), so a hang shows where it is."""
+    try:
+        wait_for(lambda: not alive(procs), timeout, what=what)
+    except TimeoutError as e:
+        left = alive(procs)
+        for p in left:
+            try:
+                p.send_signal(signal.SIGUSR1)
+            except psutil.NoSuchProcess:
+                pass
+        time.sleep(2.0)
+        logs = sorted(Path(log_dir).glob("*.log")) if log_dir else []
+        tails = "\n".join(f"--- {f.name}\n{f.read_text(errors='replace')[-4000:]}" for f in logs)
+        raise AssertionError(f"{e}; still alive: {[p.pid for p in alive(left)]}\n{tails}") from None
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

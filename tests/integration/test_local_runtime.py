@@ -28,7 +28,7 @@ from tianjax.runtime.learner import Learner
 from tianjax.transport.auth import InsecureNoAuth, new_run_key
 from tianjax.transport.channels import ControlClient, ControlServer, TrajectorySender
 
-from .conftest import ASYNC_CFG, actor_processes, alive, read_summary, updates_logged, wait_for
+from .conftest import ASYNC_CFG, actor_processes, alive, read_summary, updates_logged, wait_exited, wait_for
 
 BALANCE_KEYS = ("samples_consumed_per_s", "staleness_mean", "staleness_max", "dropped_samples",
                 "rejected_messages", "balance")
@@ -201,7 +201,7 @@ def test_actors_do_not_outlive_a_killed_launcher(tmp_path, procs, when):
     # by the parent-death SIGTERM: without it they would play on until the learner's silence
     # timed out (runtime.heartbeat_timeout_s, 120 s). 60 s allows for a loaded machine (two
     # test workers on 2 cores: CI once took over 10 s here, and a local run over 30 s)
-    wait_for(lambda: not alive(actors), 60, what="the actors to exit")
+    wait_exited(actors, 60, log_dir=run_dir / "actors", what="the actors to exit")
 
 
 # ----------------------------------------------------------------------------- authentication
