@@ -214,7 +214,10 @@ class Learner:
         completed = False
         self.interrupted = False
         try:
-            self._loop(should_stop)
+            # the stop is taken at the loop's checks, never raised into the middle of a step
+            # (see runtime/shutdown.py); every pass checks within 50 ms
+            with shutdown.critical():
+                self._loop(should_stop)
             completed = True
         except KeyboardInterrupt:
             # Ctrl-C / SIGTERM: stop here, checkpoint, and report what was done
