@@ -360,10 +360,11 @@ def test_under_curve_a_subscriber_without_the_key_reads_nothing(run_factory):
 
 @pytest.mark.slow
 def test_squatter_never_gets_a_restarted_learners_ports(run_factory):
-    # a budget that outlasts the 20 s attack: the launcher frees the ports as the run ends,
-    # a moment before its process exits, and a squatter may then bind them (after the run,
-    # they are anyone's); 200k steps ended inside the attack on a quiet machine
-    run = run_factory("runtime.restart_learner=true", "checkpoint.every=20", "total_env_steps=500000")
+    # a budget no machine spends during the 20 s attack: the launcher frees the ports as the
+    # run ends, a moment before its process exits, and a squatter may then bind them (after
+    # the run, they are anyone's); 200k and then 500k steps ended inside the attack. The test
+    # stops the run itself once the attack is over.
+    run = run_factory("runtime.restart_learner=true", "checkpoint.every=20", "total_env_steps=5000000")
     endpoints = run.actor_endpoints()
     run.wait_updates(30)
     # binds each port the moment it is free, while the run lasts (after it, they are anyone's)
@@ -373,7 +374,9 @@ def test_squatter_never_gets_a_restarted_learners_ports(run_factory):
                    if "tianjax.launch.role" in p.cmdline() and "learner" in p.cmdline())
     learner.send_signal(signal.SIGKILL)
     run.sample_until_attackers_end()
-    assert run.wait() == 0, run.stderr()
+    assert run.proc.poll() is None, "the run ended during the attack; " + run.stderr()
+    run.proc.send_signal(signal.SIGTERM)
+    assert run.wait() == 130, run.stderr()  # the CLI's stop by signal
     s = run.summary()
     assert s["learner_restarts"] == 1 and s["convergence_time_s"] is not None, s
     report = json.loads(squat.read_text())
