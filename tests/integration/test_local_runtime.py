@@ -162,7 +162,8 @@ def test_sigterm_stops_the_launcher_and_its_actors(tmp_path, procs, when):
     everyone = [psutil.Process(launcher.pid), *actors]
     if when == "running":  # `kill -USR1`: every thread's stack on stderr, and the run goes on
         launcher.send_signal(signal.SIGUSR1)
-        wait_for(lambda: "most recent call first" in procs.stderr(launcher) or launcher.poll() is not None, 30,
+        # (the main thread's stack comes last)
+        wait_for(lambda: "in _loop" in procs.stderr(launcher) or launcher.poll() is not None, 30,
                  what="the stacks")
         assert launcher.poll() is None and 'in _loop' in procs.stderr(launcher), procs.stderr(launcher)
     launcher.send_signal(signal.SIGTERM)
