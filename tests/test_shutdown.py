@@ -1,7 +1,11 @@
-"""The process-wide stop (runtime/shutdown.py): a SIGTERM that lands inside a destructor
-(a ZeroMQ frame's, once in CI) raises its KeyboardInterrupt where Python cannot pass it on.
-The run still stops at the loop's next check; the interrupt must not be printed as a
-traceback in the middle of a clean stop, and other errors there still are."""
+"""The process-wide stop (runtime/shutdown.py).
+
+- A SIGTERM that lands inside a destructor (a ZeroMQ frame's, once in CI) raises its
+  KeyboardInterrupt where Python cannot pass it on. The run still stops at the loop's next
+  check; the interrupt must not be printed as a traceback in the middle of a clean stop,
+  and other errors there still are.
+- A burst of SIGTERMs (a killed launcher's actors get one per exiting thread) stops a
+  process once: no hang inside the handler, no second exception into the clean-up."""
 
 import os
 import signal

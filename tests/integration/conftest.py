@@ -93,20 +93,26 @@ def alive(procs: list[psutil.Process]) -> list[psutil.Process]:
     return out
 
 
+def ask_for_stacks(procs) -> None:
+    """Asks each of `procs` (Popen or psutil) still running for its threads' stacks: the
+    CLI and role processes print them to their stderr on SIGUSR1. Gives them 2 s."""
+    for p in procs:
+        try:
+            p.send_signal(signal.SIGUSR1)
+        except (psutil.NoSuchProcess, ProcessLookupError):
+            pass
+    time.sleep(2.0)
+
+
 def wait_exited(procs: list[psutil.Process], timeout: float, log_dir=None, what: str = "the processes to exit") -> None:
-    """Waits until none of `procs` is alive. If some still are, asks each for its threads'
-    stacks (role processes print them on SIGUSR1) and raises with the tail of their logs
-    (`log_dir`/actor-N.log, as the launcher writes them), so a hang shows where it is."""
+    """Waits until none of `procs` is alive. If some still are, raises with their stacks
+    in the tail of their logs (`log_dir`/actor-N.log, as the launcher writes them), so a
+    hang shows where it is."""
     try:
         wait_for(lambda: not alive(procs), timeout, what=what)
     except TimeoutError as e:
         left = alive(procs)
-        for p in left:
-            try:
-                p.send_signal(signal.SIGUSR1)
-            except psutil.NoSuchProcess:
-                pass
-        time.sleep(2.0)
+        ask_for_stacks(left)
         logs = sorted(Path(log_dir).glob("*.log")) if log_dir else []
         tails = "\n".join(f"--- {f.name}\n{f.read_text(errors='replace')[-4000:]}" for f in logs)
         raise AssertionError(f"{e}; still alive: {[p.pid for p in alive(left)]}\n{tails}") from None
@@ -170,8 +176,7 @@ class Procs:
         try:
             return p.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            p.send_signal(signal.SIGUSR1)  # the CLI prints its threads' stacks: where it hangs
-            time.sleep(2.0)
+            ask_for_stacks([p])  # where it hangs
             raise AssertionError(f"{p.log_name} still running after {timeout:.0f} s; stderr:\n"
                                  + self.stderr(p)[-6000:]) from None
 

@@ -248,7 +248,6 @@ def test_async_dqn_with_frame_once_replay_stores_each_frame_once_and_holds_its_b
     assert masks and 0.9 < min(masks) < 1.0
 
 
-
 def test_a_trajectory_lost_on_the_way_has_its_slot_handed_back(tmp_path):
     # actor 0's third trajectory never reaches the learner (a broken connection drops what
     # it had queued): the actor counts it as sent and says so in its heartbeats. Its slot

@@ -29,16 +29,11 @@ def _die_with_parent(parent_pid: int | None) -> None:
 
 
 def stop_actor(signum, frame):
-    """An actor's SIGTERM handler: exit code 143, once."""
-    # NOTE: the flag first: a SystemExit raised inside a callback that swallows exceptions
-    # (see runtime/shutdown.py) would be lost, and the actor would play on until the
-    # learner's silence timed out; its loop also checks the flag
+    """An actor's SIGTERM handler: exit code 143, once (a killed launcher's threads each
+    send its parent-death SIGTERM as they exit; see runtime/shutdown.py)."""
     from tianjax.runtime import shutdown
 
-    if shutdown.requested.is_set():
-        return  # a repeat (a killed launcher's threads each send one): already stopping
-    shutdown.requested.set()
-    sys.exit(143)
+    shutdown.request(exit_code=143)
 
 
 def _event(kind: str, **fields) -> None:

@@ -215,7 +215,9 @@ class Learner:
         self.interrupted = False
         try:
             # the stop is taken at the loop's checks, never raised into the middle of a step
-            # (see runtime/shutdown.py); every pass checks within 50 ms
+            # (see runtime/shutdown.py): not between an update that donates the state and
+            # the assignment of its result, nor into a checkpoint or a lock the loop shares
+            # with its threads. Every pass checks within 50 ms
             with shutdown.critical():
                 self._loop(should_stop)
             completed = True
@@ -270,9 +272,8 @@ class Learner:
             if self.state_version % cfg.log_every == 0:
                 self._record()
             if self.recorder.due(self.state_version):
-                with shutdown.critical():
-                    self.settle()
-                    self.save_checkpoint(time.perf_counter())
+                self.settle()
+                self.save_checkpoint(time.perf_counter())
         self.settle()
         if self._pending:
             self._record()  # the last record holds the final counts
@@ -285,13 +286,13 @@ class Learner:
         version = self.state_version
         taus = np.asarray(S.staleness(version, choice.behaviour))
         t_update = time.perf_counter()
-        with shutdown.critical():  # the update donates the state: finish it
-            self.state, metrics = self.sgd(self.state, batch, choice.reuse)
-            # NOTE: dispatched, not finished: the version counts the update now and
-            # takes back a skipped one when its flag is read (a few updates later in
-            # async mode; at once in sync mode, where the versions must match exactly)
-            self._version_cache = version + 1
-            self._dispatches += 1
+        # (inside the loop's critical section: the update donates the state)
+        self.state, metrics = self.sgd(self.state, batch, choice.reuse)
+        # NOTE: dispatched, not finished: the version counts the update now and
+        # takes back a skipped one when its flag is read (a few updates later in
+        # async mode; at once in sync mode, where the versions must match exactly)
+        self._version_cache = version + 1
+        self._dispatches += 1
         self.inflight.add(metrics, t_update)
         if exact:
             self.settle()

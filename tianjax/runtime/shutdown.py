@@ -22,7 +22,6 @@ import contextlib
 import sys
 
 
-
 class _Flag:
     """The stop flag: set by signal handlers, read by loops in any thread.
 
@@ -82,13 +81,15 @@ def critical():
         _critical -= 1
 
 
-def request(reason: str = "SIGTERM") -> None:
+def request(reason: str = "SIGTERM", exit_code: int | None = None) -> None:
     """What a signal handler calls: asks the run to stop, at once unless in a critical
-    section (then at the loop's next check). A repeated signal does nothing: the stop is
-    under way, and a second exception would cut into its clean-up (closing sockets, the
-    final checkpoint)."""
+    section (then at the loop's next check), by KeyboardInterrupt, or with `exit_code`
+    by SystemExit (an actor). A repeated signal does nothing: the stop is under way, and a
+    second exception would cut into its clean-up (closing sockets, the final checkpoint).
+    The flag is set first: an exception raised inside a callback that swallows it is lost,
+    and the loops' checks stop the run instead."""
     if requested.is_set():
         return
     requested.set()
     if _critical == 0:
-        raise KeyboardInterrupt(reason)
+        raise KeyboardInterrupt(reason) if exit_code is None else SystemExit(exit_code)
