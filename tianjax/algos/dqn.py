@@ -40,7 +40,9 @@ import optax
 
 from tianjax.core import staleness as S
 from tianjax.algos.base import ActOutput, Algorithm
+from tianjax.algos.common import check_replay
 from tianjax.config import Config, ConfigError
+from tianjax.config.checks import _check
 from tianjax.core.update import LearnerState, gradient_step, guarded, init_state, make_optimizer
 from tianjax.core.types import ActionSpec
 from tianjax.networks import QNetwork
@@ -110,6 +112,16 @@ def target_sync(params, target_params, do_sync: jax.Array, tau: float):
     else:
         new = optax.incremental_update(params, target_params, tau)
     return jax.tree.map(lambda n, o: jnp.where(do_sync, n, o), new, target_params)
+
+
+def check_config(config: Config) -> None:
+    """The dqn section against the run: frame_once where a loop serves it, a buffer that
+    holds a rollout."""
+    if config.dqn.frame_once:
+        _check(config.mode == "fused" or config.num_actors >= 1, "dqn.frame_once",
+               "is served by mode: fused and by actor processes (num_actors >= 1); the "
+               "in-process host loop (num_actors: 0) keeps obs and next_obs")
+    check_replay(config)
 
 
 def make(config: Config, obs_shape: tuple[int, ...], action_spec: ActionSpec, *,

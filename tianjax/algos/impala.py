@@ -27,6 +27,7 @@ from tianjax.core import staleness as S
 from tianjax.algos.base import Algorithm
 from tianjax.algos.policy import actor_critic
 from tianjax.config import Config
+from tianjax.config.checks import _check
 from tianjax.core.update import (LearnerState, gradient_step, guarded, init_state, learning_rate, lr_schedule, make_optimizer, step_progress)
 from tianjax.core.types import ActionSpec
 from tianjax.core.types import Trajectory
@@ -95,6 +96,14 @@ def split_batch(traj: Trajectory, weight: jax.Array, num_chunks: int):
     fields.update({k: getattr(traj, k).reshape((num_chunks, mb) + getattr(traj, k).shape[1:])
                    for k in per_env})
     return Trajectory(**fields), tb(weight)
+
+
+def check_config(config: Config) -> None:
+    """The impala section against the run: the minibatches split the batch's width."""
+    width = config.batch_trajectories * config.num_envs
+    _check(width % config.impala.num_minibatches == 0, "impala.num_minibatches",
+           f"must divide the batch width (trajectories x num_envs) = {width}, got "
+           f"{config.impala.num_minibatches}")
 
 
 def make(config: Config, obs_shape: tuple[int, ...], action_spec: ActionSpec, *,

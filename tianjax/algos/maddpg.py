@@ -28,6 +28,7 @@ import optax
 
 from tianjax.core import staleness as S
 from tianjax.algos.base import ActOutput, Algorithm
+from tianjax.algos.common import check_replay
 from tianjax.config import Config, ConfigError
 from tianjax.core.types import MAObs
 from tianjax.core.update import LearnerState, gradient_step, guarded, init_state, make_optimizer
@@ -111,6 +112,11 @@ def make_loss(actor_apply, critic_apply, *, gamma: float):
         return critic_loss + actor_loss, metrics
 
     return loss_fn
+
+
+def check_config(config: Config) -> None:
+    """The maddpg section against the run: a buffer that holds a rollout."""
+    check_replay(config)
 
 
 def make(config: Config, obs_shape, action_spec: ActionSpec, *, correct_staleness: bool = True) -> Algorithm:

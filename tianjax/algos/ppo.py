@@ -60,6 +60,7 @@ from tianjax.core import staleness as S
 from tianjax.algos.base import Algorithm
 from tianjax.algos.policy import ActorCriticPolicy, actor_critic
 from tianjax.config import Config
+from tianjax.config.checks import _check
 from tianjax.core.update import (LearnerState, gradient_step, guarded, init_state, learning_rate, lr_schedule, make_optimizer, step_progress)
 from tianjax.core.types import ActionSpec
 from tianjax.core.returns import gae, traced_gae
@@ -185,6 +186,15 @@ def make_batch(apply_fn, config: Config, state: LearnerState, traj: Trajectory, 
         # with the share the learner has already acted on, as the textbook one does
         w = w * (1.0 - already_moved(adv, w, log_pi0, traj.behaviour_log_prob, cfg.clip_eps))
     return PPOBatch(traj.obs, traj.action, sg(log_pi0), sg(v0), sg(adv), sg(target), sg(w))
+
+
+def check_config(config: Config) -> None:
+    """The ppo section against the run (ppo and ippo): the minibatches split the batch."""
+    batch = config.steps_per_update
+    _check(batch % config.ppo.num_minibatches == 0, "ppo.num_minibatches",
+           f"must divide the batch (trajectories x num_envs x rollout_len) = {batch}, got "
+           f"{config.ppo.num_minibatches} (a minibatch cannot be larger than the batch "
+           "and all minibatches have one size)")
 
 
 def make(config: Config, obs_shape: tuple[int, ...], action_spec: ActionSpec, *,

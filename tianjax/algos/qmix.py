@@ -41,8 +41,10 @@ import jax.numpy as jnp
 
 from tianjax.core import staleness as S
 from tianjax.algos.base import ActOutput, Algorithm
+from tianjax.algos.common import check_replay
 from tianjax.algos.dqn import epsilon_schedule, target_sync
 from tianjax.config import Config, ConfigError
+from tianjax.config.checks import _check
 from tianjax.core.types import MAObs
 from tianjax.core.update import LearnerState, gradient_step, guarded, init_state, make_optimizer
 from tianjax.core.types import ActionSpec
@@ -223,6 +225,13 @@ def time_major(items: Sequences) -> Sequences:
     seq = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), items._replace(carry=None))
     reward = seq.reward.mean(axis=-1) if seq.reward.ndim == 3 else seq.reward
     return seq._replace(reward=reward, carry=items.carry)
+
+
+def check_config(config: Config) -> None:
+    """The qmix section against the run: burn-in inside a sequence, a buffer that holds a rollout."""
+    _check(config.qmix.burn_in < config.rollout_len, "qmix.burn_in",
+           f"must be below rollout_len ({config.rollout_len}), the replayed sequence length")
+    check_replay(config)
 
 
 def make(config: Config, obs_shape, action_spec: ActionSpec, *, correct_staleness: bool = True) -> Algorithm:

@@ -1,9 +1,14 @@
-"""The algorithm sections of a config: network, ppo, impala, dqn, qmix, maddpg, marl."""
+"""The algorithm sections of a config: network, ppo, impala, dqn, qmix, maddpg, marl.
+
+Each algorithm section names the built-in algorithms it configures (`algos`), so that
+`Config.algo_config` finds it without a table of names; the replay sections also say what
+one replayed item is (`items`). Checks of a section against the rest of the run are the
+algorithm's own (its module's `check_config`, run through tianjax.algos)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 from tianjax.config.checks import _check, _is_reference
 
@@ -29,6 +34,7 @@ class NetworkConfig:
 
 @dataclass(frozen=True)
 class PPOConfig:
+    algos: ClassVar[tuple[str, ...]] = ("ppo", "ippo")  # IPPO takes PPO's hyperparameters
     lr: float = 2.5e-4
     anneal_lr: bool = True  # linear decay to 0 over the run
     num_epochs: int = 4
@@ -60,6 +66,7 @@ class PPOConfig:
 
 @dataclass(frozen=True)
 class IMPALAConfig:
+    algos: ClassVar[tuple[str, ...]] = ("impala",)
     lr: float = 6e-4
     anneal_lr: bool = True
     num_minibatches: int = 1  # split of the [T, B] batch along B per update
@@ -80,8 +87,18 @@ class IMPALAConfig:
             _check(getattr(self, k) > 0, f"impala.{k}", f"must be > 0, got {getattr(self, k)}")
 
 
+class ReplaySection:
+    """A section with replay settings (buffer_size, batch_size, learning_starts,
+    updates_per_rollout). `items`: what the buffer holds, transitions or [rollout_len]
+    sequences."""
+
+    algos: ClassVar[tuple[str, ...]] = ()
+    items: ClassVar[Literal["transitions", "sequences"]] = "transitions"
+
+
 @dataclass(frozen=True)
-class DQNConfig:
+class DQNConfig(ReplaySection):
+    algos: ClassVar[tuple[str, ...]] = ("dqn",)
     lr: float = 2.5e-4
     gamma: float = 0.99
     buffer_size: int = 50_000  # transitions kept in the replay buffer
@@ -116,8 +133,11 @@ class DQNConfig:
 
 
 @dataclass(frozen=True)
-class QMIXConfig:
+class QMIXConfig(ReplaySection):
     """QMIX: recurrent agents, a monotonic mixer, replay of [rollout_len] sequences."""
+
+    algos: ClassVar[tuple[str, ...]] = ("qmix",)
+    items: ClassVar[Literal["transitions", "sequences"]] = "sequences"
 
     lr: float = 5e-4
     gamma: float = 0.99
@@ -158,8 +178,10 @@ class QMIXConfig:
 
 
 @dataclass(frozen=True)
-class MADDPGConfig:
+class MADDPGConfig(ReplaySection):
     """MADDPG: deterministic per-agent actors, centralised critics, replay of transitions."""
+
+    algos: ClassVar[tuple[str, ...]] = ("maddpg",)
 
     lr: float = 1e-3  # Adam, actors and critics
     gamma: float = 0.95
