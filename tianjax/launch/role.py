@@ -103,11 +103,10 @@ def _run_learner(args, config) -> int:
         learner.close()
         progress.close()
         logger.close()
-    result = {k: v for k, v in out.items() if k not in ("params", "algo", "env")}
     from tianjax.metrics.logger import write_json_atomic
 
-    write_json_atomic(os.path.join(args.run_dir, "learner_result.json"), result)
-    return 143 if out.get("interrupted") else 0
+    write_json_atomic(os.path.join(args.run_dir, "learner_result.json"), out.to_json())
+    return 143 if out.interrupted else 0
 
 
 def main(argv=None) -> int:

@@ -47,12 +47,13 @@ from tianjax.runtime.learner.ingress import Ingress
 from tianjax.runtime.learner.io import LearnerIO
 from tianjax.runtime.learner.report import LearnerReport
 from tianjax.runtime.learner.batches.onpolicy import AsyncBatches, Choice, ReuseBatches, SyncBatches
-from tianjax.runtime.runners.recorder import RunRecorder, save_params  # noqa: F401 - save_params: where it was
+from tianjax.runtime.runners.outcome import RunOutcome
+from tianjax.runtime.runners.recorder import RunRecorder
 from tianjax.runtime.learner.batches.replay import ReplayBatches
 from tianjax.runtime.learner.sharded_update import ShardedUpdate, learner_mesh  # noqa: F401 - learner_mesh: where it was
 from tianjax.runtime.actor.sources import batch_template
 from tianjax.envs.factory import env_spec
-from tianjax.runtime.learner.watchdog import ArrivalWatch, LearnerStalled, WAIT_NOTICE_S  # noqa: F401 - where they were
+from tianjax.runtime.learner.watchdog import ArrivalWatch
 
 
 class Learner:
@@ -200,7 +201,7 @@ class Learner:
         return self.batches.drained()
 
     # ------------------------------------------------------------------ the loop
-    def run(self, should_stop: Callable[[], bool] = lambda: False, t_start: float | None = None) -> dict:
+    def run(self, should_stop: Callable[[], bool] = lambda: False, t_start: float | None = None) -> RunOutcome:
         """Trains until the budget is spent (see finished(); counting what the run it resumed
         learned), `should_stop()` says so, or an error. Checkpoints every
         `checkpoint.every` updates and, with `checkpoint.final`, at the end, including an
@@ -343,7 +344,7 @@ class Learner:
             rec.save(self.state_version, self._checkpoint_tree(), now, counters,
                      dict(balance=self.balance.state_dict(), **replay))
 
-    def result(self) -> dict:
+    def result(self) -> RunOutcome:
         now = time.perf_counter()
         return self.recorder.result(
             params=to_host(self.state.params), algo=self.algo, env=None, env_steps=self.env_steps,
