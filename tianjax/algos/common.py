@@ -1,9 +1,78 @@
-"""What the built-in algorithms share: the check of a replay section against the run."""
+"""What the built-in algorithms share: a batch's staleness weights, the replay update's
+gradient step and target networks, and the check of a replay section against the run."""
 
 from __future__ import annotations
 
-from tianjax.config import Config
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from tianjax.config import Config, StalenessConfig
 from tianjax.config.checks import _check
+from tianjax.core import staleness as S
+from tianjax.core.update import LearnerState, gradient_step
+
+# update_target(params, target_params, version) -> (target_params, metrics)
+TargetUpdate = Callable[[Any, Any, jax.Array], tuple[Any, dict]]
+
+
+def sample_weights(correct_staleness: bool, learner_version, behaviour_version: jax.Array,
+                   cfg: StalenessConfig) -> tuple[jax.Array, jax.Array]:
+    """(weights, keep-mask) of a batch, shaped as `behaviour_version` ([T, B] or [N]):
+    `tianjax.core.staleness.staleness_weights` where staleness is corrected, else ones
+    (fused mode, where tau is always 0)."""
+    if correct_staleness:
+        return S.staleness_weights(learner_version, behaviour_version, cfg)
+    ones = jnp.ones(jnp.shape(behaviour_version), jnp.float32)
+    return ones, ones
+
+
+def target_sync(params, target_params, do_sync: jax.Array, tau: float):
+    """target <- tau * params + (1 - tau) * target where do_sync (a hard copy at tau 1)."""
+    if tau >= 1.0:
+        new = params
+    else:
+        new = optax.incremental_update(params, target_params, tau)
+    return jax.tree.map(lambda n, o: jnp.where(do_sync, n, o), new, target_params)
+
+
+def periodic_target(every: int, tau: float) -> TargetUpdate:
+    """Target networks synced (target_sync) after every `every`-th update; reports
+    `target_synced`."""
+
+    def update_target(params, target_params, version):
+        do_sync = (version % every) == 0
+        synced = {"target_synced": do_sync.astype(jnp.float32)}
+        return target_sync(params, target_params, do_sync, tau), synced
+
+    return update_target
+
+
+def polyak_target(tau: float) -> TargetUpdate:
+    """Target networks moved by a Polyak step of `tau` after every update."""
+
+    def update_target(params, target_params, version):
+        return optax.incremental_update(params, target_params, tau), {}
+
+    return update_target
+
+
+def replay_step(loss_fn, optimizer, state: LearnerState, batch, w: jax.Array,
+                update_target: TargetUpdate) -> tuple[LearnerState, dict]:
+    """One gradient step on replayed items with per-item weights `w`, then the target
+    networks; the learner's version goes up by one. Metrics: the loss's, the weights'
+    range and the target update's."""
+    params, opt_state, metrics = gradient_step(loss_fn, optimizer, state.params, state.opt_state,
+                                               state.target_params, batch, w)
+    version = state.version + 1
+    target_params, target_metrics = update_target(params, state.target_params, version)
+    metrics["weight_min"] = jnp.min(w)
+    metrics["weight_max"] = jnp.max(w)
+    metrics.update(target_metrics)
+    return state._replace(params=params, opt_state=opt_state, target_params=target_params,
+                          version=version), metrics
 
 
 def check_replay(config: Config) -> None:

@@ -23,8 +23,8 @@ import jax.numpy as jnp
 
 from tianjax.core import distributions as D
 from tianjax.core import returns
-from tianjax.core import staleness as S
 from tianjax.algos.base import Algorithm
+from tianjax.algos.common import sample_weights
 from tianjax.algos.policy import actor_critic
 from tianjax.config import Config
 from tianjax.config.checks import _check
@@ -127,11 +127,8 @@ def make(config: Config, obs_shape: tuple[int, ...], action_spec: ActionSpec, *,
         """One update on a [T, B] batch; `fresh` False for a reuse pass (no progress).
         B may hold several actors' trajectories side by side; chunks split along it."""
         T, B = traj.reward.shape
-        if correct_staleness:
-            # V-trace's clipped ratios are the importance correction: weights are w(tau) only.
-            w, _ = S.staleness_weights(state.version, traj.version, config.staleness)
-        else:
-            w = jnp.ones((T, B), jnp.float32)
+        # V-trace's clipped ratios are the importance correction: weights are w(tau) only.
+        w, _ = sample_weights(correct_staleness, state.version, traj.version, config.staleness)
         chunks = split_batch(traj, w, cfg.num_minibatches)
         lrs = lr_at(step_progress(state.fresh_steps, fresh, T * B, cfg.num_minibatches))
 

@@ -58,6 +58,7 @@ import jax.numpy as jnp
 from tianjax.core import distributions as D
 from tianjax.core import staleness as S
 from tianjax.algos.base import Algorithm
+from tianjax.algos.common import sample_weights
 from tianjax.algos.policy import ActorCriticPolicy, actor_critic
 from tianjax.config import Config
 from tianjax.config.checks import _check
@@ -163,6 +164,7 @@ def make_batch(apply_fn, config: Config, state: LearnerState, traj: Trajectory, 
     """
     cfg = config.ppo
     T, B = traj.reward.shape
+    w, mask = sample_weights(correct_staleness, state.version, traj.version, config.staleness)
     if correct_staleness:
         dist0, v0 = apply_fn(state.params, traj.obs)
         log_pi0 = D.log_prob(dist0, traj.action)
@@ -170,14 +172,12 @@ def make_batch(apply_fn, config: Config, state: LearnerState, traj: Trajectory, 
         _, trunc_v0 = apply_fn(state.params, traj.trunc_obs)  # [B]
         at_cut = jnp.arange(T)[:, None] == traj.trunc_t[None, :]
         boot = jnp.where(at_cut, trunc_v0[None, :], traj.bootstrap_value)
-        w, mask = S.staleness_weights(state.version, traj.version, config.staleness)
         rho = S.truncated_ratio(log_pi0, traj.behaviour_log_prob, config.staleness.rho_bar)
         traces = S.truncated_ratio(log_pi0, traj.behaviour_log_prob, 1.0) if cfg.truncated_traces else None
         w = S.normalise(w * rho, mask) if config.staleness.normalise else w * rho
     else:
         log_pi0, v0, boot = traj.behaviour_log_prob, traj.behaviour_value, traj.bootstrap_value
         last_v0 = apply_fn(state.params, traj.last_obs)[1]
-        w = jnp.ones((T, B), jnp.float32)
         traces = None
     sg = jax.lax.stop_gradient
     adv, target = advantages(traj, v0, last_v0, boot, cfg.gamma, cfg.gae_lambda, traces)

@@ -95,6 +95,13 @@ class ReplaySection:
     algos: ClassVar[tuple[str, ...]] = ()
     items: ClassVar[Literal["transitions", "sequences"]] = "transitions"
 
+    def _check_replay_settings(self, key: str) -> None:
+        _check(self.buffer_size >= 1, f"{key}.buffer_size", f"must be >= 1, got {self.buffer_size}")
+        _check(1 <= self.batch_size <= self.buffer_size, f"{key}.batch_size",
+               f"must be in [1, {key}.buffer_size={self.buffer_size}], got {self.batch_size}")
+        _check(self.learning_starts >= 0, f"{key}.learning_starts", "must be >= 0")
+        _check(self.updates_per_rollout >= 1, f"{key}.updates_per_rollout", "must be >= 1")
+
 
 @dataclass(frozen=True)
 class DQNConfig(ReplaySection):
@@ -120,11 +127,7 @@ class DQNConfig(ReplaySection):
 
     def __post_init__(self):
         _check(self.lr > 0, "dqn.lr", f"must be > 0, got {self.lr}")
-        _check(self.buffer_size >= 1, "dqn.buffer_size", f"must be >= 1, got {self.buffer_size}")
-        _check(1 <= self.batch_size <= self.buffer_size, "dqn.batch_size",
-               f"must be in [1, dqn.buffer_size={self.buffer_size}], got {self.batch_size}")
-        _check(self.learning_starts >= 0, "dqn.learning_starts", "must be >= 0")
-        _check(self.updates_per_rollout >= 1, "dqn.updates_per_rollout", "must be >= 1")
+        self._check_replay_settings("dqn")
         _check(self.target_update_every >= 1, "dqn.target_update_every", "must be >= 1")
         _check(0 < self.target_tau <= 1, "dqn.target_tau", f"must be in (0, 1], got {self.target_tau}")
         _check(0 <= self.eps_end <= self.eps_start <= 1, "dqn.eps_end",
@@ -161,11 +164,7 @@ class QMIXConfig(ReplaySection):
         _check(self.lr > 0, "qmix.lr", f"must be > 0, got {self.lr}")
         _check(0 < self.gamma <= 1, "qmix.gamma", f"must be in (0, 1], got {self.gamma}")
         _check(0 <= self.td_lambda <= 1, "qmix.td_lambda", f"must be in [0, 1], got {self.td_lambda}")
-        _check(self.buffer_size >= 1, "qmix.buffer_size", f"must be >= 1, got {self.buffer_size}")
-        _check(1 <= self.batch_size <= self.buffer_size, "qmix.batch_size",
-               f"must be in [1, qmix.buffer_size={self.buffer_size}], got {self.batch_size}")
-        _check(self.learning_starts >= 0, "qmix.learning_starts", "must be >= 0")
-        _check(self.updates_per_rollout >= 1, "qmix.updates_per_rollout", "must be >= 1")
+        self._check_replay_settings("qmix")
         _check(self.burn_in >= 0, "qmix.burn_in", "must be >= 0")
         _check(self.target_update_every >= 1, "qmix.target_update_every", "must be >= 1")
         _check(0 < self.target_tau <= 1, "qmix.target_tau", f"must be in (0, 1], got {self.target_tau}")
@@ -198,11 +197,7 @@ class MADDPGConfig(ReplaySection):
         _check(0 < self.gamma <= 1, "maddpg.gamma", f"must be in (0, 1], got {self.gamma}")
         _check(0 < self.tau <= 1, "maddpg.tau", f"must be in (0, 1], got {self.tau}")
         _check(self.noise_std >= 0, "maddpg.noise_std", "must be >= 0")
-        _check(self.buffer_size >= 1, "maddpg.buffer_size", f"must be >= 1, got {self.buffer_size}")
-        _check(1 <= self.batch_size <= self.buffer_size, "maddpg.batch_size",
-               f"must be in [1, maddpg.buffer_size={self.buffer_size}], got {self.batch_size}")
-        _check(self.learning_starts >= 0, "maddpg.learning_starts", "must be >= 0")
-        _check(self.updates_per_rollout >= 1, "maddpg.updates_per_rollout", "must be >= 1")
+        self._check_replay_settings("maddpg")
         _check(self.max_grad_norm > 0, "maddpg.max_grad_norm", "must be > 0")
 
 
