@@ -19,7 +19,7 @@ from tianjax.errors import RunFailed
 def _sigterm(signum, frame):
     # unwind like Ctrl-C, so every role's cleanup (stop actors, close sockets, a final
     # checkpoint) runs; the flag covers the case where the exception is swallowed, or
-    # deferred out of a critical section (see runtime/shutdown.py)
+    # deferred out of a critical section (see tianjax.runtime.process.shutdown)
     from tianjax.runtime.process import shutdown
 
     shutdown.request(signal.Signals(signum).name)

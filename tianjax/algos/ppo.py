@@ -37,10 +37,9 @@ mu in the direction of its advantage is dropped:
 share dropped). These are exactly the samples the textbook clip, centred on mu, gives no
 gradient at the first step. At high staleness mu's advantages keep pointing where the
 learner has already gone: the updates between mu and pi_0 acted on samples of the same
-era, and without a reference to mu each stale batch pushes further (experiments/
-staleness_weighting.py: at tau about 13 the decoupled arms reach 475 on one seed of three,
-with the mask on three of three). The trust region of the epochs stays around pi_0; where mu = pi_0 no
-sample is dropped.
+era, and without a reference to mu each stale batch pushes further (measured in
+experiments/reproduce.md, section 5). The trust region of the epochs stays around pi_0;
+where mu = pi_0 no sample is dropped.
 
 Equivalence: with tau = 0 and mu = pi_0 (fused mode) every w_i = 1, pi_0 = mu and V_0 = the
 behaviour critic, so the loss is plain PPO's; `correct_staleness=False` builds exactly

@@ -45,7 +45,7 @@ class Config:
     env_backend: Literal["gymnax", "envpool", "gymnasium", "jaxmarl", "brax"] = "gymnax"
     # host envs: keyword arguments for envpool.make / gymnasium.make_vec (e.g. Atari's
     # episodic_life, reward_clip, stack_num; max_episode_steps); brax: episode_length,
-    # backend and the env's constructor arguments (tianjax/envs/brax_env.py)
+    # backend and the env's constructor arguments (tianjax.envs.brax_env)
     env_options: dict[str, Any] = field(default_factory=dict)
     mode: Literal["fused", "sync", "async"] = "fused"
     seed: int = 0

@@ -12,7 +12,7 @@ Two shapes:
   up to `runtime.max_learner_restarts` times, from its newest checkpoint and on the same
   endpoints, and the running actors follow it (they take its versions and register again).
   This process binds the learner's listening sockets and holds them for the whole run
-  (launch/ports.py), so no other process can take the ports while the learner is down.
+  (tianjax.launch.ports), so no other process can take the ports while the learner is down.
 
 With `runtime.transport: ipc` the sockets live in a private directory (mode 0700) made
 here and removed at exit.

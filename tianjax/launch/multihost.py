@@ -15,7 +15,7 @@ The per-run key comes from `--key-file` or the TIANJAX_RUN_KEY environment varia
 same on every process; it is never printed. Connections use `runtime.security: curve`
 unless the config says otherwise (a multi-host run crosses a network).
 
-A lost learner process ends the run in bounded time (launch/guard.py): the others notice
+A lost learner process ends the run in bounded time (tianjax.launch.guard): the others notice
 within `runtime.heartbeat_timeout_s`, tell their actors the run failed, print one line
 and exit 1; a SIGTERM ends a learner within seconds even inside a collective; an actor
 whose learner is gone gives up after the same timeout and is not restarted.

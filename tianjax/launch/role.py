@@ -30,7 +30,7 @@ def _die_with_parent(parent_pid: int | None) -> None:
 
 def stop_actor(signum, frame):
     """An actor's SIGTERM handler: exit code 143, once (a killed launcher's threads each
-    send its parent-death SIGTERM as they exit; see runtime/shutdown.py)."""
+    send its parent-death SIGTERM as they exit; see tianjax.runtime.process.shutdown)."""
     from tianjax.runtime.process import shutdown
 
     shutdown.request(exit_code=143)
@@ -48,8 +48,10 @@ STARTUP_FAILED = 78  # EX_CONFIG
 
 
 def _startup_failed(args, e: BaseException) -> int:
+    from tianjax.config import ConfigError
+
     line = (str(e).strip().splitlines() or [""])[0]
-    name = "" if type(e).__name__ == "ConfigError" else f"{type(e).__name__}: "
+    name = "" if isinstance(e, ConfigError) else f"{type(e).__name__}: "  # its message names the key
     print(f"tianjax: actor {args.actor_id} cannot start: {name}{line}", file=sys.stderr, flush=True)
     return STARTUP_FAILED
 

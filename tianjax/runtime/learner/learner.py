@@ -19,12 +19,12 @@ stop producing when it is spent, and a run ends with `total_env_steps` env steps
 to within one batch. Every parameter message carries the learner's count of admitted env
 steps, the global clock of actor-side schedules (epsilon).
 
-`Learner` only moves data between its parts, one module each: the ingress (ingress.py:
-credits, admission, control; its receiver thread, receiver.py), the batch strategies
-(onpolicy_batches.py, replay_batches.py), the update over the device mesh
-(sharded_update.py), the publisher and in-flight threads (publisher.py, inflight.py), the
-balance controllers (balance.py, controller.py), what it measures (learner_report.py) and
-the run's record: episodes, metrics, checkpoints, result (recorder.py).
+`Learner` only moves data between its parts, one module each of tianjax.runtime.learner
+unless named: the `ingress` (credits, admission, control; its `receiver` thread), the batch
+strategies (`batches.onpolicy`, `batches.replay`), the update over the device mesh
+(`sharded_update`), the `publisher` and `inflight` threads, the balance controllers
+(tianjax.runtime.balance), what it measures (`report`) and the run's record: episodes,
+metrics, checkpoints, result (tianjax.runtime.runners.recorder).
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ from tianjax.runtime.learner.batches.onpolicy import AsyncBatches, Choice, Reuse
 from tianjax.runtime.runners.outcome import RunOutcome
 from tianjax.runtime.runners.recorder import RunRecorder
 from tianjax.runtime.learner.batches.replay import ReplayBatches
-from tianjax.runtime.learner.sharded_update import ShardedUpdate, learner_mesh  # noqa: F401 - learner_mesh: where it was
+from tianjax.runtime.learner.sharded_update import ShardedUpdate
 from tianjax.runtime.actor.sources import batch_template
 from tianjax.envs.factory import env_spec
 from tianjax.runtime.learner.watchdog import ArrivalWatch
@@ -67,7 +67,7 @@ class Learner:
         (default: the logger's run directory; none without a logger). In a multi-process
         run every learner process must name the same one. `ipc_dir`: where ipc sockets
         go (the launcher's private directory). `listen_fds`: listening sockets the launcher
-        holds for `endpoints` (channel name -> descriptor; see launch/ports.py)."""
+        holds for `endpoints` (channel name -> descriptor; see tianjax.launch.ports)."""
         self.config = config
         rt = config.runtime
         obs_shape, obs_dtype, action_spec = env_spec(config)
@@ -217,8 +217,8 @@ class Learner:
         self.interrupted = False
         try:
             # the stop is taken at the loop's checks, never raised into the middle of a step
-            # (see runtime/shutdown.py): not between an update that donates the state and
-            # the assignment of its result, nor into a checkpoint or a lock the loop shares
+            # (see tianjax.runtime.process.shutdown): not between an update that donates the
+            # state and the assignment of its result, nor into a checkpoint or a lock the loop shares
             # with its threads. Every pass checks within 50 ms
             with shutdown.critical():
                 self._loop(should_stop)

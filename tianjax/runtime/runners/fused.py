@@ -9,7 +9,7 @@ steps, so it cannot go on with an empty buffer), so a run resumed from one conti
 for bit as if it had not stopped. They
 are written at chunk boundaries: the first one at or after every `checkpoint.every`
 updates, and at the end (also when stopped by Ctrl-C or SIGTERM). Episodes, records,
-checkpoints and the result are kept by the run recorder (runtime/recorder.py).
+checkpoints and the result are kept by the run recorder (tianjax.runtime.runners.recorder).
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ Replay algorithms (DQN) run the same loop, adding each rollout's [T * B] transit
 on-device replay buffer and taking `dqn.updates_per_rollout` gradient steps once
 `dqn.learning_starts` env steps have been collected, exactly as the fused loop does (the
 same tianjax.core.replay.setup set-up). Episodes, records, checkpoints and the result are kept by
-the run recorder (runtime/recorder.py), as in the other runners.
+the run recorder (tianjax.runtime.runners.recorder), as in the other runners.
 
 Modes: `sync` is this loop. `async` runs the same single-process loop (its learner uses
 the staleness-corrected losses, which reduce to the plain ones because every batch here is
