@@ -1,6 +1,6 @@
 """Flax networks: a torso chosen by config (`torsos`, with `conv`), the actor-critic and Q
-heads on top of it (`heads`), or the user's own module (`custom`), which a factory builds for an `ActionSpec`. Params are
-plain pytrees."""
+heads on top of it (`heads`), or the user's own module (`custom`), which a factory builds
+for an `ActionSpec`. Params are plain pytrees."""
 
 from tianjax.core.types import ActionSpec
 from tianjax.networks.custom import custom_network, use_network
