@@ -63,9 +63,28 @@ DOUBLE_HUBER = np.array([3.0, 0.0, 14.5, 0.32])  # by hand from DOUBLE_TD
 PLAIN_HUBER = np.array([4.8, 0.0, 14.5, 0.32])
 
 
-def test_hand_values_are_consistent():
-    np.testing.assert_allclose([_huber(x) for x in DOUBLE_TD], DOUBLE_HUBER, rtol=1e-6)
-    np.testing.assert_allclose([_huber(x) for x in PLAIN_TD], PLAIN_HUBER, rtol=1e-6)
+@pytest.mark.parametrize("jit", JIT)
+@pytest.mark.parametrize("double_q", [True, False])
+def test_each_transitions_hand_values_through_the_loss(jit, double_q):
+    """Each transition alone through the real loss: its loss is the hand-computed Huber
+    value, its target and |td| the ones worked out above (the sign of td too, from
+    q_mean - target_mean), and the hand Huber values agree with Huber's closed form."""
+    loss_fn = _maybe_jit(dqn.make_loss(table_apply, gamma=GAMMA, double_q=double_q,
+                                       huber_delta=DELTA), jit)
+    params, target = {"q": jnp.asarray(Q_ONLINE)}, {"q": jnp.asarray(Q_TARGET)}
+    batch = _hand_batch()
+    huber = DOUBLE_HUBER if double_q else PLAIN_HUBER
+    td = DOUBLE_TD if double_q else PLAIN_TD
+    np.testing.assert_allclose([_huber(x) for x in td], huber, rtol=1e-6)
+    q_sa = [2.0, 0.5, 3.0, 4.0]
+    for i in range(4):
+        one = jax.tree.map(lambda x: x[i:i + 1], batch)
+        loss, m = loss_fn(params, target, one, jnp.ones(1))
+        np.testing.assert_allclose(loss, huber[i], rtol=1e-6, atol=1e-7, err_msg=f"transition {i}")
+        np.testing.assert_allclose(m["q_mean"], q_sa[i], rtol=1e-6)
+        np.testing.assert_allclose(m["target_mean"], q_sa[i] - td[i], rtol=1e-6)
+        np.testing.assert_allclose(m["q_mean"] - m["target_mean"], td[i], rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(m["td_abs"], abs(td[i]), rtol=1e-6, atol=1e-7)
 
 
 @pytest.mark.parametrize("jit", JIT)
