@@ -208,15 +208,6 @@ def test_gymnasium_short_run_writes_the_run_dir(tmp_path):
 
 
 @pytest.mark.slow
-def test_ppo_learns_cartpole_on_envpool(tmp_path):
-    res = tianjax.train(ENVPOOL_CFG, [IN_PROCESS], verbose=False, progress=False, run_dir=str(tmp_path / "r"))
-    s = res.summary
-    assert s["final_return"] >= 475, s
-    assert s["convergence_time_s"] is not None and s["skipped_updates"] == 0
-    assert os.path.exists(tmp_path / "r" / "summary.json")
-
-
-@pytest.mark.slow
 def test_async_mode_runs_the_same_loop_with_staleness_correction(tmp_path):
     config = load_config(ENVPOOL_CFG, ["mode=async", "num_actors=1", "total_env_steps=2048"])
     out = _run(config, tmp_path)
