@@ -8,8 +8,8 @@ import pytest
 import tianjax
 from tianjax.algos import make_algorithm
 from tianjax.config import ConfigError, load_config
-from tianjax.envs.jax_env import make_gymnax
-from tianjax.fused import make_fused
+from tianjax.envs.gymnax_env import make_gymnax
+from tianjax.core.fused import make_fused
 from tianjax.fused_train import WINDOW, FusedRun, _window_push, check, final_return, make_train
 
 SMALL = ["total_env_steps=2048", "num_envs=2", "rollout_len=64"]  # 16 updates

@@ -42,7 +42,7 @@ import numpy as np
 
 from tianjax.algos import make_algorithm
 from tianjax.config import Config, ConfigError
-from tianjax.fused import FusedState, make_fused
+from tianjax.core.fused import FusedState, make_fused
 
 # the numeric hyperparameters each algorithm reads only in arithmetic (never for a shape
 # or a Python branch), so that they can be traced
@@ -139,7 +139,7 @@ def _window_push(window: jax.Array, count: jax.Array, done: jax.Array, returns: 
 def make_train(config: Config, env=None):
     """Returns (init(key) -> FusedState, train_fn(state, hparams) -> FusedRun) for a fused
     config (`env`: a JaxEnv to use instead of the config's). Both are pure: jit and vmap them."""
-    from tianjax.envs.jax_env import make_jax_env
+    from tianjax.envs.factory import make_jax_env
 
     if config.mode != "fused":
         raise ConfigError(f"config key 'mode': make_train builds fused runs, got mode '{config.mode}'")
