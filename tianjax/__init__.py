@@ -11,6 +11,7 @@ with versioned parameters and a staleness-weighted loss.
     run = tianjax.load(result.run_dir)  # config, params, policy (later, from the run directory)
 """
 
+from tianjax._version import __version__
 from tianjax.config import Config, ConfigError, load_config
 from tianjax.train import TrainResult, train
 
@@ -30,6 +31,5 @@ def __getattr__(name):
     raise AttributeError(f"module 'tianjax' has no attribute {name!r}")
 
 
-__version__ = "0.1.0"
 __all__ = ["Config", "ConfigError", "LoadedRun", "TrainResult", "algos", "evaluate", "load", "load_config",
            "train", "__version__"]
