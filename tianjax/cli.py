@@ -1,5 +1,5 @@
-"""Command line: `tianjax train CONFIG [key=value ...]`, `tianjax launch --role ...`,
-`tianjax report RUN_DIR [RUN_DIR ...]`.
+"""Command line: `tianjax train CONFIG [key=value ...]`, `tianjax configs`, `tianjax show
+CONFIG`, `tianjax launch ...`, `tianjax eval RUN_DIR`, `tianjax report RUN_DIR [RUN_DIR ...]`.
 
 Every bad input (unknown key, wrong type, missing file, bad env id, impossible sizes) ends
 with a one-line message and exit code 2, never a traceback.
@@ -24,6 +24,8 @@ def _sigterm(signum, frame):
 
 
 def _train(args) -> int:
+    if args.dry_run:
+        return _dry_run(args)
     from tianjax.train import train
 
     result = train(args.config, args.overrides, progress=None if not args.no_progress else False)
@@ -31,6 +33,50 @@ def _train(args) -> int:
         print("tianjax: interrupted; the run directory has its summary and a final checkpoint "
               f"(continue with resume={result.run_dir})", file=sys.stderr)
         return 130
+    return 0
+
+
+def _dry_run(args) -> int:
+    from tianjax.config import load_config
+    from tianjax.dryrun import dry_run
+
+    print(dry_run(load_config(args.config, args.overrides)).text(), flush=True)
+    return 0
+
+
+def _configs(args) -> int:
+    """One line per shipped config: name, mode, algorithm, env, and the extra it needs."""
+    import importlib.util
+
+    from tianjax.config import library
+    from tianjax.preflight import BACKEND_EXTRAS
+
+    infos = [library.describe(n) for n in library.names()]
+    width = max((len(i.name) for i in infos), default=10)
+    for i in infos:
+        env = f"{i.env} ({i.env_backend})"
+        module, extra = BACKEND_EXTRAS.get(i.env_backend, (None, None))
+        need = ""
+        if module is not None and importlib.util.find_spec(module) is None:
+            need = f"  needs .[{extra}]"
+        print(f"{i.name:<{width}}  {i.mode:<5}  {i.algo:<6}  {env}{need}")
+    print(f"({len(infos)} configs in {library.configs_dir()}; `tianjax show NAME` prints one, "
+          "`tianjax train NAME` trains it)", file=sys.stderr)
+    return 0
+
+
+def _show(args) -> int:
+    from tianjax.config import load_config
+    from tianjax.config.describe import render
+    from tianjax.config.library import resolve
+
+    path = resolve(args.config)
+    config = load_config(path, args.overrides)
+    with open(path) as f:
+        text = f.read()
+    header = f"{args.config}" + (f" with {' '.join(args.overrides)}" if args.overrides else "")
+    header += "\nthe resolved config: only the sections this run reads (--all: every section)"
+    print(render(config, read_only=not args.all, header=header, source_text=text), end="")
     return 0
 
 
@@ -88,13 +134,36 @@ def _eval(args) -> int:
     return 0
 
 
+_KEYS_EPILOG = ("CONFIG is a shipped config's name (`tianjax configs` lists them) or a YAML file. "
+                "Every key, with its value and what it does: `tianjax show CONFIG [key=value ...]`. "
+                "Common ones: total_env_steps, seed, mode (fused|sync|async), num_actors, num_envs, "
+                "rollout_len, run_dir, loggers, ppo.lr, staleness.schedule.")
+
+
+def _add_info_commands(sub) -> None:
+    c = sub.add_parser("configs", help="list the shipped configs, one line each")
+    c.set_defaults(handler=_configs)
+    s = sub.add_parser("show", help="print a resolved config with each key's comment: "
+                                    "tianjax show CONFIG [key=value ...]", epilog=_KEYS_EPILOG)
+    s.add_argument("config", help="a shipped config's name or a YAML file")
+    s.add_argument("overrides", nargs="*", help="dotted overrides, e.g. ppo.lr=1e-3 num_envs=8")
+    s.add_argument("--all", action="store_true", help="every section, also those this run does not read")
+    s.set_defaults(handler=_show)
+
+
 def main(argv=None) -> int:
+    from tianjax._version import __version__
+
     parser = argparse.ArgumentParser(prog="tianjax", description="Fast distributed RL training in JAX.")
+    parser.add_argument("--version", action="version", version=f"tianjax {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("train", help="train a config: tianjax train CONFIG [key=value ...]")
-    p.add_argument("config", help="a YAML file under configs/ (or your own)")
+    p = sub.add_parser("train", help="train a config: tianjax train CONFIG [key=value ...]", epilog=_KEYS_EPILOG)
+    p.add_argument("config", help="a shipped config's name (tianjax configs) or a YAML file")
     p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. ppo.lr=1e-3 num_envs=8")
     p.add_argument("--no-progress", action="store_true", help="no live progress bar")
+    p.add_argument("--dry-run", action="store_true",
+                   help="check everything and build the env and network, without training or writing")
+    _add_info_commands(sub)
     q = sub.add_parser("launch", help="run one role of a multi-host run")
     q.add_argument("--role", choices=["learner", "actor"], required=True)
     q.add_argument("config")
@@ -116,7 +185,12 @@ def main(argv=None) -> int:
     r.add_argument("run_dirs", nargs="*", metavar="RUN_DIR", help="run directories (as `train` writes them)")
     r.add_argument("--out", help="output directory (default: RUN_DIR/report for one run, "
                                  "reports/report_<time> for several)")
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    # overrides may follow an option (`train NAME --dry-run ppo.lr=1e-3`): argparse leaves those over
+    if extra and hasattr(args, "overrides") and all("=" in a and not a.startswith("-") for a in extra):
+        args.overrides = [*args.overrides, *extra]
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
 
     from tianjax.checkpoint import CheckpointError
     from tianjax.config import ConfigError
@@ -129,6 +203,8 @@ def main(argv=None) -> int:
     except (ValueError, OSError, AttributeError):
         pass  # stderr is not a file (captured, as when main() runs inside another program)
     try:
+        if getattr(args, "handler", None) is not None:
+            return args.handler(args)
         if args.command == "train":
             return _train(args)
         if args.command == "launch":

@@ -91,6 +91,9 @@ def _train(config: Config, env, progress, verbose) -> TrainResult:
     runner = _runner(config)
     if env is not None:
         runner = partial(runner, env=env)
+    from tianjax import preflight
+
+    preflight.check(config, env_given=env is not None)  # before the run directory exists
     compile_cache.enable(config.compile_cache)
     if config.resume:
         if not os.path.isdir(config.resume):

@@ -16,10 +16,10 @@ from tianjax.config.algos import (DQNConfig, IMPALAConfig, MADDPGConfig, MultiAg
                                   PPOConfig, QMIXConfig)
 from tianjax.config.checks import ConfigError
 from tianjax.config.loading import apply_overrides, import_modules, load_config, parse_override, read_yaml
-from tianjax.config.runtime import BalanceConfig, CheckpointConfig, RuntimeConfig, StalenessConfig
+from tianjax.config.runtime import BalanceConfig, CheckpointConfig, RuntimeConfig, StalenessConfig, WandbConfig
 from tianjax.config.schema import MULTI_AGENT_ALGOS, REPLAY_ALGOS, Config
 
 __all__ = ["BalanceConfig", "CheckpointConfig", "Config", "ConfigError", "DQNConfig", "IMPALAConfig",
            "MADDPGConfig", "MULTI_AGENT_ALGOS", "MultiAgentConfig", "NetworkConfig", "PPOConfig", "QMIXConfig",
-           "REPLAY_ALGOS", "RuntimeConfig", "StalenessConfig", "apply_overrides", "import_modules", "load_config",
+           "REPLAY_ALGOS", "RuntimeConfig", "StalenessConfig", "WandbConfig", "apply_overrides", "import_modules", "load_config",
            "parse_override", "read_yaml"]

@@ -71,7 +71,7 @@ class RunLogger:
         self.run_dir = os.path.abspath(run_dir or config.run_dir or default_run_dir(config))
         os.makedirs(self.run_dir, exist_ok=True)
         with open(os.path.join(self.run_dir, "config.yaml"), "w") as f:
-            yaml.safe_dump(config.to_dict(), f, sort_keys=False)
+            yaml.safe_dump(config.to_dict(read_only=True), f, sort_keys=False)  # the sections it reads
         self._metrics = open(os.path.join(self.run_dir, "metrics.jsonl"), "a")
         self._tb = TensorBoardWriter(self.run_dir) if tensorboard else None
 
