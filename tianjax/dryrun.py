@@ -43,14 +43,14 @@ def _obs_text(shape, dtype) -> str:
 def _build_env(config: Config):
     """(obs_shape, obs_dtype, action_spec, what) of the config's env, built and closed."""
     if config.env_backend in ("envpool", "gymnasium"):
-        from tianjax.envs.host import make_host_env
+        from tianjax.envs.factory import make_host_env
 
         env = make_host_env(config.env_backend, config.env, config.num_envs, config.seed, **config.env_options)
         try:
             return env.obs_shape, env.obs_dtype, env.action_spec, f"{config.num_envs} envs per actor"
         finally:
             env.close()
-    from tianjax.envs.jax_env import make_jax_env
+    from tianjax.envs.factory import make_jax_env
 
     env = make_jax_env(config.env_backend, config.env, config.env_options)
     agents = getattr(env, "num_agents", None)

@@ -57,7 +57,7 @@ def check_env_id(config: Config) -> None:
     elif backend == "gymnasium":
         from tianjax.envs.gymnasium_env import check_env_id as check
     else:
-        from tianjax.envs.jax_env import make_jax_env
+        from tianjax.envs.factory import make_jax_env
 
         make_jax_env(backend, config.env, config.env_options)
         return
