@@ -70,6 +70,9 @@ def check(config: Config, *, env_given: bool = False) -> None:
     check_extras(config)
     if not env_given:
         check_env_id(config)
+    from tianjax.metrics.loggers import check_loggers
+
+    check_loggers(config)
 
 
 def needed_extras(config: Config) -> list[str]:
