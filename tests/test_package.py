@@ -121,3 +121,13 @@ def test_a_runs_config_yaml_holds_only_what_it_reads(tmp_path):
     sections = {k for k, v in saved.items() if isinstance(v, dict) and k != "env_options"}
     assert sections == {"network", "ppo", "staleness", "checkpoint"}
     assert load_config(run / "config.yaml") == load_config("ppo_cartpole", [*TINY, f"run_dir={run}"])
+
+
+def test_eval_on_a_run_without_checkpoints_says_so(tmp_path, capsys):
+    run = tmp_path / "run"
+    tianjax.train("ppo_cartpole", [*TINY, "checkpoint.final=false"], run_dir=run, verbose=False, progress=False)
+    assert main(["eval", str(run)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"tianjax: error: eval: the run in '{run}' has no checkpoints") and "\n" not in err
+    with pytest.raises(ConfigError, match="has no checkpoints"):
+        tianjax.load(run)

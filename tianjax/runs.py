@@ -24,7 +24,7 @@ from tianjax.checkpoint import store as ckpt
 from tianjax.algos import Algorithm, make_algorithm
 from tianjax.config import Config, ConfigError, load_config
 from tianjax.networks.custom import use_network
-from tianjax.runtime.runners.eval import EvalResult, evaluate_policy, locate
+from tianjax.runtime.runners.eval import EvalResult, evaluate_policy, locate, require_checkpoint
 
 
 class LoadedRun(NamedTuple):
@@ -44,6 +44,7 @@ def load(path: str | os.PathLike, *, env: Any = None, network: Any = None) -> Lo
     run_dir, step = locate(os.fspath(path))
     config = load_config(os.path.join(run_dir, "config.yaml"), resume=None)
     if step is None:
+        require_checkpoint(run_dir, "load")
         step, state, _ = ckpt.restore_latest(run_dir)
     else:
         step, state, _ = ckpt.restore_step(run_dir, step)

@@ -67,7 +67,8 @@ def test_readme_train_command_reaches_500_on_cartpole(tmp_path):
 def test_ppo_continuous_improves_pendulum(tmp_path):
     result = tianjax.train("configs/ppo_pendulum.yaml", run_dir=str(tmp_path / "run"), progress=False,
                            verbose=False)
-    first = result.metrics["return_mean_100"][0]
+    ret = result.metrics["return_mean_100"]
+    first = ret[np.isfinite(ret)][0]  # the first record after an episode has ended
     assert first < -900  # a random policy
     assert result.summary["final_return"] > -400
     # the greedy policy is at least as good

@@ -54,6 +54,14 @@ def locate(path: str) -> tuple[str, int | None]:
     return path, None
 
 
+def require_checkpoint(run_dir: str, what: str = "eval") -> None:
+    """ConfigError saying so when a run directory holds no checkpoint to read params from."""
+    if not ckpt.has_checkpoint(run_dir):
+        raise ConfigError(f"{what}: the run in '{run_dir}' has no checkpoints, so there are no params to "
+                          "evaluate (it stopped before its first, or trained with checkpoint.final=false and "
+                          "checkpoint.every=0); train it with checkpoint.final=true")
+
+
 def _host_returns(config: Config, algo, action_spec, params, episodes: int, greedy: bool, seed: int,
                   max_steps: int = 100_000) -> np.ndarray:
     from tianjax.envs.factory import make_host_env
@@ -91,6 +99,7 @@ def evaluate_run(path: str, episodes: int = 10, greedy: bool = True, seed: int |
     run_dir, step = locate(path)
     config = load_config(os.path.join(run_dir, "config.yaml"), resume=None)
     if step is None:
+        require_checkpoint(run_dir)
         step, state, _ = ckpt.restore_latest(run_dir)
     else:
         step, state, _ = ckpt.restore_step(run_dir, step)
