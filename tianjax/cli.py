@@ -111,6 +111,8 @@ def _report(args) -> int:
         print(f"tianjax: error: {e}", file=sys.stderr)
         return 2
     print(f"report: {report.markdown} ({len(report.rows)} runs, {len(report.figures)} figures)")
+    for note in report.notes:
+        print(f"tianjax: note: {note[2:]}", file=sys.stderr)
     return 0
 
 
