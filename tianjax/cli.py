@@ -84,14 +84,19 @@ def _launch(args) -> int:
     from tianjax.config import load_config
     from tianjax.launch import multihost
 
+    from tianjax import preflight
+
     config = load_config(args.config, args.overrides)
     if config.mode == "fused":
         from tianjax.config import ConfigError
 
         raise ConfigError("config key 'mode': a multi-host launch runs mode sync or async")
+    preflight.check(config)  # before anything is written or bound
+    if args.role is None:
+        return _launch_slurm(args, config)
     if args.role == "learner":
         return multihost.run_learner(config, coordinator=args.coordinator, num_processes=args.num_processes,
-                                     process_id=args.process_id, bind_host=args.bind_host,
+                                     process_id=args.process_id, bind_host=args.bind_host or "127.0.0.1",
                                      base_port=args.base_port, key_file=args.key_file)
     if args.actor_id is None:
         from tianjax.config import ConfigError
@@ -100,6 +105,39 @@ def _launch(args) -> int:
     return multihost.run_actor(config, actor_id=args.actor_id, learner_host=args.learner_host,
                                base_port=args.base_port, num_learners=args.num_learners,
                                key_file=args.key_file)
+
+
+def _launch_slurm(args, config) -> int:
+    """`srun tianjax launch CONFIG ...`: this task's role from the SLURM environment
+    (tianjax/launch/slurm.py), then the same learner or actor as `--role` starts."""
+    import dataclasses
+    import socket
+
+    from tianjax.launch import multihost, slurm
+
+    task = slurm.slurm_task(os.environ)
+    role = slurm.role_of(task, args.learners)
+    root = config.run_dir or os.path.join("runs", f"slurm-{task.job.split('.')[0]}")
+    key_file = args.key_file or os.path.join(root, f"run-{task.job}.key")
+    config = dataclasses.replace(config, run_dir=root, num_actors=role.actors_per_learner,
+                                 total_env_steps=config.total_env_steps // role.num_learners)
+    if task.rank == 0 and args.key_file is None:
+        slurm.write_key_file(key_file)
+    else:
+        slurm.wait_for_key_file(key_file, config.runtime.connect_timeout_s)
+    what = (f"learner {role.index}/{role.num_learners}" if role.role == "learner" else
+            f"actor {role.index} (of learner {role.index % role.num_learners} on {role.learner_host})")
+    print(f"tianjax: SLURM task {task.rank}/{task.ntasks} on {task.host}: {what}; {role.actors_per_learner} "
+          f"actors and {config.total_env_steps:,} env steps per learner", flush=True)
+    if role.role == "learner":
+        port = args.coordinator_port or args.base_port + 3 * role.num_learners
+        return multihost.run_learner(
+            config, coordinator=f"{socket.gethostbyname(role.coordinator_host)}:{port}",
+            num_processes=role.num_learners, process_id=role.index,
+            bind_host=args.bind_host or socket.gethostbyname(role.learner_host), base_port=args.base_port,
+            key_file=key_file)
+    return multihost.run_actor(config, actor_id=role.index, learner_host=socket.gethostbyname(role.learner_host),
+                               base_port=args.base_port, num_learners=role.num_learners, key_file=key_file)
 
 
 def _report(args) -> int:
@@ -166,19 +204,27 @@ def main(argv=None) -> int:
     p.add_argument("--dry-run", action="store_true",
                    help="check everything and build the env and network, without training or writing")
     _add_info_commands(sub)
-    q = sub.add_parser("launch", help="run one role of a multi-host run")
-    q.add_argument("--role", choices=["learner", "actor"], required=True)
+    q = sub.add_parser("launch", help="run one role of a multi-host run (without --role: each task of "
+                                      "`srun tianjax launch CONFIG` finds its own; docs/multihost.md)")
+    q.add_argument("--role", choices=["learner", "actor"],
+                   help="this process's role (omit under srun: from SLURM_PROCID, SLURM_NTASKS and the node list)")
     q.add_argument("config")
     q.add_argument("overrides", nargs="*")
     q.add_argument("--coordinator", help="learner 0's host:port for jax.distributed (omit: auto-detect)")
     q.add_argument("--num-processes", type=int, help="learner processes in the run")
     q.add_argument("--process-id", type=int, help="this learner's index")
-    q.add_argument("--bind-host", default="127.0.0.1", help="learner: interface to bind (default loopback)")
+    q.add_argument("--bind-host", help="learner: interface to bind (default loopback; under srun: the "
+                                       "learner's host address)")
     q.add_argument("--learner-host", default="127.0.0.1", help="actor: host of the learners")
     q.add_argument("--num-learners", type=int, default=1, help="actor: learner processes to spread over")
     q.add_argument("--base-port", type=int, default=5555, help="learner i uses base+3i .. base+3i+2")
     q.add_argument("--actor-id", type=int)
-    q.add_argument("--key-file", help="the run key (hex); default: $TIANJAX_RUN_KEY")
+    q.add_argument("--key-file", help="the run key (hex); default: $TIANJAX_RUN_KEY (under srun: a file task 0 "
+                                      "writes, RUN_DIR/run-<job>.<step>.key)")
+    q.add_argument("--learners", type=int, default=1, help="under srun: the first N tasks are learners, the "
+                                                            "rest actors (default 1)")
+    q.add_argument("--coordinator-port", type=int, help="under srun: jax.distributed's port on task 0's host "
+                                                         "(default base_port + 3 x learners)")
     e = sub.add_parser("eval", help="play a trained policy: tianjax eval RUN_DIR_OR_CHECKPOINT [episodes=N]")
     e.add_argument("path", metavar="RUN_DIR_OR_CHECKPOINT",
                    help="a run directory (its newest checkpoint) or RUN_DIR/checkpoints/STEP")
