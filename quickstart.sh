@@ -4,6 +4,7 @@
 #                                                    light core and only the extras CONFIG needs
 #   ./quickstart.sh test [pytest args ...]           run the test suite (2 workers); installs
 #                                                    .[test,all]: every backend the tests cover
+#   ./quickstart.sh setup [EXTRAS]                   only install (e.g. `setup envpool,tensorboard`)
 set -euo pipefail
 cd "$(dirname "$0")"
 PY=${PYTHON:-python3}
@@ -48,12 +49,14 @@ case "$job" in
     extras=$(.venv/bin/python -m tianjax.preflight "$config" "$@") || exit 2
     ensure "$extras"
     exec .venv/bin/tianjax train "$config" "$@" ;;
+  setup)
+    ensure "${1:-}" ;;
   test)
     ensure "test,all"
     # two pytest workers (TIANJAX_TEST_WORKERS; 0 runs in one process): most tests compile
     # or train in a single thread, so two halve the suite on a 2-core machine
     exec .venv/bin/python -m pytest -n "${TIANJAX_TEST_WORKERS:-2}" "$@" ;;
   *)
-    echo "usage: ./quickstart.sh train [CONFIG] [key=value ...] | ./quickstart.sh test [pytest args]" >&2
+    echo "usage: ./quickstart.sh train [CONFIG] [key=value ...] | test [pytest args] | setup [EXTRAS]" >&2
     exit 2 ;;
 esac
