@@ -131,3 +131,11 @@ def test_eval_on_a_run_without_checkpoints_says_so(tmp_path, capsys):
     assert err.startswith(f"tianjax: error: eval: the run in '{run}' has no checkpoints") and "\n" not in err
     with pytest.raises(ConfigError, match="has no checkpoints"):
         tianjax.load(run)
+
+
+def test_a_network_module_that_does_not_import_leaves_no_run_directory(tmp_path):
+    run_dir = tmp_path / "run"
+    with pytest.raises(ConfigError, match="config key 'network.module': cannot import 'no_such_pkg_tianjax'"):
+        tianjax.train("ppo_cartpole", [*TINY, "network.module=no_such_pkg_tianjax:Net"], run_dir=run_dir,
+                      verbose=False)
+    assert not run_dir.exists()

@@ -1,5 +1,5 @@
 """Checks a config can run before anything is written: the optional extras it needs are
-installed, its env id exists, its loggers can be built.
+installed, its env id exists, the modules it names (`network.module`, loggers) import.
 
 `tianjax train`, `tianjax launch` and `tianjax.train()` call `check(config)` before they
 make a run directory, so a typo in an env id or a missing extra leaves nothing behind.
@@ -70,6 +70,10 @@ def check(config: Config, *, env_given: bool = False) -> None:
     check_extras(config)
     if not env_given:
         check_env_id(config)
+    if config.network.module:  # imported here, as the actors will (a factory is called later)
+        from tianjax.config.references import resolve_reference
+
+        resolve_reference(config.network.module, "network.module")
     from tianjax.metrics.loggers import check_loggers
 
     check_loggers(config)

@@ -50,9 +50,16 @@ def test_a_users_logger_gets_config_records_and_summary(tmp_path, user_module):
 def test_a_bad_logger_name_fails_before_the_run(tmp_path, user_module):
     with pytest.raises(ConfigError, match="config key 'loggers'"):
         load_config("ppo_cartpole", ["loggers=[tensorbord]"])
-    with pytest.raises(ConfigError, match="cannot load 'my_logs:Nope'"):
+    with pytest.raises(ConfigError, match="config key 'loggers': module 'my_logs' has no 'Nope'"):
         tianjax.train("ppo_cartpole", [*TINY, "loggers=[my_logs:Nope]"], run_dir=tmp_path / "r", verbose=False)
     assert not (tmp_path / "r").exists()
+
+
+def test_the_console_logger_prints_a_line_per_record(tmp_path, capsys):
+    tianjax.train("ppo_cartpole", [*TINY, "loggers=[console]"], run_dir=tmp_path / "run", verbose=False,
+                  progress=False)
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("tianjax: ")]
+    assert len(lines) == 32 and lines[-1].startswith("tianjax: 2,048/2,048 env steps  return ")
 
 
 def test_tensorboard_holds_the_config_as_hparams(tmp_path):

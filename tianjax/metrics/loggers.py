@@ -20,7 +20,6 @@ then left out: an outside service cannot stop a run.
 
 from __future__ import annotations
 
-import importlib
 import math
 import os
 import sys
@@ -128,11 +127,9 @@ def resolve(name: str):
     """The logger class a `loggers` entry names; ConfigError naming the key."""
     if name in BUILTIN:
         return BUILTIN[name]
-    module, _, attr = name.partition(":")
-    try:
-        cls = getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError) as e:
-        raise ConfigError(f"config key 'loggers': cannot load {name!r} ({type(e).__name__}: {e})") from None
+    from tianjax.config.references import resolve_reference
+
+    cls = resolve_reference(name, "loggers")
     missing = [m for m in ("start", "record", "summary", "close") if not callable(getattr(cls, m, None))]
     if missing:
         raise ConfigError(f"config key 'loggers': {name!r} lacks {', '.join(missing)} (a logger has start, "
