@@ -24,7 +24,8 @@ TINY = ["total_env_steps=4096", "num_envs=4", "rollout_len=16", "eval_episodes=0
 def test_configs_load_by_name_from_any_directory(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     by_name = load_config("ppo_cartpole")
-    assert by_name == load_config(ROOT / "configs" / "ppo_cartpole.yaml") == load_config("configs/ppo_cartpole.yaml")
+    by_path = load_config(ROOT / "configs" / "ppo_cartpole.yaml")
+    assert by_name == by_path == load_config("configs/ppo_cartpole.yaml")  # the repo's path, from elsewhere
     assert set(names()) == {p.stem for p in (ROOT / "configs").glob("*.yaml")}
     with pytest.raises(ConfigError, match="did you mean ppo_cartpole"):
         load_config("ppo_cartpol")

@@ -111,7 +111,8 @@ class ConsoleLogger:
             return "-" if not isinstance(v, (int, float)) else format(v, spec)
 
         print(f"tianjax: {f('env_steps', ',.0f')}/{self._total:,} env steps  return {f('return_mean_100', '.4g')}"
-              f"  {f('env_steps_per_s', ',.0f')} steps/s  {f('wall_time_s', '.1f')} s", file=sys.stderr, flush=True)
+              f"  {f('env_steps_per_s', ',.0f')} steps/s  {f('wall_time_s', '.1f')} s",
+              file=sys.stderr, flush=True)
 
     def summary(self, summary: dict) -> None:
         pass
