@@ -5,6 +5,7 @@ import json
 import os
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -125,13 +126,22 @@ def test_wandb_offline_run_holds_the_records(tmp_path, monkeypatch):
     from wandb.proto import wandb_internal_pb2
 
     (path,) = offline[0].glob("*.wandb")
-    history = []
-    for data in wandb_log_records(path):
-        rec = wandb_internal_pb2.Record()
-        rec.ParseFromString(data)
-        if rec.WhichOneof("record_type") == "history":
-            history.append({item.key or "/".join(item.nested_key): json.loads(item.value_json)
-                            for item in rec.history.item})
+
+    def parsed():
+        out = []
+        for data in wandb_log_records(path):
+            rec = wandb_internal_pb2.Record()
+            rec.ParseFromString(data)
+            out.append(rec)
+        return out
+
+    # NOTE: W&B's service process writes the file and closes its last block after finish()
+    # returns (at the latest when this process exits): wait for the run's exit record
+    deadline = time.monotonic() + 60
+    while not any(r.WhichOneof("record_type") == "exit" for r in parsed()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    history = [{item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in r.history.item}
+               for r in parsed() if r.WhichOneof("record_type") == "history"]
     steps = [h["env_steps"] for h in history if "env_steps" in h]
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert steps == [r["env_steps"] for r in records] == list(range(64, 2049, 64))
