@@ -15,6 +15,7 @@ with versioned parameters and a staleness-weighted loss.
 """
 
 from tianjax.config import Config, ConfigError, load_config
+from tianjax import algos  # the algorithm registry, whose check every Config runs
 from tianjax.train import TrainResult, train
 
 _LAZY = {"load": "tianjax.runs", "evaluate": "tianjax.runs", "LoadedRun": "tianjax.runs",
@@ -27,10 +28,6 @@ def __getattr__(name):
         import importlib
 
         return getattr(importlib.import_module(_LAZY[name]), name)
-    if name == "algos":  # tianjax.algos.register(name, make)
-        import importlib
-
-        return importlib.import_module("tianjax.algos")
     raise AttributeError(f"module 'tianjax' has no attribute {name!r}")
 
 

@@ -13,11 +13,13 @@ import os
 import signal
 import sys
 
+from tianjax.errors import RunFailed
+
 
 def _sigterm(signum, frame):
     # unwind like Ctrl-C, so every role's cleanup (stop actors, close sockets, a final
     # checkpoint) runs; the flag covers the case where the exception is swallowed, or
-    # deferred out of a critical section (see runtime/shutdown.py)
+    # deferred out of a critical section (see tianjax.runtime.process.shutdown)
     from tianjax.runtime.process import shutdown
 
     shutdown.request(signal.Signals(signum).name)
@@ -177,14 +179,13 @@ def main(argv=None) -> int:
         print(f"tianjax: error: out of memory ({e}); lower num_envs, rollout_len or the network size",
               file=sys.stderr)
         return 1
+    except RunFailed as e:  # a run that cannot go on (an actor died in sync mode, no actor delivers)
+        print(f"tianjax: error: {e}", file=sys.stderr)
+        return 1
     except RuntimeError as e:
         if "RESOURCE_EXHAUSTED" in str(e):  # XLA could not allocate: sizes beyond this machine
             first = str(e).strip().splitlines()[0].rstrip(".")
             print(f"tianjax: error: {first}; lower num_envs, rollout_len or the network size", file=sys.stderr)
-            return 1
-        # a run that cannot go on (an actor died in sync mode, no actor delivers): one line
-        if type(e).__name__ in ("ActorFailure", "LearnerFailure", "LearnerStalled"):
-            print(f"tianjax: error: {e}", file=sys.stderr)
             return 1
         raise
     return 1

@@ -98,9 +98,11 @@ def make_rollout(env: Env, algo: Algorithm, num_envs: int, rollout_len: int):
                 rec = (s.obs, out.action, nxt.reward, done, (cut, nxt.final_obs), out.log_prob,
                        out.value, v)
             elif algo.buffer == "sequences":
-                rec = Sequences(s.obs, out.action, nxt.reward, nxt.final_obs, nxt.terminated, done, None, v)
+                rec = Sequences(obs=s.obs, action=out.action, reward=nxt.reward, next_obs=nxt.final_obs,
+                                terminated=nxt.terminated, done=done, carry=None, version=v)
             else:
-                rec = Transition(s.obs, out.action, nxt.reward, nxt.final_obs, nxt.terminated, v)
+                rec = Transition(obs=s.obs, action=out.action, reward=nxt.reward, next_obs=nxt.final_obs,
+                                 terminated=nxt.terminated, version=v)
             return RolloutState(nxt.state, nxt.obs, key, stats, carry), (rec, episodes)
 
         carry0 = state.carry
@@ -113,7 +115,9 @@ def make_rollout(env: Env, algo: Algorithm, num_envs: int, rollout_len: int):
         obs, action, reward, done, (cut, final_obs), log_prob, value, v = rec
         values = cut_values(algo.value, params, cut, final_obs)  # [T, B] or, multi-agent, [T, B, N]
         boot, trunc_obs, trunc_t = truncation_bootstrap(values, cut, final_obs)
-        batch = Trajectory(obs, action, reward, done, boot, log_prob, value, v, state.obs, trunc_obs, trunc_t)
+        batch = Trajectory(obs=obs, action=action, reward=reward, done=done, bootstrap_value=boot,
+                           behaviour_log_prob=log_prob, behaviour_value=value, version=v, last_obs=state.obs,
+                           trunc_obs=trunc_obs, trunc_t=trunc_t)
         return state, batch, episodes
 
     return init, rollout

@@ -9,7 +9,7 @@ steps, so it cannot go on with an empty buffer), so a run resumed from one conti
 for bit as if it had not stopped. They
 are written at chunk boundaries: the first one at or after every `checkpoint.every`
 updates, and at the end (also when stopped by Ctrl-C or SIGTERM). Episodes, records,
-checkpoints and the result are kept by the run recorder (runtime/recorder.py).
+checkpoints and the result are kept by the run recorder (tianjax.runtime.runners.recorder).
 """
 
 from __future__ import annotations
@@ -27,10 +27,11 @@ from tianjax.envs.factory import make_jax_env
 from tianjax.core.fused import make_fused
 from tianjax.metrics import Progress, RunLogger
 from tianjax.runtime.process import shutdown
+from tianjax.runtime.runners.outcome import RunOutcome
 from tianjax.runtime.runners.recorder import RunRecorder, sample_rates
 
 
-def run_fused(config: Config, logger: RunLogger, progress: Progress, env=None) -> dict:
+def run_fused(config: Config, logger: RunLogger, progress: Progress, env=None) -> RunOutcome:
     """Trains `config` in fused mode. Returns a dict with params, tracker stats and timings."""
     t_start = time.perf_counter()
     env = env if env is not None else make_jax_env(config.env_backend, config.env, config.env_options)
