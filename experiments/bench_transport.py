@@ -121,7 +121,8 @@ def _push(ctx, sync, cmd) -> dict:
     else:
         tree = _tree(mib)
         net = _net(mode, server=False)
-        s = TrajectorySender(_auth(mode), cmd["endpoint"], sender="bench", hwm=TRAJ_HWM, **_with(net, ctx))
+        s = TrajectorySender(_auth(mode), cmd["endpoint"], sender="bench", to=cmd["to"], hwm=TRAJ_HWM,
+                             **_with(net, ctx))
         cpu = _cpu()
         for i in range(WARMUP + n):
             assert s.send(tree, i, timeout_ms=SYNC_TIMEOUT_MS)
@@ -208,7 +209,8 @@ def _traj_trial(ctx, sync, transport: str, mode: str, mib: int, n: int) -> tuple
         endpoint = r.endpoint
         recv = lambda: r.recv(SYNC_TIMEOUT_MS)  # noqa: E731
     cpu = _cpu()
-    sync.send_json({"op": "traj_send", "mode": mode, "endpoint": endpoint, "mib": mib, "n": n})
+    sync.send_json({"op": "traj_send", "mode": mode, "endpoint": endpoint, "mib": mib, "n": n,
+                    "to": "" if mode == "raw" else r.address})
     for i in range(WARMUP + n):
         if recv() is None:
             raise TimeoutError("trajectory sender went silent")

@@ -22,11 +22,14 @@ from tianjax.transport.channels import (
     TrajectorySender,
 )
 from tianjax.transport.codec import encode
+from tianjax.transport.sockets import address, process_incarnation
 
 KEY = RunKey(bytes(range(32)))
 AUTH = MessageAuth(KEY)
 TREE = {"obs": np.arange(12, dtype=np.float32).reshape(3, 4), "act": np.arange(3, dtype=np.int32)}
 WAIT_MS = 3000  # generous for a loaded machine; a passing test never waits this long
+# a receiver's (and control server's) default address in this process: what senders here name
+LEARNER = address("learner", process_incarnation())
 
 
 @pytest.fixture
@@ -52,8 +55,8 @@ def _until(fn, timeout_s=WAIT_MS / 1000):
 # ------------------------------------------------------------------------------ trajectories
 def test_trajectory_roundtrip(ctx, transport):
     with TrajectoryReceiver(KEY, TREE, transport=transport, ctx=ctx) as rx, \
-            TrajectorySender(KEY, rx.endpoint, sender="actor-0", ctx=ctx) as a0, \
-            TrajectorySender(KEY, rx.endpoint, sender="actor-1", ctx=ctx) as a1:
+            TrajectorySender(KEY, rx.endpoint, sender="actor-0", to=LEARNER, ctx=ctx) as a0, \
+            TrajectorySender(KEY, rx.endpoint, sender="actor-1", to=LEARNER, ctx=ctx) as a1:
         assert rx.endpoint.startswith(f"{transport}://")
         if transport == "tcp":
             assert rx.endpoint.startswith("tcp://127.0.0.1:")
@@ -85,11 +88,11 @@ class Boom:
 
 
 def _bad_messages():
-    good = encode(TREE, auth=AUTH, kind="traj", version=1, sender="evil", seq=1)
-    other = encode(TREE, auth=MessageAuth(new_run_key()), kind="traj", version=1, sender="x", seq=1)
+    good = encode(TREE, auth=AUTH, kind="traj", version=1, sender="evil", seq=1, to=LEARNER)
+    other = encode(TREE, auth=MessageAuth(new_run_key()), kind="traj", version=1, sender="x", seq=1, to=LEARNER)
     resign = lambda f: [AUTH.tag(f[1], f[2:]), *f[1:]]  # noqa: E731  a buggy sender with the key
     enc = lambda tree, **kw: encode(tree, auth=AUTH, kind="traj", sender="x",  # noqa: E731
-                                    **({"version": 1, "seq": 1} | kw))
+                                    **({"version": 1, "seq": 1, "to": LEARNER} | kw))
     payload = pickle.dumps(Boom())
     rng = np.random.default_rng(0)
     return {
@@ -103,7 +106,11 @@ def _bad_messages():
         # frames each under the socket's frame limit (below), together over the message limit
         "oversized": (enc({"obs": np.zeros((3, 4), np.float32), "act": np.zeros(3, np.int32)})
                       + [bytes(40 << 10), bytes(40 << 10)], "size"),
-        "wrong kind": (encode(TREE, auth=AUTH, kind="params", version=1, sender="x", seq=1), "kind"),
+        "wrong kind": (encode(TREE, auth=AUTH, kind="params", version=1, sender="x", seq=1, to=LEARNER), "kind"),
+        # signed with the run key, for another learner or another incarnation of this one
+        "another learner": (enc(TREE, to=address("learner-1", process_incarnation())), "recipient"),
+        "a learner before its restart": (enc(TREE, to=address("learner", "0" * 16)), "recipient"),
+        "the parameter broadcast's recipient": (enc(TREE, to="*"), "recipient"),
         "pickle header": ([good[0], payload, *good[2:]], "auth"),
         "signed pickle header": ([AUTH.tag(payload, good[2:]), payload, *good[2:]], "header"),
         "random bytes": ([rng.bytes(16), rng.bytes(100), rng.bytes(48)], "auth"),
@@ -118,7 +125,7 @@ BAD = _bad_messages()
 def test_receiver_counts_bad_message(ctx, case):
     frames, reason = BAD[case]
     with TrajectoryReceiver(KEY, TREE, ctx=ctx, max_bytes=1 << 16) as rx, \
-            TrajectorySender(KEY, rx.endpoint, sender="actor-0", ctx=ctx) as good:
+            TrajectorySender(KEY, rx.endpoint, sender="actor-0", to=LEARNER, ctx=ctx) as good:
         raw = ctx.socket(zmq.PUSH)
         raw.linger = 0
         raw.connect(rx.endpoint)
@@ -138,11 +145,11 @@ def test_oversized_frame_disconnects_its_sender_unread(ctx):
     """A frame over the receiver's limit never reaches it (ZeroMQ's maxmsgsize drops the
     connection before buffering it), so it costs no memory and is not even counted."""
     with TrajectoryReceiver(KEY, TREE, ctx=ctx, max_bytes=1 << 16) as rx, \
-            TrajectorySender(KEY, rx.endpoint, sender="actor-0", ctx=ctx) as good:
+            TrajectorySender(KEY, rx.endpoint, sender="actor-0", to=LEARNER, ctx=ctx) as good:
         raw = ctx.socket(zmq.PUSH)
         raw.linger = 0
         raw.connect(rx.endpoint)
-        raw.send_multipart(encode(TREE, auth=AUTH, kind="traj", version=1, sender="x", seq=1)
+        raw.send_multipart(encode(TREE, auth=AUTH, kind="traj", version=1, sender="x", seq=1, to=LEARNER)
                            + [bytes(1 << 20)], copy=False)
         assert good.send(TREE, 7, timeout_ms=WAIT_MS)
         msg = rx.recv(WAIT_MS)
@@ -157,9 +164,9 @@ def test_replay_rejected_and_counted(ctx):
         raw = ctx.socket(zmq.PUSH)
         raw.linger = 0
         raw.connect(rx.endpoint)
-        frames = encode(TREE, auth=AUTH, kind="traj", version=1, sender="actor-0", seq=100)
-        older = encode(TREE, auth=AUTH, kind="traj", version=2, sender="actor-0", seq=99)
-        newer = encode(TREE, auth=AUTH, kind="traj", version=3, sender="actor-0", seq=101)
+        frames = encode(TREE, auth=AUTH, kind="traj", version=1, sender="actor-0", seq=100, to=LEARNER)
+        older = encode(TREE, auth=AUTH, kind="traj", version=2, sender="actor-0", seq=99, to=LEARNER)
+        newer = encode(TREE, auth=AUTH, kind="traj", version=3, sender="actor-0", seq=101, to=LEARNER)
         for f in (frames, frames, older, newer):
             raw.send_multipart(f, copy=False)
         assert rx.recv(WAIT_MS).version == 1
@@ -171,7 +178,7 @@ def test_replay_rejected_and_counted(ctx):
 def test_backpressure_returns_false_within_timeout(ctx):
     # a PUSH towards a peer that is not there queues up to its HWM, then refuses
     nobody = "ipc://" + os.path.join(tempfile.gettempdir(), f"tianjax-nobody-{os.getpid()}.ipc")
-    with TrajectorySender(KEY, nobody, sender="actor-0", hwm=2, ctx=ctx) as tx:
+    with TrajectorySender(KEY, nobody, sender="actor-0", to=LEARNER, hwm=2, ctx=ctx) as tx:
         sent = 0
         while sent < 50 and tx.send(TREE, 0, timeout_ms=10):
             sent += 1
@@ -184,7 +191,7 @@ def test_backpressure_returns_false_within_timeout(ctx):
 def test_backpressure_from_a_learner_that_is_not_reading(ctx):
     big = {"x": np.zeros(1 << 20, np.float32)}  # 4 MiB: more than the socket buffers hold
     with TrajectoryReceiver(KEY, big, hwm=1, ctx=ctx) as rx, \
-            TrajectorySender(KEY, rx.endpoint, sender="actor-0", hwm=1, ctx=ctx) as tx:
+            TrajectorySender(KEY, rx.endpoint, sender="actor-0", to=LEARNER, hwm=1, ctx=ctx) as tx:
         results = [tx.send(big, 0, timeout_ms=50) for _ in range(12)]
         assert results[0] and not all(results)
         n_sent = sum(results)
@@ -268,8 +275,8 @@ def test_subscriber_rejects_and_keeps_newest_valid(ctx):
 # ------------------------------------------------------------------------------ control
 def test_control_register_heartbeat_stop(ctx, transport):
     with ControlServer(KEY, transport=transport, ctx=ctx) as server, \
-            ControlClient(KEY, server.endpoint, identity="actor-0", ctx=ctx) as a0, \
-            ControlClient(KEY, server.endpoint, identity="actor-1", ctx=ctx) as a1:
+            ControlClient(KEY, server.endpoint, identity="actor-0", to=LEARNER, ctx=ctx) as a0, \
+            ControlClient(KEY, server.endpoint, identity="actor-1", to=LEARNER, ctx=ctx) as a1:
         assert a0.send({"type": "register", "actor": 0}) and a1.send({"type": "register", "actor": 1})
         seen = {}
         while len(seen) < 2 and (item := server.poll(WAIT_MS)) is not None:
@@ -288,8 +295,8 @@ def test_control_register_heartbeat_stop(ctx, transport):
 
 def test_control_rejects_outsiders_and_spoofed_senders(ctx):
     with ControlServer(KEY, ctx=ctx) as server, \
-            ControlClient(new_run_key(), server.endpoint, identity="intruder", ctx=ctx) as intruder, \
-            ControlClient(KEY, server.endpoint, identity="actor-0", ctx=ctx) as a0:
+            ControlClient(new_run_key(), server.endpoint, identity="intruder", to=LEARNER, ctx=ctx) as intruder, \
+            ControlClient(KEY, server.endpoint, identity="actor-0", to=LEARNER, ctx=ctx) as a0:
         intruder.send({"type": "stop"})
         spoof = ctx.socket(zmq.DEALER)
         spoof.linger = 0
@@ -309,8 +316,8 @@ def test_control_rejects_outsiders_and_spoofed_senders(ctx):
 
 def test_one_poller_over_several_channels(ctx):
     with TrajectoryReceiver(KEY, TREE, ctx=ctx) as rx, ControlServer(KEY, ctx=ctx) as server, \
-            TrajectorySender(KEY, rx.endpoint, sender="actor-0", ctx=ctx) as tx, \
-            ControlClient(KEY, server.endpoint, identity="actor-0", ctx=ctx) as cc:
+            TrajectorySender(KEY, rx.endpoint, sender="actor-0", to=LEARNER, ctx=ctx) as tx, \
+            ControlClient(KEY, server.endpoint, identity="actor-0", to=LEARNER, ctx=ctx) as cc:
         poller = zmq.Poller()
         poller.register(rx.socket, zmq.POLLIN)
         poller.register(server.socket, zmq.POLLIN)

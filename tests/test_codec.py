@@ -223,14 +223,61 @@ def test_replay_guard():
     guard.check(decode(_good(seq=6), auth=AUTH, spec=SPEC, kind="traj", max_bytes=BIG))
 
 
+def _msg(**kw):
+    return decode(_good(**kw), auth=AUTH, spec=SPEC, kind="traj", max_bytes=BIG)
+
+
+def test_replay_guard_counts_per_incarnation_and_retires_the_one_before():
+    """Sequence numbers count from 0 in each incarnation (no clock): a restarted sender
+    starts again at 0, and from its first message on its predecessor's are refused, even
+    ones numbered above anything seen."""
+    guard = ReplayGuard()
+    guard.check(_msg(seq=0, inc="old"))
+    guard.check(_msg(seq=7, inc="old"))
+    guard.check(_msg(seq=0, inc="new"))  # a restart: counting from 0 again is not a replay
+    with pytest.raises(CodecError) as e:
+        guard.check(_msg(seq=8, inc="old"))
+    assert e.value.reason == "incarnation"
+    with pytest.raises(CodecError) as e:
+        guard.check(_msg(seq=0, inc="new"))
+    assert e.value.reason == "replay"
+    guard.check(_msg(seq=1, inc="new"))
+    guard.check(_msg(seq=0, inc="newer"))
+    for inc in ("old", "new"):  # every predecessor stays retired
+        with pytest.raises(CodecError, match="incarnation"):
+            guard.check(_msg(seq=100, inc=inc))
+    with pytest.raises(CodecError, match="replay"):
+        guard.check(_msg(seq=-1, sender="fresh", inc="x"))
+
+
+def test_recipient_and_direction_are_bound():
+    frames = _good(inc="i1", to="learner-0@abc")
+    msg = decode(frames, auth=AUTH, spec=SPEC, kind="traj", max_bytes=BIG, to="learner-0@abc")
+    assert (msg.inc, msg.to, msg.source) == ("i1", "learner-0@abc", "a@i1")
+    for other in ("learner-0@abd", "learner-1@abc", ""):  # a restarted learner, another one
+        with pytest.raises(CodecError) as e:
+            decode(frames, auth=AUTH, spec=SPEC, kind="traj", max_bytes=BIG, to=other)
+        assert e.value.reason == "recipient"
+    down = encode_json({"type": "credit", "n": 1}, auth=AUTH, kind="ctrl.down", sender="learner-0", seq=0,
+                       inc="L", to="actor-0@A")
+    with pytest.raises(CodecError) as e:  # reflected back to the learner: the wrong direction
+        decode_json(down, auth=AUTH, kind="ctrl.up", max_bytes=1 << 16, to="actor-0@A")
+    assert e.value.reason == "kind"
+    import json
+    readdressed = json.dumps(json.loads(bytes(down[1])) | {"to": "actor-1@B"}).encode()
+    with pytest.raises(CodecError) as e:  # readdressing without the key breaks the tag
+        decode_json([down[0], readdressed], auth=AUTH, kind="ctrl.down", max_bytes=1 << 16, to="actor-1@B")
+    assert e.value.reason == "auth"
+
+
 def test_control_json():
-    frames = encode_json({"type": "heartbeat", "n": 3}, auth=AUTH, kind="ctrl", sender="a", seq=1)
-    assert decode_json(frames, auth=AUTH, kind="ctrl", max_bytes=1 << 16).body == {"type": "heartbeat", "n": 3}
-    bad = encode_json({"n": 3}, auth=AUTH, kind="ctrl", sender="a", seq=1)
+    frames = encode_json({"type": "heartbeat", "n": 3}, auth=AUTH, kind="ctrl.up", sender="a", seq=1)
+    assert decode_json(frames, auth=AUTH, kind="ctrl.up", max_bytes=1 << 16).body == {"type": "heartbeat", "n": 3}
+    bad = encode_json({"n": 3}, auth=AUTH, kind="ctrl.up", sender="a", seq=1)
     with pytest.raises(CodecError, match="header"):
-        decode_json(bad, auth=AUTH, kind="ctrl", max_bytes=1 << 16)
+        decode_json(bad, auth=AUTH, kind="ctrl.up", max_bytes=1 << 16)
     with pytest.raises(CodecError, match="size"):
-        decode_json(frames, auth=AUTH, kind="ctrl", max_bytes=50)
+        decode_json(frames, auth=AUTH, kind="ctrl.up", max_bytes=50)
 
 
 def test_insecure_no_auth_is_only_itself():

@@ -40,6 +40,7 @@ from tianjax import checkpoint as ckpt
 from tianjax.transport.auth import new_run_key
 from tianjax.transport.channels import ParamPublisher, ParamSubscriber, TrajectoryReceiver, TrajectorySender
 from tianjax.transport.security import Handshake, SecureContext, resolve_security
+from tianjax.transport.sockets import address, process_incarnation
 
 REPO = Path(__file__).resolve().parents[1]
 ASYNC_CFG = str(REPO / "configs" / "ppo_cartpole_async.yaml")
@@ -97,8 +98,9 @@ def test_only_the_runs_credentials_get_a_message_through(security):
         rx = TrajectoryReceiver(key, TREE, ctx=server.ctx, handshake=server.handshake)
         # another run's credentials, and none at all (NULL mechanism)
         # (kept referenced: a collected channel closes its socket, maybe before its handshake)
-        others = [TrajectorySender(key, rx.endpoint, sender="x", ctx=bad.ctx, handshake=bad.handshake),
-                  TrajectorySender(key, rx.endpoint, sender="y", ctx=bare)]
+        others = [TrajectorySender(key, rx.endpoint, sender="x", to=rx.address, ctx=bad.ctx,
+                                   handshake=bad.handshake),
+                  TrajectorySender(key, rx.endpoint, sender="y", to=rx.address, ctx=bare)]
         for i, other in enumerate(others):
             other.send(TREE, i + 1, timeout_ms=0)
         if security == "curve":
@@ -109,7 +111,8 @@ def test_only_the_runs_credentials_get_a_message_through(security):
             spy.curve_publickey, spy.curve_secretkey = zmq.curve_keypair()
             spy.connect(rx.endpoint)
             spy.send_multipart([b"x" * 16, b"{}"])
-        tx = TrajectorySender(key, rx.endpoint, sender="actor-0", ctx=good.ctx, handshake=good.handshake)
+        tx = TrajectorySender(key, rx.endpoint, sender="actor-0", to=rx.address, ctx=good.ctx,
+                              handshake=good.handshake)
         assert tx.send(TREE, 3, timeout_ms=WAIT_MS)
         msg = rx.recv(WAIT_MS)
         assert msg is not None and msg.sender == "actor-0" and msg.version == 3
@@ -141,7 +144,8 @@ def test_address_allow_list_refuses_other_hosts_even_with_credentials():
     client = _client(key)
     try:
         rx = TrajectoryReceiver(key, TREE, ctx=server.ctx, handshake=server.handshake)
-        tx = TrajectorySender(key, rx.endpoint, sender="actor-0", ctx=client.ctx, handshake=client.handshake)
+        tx = TrajectorySender(key, rx.endpoint, sender="actor-0", to=rx.address, ctx=client.ctx,
+                              handshake=client.handshake)
         tx.send(TREE, 1)
         assert rx.recv(1000) is None
         assert server.gatekeeper.refused["address"] >= 1 and server.gatekeeper.admitted == 0
@@ -162,7 +166,8 @@ def test_curve_actor_will_not_talk_to_a_squatter_without_the_key():
         pub = ParamPublisher(new_run_key(), ctx=squatter.ctx, handshake=squatter.handshake)
         sub = ParamSubscriber(key, pub.endpoint, TREE, ctx=actor.ctx, handshake=actor.handshake)
         rx = TrajectoryReceiver(key, TREE, ctx=squatter.ctx, handshake=squatter.handshake)
-        tx = TrajectorySender(key, rx.endpoint, sender="actor-0", ctx=actor.ctx, handshake=actor.handshake)
+        tx = TrajectorySender(key, rx.endpoint, sender="actor-0", to=rx.address, ctx=actor.ctx,
+                              handshake=actor.handshake)
         deadline = time.monotonic() + 1.5
         while time.monotonic() < deadline:
             pub.publish(1, TREE)
@@ -414,7 +419,9 @@ def test_held_ports_are_served_by_each_learner_and_never_free(transport):
         endpoint = ports.endpoints["traj"]
         if transport == "ipc":
             assert endpoint == f"ipc://{private.path}/traj.ipc"
-        tx = TrajectorySender(key, endpoint, sender="actor-0", ctx=client.ctx, handshake=client.handshake)
+        # (every receiver this process makes has the same default address)
+        tx = TrajectorySender(key, endpoint, sender="actor-0", to=address("learner", process_incarnation()),
+                              ctx=client.ctx, handshake=client.handshake)
         for version in (1, 2):  # two learner incarnations on the same held socket
             # (each learner process gets its own copy of the descriptor: so does this one)
             rx = TrajectoryReceiver(key, TREE, endpoint=endpoint, use_fd=os.dup(ports.fds["traj"]),

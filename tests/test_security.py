@@ -99,9 +99,11 @@ def test_wrong_key_and_unsigned_trajectories_are_rejected_by_reason(learners):
     try:
         # the connection credentials (not the run key): past the handshake, to the MACs
         shake = learner.net.handshake
-        wrong_key = TrajectorySender(new_run_key(), learner.endpoints["traj"], sender="actor-0", hwm=100, ctx=ctx,
+        wrong_key = TrajectorySender(new_run_key(), learner.endpoints["traj"], sender="actor-0",
+                                     to=learner.address, hwm=100, ctx=ctx,
                                      handshake=shake)
-        zero_tag = TrajectorySender(InsecureNoAuth(), learner.endpoints["traj"], sender="actor-0", hwm=100, ctx=ctx,
+        zero_tag = TrajectorySender(InsecureNoAuth(), learner.endpoints["traj"], sender="actor-0",
+                                    to=learner.address, hwm=100, ctx=ctx,
                                     handshake=shake)
         raw = ctx.socket(zmq.PUSH)
         raw.linger, raw.sndtimeo = 0, SEND_MS
@@ -112,7 +114,7 @@ def test_wrong_key_and_unsigned_trajectories_are_rejected_by_reason(learners):
             assert zero_tag.send(_tree(learner.template, rng), version=0, timeout_ms=SEND_MS)
             # with the right key, then the tag taken off: header and leaves only
             frames = encode(_tree(learner.template, rng), auth=MessageAuth(key), kind="traj", version=0,
-                            sender="actor-0", seq=i + 1)
+                            sender="actor-0", seq=i + 1, to=learner.address)
             raw.send_multipart(frames[1:])
         _pump_until(learner, base_accepted + sum(base_rejected.values()) + 3 * n)
     finally:
@@ -139,16 +141,16 @@ def test_a_second_run_cannot_inject_into_the_first(learners):
     try:
         # run B's actor-0, pointed at run A: real channels, run B's key and handshake
         shake_b = b.net.handshake
-        into_a = TrajectorySender(key_b, a.endpoints["traj"], sender="actor-0", hwm=100, ctx=ctx,
+        into_a = TrajectorySender(key_b, a.endpoints["traj"], sender="actor-0", to=a.address, hwm=100, ctx=ctx,
                                   handshake=shake_b)
-        ctl_a = ControlClient(key_b, a.endpoints["control"], identity="actor-0", ctx=ctx, handshake=shake_b)
+        ctl_a = ControlClient(key_b, a.endpoints["control"], identity="actor-0", to=a.address, ctx=ctx, handshake=shake_b)
         params_a = ParamSubscriber(key_b, a.endpoints["params"],
                                    ParamsMessage(to_host(a.state.params), np.zeros((), np.int64)),
                                    ctx=ctx, handshake=shake_b)
         # the same, pointed at its own run B
-        into_b = TrajectorySender(key_b, b.endpoints["traj"], sender="actor-0", hwm=100, ctx=ctx,
+        into_b = TrajectorySender(key_b, b.endpoints["traj"], sender="actor-0", to=b.address, hwm=100, ctx=ctx,
                                   handshake=shake_b)
-        ctl_b = ControlClient(key_b, b.endpoints["control"], identity="actor-0", ctx=ctx, handshake=shake_b)
+        ctl_b = ControlClient(key_b, b.endpoints["control"], identity="actor-0", to=b.address, ctx=ctx, handshake=shake_b)
         params_b = ParamSubscriber(key_b, b.endpoints["params"],
                                    ParamsMessage(to_host(b.state.params), np.zeros((), np.int64)),
                                    ctx=ctx, handshake=shake_b)

@@ -147,6 +147,11 @@ class Learner:
         return self.io.endpoints
 
     @property
+    def address(self) -> str:
+        """This learner incarnation's address: what actors' messages must be addressed to."""
+        return self.io.address
+
+    @property
     def state_version(self) -> int:
         return int(self._version_cache)
 

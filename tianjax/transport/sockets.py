@@ -40,10 +40,31 @@ def _bind_or_oserror(socket: zmq.Socket, endpoint: str) -> None:
         raise
 
 
-def _first_seq() -> int:
-    # NOTE: receivers demand strictly increasing seqs per sender; starting at the clock
-    # lets a restarted sender (same id) continue upward instead of being taken for a replay.
-    return time.time_ns()
+_incarnation: str | None = None
+
+
+def process_incarnation() -> str:
+    """This process's incarnation: 16 random hex digits drawn once per process (and again
+    in a forked child). Every message a channel sends carries it; sequence numbers count
+    from 0 within it, so a restarted process (a new incarnation) needs no clock to be
+    told apart from a replay of its predecessor."""
+    global _incarnation
+    if _incarnation is None:
+        _incarnation = secrets.token_hex(8)
+    return _incarnation
+
+
+def _forget_incarnation() -> None:
+    global _incarnation
+    _incarnation = None
+
+
+os.register_at_fork(after_in_child=_forget_incarnation)
+
+
+def address(name: str, incarnation: str) -> str:
+    """A recipient as messages name it: "name@incarnation"."""
+    return f"{name}@{incarnation}"
 
 
 class _Channel:
