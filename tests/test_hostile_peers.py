@@ -202,6 +202,210 @@ def test_oversized_subscription_disconnects_the_subscriber():
         server.close()
 
 
+# ----------------------------------------------------------------------------- replays
+# What a holder of the PLAIN token (anyone who reads a network under `security: mac`) can
+# do: record genuine messages off the wire and send them again, elsewhere or later. The
+# messages are recorded here from real channels (this test holds the run key, as actors
+# do); the attacker, a separate process, gets only the recorded bytes and the token.
+TINY = ["num_actors=2", "num_envs=4", "rollout_len=8", "ppo.num_minibatches=1"]
+
+
+def _tiny_tree(template):
+    from tianjax.rollout import Episodes
+
+    batch_t = template[0]
+    T, B = batch_t.reward.shape
+    batch = type(batch_t)(*[np.zeros(x.shape, x.dtype) for x in batch_t])
+    return batch, Episodes(np.zeros((T, B), bool), np.zeros((T, B), np.float32),
+                           np.zeros((T, B), np.int32)), np.asarray(0, np.int64)
+
+
+def _hex(frames) -> list[str]:
+    return [bytes(f).hex() for f in frames]
+
+
+def _record(key, socket_type: int, send) -> list[bytes]:
+    """What a real channel puts on the wire: `send(endpoint)` makes a channel, which it
+    returns, send one message to a tap (a PLAIN server admitting the run's token), whose
+    frames are returned."""
+    net = SecureContext(key, "mac", server=True)
+    tap = net.ctx.socket(socket_type)
+    tap.linger = 0
+    net.handshake.server(tap)
+    endpoint = f"tcp://127.0.0.1:{tap.bind_to_random_port('tcp://127.0.0.1')}"
+    channel = None
+    try:
+        channel = send(endpoint)
+        assert tap.poll(WAIT_MS), "nothing recorded"
+        frames = tap.recv_multipart()
+        return frames[1:] if socket_type == zmq.ROUTER else frames  # (a ROUTER's routing id)
+    finally:
+        if channel is not None:
+            channel.close()
+        tap.close(linger=0)
+        net.close()
+
+
+def _replayer(tmp_path: Path, socket: str, messages, *, endpoint: str = "", token: bytes = b"") -> tuple:
+    n = len(list(tmp_path.glob("replay-*.json")))
+    spec = tmp_path / f"replay-{n}.json"
+    out = tmp_path / f"replay-{n}.out"
+    spec.write_text(json.dumps({"socket": socket, "endpoint": endpoint, "token": token.decode(),
+                                "messages": [_hex(m) for m in messages],
+                                "endpoint_out": str(tmp_path / f"replay-{n}.endpoint")}))
+    p = subprocess.Popen([sys.executable, ATTACKER, "replay", str(spec), "20", str(out)], cwd=REPO,
+                         stdin=subprocess.DEVNULL)
+    return p, out, tmp_path / f"replay-{n}.endpoint"
+
+
+def _replay(tmp_path, learner, channel: str, messages, pumped=None) -> dict:
+    """The attacker sends `messages` to `learner`'s `channel` port while it pumps, until it
+    has processed them all (accepted or rejected); returns that channel's rejected counts."""
+    rx = learner.traj_in if channel == "traj" else learner.control
+    before = rx.accepted + sum(rx.rejected.values())
+    p, out, _ = _replayer(tmp_path, "push" if channel == "traj" else "dealer", messages,
+                          endpoint=learner.endpoints[channel], token=learner.net.handshake._token)
+    try:
+        deadline = time.monotonic() + 30
+        while rx.accepted + sum(rx.rejected.values()) < before + len(messages):
+            assert time.monotonic() < deadline, dict(rx.rejected)
+            learner.pump(10)
+        assert p.wait(30) == 0 and json.loads(out.read_text())["sent"] == len(messages)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    return rx.rejected
+
+
+@pytest.fixture
+def own_incarnations(monkeypatch):
+    """Each Learner made here its own incarnation, as each learner process has."""
+    import secrets
+
+    import tianjax.runtime.learner_io as learner_io
+
+    monkeypatch.setattr(learner_io, "process_incarnation", lambda: secrets.token_hex(8))
+
+
+def test_recorded_register_and_trajectories_are_refused_by_a_restarted_learner_and_another(
+        tmp_path, own_incarnations):
+    from tianjax.config import load_config
+    from tianjax.launch.ports import HeldPorts
+    from tianjax.runtime.learner import Learner
+    from tianjax.transport.channels import ControlClient
+
+    config = load_config(ASYNC_CFG, TINY)
+    key = new_run_key()
+    shake = Handshake(key, "mac")
+    ports = HeldPorts("127.0.0.1", "tcp")
+    learners = []
+
+    def learner(**kw):
+        learners.append(Learner(config, key, **kw))
+        return learners[-1]
+
+    try:
+        first = learner(endpoints=ports.endpoints, listen_fds={k: os.dup(v) for k, v in ports.fds.items()})
+        tree = _tiny_tree(first.template)
+        # actor-0's register and first trajectory for this learner incarnation, off the wire
+        def send_register(ep):
+            ch = ControlClient(key, ep, identity="actor-0", to=first.address, handshake=shake,
+                               incarnation="a" * 16)
+            assert ch.send({"type": "register", "actor": 0, "pid": 1})
+            return ch
+
+        def send_traj(ep):
+            ch = TrajectorySender(key, ep, sender="actor-0", to=first.address, handshake=shake,
+                                  incarnation="a" * 16)
+            assert ch.send(tree, 0, timeout_ms=WAIT_MS)
+            return ch
+
+        register, traj = _record(key, zmq.ROUTER, send_register), _record(key, zmq.PULL, send_traj)
+        # genuine: the learner they were for takes each once, and refuses it again
+        assert dict(_replay(tmp_path, first, "control", [register, register])) == {"replay": 1}
+        assert dict(_replay(tmp_path, first, "traj", [traj, traj])) == {"replay": 1}
+        assert b"actor-0" in first.actors and first.traj_in.accepted == 1
+        first.close()
+
+        # the learner restarts on the held ports (same key, a fresh guard): nothing recorded
+        # before is taken, neither the register nor the trajectories
+        restarted = learner(endpoints=ports.endpoints, listen_fds={k: os.dup(v) for k, v in ports.fds.items()})
+        assert restarted.address != first.address
+        assert dict(_replay(tmp_path, restarted, "control", [register])) == {"recipient": 1}
+        assert dict(_replay(tmp_path, restarted, "traj", [traj, traj])) == {"recipient": 2}
+        # nor by another learner of the run (a multi-host run's other process, same key)
+        other = learner()
+        assert dict(_replay(tmp_path, other, "control", [register])) == {"recipient": 1}
+        assert dict(_replay(tmp_path, other, "traj", [traj])) == {"recipient": 1}
+        for lr, refused in ((restarted, 3), (other, 2)):
+            assert lr.actors == {} and lr.traj_in.accepted == 0 and lr.control.accepted == 0
+            assert not lr.pool and lr.env_steps == 0 and lr.balance.produced == 0
+            summary = lr.report.summary(time.perf_counter(), 1.0)
+            assert summary["rejected_messages"] == refused and summary["rejected_by_reason"] == {"recipient": refused}
+    finally:
+        for lr in learners[1:]:
+            lr.close()
+        ports.close()
+
+
+def test_learner_control_is_refused_reflected_back_and_by_another_actor(tmp_path, own_incarnations):
+    from tianjax.config import load_config
+    from tianjax.runtime.learner import Learner
+    from tianjax.transport.channels import ControlClient
+    from tianjax.transport.codec import decode_json
+
+    config = load_config(ASYNC_CFG, TINY)
+    key = new_run_key()
+    lr = Learner(config, key)
+    client = SecureContext(key, "mac", server=False)
+    net = dict(ctx=client.ctx, handshake=client.handshake)
+    p = None
+    try:
+        a = ControlClient(key, lr.endpoints["control"], identity="actor-0", to=lr.address,
+                          incarnation="a" * 16, **net)
+        assert a.send({"type": "register", "actor": 0, "pid": 1})
+        deadline = time.monotonic() + 30
+        while not a.socket.poll(10):  # the learner answers with credits
+            assert time.monotonic() < deadline
+            lr.pump(10)
+        credit = a.socket.recv_multipart()  # recorded off actor-0's connection
+        assert decode_json(credit, auth=lr.control._auth, kind="ctrl.down", max_bytes=1 << 16,
+                           to=a.address).body["type"] == "credit"
+        # reflected back to the learner: the wrong direction
+        assert dict(_replay(tmp_path, lr, "control", [credit])) == {"kind": 1}
+        assert lr.control.accepted == 1  # actor-0's register only
+        # handed to actor-1 by a peer it connects to (on a network: anyone on the path)
+        p, out, endpoint_file = _replayer(tmp_path, "router", [credit, credit])
+        deadline = time.monotonic() + 30
+        while not endpoint_file.exists():
+            assert time.monotonic() < deadline and p.poll() is None
+            time.sleep(0.05)
+        b = ControlClient(key, endpoint_file.read_text(), identity="actor-1", to=lr.address,
+                          incarnation="b" * 16, **net)
+        assert b.send({"type": "heartbeat", "actor": 1})
+        assert p.wait(30) == 0 and json.loads(out.read_text())["sent"] == 2
+        deadline = time.monotonic() + 10
+        while sum(b.rejected.values()) < 2:
+            assert time.monotonic() < deadline, dict(b.rejected)
+            assert b.recv(50) is None
+        assert dict(b.rejected) == {"recipient": 2} and b.accepted == 0
+        # and actor-0 after a restart (a new incarnation of the same actor) refuses it too
+        a2 = ControlClient(key, endpoint_file.read_text(), identity="actor-0", to=lr.address,
+                           incarnation="c" * 16, **net)
+        from tianjax.transport.codec import CodecError
+
+        with pytest.raises(CodecError) as e:
+            decode_json(credit, auth=lr.control._auth, kind="ctrl.down", max_bytes=1 << 16, to=a2.address)
+        assert e.value.reason == "recipient"
+    finally:
+        if p is not None and p.poll() is None:
+            p.kill()
+            p.wait()
+        client.close()
+        lr.close()
+
+
 # ----------------------------------------------------------------------------- whole runs
 class _Run:
     """`tianjax train` as a subprocess, with its resource use sampled."""
