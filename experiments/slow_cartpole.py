@@ -30,7 +30,7 @@ import gymnasium as gym
 from gymnasium.envs.classic_control import CartPoleEnv
 
 ENV_ID = "SlowCartPole-v1"
-ACTOR_SEED_STRIDE = 7919  # tianjax.runtime.actor: actor a is seeded with seed + 7919 * (a + 1)
+ACTOR_SEED_STRIDE = 7919  # tianjax.runtime.actor.actor: actor a is seeded with seed + 7919 * (a + 1)
 ANNOUNCE = "slow_cartpole: actor {actor} steps at {factor:g}x ({cost_ms:.3f} ms per env step)"
 
 

@@ -16,7 +16,7 @@ import time
 import psutil
 import pytest
 
-from tianjax import checkpoint as ckpt
+from tianjax.checkpoint import store as ckpt
 
 from .conftest import (
     ASYNC_CFG,

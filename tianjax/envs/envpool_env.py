@@ -1,5 +1,5 @@
 """envpool as a `HostEnv`: same-step auto-reset by partial reset, and Atari's per-life ends
-stepped through envpool's own restart (see tianjax/envs/host.py)."""
+stepped through envpool's own restart (see tianjax/envs/factory.py)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,7 @@ from typing import Any
 import numpy as np
 
 from tianjax.config import ConfigError
-from tianjax.envs.host_api import (HostStep, _obs_space, _prepare_actions, action_spec_from_space,
-                                   other_backend_hint)
+from tianjax.envs.host_api import (HostStep, _obs_space, _prepare_actions, action_spec_from_space, other_backend_hint)
 
 
 @contextlib.contextmanager

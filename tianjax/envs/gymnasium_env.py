@@ -1,4 +1,4 @@
-"""gymnasium vector envs as a `HostEnv` (SAME_STEP auto-reset; see tianjax/envs/host.py)."""
+"""gymnasium vector envs as a `HostEnv` (SAME_STEP auto-reset; see tianjax/envs/factory.py)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,7 @@ from typing import Any
 import numpy as np
 
 from tianjax.config import ConfigError
-from tianjax.envs.host_api import (HostStep, _obs_space, _prepare_actions, action_spec_from_space,
-                                   other_backend_hint)
+from tianjax.envs.host_api import (HostStep, _obs_space, _prepare_actions, action_spec_from_space, other_backend_hint)
 
 
 class GymnasiumVectorEnv:

@@ -1,5 +1,5 @@
 """The host-env protocol (`HostEnv`, `HostStep`) and the gymnasium-space conversions every
-adapter shares; the semantics are in tianjax/envs/host.py's docstring."""
+adapter shares; the semantics are in tianjax/envs/factory.py's docstring."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import NamedTuple, Protocol, runtime_checkable
 import numpy as np
 
 from tianjax.config import ConfigError
-from tianjax.networks import ActionSpec
+from tianjax.core.types import ActionSpec
 
 
 class HostStep(NamedTuple):
