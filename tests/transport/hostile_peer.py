@@ -13,6 +13,10 @@ Attacks (each until SECONDS have passed, then a JSON report is written to OUT):
   own with a guessed server key) subscribing with 64 KiB topics to the parameter port;
   counts what they receive.
 - squat: binds the given ports the moment they are free and records what arrives.
+- badflood: with the PLAIN token (env HOSTILE_PLAIN_TOKEN, as read off a network under
+  `security: mac`) but not the run key, floods the trajectory and control ports with
+  messages that fail their checks: unsigned ones of 64 small frames (each under any
+  frame cap), and tiny ones.
 - replay: sends messages recorded off the wire, byte for byte, holding what an observer of
   a network under `security: mac` holds (the PLAIN token, never the run key): to a
   learner's port (`push`, `dealer`), or, as a peer an actor connects to (`router`), to the
@@ -298,6 +302,34 @@ def replay(spec: dict, seconds: float) -> dict:
     return stats
 
 
+def badflood(endpoints: dict, seconds: float) -> dict:
+    ctx = zmq.Context()
+    token = os.environ["HOSTILE_PLAIN_TOKEN"].encode()
+    socks = []
+    for name, kind in (("traj", zmq.PUSH), ("control", zmq.DEALER)):
+        s = ctx.socket(kind)
+        s.linger = 0
+        s.sndhwm = 1000
+        s.plain_username, s.plain_password = b"tianjax", token
+        s.connect(endpoints[name])
+        socks.append(s)
+    small = [os.urandom(900) for _ in range(64)]
+    stats = {"sent": 0}
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        for s in socks:
+            for parts in (small, [os.urandom(16), b'{"m":"tianjax"}'], [b"x"]):
+                try:
+                    s.send_multipart(parts, flags=zmq.NOBLOCK)
+                    stats["sent"] += 1
+                except zmq.Again:
+                    time.sleep(0.001)
+    for s in socks:
+        s.close(linger=0)
+    ctx.destroy(linger=0)
+    return stats
+
+
 def main() -> int:
     attack, seconds, out = sys.argv[1], float(sys.argv[3]), sys.argv[4]
     extra = int(sys.argv[5]) if len(sys.argv) > 5 else 0
@@ -307,6 +339,8 @@ def main() -> int:
             report = replay(json.load(f), seconds)
     elif attack == "flood":
         report = flood(endpoints, seconds, extra or 1000)
+    elif attack == "badflood":
+        report = badflood(endpoints, seconds)
     elif attack == "frames":
         report = frames(endpoints, seconds)
     elif attack == "subscribe":

@@ -307,6 +307,37 @@ def test_control_rejects_outsiders_and_spoofed_senders(ctx):
         spoof.close()
 
 
+def test_a_receive_handles_a_bounded_number_of_rejections(ctx):
+    """However many bad messages wait, one receive rejects at most MAX_REJECTED_PER_CALL
+    of them and returns: a flood cannot hold its caller (the learner's loop, the receiver
+    thread) where it sees no stop. A good message behind them is reached by later calls."""
+    from tianjax.transport.sockets import MAX_REJECTED_PER_CALL
+
+    from tianjax.transport.codec import encode_json
+
+    n_bad = 3 * MAX_REJECTED_PER_CALL + 5
+    with ControlServer(KEY, ctx=ctx) as server:
+        raw = ctx.socket(zmq.DEALER)  # one connection: its messages arrive in order
+        raw.linger = 0
+        raw.connect(server.endpoint)
+        other = MessageAuth(new_run_key())
+        for i in range(n_bad):
+            raw.send_multipart(encode_json({"type": "heartbeat"}, auth=other, kind="ctrl.up", sender="actor-0",
+                                           seq=i, to=LEARNER))
+        raw.send_multipart(encode_json({"type": "heartbeat"}, auth=AUTH, kind="ctrl.up", sender="actor-0",
+                                       seq=0, to=LEARNER))
+        per_call, got = [], None
+        deadline = time.monotonic() + WAIT_MS / 1000
+        while got is None and time.monotonic() < deadline:
+            before = sum(server.rejected.values())
+            got = server.poll(None)  # even "wait forever" returns after the bound
+            per_call.append(sum(server.rejected.values()) - before)
+        assert got == (b"actor-0", {"type": "heartbeat"})
+        assert server.rejected == {"auth": n_bad}
+        assert max(per_call) == MAX_REJECTED_PER_CALL and len(per_call) >= 4, per_call
+        raw.close()
+
+
 def test_one_poller_over_several_channels(ctx):
     with TrajectoryReceiver(KEY, TREE, ctx=ctx) as rx, ControlServer(KEY, ctx=ctx) as server, \
             TrajectorySender(KEY, rx.endpoint, sender="actor-0", to=LEARNER, ctx=ctx) as tx, \

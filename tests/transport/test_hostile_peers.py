@@ -406,6 +406,50 @@ def test_learner_control_is_refused_reflected_back_and_by_another_actor(tmp_path
         lr.close()
 
 
+def test_a_flood_of_bad_messages_neither_holds_the_learner_nor_grows_it(tmp_path):
+    """A holder of the PLAIN token floods both ports with messages that fail their checks
+    (unsigned, of 64 small frames each, and tiny ones). Each receive handles a bounded
+    number of them, so the learner's loop and its receiver thread stay responsive: every
+    pump returns, the receiver stops when told, and memory stays bounded (the high-water
+    marks count whole messages, and every one is small)."""
+    from tianjax.config import load_config
+    from tianjax.runtime.learner.learner import Learner
+
+    lr = Learner(load_config(ASYNC_CFG, TINY), new_run_key())
+    out = tmp_path / "badflood.json"
+    env = dict(os.environ, HOSTILE_PLAIN_TOKEN=lr.net.handshake._token.decode())
+    p = subprocess.Popen([sys.executable, ATTACKER, "badflood", json.dumps(lr.endpoints), "8", str(out)],
+                         cwd=REPO, env=env, stdin=subprocess.DEVNULL)
+    me = psutil.Process()
+    try:
+        deadline = time.monotonic() + 30
+        while sum(lr.control.rejected.values()) < 1000 or sum(lr.traj_in.rejected.values()) < 1000:
+            assert time.monotonic() < deadline and p.poll() is None, (lr.control.rejected, lr.traj_in.rejected)
+            lr.pump(50)
+        rss0, peak, longest, stopped = me.memory_info().rss, 0, 0.0, None
+        while p.poll() is None:
+            t = time.monotonic()
+            lr.pump(50)
+            longest = max(longest, time.monotonic() - t)
+            peak = max(peak, me.memory_info().rss)
+            if stopped is None and time.monotonic() > deadline - 25:  # mid-flood
+                stopped = lr.rx.stop()  # the receiver thread sees its stop however much arrives
+                lr.rx.start()
+        assert p.wait(30) == 0 and json.loads(out.read_text())["sent"] > 0
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        lr.close()
+    print(f"bad-message flood: {sum(lr.control.rejected.values())} control and "
+          f"{sum(lr.traj_in.rejected.values())} trajectory messages rejected; longest pump {longest:.2f} s, "
+          f"RSS {rss0 / 2**20:.0f} -> peak {peak / 2**20:.0f} MiB")
+    assert stopped is True
+    assert longest < 5.0  # (a pump waits 50 ms; the bound is for a loaded machine)
+    assert peak - rss0 < 128 << 20
+    assert lr.traj_in.accepted == 0 and lr.control.accepted == 0 and not lr.pool
+
+
 # ----------------------------------------------------------------------------- whole runs
 class _Run:
     """`tianjax train` as a subprocess, with its resource use sampled."""

@@ -19,6 +19,10 @@ from tianjax.transport.security import Handshake, limit_frames
 
 DEFAULT_HOST = "127.0.0.1"
 CONTROL_MAX_BYTES = 1 << 16
+# NOTE: a receive handles at most this many rejections before it returns (None), and checks
+# its deadline after each one: a steady stream of bad messages must not keep a role inside
+# one call, where it cannot see its stop flag or serve anything else.
+MAX_REJECTED_PER_CALL = 64
 Key = RunKey | bytes | Authenticator
 
 
@@ -120,8 +124,11 @@ class _Channel:
 
     def _recv_valid(self, timeout_ms: int | None, valid):
         """The first message `valid(frames)` accepts within timeout_ms, or None. Messages it
-        refuses (CodecError) are dropped and counted in `rejected` by reason, never raised."""
+        refuses (CodecError) are dropped and counted in `rejected` by reason, never raised;
+        after MAX_REJECTED_PER_CALL of them, or once the deadline has passed, it returns
+        None (even with timeout_ms None), and the caller looks again when it likes."""
         deadline = _deadline(timeout_ms)
+        refused = 0
         while True:
             try:
                 frames = self.socket.recv_multipart(zmq.NOBLOCK, copy=False)
@@ -134,6 +141,9 @@ class _Channel:
                 result = valid(frames)
             except CodecError as e:
                 self.rejected[e.reason] += 1
+                refused += 1
+                if refused >= MAX_REJECTED_PER_CALL or (deadline is not None and time.monotonic() >= deadline):
+                    return None
                 continue
             self.accepted += 1
             return result

@@ -13,6 +13,7 @@ sends what is still held first.
 
 from __future__ import annotations
 
+import sys
 import threading
 from typing import Any
 
@@ -57,15 +58,22 @@ class Publisher:
                 self._thread.start()
             self._cv.notify()
 
-    def stop(self) -> None:
-        """Sends what is held, then joins the thread."""
+    def stop(self, timeout_s: float = 60.0) -> bool:
+        """Sends what is held, then joins the thread (waiting at most timeout_s: a send
+        never blocks, but the host copy of what is held may still be under way). False,
+        with a warning, if the thread did not stop (a daemon: it ends with the process)."""
         with self._cv:
             thread, self._stop = self._thread, True
             self._cv.notify()
         if thread is not None:
-            thread.join()
+            thread.join(timeout_s)
+            if thread.is_alive():
+                print(f"tianjax: warning: the parameter publisher thread did not stop within {timeout_s:g} s",
+                      file=sys.stderr, flush=True)
+                return False
         with self._cv:
             self._thread = None
+        return True
 
     def _run(self) -> None:
         try:

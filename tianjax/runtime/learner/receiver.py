@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import collections
 import itertools
+import sys
 import threading
 from typing import Any, Callable
 
@@ -30,6 +31,7 @@ import zmq
 from tianjax.transport.channels import TrajectoryReceiver
 
 _POLL_MS = 50  # how often the thread looks at its stop flag while nothing arrives
+JOIN_S = 10.0  # the thread sees its stop within a receive (a bounded one, see sockets.py)
 _ids = itertools.count()
 
 
@@ -80,14 +82,21 @@ class Receiver:
             self._thread = threading.Thread(target=self._run, name="tianjax-receiver", daemon=True)
             self._thread.start()
 
-    def stop(self) -> None:
-        """Joins the thread; the socket belongs to the caller's thread again."""
+    def stop(self) -> bool:
+        """Joins the thread (waiting at most JOIN_S); the socket belongs to the caller's
+        thread again. False, with a warning, if the thread did not stop (it is a daemon: it
+        ends with the process)."""
         if self._thread is not None:
             self._stop.set()
             self._room.set()
             self._space.set()
-            self._thread.join()
+            self._thread.join(JOIN_S)
+            if self._thread.is_alive():
+                print(f"tianjax: warning: the trajectory receiver thread did not stop within {JOIN_S:g} s",
+                      file=sys.stderr, flush=True)
+                return False
             self._thread = None
+        return True
 
     @property
     def running(self) -> bool:
@@ -136,7 +145,8 @@ class Receiver:
         return self._room.is_set() and not self._ready and self._idle
 
     def close(self) -> None:
-        self.stop()
+        if not self.stop():
+            return  # its sockets stay with the thread (the context's end closes them)
         self.wake.close(linger=0)
         self._signal.close(linger=0)
 
