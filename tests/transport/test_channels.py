@@ -265,6 +265,30 @@ def test_subscriber_rejects_and_keeps_newest_valid(ctx):
         forged.close()
 
 
+def test_only_the_empty_topic_is_subscribed(ctx):
+    """The publisher approves subscriptions itself: the empty topic (ours) is taken; any
+    other, even one that matches every message's first bytes, is refused, counted, and
+    not stored, so the subscriber gets nothing."""
+    with ParamPublisher(KEY, ctx=ctx) as pub, ParamSubscriber(KEY, pub.endpoint, TREE, ctx=ctx) as sub:
+        topical = ctx.socket(zmq.SUB)
+        topical.linger = 0
+        prefix = (len(TREE) + 2).to_bytes(4, "little")  # an envelope's first bytes: its frame count
+        for topic in (prefix, b"x" * 100):
+            topical.setsockopt(zmq.SUBSCRIBE, topic)
+        topical.connect(pub.endpoint)
+        assert _until(lambda: (pub.publish(0, TREE), sub.latest(20))[1]) is not None
+        deadline = time.monotonic() + WAIT_MS / 1000
+        while pub.subscriptions_refused < 2 and time.monotonic() < deadline:
+            pub.publish(1, TREE)
+            time.sleep(0.01)
+        assert pub.subscriptions_refused == 2 and pub.subscriptions >= 1
+        for v in range(2, 6):
+            pub.publish(v, TREE)
+        assert sub.latest(WAIT_MS) is not None
+        assert not topical.poll(300)  # nothing reached it
+        topical.close()
+
+
 # ------------------------------------------------------------------------------ control
 def test_control_register_heartbeat_stop(ctx, transport):
     with ControlServer(KEY, transport=transport, ctx=ctx) as server, \

@@ -27,6 +27,13 @@ from tianjax.transport.sockets import (
 class ParamPublisher(_Channel):
     """Learner side: publishes (version, params) to every subscribed actor.
 
+    Subscriptions are the publisher's to approve (an XPUB with ZMQ_XPUB_MANUAL): the only
+    one taken is the empty topic (everything), which is what every subscriber of ours
+    asks for; any other is counted in `subscriptions_refused` and never stored, so a peer
+    past the handshake cannot make the socket keep an unbounded set of topics.
+    `serve_subscriptions()` reads the ones queued (publish() does it first); the thread
+    that owns the socket calls it while idle too.
+
     A message goes out as one frame (transport/envelope.py: the subscriber conflates, and
     ZeroMQ conflates single frames only), packed by one copy, so the caller may reuse the
     tree's arrays once publish() returns. At its HWM a PUB drops the message being
@@ -42,7 +49,10 @@ class ParamPublisher(_Channel):
                  handshake: Handshake | None = None, ipc_dir: str | None = None,
                  use_fd: int | None = None, incarnation: str | None = None):
         # what a PUB receives are subscriptions: tiny, so an oversized one is refused unread
-        super().__init__(zmq.PUB, ctx, SUBSCRIPTION_MAX_BYTES, handshake)
+        super().__init__(zmq.XPUB, ctx, SUBSCRIPTION_MAX_BYTES, handshake)
+        self.socket.setsockopt(zmq.XPUB_MANUAL, 1)
+        self.subscriptions = 0
+        self.subscriptions_refused = 0
         self._auth = as_authenticator(key)
         self.sender = sender
         self.incarnation = incarnation or process_incarnation()
@@ -52,7 +62,21 @@ class ParamPublisher(_Channel):
         self.socket.sndhwm = hwm
         self._bind(endpoint, host, transport, ipc_dir, use_fd)
 
+    def serve_subscriptions(self, limit: int = 1024) -> None:
+        """Approves the empty-topic subscriptions queued (at most `limit`), refuses others."""
+        for _ in range(limit):
+            try:
+                msg = self.socket.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            if msg == b"\x01":  # subscribe to the empty topic: applies to the peer it came from
+                self.socket.setsockopt(zmq.SUBSCRIBE, b"")
+                self.subscriptions += 1
+            elif msg[:1] != b"\x00":  # (an unsubscribe needs nothing: nothing else is stored)
+                self.subscriptions_refused += 1
+
     def publish(self, version: int, params: Any) -> None:
+        self.serve_subscriptions()
         self._seq += 1
         frames = encode(params, auth=self._auth, kind="params", version=version, sender=self.sender,
                         seq=self._seq, inc=self.incarnation, to=BROADCAST, batch_dims=self.batch_dims)

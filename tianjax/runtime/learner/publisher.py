@@ -23,6 +23,9 @@ from tianjax.runtime.learner.inflight import to_host
 from tianjax.transport.channels import ParamPublisher
 
 
+_SERVE_S = 0.1  # how often an idle publisher reads the subscriptions that arrived
+
+
 class Publisher:
     """Sends `channel`'s parameter messages on its own thread (started by the first offer)."""
 
@@ -79,11 +82,20 @@ class Publisher:
         try:
             while True:
                 with self._cv:
-                    while self._slot is None and not self._stop:
-                        self._cv.wait()
+                    if self._slot is None and not self._stop:
+                        self._cv.wait(_SERVE_S)
                     if self._slot is None:
-                        return
-                    (version, tree), self._slot = self._slot, None
+                        if self._stop:
+                            return
+                        item = None
+                    else:
+                        item, self._slot = self._slot, None
+                if item is None:
+                    # NOTE: the socket takes only the subscriptions this thread approves
+                    # (XPUB_MANUAL), queued until it reads them: read them while idle too
+                    self.channel.serve_subscriptions()
+                    continue
+                version, tree = item
                 tree = to_host(tree)  # waits for the device-to-host copies, if any
                 if self._stamp is not None:
                     tree = self._stamp(tree)
