@@ -37,6 +37,20 @@ def transport(request):
     return request.param
 
 
+@pytest.fixture
+def private():
+    """A private directory (mode 0700) for ipc sockets, as the launcher makes."""
+    from tianjax.launch.ports import PrivateDir
+
+    with PrivateDir() as d:
+        yield d.path
+
+
+def test_ipc_needs_a_private_directory(ctx):
+    with pytest.raises(ValueError, match="private directory"):
+        TrajectoryReceiver(KEY, TREE, transport="ipc", ctx=ctx)
+
+
 def _until(fn, timeout_s=WAIT_MS / 1000):
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -46,8 +60,8 @@ def _until(fn, timeout_s=WAIT_MS / 1000):
 
 
 # ------------------------------------------------------------------------------ trajectories
-def test_trajectory_roundtrip(ctx, transport):
-    with TrajectoryReceiver(KEY, TREE, transport=transport, ctx=ctx) as rx, \
+def test_trajectory_roundtrip(ctx, transport, private):
+    with TrajectoryReceiver(KEY, TREE, transport=transport, ipc_dir=private, ctx=ctx) as rx, \
             TrajectorySender(KEY, rx.endpoint, sender="actor-0", to=LEARNER, ctx=ctx) as a0, \
             TrajectorySender(KEY, rx.endpoint, sender="actor-1", to=LEARNER, ctx=ctx) as a1:
         assert rx.endpoint.startswith(f"{transport}://")
@@ -195,8 +209,8 @@ def test_backpressure_from_a_learner_that_is_not_reading(ctx):
 
 
 # ------------------------------------------------------------------------------ parameters
-def test_latest_version_wins(ctx, transport):
-    with ParamPublisher(KEY, transport=transport, ctx=ctx) as pub, \
+def test_latest_version_wins(ctx, transport, private):
+    with ParamPublisher(KEY, transport=transport, ipc_dir=private, ctx=ctx) as pub, \
             ParamSubscriber(KEY, pub.endpoint, TREE, ctx=ctx) as sub:
         # subscriptions take a moment to reach the publisher: publish 0 until it is heard
         assert _until(lambda: (pub.publish(0, TREE), sub.latest(20))[1]) is not None
@@ -218,13 +232,13 @@ def test_latest_version_wins(ctx, transport):
         assert sub.version == 5 and not sub.rejected
 
 
-def test_a_subscriber_that_reads_rarely_gets_the_newest_not_a_backlog(ctx, transport):
+def test_a_subscriber_that_reads_rarely_gets_the_newest_not_a_backlog(ctx, transport, private):
     # an actor reads once per rollout while the learner publishes several versions: what it
     # reads must be the newest published, whatever piled up since. (With a small RCVHWM, old
     # versions waited in the kernel's socket buffers and came out one read at a time: an
     # actor fell ever further behind, about 0.2 x the run's env steps in async DQN.)
     big = {"obs": np.zeros((64, 256), np.float32), "act": TREE["act"]}  # 64 KiB a version
-    with ParamPublisher(KEY, transport=transport, ctx=ctx) as pub, \
+    with ParamPublisher(KEY, transport=transport, ipc_dir=private, ctx=ctx) as pub, \
             ParamSubscriber(KEY, pub.endpoint, big, ctx=ctx) as sub:
         assert _until(lambda: (pub.publish(0, big), sub.latest(20))[1]) is not None
         last = 0
@@ -290,8 +304,8 @@ def test_only_the_empty_topic_is_subscribed(ctx):
 
 
 # ------------------------------------------------------------------------------ control
-def test_control_register_heartbeat_stop(ctx, transport):
-    with ControlServer(KEY, transport=transport, ctx=ctx) as server, \
+def test_control_register_heartbeat_stop(ctx, transport, private):
+    with ControlServer(KEY, transport=transport, ipc_dir=private, ctx=ctx) as server, \
             ControlClient(KEY, server.endpoint, identity="actor-0", to=LEARNER, ctx=ctx) as a0, \
             ControlClient(KEY, server.endpoint, identity="actor-1", to=LEARNER, ctx=ctx) as a1:
         assert a0.send({"type": "register", "actor": 0}) and a1.send({"type": "register", "actor": 1})

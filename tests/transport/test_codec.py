@@ -3,6 +3,7 @@ reason (decode called on frames directly; tests/transport/test_channels.py sends
 
 from __future__ import annotations
 
+import os
 import pickle
 from typing import NamedTuple
 
@@ -304,17 +305,37 @@ def test_load_key(tmp_path, monkeypatch):
     key = new_run_key()
     write_key_file(tmp_path / "hex.key", key)
     assert load_key(tmp_path / "hex.key") == key
-    (tmp_path / "raw.key").write_bytes(bytes(key))
-    assert load_key(str(tmp_path / "raw.key")) == key
     monkeypatch.setenv(KEY_ENV, key.hex())
     assert load_key() == key
+    assert KEY_ENV not in os.environ  # read once: nothing started afterwards inherits it
     monkeypatch.setenv("OTHER", key.hex())
-    assert load_key("env:OTHER") == key
-    monkeypatch.delenv(KEY_ENV)
+    assert load_key("env:OTHER") == key and "OTHER" not in os.environ
     with pytest.raises(KeyError) as e:
         load_key()
     assert KEY_ENV in str(e.value)
-    (tmp_path / "short.key").write_text("abcd")
+
+
+@pytest.mark.parametrize("content", [b"abcd", b"correct horse battery staple, a passphrase",
+                                     b"ab" * 31, b"ab" * 33, b"zz" * 32, bytes(range(32))])
+def test_only_a_key_of_64_hex_digits_is_taken(tmp_path, content):
+    """A key is 32 random bytes as 64 hex digits: a passphrase, a short or long key, or
+    the raw bytes are refused, and the message never shows what the file held."""
+    path = tmp_path / "bad.key"
+    path.write_bytes(content)
+    os.chmod(path, 0o600)
     with pytest.raises(ValueError) as e:
-        load_key(tmp_path / "short.key")
-    assert "abcd" not in str(e.value)
+        load_key(path)
+    assert "64 hex digits" in str(e.value) and content.decode(errors="replace")[:8] not in str(e.value)
+    with pytest.raises(ValueError):
+        RunKey(content[:16])
+
+
+@pytest.mark.parametrize("mode", [0o640, 0o604, 0o644])
+def test_a_key_file_others_may_read_is_refused(tmp_path, mode):
+    path = tmp_path / "run.key"
+    write_key_file(path, new_run_key())
+    os.chmod(path, mode)
+    with pytest.raises(PermissionError, match="chmod 600"):
+        load_key(path)
+    os.chmod(path, 0o600)
+    assert load_key(path) is not None

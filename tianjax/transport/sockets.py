@@ -7,7 +7,6 @@ from __future__ import annotations
 import errno
 import os
 import secrets
-import tempfile
 import time
 from typing import Literal
 
@@ -107,8 +106,12 @@ class _Channel:
             self.endpoint = endpoint
             return
         if endpoint is None and transport == "ipc":
+            # NOTE: never the shared temporary directory: any local user could connect to
+            # (or replace) a socket there. The launcher makes a private one (mode 0700)
+            if ipc_dir is None:
+                raise ValueError("ipc sockets need a private directory (ipc_dir, mode 0700): none was given")
             name = f"tianjax-{os.getpid()}-{secrets.token_hex(6)}.ipc"
-            endpoint = "ipc://" + os.path.join(ipc_dir or tempfile.gettempdir(), name)
+            endpoint = "ipc://" + os.path.join(ipc_dir, name)
         if endpoint is None:
             if ":" in host:  # an IPv6 address
                 self.socket.ipv6 = True

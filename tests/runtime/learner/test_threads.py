@@ -221,3 +221,17 @@ def test_inflight_keeps_at_most_its_limit_unread(monkeypatch):
     finally:
         gate.set()
         inflight.close()
+
+
+def test_check_finite_covers_every_inexact_dtype():
+    """bfloat16 and float8 are not numpy floating types: a NaN in one must still count."""
+    import ml_dtypes
+
+    from tianjax.runtime.learner.receiver import check_finite
+
+    for dtype in (np.float16, np.float32, np.float64, ml_dtypes.bfloat16, ml_dtypes.float8_e5m2, np.complex64):
+        for bad in (np.nan, np.inf, -np.inf):
+            tree = {"ok": np.zeros(3, np.int32), "x": np.array([0.0, bad, 1.0]).astype(dtype)}
+            assert not check_finite(tree), (dtype, bad)
+        assert check_finite({"x": np.array([0.0, 1.5, -2.0]).astype(dtype)}), dtype
+    assert check_finite({"i": np.array([2**31 - 1], np.int32), "b": np.array([True])})

@@ -25,6 +25,7 @@ import threading
 from typing import Any, Callable
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import zmq
 
@@ -38,10 +39,12 @@ _ids = itertools.count()
 def check_finite(batch) -> bool:
     """Every floating field must be finite: observations and rewards, the behaviour
     log-probs, values and bootstrap values the losses use, and the episode returns the
-    tracker averages (NaN/inf trajectories are dropped and counted, never learned from)."""
+    tracker averages (NaN/inf trajectories are dropped and counted, never learned from).
+    Every inexact dtype counts, bfloat16 and the float8s too (numpy does not take them
+    for floating) and complex ones."""
     for x in jax.tree.leaves(batch):
         x = np.asarray(x)
-        if np.issubdtype(x.dtype, np.floating) and not np.isfinite(x).all():
+        if jnp.issubdtype(x.dtype, jnp.inexact) and not np.isfinite(x).all():
             return False
     return True
 
