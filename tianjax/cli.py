@@ -164,7 +164,7 @@ def main(argv=None) -> int:
             print(f"tianjax: error: {first}; lower num_envs, rollout_len or the network size", file=sys.stderr)
             return 1
         # a run that cannot go on (an actor died in sync mode, no actor delivers): one line
-        if type(e).__name__ in ("ActorFailure", "LearnerFailure", "LearnerStalled"):
+        if type(e).__name__ in ("ActorFailure", "LearnerFailure", "LearnerStalled", "GatekeeperStopped"):
             print(f"tianjax: error: {e}", file=sys.stderr)
             return 1
         raise

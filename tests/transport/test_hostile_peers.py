@@ -148,7 +148,42 @@ def test_address_allow_list_refuses_other_hosts_even_with_credentials():
                               handshake=client.handshake)
         tx.send(TREE, 1)
         assert rx.recv(1000) is None
-        assert server.gatekeeper.refused["address"] >= 1 and server.gatekeeper.admitted == 0
+        # closed at accept by the kernel-side filter, before any handshake: the gatekeeper
+        # (Python, in the learner's process) never even heard of the connection
+        gk = server.gatekeeper
+        assert gk.admitted == 0 and not gk.refused
+        # its own check, the second layer, refuses the host too, and a tcp peer without
+        # an address (tcp peers always have one)
+        token = server.handshake._token
+        for address in (b"127.0.0.1", b""):
+            reply = gk._answer([b"1.0", b"7", b"tianjax.tcp", address, b"", b"PLAIN", b"tianjax", token])
+            assert reply[2] == b"400"
+        assert gk.refused == {"address": 2}
+        ipc = gk._answer([b"1.0", b"8", b"tianjax.ipc", b"", b"", b"PLAIN", b"tianjax", token])
+        other = gk._answer([b"1.0", b"9", b"elsewhere", b"", b"", b"PLAIN", b"tianjax", token])
+        assert ipc[2] == b"200" and other[2] == b"400" and gk.refused["domain"] == 1
+    finally:
+        client.close()
+        server.close()
+
+
+@pytest.mark.parametrize("security", ["mac", "curve"])
+def test_without_its_gatekeeper_a_server_admits_nobody(security):
+    """ZAP_ENFORCE_DOMAIN: a server whose ZAP handler is gone refuses every connection,
+    even one with the run's credentials (libzmq would otherwise admit a CURVE client that
+    knows the server key), and the learner's check sees the gatekeeper is gone."""
+    key = new_run_key()
+    server = SecureContext(key, security, server=True)
+    client = _client(key, security)
+    try:
+        rx = TrajectoryReceiver(key, TREE, ctx=server.ctx, handshake=server.handshake)
+        assert server.gatekeeper.alive
+        server.gatekeeper.close()
+        assert not server.gatekeeper.alive
+        tx = TrajectorySender(key, rx.endpoint, sender="actor-0", to=rx.address, ctx=client.ctx,
+                              handshake=client.handshake)
+        tx.send(TREE, 1, timeout_ms=0)
+        assert rx.recv(1500) is None and rx.accepted == 0
     finally:
         client.close()
         server.close()

@@ -224,3 +224,34 @@ def test_run_key_is_never_written_to_the_run_dir(tmp_path, monkeypatch):
         data = path.read_bytes()
         for needle in needles:
             assert needle not in data, f"the run key is in {path.relative_to(run_dir)}"
+
+
+def test_mac_beyond_loopback_warns_what_an_observer_can_do(capsys):
+    from tianjax.transport.security import secure_context
+
+    for overrides, warned in ((["runtime.bind_host=0.0.0.0", "runtime.security=mac"], True),
+                              (["runtime.bind_host=127.0.0.1", "runtime.security=mac"], False),
+                              (["runtime.bind_host=0.0.0.0", "runtime.security=curve"], False)):
+        rt = load_config(CONFIG, TINY + overrides).runtime
+        for server in (True, False):
+            secure_context(new_run_key(), rt, server=server).close()
+            err = capsys.readouterr().err
+            assert ("beyond loopback" in err) == (warned and server), (overrides, server, err)
+    secure_context(new_run_key(), load_config(CONFIG, TINY + ["runtime.bind_host=0.0.0.0",
+                                                              "runtime.security=mac"]).runtime, server=True).close()
+    err = capsys.readouterr().err
+    assert "reads the connection token and every parameter and trajectory in clear" in err
+    assert "runtime.security: curve" in err and err.count("\n") == 1  # one line
+
+
+def test_a_learner_whose_gatekeeper_dies_stops_with_one_line():
+    from tianjax.runtime.learner.io import GatekeeperStopped
+
+    learner = Learner(load_config(CONFIG, TINY), new_run_key())
+    try:
+        learner.io.check()  # alive: nothing to say
+        learner.net.gatekeeper.close()
+        with pytest.raises(GatekeeperStopped, match="gatekeeper stopped; no actor can connect"):
+            learner.run()
+    finally:
+        learner.close()

@@ -95,7 +95,8 @@ class _Channel:
     def _bind(self, endpoint: str | None, host: str, transport: Literal["tcp", "ipc"],
               ipc_dir: str | None = None, use_fd: int | None = None) -> None:
         if self.handshake is not None:
-            self.handshake.server(self.socket)
+            ipc = endpoint.startswith("ipc://") if endpoint is not None else transport == "ipc"
+            self.handshake.server(self.socket, ipc=ipc)
         if use_fd is not None:
             # a listening socket bound and held by the launcher (see launch/ports.py):
             # it owns the port or ipc path, so nothing here unlinks it

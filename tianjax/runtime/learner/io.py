@@ -24,6 +24,10 @@ from tianjax.transport.sockets import address, process_incarnation
 from tianjax.core.types import ParamsMessage
 
 
+class GatekeeperStopped(RuntimeError):
+    """The ZAP handler's thread died: nothing can be admitted any more."""
+
+
 class LearnerIO:
     """`template`: an actor message's ShapeDtypeStructs; `place`: what the receiver thread
     applies to each decoded message (runtime/sharded_update.py); `env_steps()`: the count
@@ -86,6 +90,15 @@ class LearnerIO:
         _, version, params = self._offered
         self.publisher.offer(version, ParamsMessage(params, np.asarray(env_steps, np.int64)))
 
+    def check(self) -> None:
+        """Raises GatekeeperStopped if the gatekeeper's thread is gone (every server socket
+        then refuses all connections: the run cannot take a new or restarted actor)."""
+        gk = self.net.gatekeeper
+        if gk is not None and not gk.alive:
+            why = f": {type(gk.error).__name__}: {gk.error}" if gk.error is not None else ""
+            raise GatekeeperStopped(f"the learner's connection gatekeeper stopped{why}; no actor can connect, "
+                                    "so the learner stops")
+
     def stop_threads(self) -> None:
         """Joins the receiver and publisher threads (the publisher sends what it holds first)."""
         self.rx.stop()
@@ -104,4 +117,4 @@ class LearnerIO:
         self.fd_reserve.close()
 
 
-__all__ = ["LearnerIO"]
+__all__ = ["GatekeeperStopped", "LearnerIO"]

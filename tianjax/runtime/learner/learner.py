@@ -262,6 +262,7 @@ class Learner:
         busy = False
         while not self.finished() and not should_stop():
             shutdown.check()
+            self.io.check()  # (its gatekeeper: fail closed, and say so)
             # NOTE: block (until a message or 50 ms) only when the last pass found no work;
             # right after an update more may be waiting in the pool. While an update runs,
             # look again within 5 ms: when it ends, a reuse pass may be due.
