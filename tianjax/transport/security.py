@@ -10,7 +10,10 @@ section 3, leaves this to the deployment; a shared machine or a network cannot):
     runtime.security: mac    ZeroMQ PLAIN with a token derived from the run key. Cheap (no
                              per-byte cost). The token travels in clear: on loopback only
                              root can read it; on a network an eavesdropper who reads it
-                             can connect, but still can neither inject (MACs) nor forge.
+                             can connect, and still can neither inject, forge nor replay
+                             (MACs; every message is bound to one recipient, direction and
+                             sender incarnation, see codec.py), but can cost the learner
+                             memory (ZeroMQ caps frames, not messages) and CPU.
                              Parameters and trajectories travel in clear.
     runtime.security: curve  CurveZMQ (Curve25519 + XSalsa20-Poly1305) with a server key
                              pair and a client key pair derived from the run key: the
