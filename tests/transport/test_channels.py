@@ -116,7 +116,7 @@ def _bad_messages():
         "wrong kind": (encode(TREE, auth=AUTH, kind="params", version=1, sender="x", seq=1, to=LEARNER), "kind"),
         # signed with the run key, for another learner or another incarnation of this one
         "another learner": (enc(TREE, to=address("learner-1", process_incarnation())), "recipient"),
-        "a learner before its restart": (enc(TREE, to=address("learner", "0" * 16)), "recipient"),
+        "a learner before its restart": (enc(TREE, to=address("learner", "0" * 16)), "old_incarnation"),
         "the parameter broadcast's recipient": (enc(TREE, to="*"), "recipient"),
         "pickle header": ([good[0], payload, *good[2:]], "auth"),
         "signed pickle header": ([AUTH.tag(payload, good[2:]), payload, *good[2:]], "header"),

@@ -255,10 +255,10 @@ def test_recipient_and_direction_are_bound():
     frames = _good(inc="i1", to="learner-0@abc")
     msg = decode(frames, auth=AUTH, spec=SPEC, kind="traj", max_bytes=BIG, to="learner-0@abc")
     assert (msg.inc, msg.to, msg.source) == ("i1", "learner-0@abc", "a@i1")
-    for other in ("learner-0@abd", "learner-1@abc", ""):  # a restarted learner, another one
-        with pytest.raises(CodecError) as e:
+    for other, reason in (("learner-0@abd", "old_incarnation"), ("learner-1@abc", "recipient"), ("", "recipient")):
+        with pytest.raises(CodecError) as e:  # a restarted learner, another one
             decode(frames, auth=AUTH, spec=SPEC, kind="traj", max_bytes=BIG, to=other)
-        assert e.value.reason == "recipient"
+        assert e.value.reason == reason
     down = encode_json({"type": "credit", "n": 1}, auth=AUTH, kind="ctrl.down", sender="learner-0", seq=0,
                        inc="L", to="actor-0@A")
     with pytest.raises(CodecError) as e:  # reflected back to the learner: the wrong direction

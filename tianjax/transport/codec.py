@@ -31,7 +31,8 @@ The receiver never trusts the message for structure: it rebuilds the tree from i
 `TreeSpec` (treedef, dtypes and shapes from an example tree), and only checks the header
 against it. Every failed check raises `CodecError(reason)` with one of `REASONS`, in this
 order: size (summed frame lengths, before anything is read), auth (the tag, before the
-header is parsed), header (JSON, magic, field types), kind, recipient (`to`), truncated (fewer leaf frames
+header is parsed), header (JSON, magic, field types), kind, recipient (`to`: "recipient",
+or "old_incarnation" for an earlier incarnation of this recipient), truncated (fewer leaf frames
 than the header lists), schema / dtype / shape (the header's leaves against the
 template), truncated / size (each leaf frame's length), schema (the structure hash).
 Replays (and messages of a superseded incarnation: "incarnation") are caught by a
@@ -57,7 +58,7 @@ PROTOCOL = 2
 KINDS = ("params", "traj", "ctrl.up", "ctrl.down")
 BROADCAST = "*"  # the recipient of parameter messages: every actor of the run
 REASONS = frozenset({"auth", "truncated", "schema", "dtype", "shape", "size", "replay",
-                     "header", "kind", "recipient", "incarnation"})
+                     "header", "kind", "recipient", "old_incarnation", "incarnation"})
 MAX_HEADER_BYTES = 1 << 20  # JSON for ~10k leaves; bigger headers are refused unparsed
 
 
@@ -277,7 +278,10 @@ def _authenticate(frames: Sequence, auth: Authenticator, max_bytes: int, kind: s
     if h["kind"] != kind:
         raise CodecError("kind", f"expected {kind}, got {h['kind'][:16]}")
     if to is not None and h["to"] != to:
-        raise CodecError("recipient", f"addressed to {h['to'][:64]}")
+        # for an earlier incarnation of this very recipient (sent before it restarted, or
+        # replayed since): told apart from a message for someone else
+        earlier = h["to"].rpartition("@")[0] == to.rpartition("@")[0]
+        raise CodecError("old_incarnation" if earlier else "recipient", f"addressed to {h['to'][:64]}")
     if len(frames) - 2 != len(h["leaves"]):
         raise CodecError("truncated", f"{len(frames) - 2} leaf frames for {len(h['leaves'])} leaves")
     return h, bufs

@@ -351,7 +351,7 @@ def _corrupt_traj(r: Rig, name: str, rng) -> None:
         "to_another_learner": lambda: (r.reheader(good, lambda h: h.update(to="learner-1" + h["to"][9:])),
                                        "recipient"),
         "to_an_old_incarnation": lambda: (r.reheader(good, lambda h: h.update(to="learner-0@" + "0" * 16)),
-                                          "recipient"),
+                                          "old_incarnation"),
         "seq_string": lambda: (r.reheader(good, lambda h: h.update(seq=str(h["seq"]))), "header"),
         "seq_missing": lambda: (r.reheader(good, lambda h: h.pop("seq")), "header"),
         "version_float": lambda: (r.reheader(good, lambda h: h.update(version=0.5)), "header"),
@@ -405,7 +405,7 @@ def _corrupt_ctrl(r: Rig, name: str, rng) -> None:
         # a learner-to-actor message reflected back to the learner
         "kind_down": lambda: (r.ctrl_encode({"type": "credit", "n": 1}, kind="ctrl.down"), "kind"),
         "to_an_old_incarnation": lambda: (r.reheader(good, lambda h: h.update(to="learner-0@" + "0" * 16)),
-                                          "recipient"),
+                                          "old_incarnation"),
         "not_json": lambda: (r.resign([good[0], b"\x80" + rng.bytes(32)]), "header"),
         "body_list": lambda: (r.reheader(good, body([1, 2])), "header"),
         "body_missing": lambda: (r.reheader(good, lambda h: h.pop("body")), "header"),
