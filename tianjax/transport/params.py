@@ -34,7 +34,7 @@ class ParamPublisher(_Channel):
     `serve_subscriptions()` reads the ones queued (publish() does it first); the thread
     that owns the socket calls it while idle too.
 
-    A message goes out as one frame (transport/envelope.py: the subscriber conflates, and
+    A message goes out as one frame (tianjax.transport.envelope: the subscriber conflates, and
     ZeroMQ conflates single frames only), packed by one copy, so the caller may reuse the
     tree's arrays once publish() returns. At its HWM a PUB drops the message being
     published, i.e. the newest. The HWM is therefore not tiny: a burst of publishes can

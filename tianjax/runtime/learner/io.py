@@ -1,6 +1,6 @@
 """The learner's sockets and the threads that serve them: parameters out (PUB; the
-publisher thread signs and sends them, publisher.py), trajectories in (PULL; the receiver
-thread checks and decodes them, receiver.py) and control (ROUTER; read by the learner's
+publisher thread signs and sends them), trajectories in (PULL; the receiver
+thread checks and decodes them) and control (ROUTER; read by the learner's
 loop through its ingress), all in the run's own secure context (its gatekeeper admits only
 this run's peers), and the descriptor reserve that keeps checkpoints possible however
 many peers connect.
@@ -14,6 +14,7 @@ import jax
 import numpy as np
 
 from tianjax.config import Config
+from tianjax.errors import RunFailed
 from tianjax.runtime.learner.inflight import snapshot, to_host
 from tianjax.runtime.learner.publisher import Publisher
 from tianjax.runtime.learner.receiver import Receiver
@@ -24,14 +25,14 @@ from tianjax.transport.sockets import address, process_incarnation
 from tianjax.core.types import ParamsMessage
 
 
-class GatekeeperStopped(RuntimeError):
+class GatekeeperStopped(RunFailed):
     """The ZAP handler's thread died: nothing can be admitted any more."""
 
 
 class LearnerIO:
     """`template`: an actor message's ShapeDtypeStructs; `place`: what the receiver thread
-    applies to each decoded message (runtime/sharded_update.py); `env_steps()`: the count
-    stamped on each parameter message as it is sent. `endpoints`, `ipc_dir`, `listen_fds`:
+    applies to each decoded message (tianjax.runtime.learner.sharded_update); `env_steps()`:
+    the count stamped on each parameter message as it is sent. `endpoints`, `ipc_dir`, `listen_fds`:
     as `Learner`'s."""
 
     def __init__(self, config: Config, run_key, template, place: Callable | None, env_steps: Callable[[], int],
@@ -39,7 +40,7 @@ class LearnerIO:
         rt = config.runtime
         host, ep, fds = rt.bind_host, endpoints or {}, listen_fds or {}
         # peers hold descriptors here before they authenticate: use all the OS allows, and
-        # keep a reserve for checkpoints (see runtime/resources.py)
+        # keep a reserve for checkpoints (see tianjax.runtime.process.resources)
         raise_fd_limit()
         self.fd_reserve = FdReserve()
         # its own context: the gatekeeper (ZAP handler) admits only this run's peers
