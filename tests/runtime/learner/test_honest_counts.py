@@ -84,7 +84,7 @@ def test_a_checkpoint_leaves_out_the_pool_and_a_resume_reports_it(tmp_path):
     try:
         assert resumed.env_steps == 0 and resumed.balance.produced == 0
         assert resumed.ingress.credits_left() == 8  # the whole budget is there to be acted again
-        assert resumed.result()["extra_summary"]["resume_unlearned_samples"] == 3 * TRAJ
+        assert resumed.result().extra_summary["resume_unlearned_samples"] == 3 * TRAJ
     finally:
         resumed.close()
 
@@ -118,8 +118,8 @@ def test_a_skipped_update_counts_nothing_as_fresh():
         actor.close()
         learner.close()
     assert sent.is_set()
-    extra = out["extra_summary"]
-    assert out["skipped_updates"] == 1 and out["updates"] == 0
+    extra = out.extra_summary
+    assert out.skipped_updates == 1 and out.updates == 0
     assert extra["balance"]["samples_consumed"] == TRAJ  # taken from the pool...
     assert extra["balance"]["samples_fresh"] == 0  # ...but not learned from
     assert extra["skipped_fresh_samples"] == TRAJ
