@@ -11,6 +11,29 @@ from tianjax.envs.host_api import HostStep, _obs_space, _prepare_actions, other_
 from tianjax.envs.spaces import action_spec
 
 
+def check_env_id(env_id: str) -> None:
+    """ConfigError naming 'env' unless gymnasium knows `env_id` (a "module:EnvId" imports
+    module, which registers EnvId); builds nothing."""
+    import gymnasium as gym
+
+    try:
+        module, _, bare_id = env_id.rpartition(":")
+        if module:  # gymnasium's own "module:EnvId": importing the module registers EnvId
+            import importlib
+
+            importlib.import_module(module)
+        gym.spec(bare_id)
+    except Exception as e:  # noqa: BLE001 (a user module may raise anything on import)
+        reason = (str(e).strip().splitlines() or [type(e).__name__])[0].rstrip(". ")
+        hint = other_backend_hint(env_id, "gymnasium")
+        if hint:
+            raise ConfigError(f"config key 'env': '{env_id}' is not a gymnasium env id{hint}") from None
+        raise ConfigError(f"config key 'env': '{env_id}' is not a registered gymnasium env id "
+                          f"({reason}); list them with `python -c \"import gymnasium; "
+                          "gymnasium.pprint_registry()\"`, or register your own with "
+                          "gymnasium.register") from None
+
+
 class GymnasiumVectorEnv:
     """A gymnasium vector env (`gymnasium.make_vec`, SAME_STEP auto-reset).
 
@@ -23,22 +46,7 @@ class GymnasiumVectorEnv:
                  **kwargs: Any):
         import gymnasium as gym
 
-        try:
-            module, _, bare_id = env_id.rpartition(":")
-            if module:  # gymnasium's own "module:EnvId": importing the module registers EnvId
-                import importlib
-
-                importlib.import_module(module)
-            gym.spec(bare_id)
-        except Exception as e:  # noqa: BLE001 (a user module may raise anything on import)
-            reason = (str(e).strip().splitlines() or [type(e).__name__])[0].rstrip(". ")
-            hint = other_backend_hint(env_id, "gymnasium")
-            if hint:
-                raise ConfigError(f"config key 'env': '{env_id}' is not a gymnasium env id{hint}") from None
-            raise ConfigError(f"config key 'env': '{env_id}' is not a registered gymnasium env id "
-                              f"({reason}); list them with `python -c \"import gymnasium; "
-                              "gymnasium.pprint_registry()\"`, or register your own with "
-                              "gymnasium.register") from None
+        check_env_id(env_id)
         self.name = env_id
         self.num_envs = int(num_envs)
         self._seed = int(seed)
