@@ -36,6 +36,12 @@ class EnvpoolEnv:
             raise ConfigError(f"config key 'env': '{env_id}' is not an envpool task id"
                               + (other_backend_hint(env_id, "envpool") or " (list them with `python -c "
                                  "\"import envpool; print(envpool.list_all_envs())\"`)"))
+        from tianjax.envs.gymnasium_env import check_options
+
+        # tianjax sets the batch and the seeds itself; every other key of the task's config
+        # is an option (a misspelt one: one line naming it)
+        ours = {"num_envs", "batch_size", "seed"}
+        check_options(env_id, kwargs, set(envpool.make_spec(env_id)._config_keys) - ours)
         self.name = env_id
         self.num_envs = int(num_envs)
         self._kwargs = dict(kwargs)

@@ -10,6 +10,10 @@ import numpy as np
 from tianjax.config import ConfigError
 from tianjax.networks import ActionSpec
 
+# the environment variable the launcher sets in each actor process to that actor's index, so
+# that a host env can model per-actor behaviour (tianjax/envs/latency.py: slow actors)
+ACTOR_INDEX_ENV = "TIANJAX_ACTOR_INDEX"
+
 
 class HostStep(NamedTuple):
     obs: np.ndarray  # [B, ...] next observation (already reset where the episode ended)
