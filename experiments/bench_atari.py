@@ -9,7 +9,7 @@ through envpool's own options, 8 envs per actor, [128, 8] trajectories, Nature C
 
 1. envpool's random-action rate: one pool of the config's `num_envs` envs with its
    `env_options`, stepped by `envpool.make` directly (the env's own limit) and through
-   tianjax's adapter (tianjax.envs.host, with same-step auto-reset), after a warm-up;
+   tianjax's adapter (tianjax.envs.factory, with same-step auto-reset), after a warm-up;
 2. the update's measured cost: the learner's update (PPO, staleness-corrected, as the
    async learner compiles it) on one batch of the learner's shapes ([128, actors x 8]
    uint8 frames), compiled ahead of time (compile time apart), then timed: ms per update
@@ -38,9 +38,10 @@ from _runs import fmt, run  # also puts the repository on sys.path
 
 import tianjax
 from tianjax.algos import make_algorithm
-from tianjax.envs.host import make_host_env
-from tianjax.runtime.batching import batch_axis
-from tianjax.runtime.sources import batch_template, env_spec
+from tianjax.envs.factory import make_host_env
+from tianjax.runtime.learner.batches.axes import batch_axis
+from tianjax.runtime.actor.sources import batch_template
+from tianjax.envs.factory import env_spec
 
 CONFIG = "configs/ppo_pong_async.yaml"
 

@@ -6,7 +6,7 @@ Hyperparameters are the single-file JAX PPO defaults (4 envs x 128 steps, 4 epoc
 minibatches, 2x64 tanh MLP, lr 2.5e-4, 5e5 steps). Rows, alternated A B C A B C ... so that
 machine drift hits all of them alike (the median of the repeats is reported):
 
-- tianjax core: `tianjax.fused.make_fused`, the whole run as one compiled call;
+- tianjax core: `tianjax.core.fused.make_fused`, the whole run as one compiled call;
 - tianjax train(): the user-facing path, with chunked logging, episodes and metrics files;
 - minimal PPO: experiments/minimal_ppo.py, the bare algorithm (reference);
 - random actions: the same envs stepped by a jitted scan with uniform random actions, no
@@ -33,8 +33,8 @@ from minimal_ppo import make_train  # noqa: E402
 
 import tianjax  # noqa: E402
 from tianjax.algos import make_algorithm  # noqa: E402
-from tianjax.envs.jax_env import make_gymnax  # noqa: E402
-from tianjax.fused import make_fused  # noqa: E402
+from tianjax.envs.gymnax_env import make_gymnax  # noqa: E402
+from tianjax.core.fused import make_fused  # noqa: E402
 
 
 def _compile(fn, *args):

@@ -14,7 +14,7 @@ Three parts a user writes, each in plain JAX / Flax:
 - A2C with the staleness weight, registered as "a2c". Its objective, for a [T, B] batch
   with behaviour versions v_i, learner version V, tau_i = V - v_i:
 
-      w_i  = w(tau_i) * min(rho_bar, pi_0(a_i|s_i) / mu(a_i|s_i))   (tianjax.staleness)
+      w_i  = w(tau_i) * min(rho_bar, pi_0(a_i|s_i) / mu(a_i|s_i))   (tianjax.core.staleness)
       A_i  = GAE(lambda) advantages from the behaviour critic
       L    = mean_i w_i * ( -log pi(a_i|s_i) A_i + c_v/2 (V(s_i) - G_i)^2 - c_e H[pi(.|s_i)] )
 
@@ -40,12 +40,12 @@ from flax import struct
 from gymnax.environments import spaces
 
 import tianjax
-from tianjax import distributions as D
-from tianjax import staleness as S
+from tianjax.core import distributions as D
+from tianjax.core import staleness as S
 from tianjax.algos import Algorithm
 from tianjax.algos.policy import actor_critic
-from tianjax.learner import gradient_step, guarded, init_state, make_optimizer
-from tianjax.returns import gae
+from tianjax.core.update import gradient_step, guarded, init_state, make_optimizer
+from tianjax.core.returns import gae
 
 ROWS, COLS = 10, 5
 

@@ -20,8 +20,8 @@ import numpy as np
 
 import tianjax
 from tianjax.config import load_config
-from tianjax.envs.jax_env import make_jax_env
-from tianjax.rollout import team_reward
+from tianjax.envs.factory import make_jax_env
+from tianjax.core.rollout import team_reward
 
 
 def random_policy(env, episodes: int, seed: int = 0) -> tuple[float, float | None]:

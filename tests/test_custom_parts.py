@@ -93,19 +93,19 @@ def test_a2c_loss_is_the_closed_form_and_fresh_weights_are_one(custom_parts):
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-7), g1, g2)
 
     config = load_config(custom_parts.config("fused", 4096))
-    env = tianjax.envs.jax_env.make_gymnax(custom_parts.Catch())
+    env = tianjax.envs.gymnax_env.make_gymnax(custom_parts.Catch())
     with tianjax.networks.use_network(net):
         corrected = custom_parts.make_a2c(config, env.obs_shape, env.action_spec, correct_staleness=True)
         plain = custom_parts.make_a2c(config, env.obs_shape, env.action_spec, correct_staleness=False)
     state = plain.init(jax.random.key(2))
     out = plain.act(state.params, obs[0], jax.random.key(3))
     T, B = 4, 2
-    traj = tianjax.types.Trajectory(obs, jnp.broadcast_to(out.action, (T, B)), jnp.ones((T, B)),
+    traj = tianjax.core.types.Trajectory(obs, jnp.broadcast_to(out.action, (T, B)), jnp.ones((T, B)),
                                     jnp.zeros((T, B), bool), jnp.zeros((T, B)),
                                     jnp.broadcast_to(out.log_prob, (T, B)), jnp.broadcast_to(out.value, (T, B)),
                                     jnp.zeros((T, B), jnp.int32), obs[-1], jnp.zeros_like(obs[-1]),
                                     jnp.full((B,), -1, jnp.int32))
-    traj = traj._replace(behaviour_log_prob=jax.vmap(lambda o, a: tianjax.distributions.log_prob(
+    traj = traj._replace(behaviour_log_prob=jax.vmap(lambda o, a: tianjax.core.distributions.log_prob(
         net.apply(state.params, o)[0], a))(traj.obs, traj.action))
     s1, m1 = corrected.update(state, traj)
     s2, _ = plain.update(state, traj)

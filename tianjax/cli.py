@@ -18,7 +18,7 @@ def _sigterm(signum, frame):
     # unwind like Ctrl-C, so every role's cleanup (stop actors, close sockets, a final
     # checkpoint) runs; the flag covers the case where the exception is swallowed, or
     # deferred out of a critical section (see runtime/shutdown.py)
-    from tianjax.runtime import shutdown
+    from tianjax.runtime.process import shutdown
 
     shutdown.request(signal.Signals(signum).name)
 
@@ -71,7 +71,7 @@ def _report(args) -> int:
 def _eval(args) -> int:
     from tianjax.config import ConfigError
     from tianjax.config import parse_override as parse
-    from tianjax.runtime.eval_runner import evaluate_run
+    from tianjax.runtime.runners.eval import evaluate_run
 
     opts = {"episodes": 10, "greedy": True, "seed": None}
     for text in args.options:
@@ -118,7 +118,7 @@ def main(argv=None) -> int:
                                  "reports/report_<time> for several)")
     args = parser.parse_args(argv)
 
-    from tianjax.checkpoint import CheckpointError
+    from tianjax.checkpoint.store import CheckpointError
     from tianjax.config import ConfigError
 
     signal.signal(signal.SIGTERM, _sigterm)
@@ -144,7 +144,7 @@ def main(argv=None) -> int:
         print("tianjax: interrupted", file=sys.stderr)
         return 130
     except OSError as e:
-        from tianjax.runtime.resources import describe_os_error
+        from tianjax.runtime.process.resources import describe_os_error
 
         line = describe_os_error(e)
         if line is None:

@@ -1,78 +1,10 @@
-"""The fused trainer (Podracer "Anakin" shape): rollout and update in one jitted loop.
+"""Deprecated name of `tianjax.core.fused`, kept for one release."""
 
-For JAX envs the actor and learner share a device and a program: one iteration steps
-[B] envs for T steps with the current params and then updates on that batch (on-policy)
-or on samples from an in-jit replay buffer (off-policy; tianjax.replay). `run(state, n)`
-scans n iterations; the runtime shell calls it in chunks to log between them, and may
-vmap it over seeds. In this mode every sample is fresh (tau = 0), which is the equivalence the
-staleness-corrected losses are tested against.
-"""
-
-from __future__ import annotations
-
-from typing import NamedTuple
-
-import jax
-import jax.numpy as jnp
-
-from tianjax import buffers, frame_replay
-from tianjax.algos.base import Algorithm
-from tianjax.config import Config
-from tianjax.envs.jax_env import JaxEnv
-from tianjax.learner import LearnerState
-from tianjax.replay import make_replay, make_replay_learn, uses_frame_replay
-from tianjax.rollout import Episodes, RolloutState, make_rollout
+import importlib
+import warnings
 
 
-class FusedState(NamedTuple):
-    learner: LearnerState
-    actor: RolloutState
-    env_steps: jax.Array  # int32 scalar
-    replay: buffers.ReplayState | frame_replay.FrameReplayState | None = None
-
-
-def make_fused(config: Config, env: JaxEnv, algo: Algorithm):
-    """Returns (init(key) -> FusedState, run(state, num_iterations) -> (state, (metrics, episodes)))."""
-    B, T = config.num_envs, config.rollout_len
-    rollout_init, rollout = make_rollout(env, algo, B, T)
-    replay = algo.buffer in ("replay", "sequences")
-
-    def init(key) -> FusedState:
-        k_learn, k_act = jax.random.split(key)
-        learner = algo.init(k_learn)
-        actor = rollout_init(k_act)
-        rb = None
-        if replay:
-            _, example, _ = jax.eval_shape(rollout, learner.params, learner.version, actor)
-            rb = make_replay(config, algo).init(example)
-        return FusedState(learner, actor, jnp.zeros((), jnp.int32), rb)
-
-    def onpolicy_iteration(state: FusedState):
-        actor, traj, episodes = rollout(state.learner.params, state.learner.version, state.actor,
-                                        state.env_steps)
-        learner, metrics = algo.update(state.learner, traj)
-        return FusedState(learner, actor, state.env_steps + B * T, None), metrics, episodes
-
-    replay_learn = make_replay_learn(config, algo)
-
-    def replay_iteration(state: FusedState):
-        actor, trans, episodes = rollout(state.learner.params, state.learner.version, state.actor,
-                                         state.env_steps)
-        env_steps = state.env_steps + B * T
-        learner, rb, metrics = replay_learn(state.learner, state.replay, trans, env_steps)
-        return FusedState(learner, actor, env_steps, rb), metrics, episodes
-
-    iteration = replay_iteration if replay else onpolicy_iteration
-
-    def run(state: FusedState, num_iterations: int):
-        def body(s, _):
-            s, metrics, episodes = iteration(s)
-            return s, (dict(metrics, version=s.learner.version), episodes)
-
-        return jax.lax.scan(body, state, None, length=num_iterations)
-
-    return init, run
-
-
-# make_replay_learn, uses_frame_replay and Episodes: where they were
-__all__ = ["FusedState", "make_fused", "make_replay_learn", "uses_frame_replay", "Episodes"]
+def __getattr__(name):
+    warnings.warn("tianjax.fused is now tianjax.core.fused; import from there (the old name goes in the "
+                  "next release)", DeprecationWarning, stacklevel=2)
+    return getattr(importlib.import_module("tianjax.core.fused"), name)

@@ -20,11 +20,11 @@ from typing import Any, Callable, NamedTuple
 import jax
 import numpy as np
 
-from tianjax import checkpoint as ckpt
+from tianjax.checkpoint import store as ckpt
 from tianjax.algos import Algorithm, make_algorithm
 from tianjax.config import Config, ConfigError, load_config
-from tianjax.networks import use_network
-from tianjax.runtime.eval_runner import EvalResult, evaluate_policy, locate
+from tianjax.networks.custom import use_network
+from tianjax.runtime.runners.eval import EvalResult, evaluate_policy, locate
 
 
 class LoadedRun(NamedTuple):
@@ -58,12 +58,12 @@ def load(path: str | os.PathLike, *, env: Any = None, network: Any = None) -> Lo
 
 def _algorithm(config: Config, env) -> tuple[Algorithm, tuple[int, ...]]:
     if config.env_backend == "gymnax":
-        from tianjax.envs.jax_env import make_gymnax
+        from tianjax.envs.gymnax_env import make_gymnax
 
         e = make_gymnax(config.env if env is None else env)
         obs_shape, obs_dtype, action_spec = e.obs_shape, e.obs_dtype, e.action_spec
     else:
-        from tianjax.runtime.sources import env_spec
+        from tianjax.envs.factory import env_spec
 
         obs_shape, obs_dtype, action_spec = env_spec(config)
     return (make_algorithm(config, obs_shape, action_spec, correct_staleness=False, obs_dtype=obs_dtype),

@@ -12,8 +12,8 @@ import numpy as np
 
 from tianjax.config import Config, ConfigError, load_config
 from tianjax.metrics import Progress, RunLogger, format_summary
-from tianjax.networks import use_network
-from tianjax.runtime import compile_cache, shutdown
+from tianjax.networks.custom import use_network
+from tianjax.runtime.process import compile_cache, shutdown
 
 
 class TrainResult(NamedTuple):
@@ -28,11 +28,11 @@ class TrainResult(NamedTuple):
 
 def _runner(config: Config):
     if config.mode == "fused":
-        from tianjax.runtime.fused_runner import run_fused
+        from tianjax.runtime.runners.fused import run_fused
 
         return run_fused
     if config.num_actors == 0:
-        from tianjax.runtime.host_runner import run_host
+        from tianjax.runtime.runners.host import run_host
 
         return run_host
     from tianjax.launch.local import run_local
@@ -51,7 +51,7 @@ def _own_parts(config: Config, env, network):
                               "a module the actors can import")
     if env is None:
         return None
-    from tianjax.envs.jax_env import make_gymnax
+    from tianjax.envs.gymnax_env import make_gymnax
 
     return make_gymnax(env)
 
@@ -75,7 +75,7 @@ def train(config: Config | str | os.PathLike | dict | None = None, overrides: Se
         kwargs["env"], env = env, None
     env_obj = None
     if env is not None:
-        from tianjax.envs.jax_env import make_gymnax
+        from tianjax.envs.gymnax_env import make_gymnax
 
         env_obj = make_gymnax(env)
         kwargs.update(env=env_obj.name, env_backend="gymnax")
@@ -115,7 +115,7 @@ def _train(config: Config, env, progress, verbose) -> TrainResult:
     wall = time.perf_counter() - t0
     eval_return = eval_win_rate = None
     if config.eval_episodes and config.mode == "fused" and config.num_seeds == 1:
-        from tianjax.evaluation import make_evaluator
+        from tianjax.core.evaluation import make_evaluator
 
         wins = getattr(out["env"], "reports_wins", False)
         evaluate = make_evaluator(out["env"], out["algo"], config.eval_episodes, wins=wins)

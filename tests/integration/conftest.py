@@ -209,8 +209,8 @@ def run_in_process(config, logger=None, instrument=lambda actor: None, learner_k
     `instrument(actor)` on each actor before it runs. Returns (learner, result)."""
     import threading
 
-    from tianjax.runtime.actor import Actor
-    from tianjax.runtime.learner import Learner
+    from tianjax.runtime.actor.actor import Actor
+    from tianjax.runtime.learner.learner import Learner
     from tianjax.transport.auth import new_run_key
 
     run_key = new_run_key()

@@ -22,7 +22,7 @@ import pytest
 import tianjax
 from tianjax.algos.dqn import epsilon_greedy, epsilon_schedule
 from tianjax.config import load_config
-from tianjax.learner import learning_rate
+from tianjax.core.update import learning_rate
 from tianjax.metrics import RunLogger
 
 from .conftest import ASYNC_CFG, REPO, run_in_process
@@ -226,7 +226,7 @@ def test_a_replacement_actor_resumes_the_global_exploration_schedule(tmp_path, p
 
 
 def test_async_dqn_with_frame_once_replay_stores_each_frame_once_and_holds_its_budget(tmp_path):
-    from tianjax import frame_replay
+    from tianjax.core.replay import frames as frame_replay
 
     config = load_config(DQN, ["mode=async", "num_actors=2", *SMALL_DQN, "total_env_steps=6000",
                                "dqn.frame_once=true", "target_return=null", "checkpoint.final=false",

@@ -11,7 +11,7 @@ import signal
 import psutil
 import pytest
 
-from tianjax import checkpoint as ckpt
+from tianjax.checkpoint import store as ckpt
 
 from .conftest import (
     ASYNC_CFG,

@@ -20,11 +20,11 @@ import pytest
 import zmq
 
 import tianjax
-from tianjax import checkpoint as ckpt
+from tianjax.checkpoint import store as ckpt
 from tianjax.config import load_config
-from tianjax.rollout import Episodes
-from tianjax.runtime.actor import Actor
-from tianjax.runtime.learner import Learner
+from tianjax.core.rollout import Episodes
+from tianjax.runtime.actor.actor import Actor
+from tianjax.runtime.learner.learner import Learner
 from tianjax.transport.auth import InsecureNoAuth, new_run_key
 from tianjax.transport.channels import ControlClient, ControlServer, TrajectorySender
 

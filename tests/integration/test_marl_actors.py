@@ -26,10 +26,10 @@ import pytest
 
 from tianjax.algos import qmix as Q
 from tianjax.config import ConfigError, load_config
-from tianjax.envs.marl import MAObs
-from tianjax.runtime.learner import Learner
+from tianjax.core.types import MAObs
+from tianjax.runtime.learner.learner import Learner
 from tianjax.transport.auth import new_run_key
-from tianjax.types import Sequences
+from tianjax.core.types import Sequences
 
 from .conftest import REPO, run_in_process
 

@@ -21,7 +21,7 @@ import numpy as np
 import psutil
 import pytest
 
-from tianjax import checkpoint as ckpt
+from tianjax.checkpoint import store as ckpt
 
 from .conftest import (
     REPO,

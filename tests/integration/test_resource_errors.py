@@ -16,8 +16,8 @@ import textwrap
 
 import pytest
 
-from tianjax import checkpoint as ckpt
-from tianjax.runtime.resources import describe_os_error
+from tianjax.checkpoint import store as ckpt
+from tianjax.runtime.process.resources import describe_os_error
 
 from .conftest import REPO, child_env, free_port, free_port_block
 
@@ -96,7 +96,7 @@ def test_descriptor_errors_are_described_and_the_reserve_lends_descriptors():
     # a process whose every descriptor is taken still opens files inside released()
     code = textwrap.dedent("""
         import os, resource
-        from tianjax.runtime.resources import FdReserve
+        from tianjax.runtime.process.resources import FdReserve
         resource.setrlimit(resource.RLIMIT_NOFILE, (128, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
         reserve = FdReserve(16)
         taken = []

@@ -15,11 +15,11 @@ import threading
 import pytest
 
 import tianjax
-from tianjax import checkpoint as ckpt
-from tianjax.learner import learning_rate
+from tianjax.checkpoint import store as ckpt
+from tianjax.core.update import learning_rate
 from tianjax.metrics import RunLogger
-from tianjax.runtime.actor import Actor
-from tianjax.runtime.learner import Learner
+from tianjax.runtime.actor.actor import Actor
+from tianjax.runtime.learner.learner import Learner
 from tianjax.transport.auth import new_run_key
 
 from .conftest import ASYNC_CFG, REPO

@@ -89,7 +89,7 @@ def test_soak_short_run_survives_kills_and_garbage(tmp_path, procs):
     # Without the run's credentials no connection gets past the handshake (the learner's
     # gatekeeper), so the garbage went over raw TCP at ZeroMQ's handshake: none of it
     # reached the codec. (What reaches the codec from a peer past the handshake is
-    # tests/test_ingress_fuzz.py's and test_security.py's.)
+    # tests/runtime/learner/test_ingress_fuzz.py's and test_security.py's.)
     g = s["garbage"]
     assert g["error"] is None, g
     assert g["handshake_refused"] and g["connected"] == [], g

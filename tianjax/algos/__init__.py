@@ -22,7 +22,8 @@ from typing import Callable
 
 from tianjax.algos.base import ActOutput, Algorithm
 from tianjax.config import Config, ConfigError
-from tianjax.networks import ActionSpec, resolve_network
+from tianjax.core.types import ActionSpec
+from tianjax.networks import resolve_network
 
 # name -> "module:function" (built in, imported on first use) or the factory itself
 _REGISTRY: dict[str, str | Callable[..., Algorithm]] = {

@@ -8,17 +8,17 @@ The protocol (built-in algorithms and yours, `tianjax.algos.register(name, make)
     make(config, obs_shape, action_spec, *, correct_staleness=True) -> Algorithm
 
 What an algorithm gives:
-- `init(key) -> LearnerState` (tianjax.learner): params, optimizer state, version 0, key.
+- `init(key) -> LearnerState` (tianjax.core.update): params, optimizer state, version 0, key.
 - `act(params, obs [B, ...], key, env_steps) -> ActOutput(action, log_prob, value)`:
   sampled (exploring) actions, log mu(a|s) of the behaviour policy, and V(s) (zeros if the
   algorithm has no critic). Pure and jittable: the runtime jits it in actors and scans it
   in fused mode.
 - `value(params, obs) -> [B]` (truncation bootstrap) and `greedy(params, obs) -> action`.
 - `update(state, batch, fresh=True) -> (state, metrics)`: jittable; it must add 1 to
-  `state.version` per call, and should be wrapped in `tianjax.learner.guarded` so that a
+  `state.version` per call, and should be wrapped in `tianjax.core.update.guarded` so that a
   non-finite step is skipped and counted. Metrics are a flat dict of scalars. `fresh` is
   False for a reuse pass over a batch already learned from: schedules follow progress
-  (fresh env steps learned, `state.fresh_steps`; see tianjax.learner), which such a pass
+  (fresh env steps learned, `state.fresh_steps`; see tianjax.core.update), which such a pass
   must not advance.
 - `loss_fn(params, batch, ...) -> (loss, metrics)` with per-sample weights as an explicit
   input (exposed for tests and notebooks; the runtime calls only `update`).
@@ -31,10 +31,10 @@ What an algorithm gives:
 What the runtime guarantees it:
 - every sample carries its behaviour version: `batch.version` [T, B] (or [N]); the
   learner's version is `state.version`, so tau = state.version - batch.version >= 0, and
-  `tianjax.staleness.staleness_weights` turns them into the per-sample weights;
+  `tianjax.core.staleness.staleness_weights` turns them into the per-sample weights;
 - `correct_staleness=False` only where tau is always 0 (fused mode): weights may be
   skipped there;
-- Trajectory fields follow tianjax.types: `done` ends an episode, `bootstrap_value` is
+- Trajectory fields follow tianjax.core.types: `done` ends an episode, `bootstrap_value` is
   V(final obs) where the episode was truncated (0 elsewhere), `last_obs` is the
   observation after the last step, and `trunc_obs` / `trunc_t` the final observation of
   each env's last truncation, for bootstrapping with the learner's own critic;
@@ -51,7 +51,7 @@ from typing import Any, Callable, Literal, NamedTuple
 
 import jax
 
-from tianjax.learner import LearnerState
+from tianjax.core.update import LearnerState
 
 
 class ActOutput(NamedTuple):

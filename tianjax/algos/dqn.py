@@ -20,13 +20,13 @@ How staleness enters: every replayed transition carries the version of the param
 that acted in it, so tau_i = learner_version - behaviour_version_i is its age in updates.
 Q-learning is off-policy, so no importance ratio is needed (the target does not depend on
 the behaviour policy); staleness only enters as the per-sample weight w_i = w(tau_i)
-(tianjax.staleness: schedule, optional max_staleness mask acting as a recency window on
+(tianjax.core.staleness: schedule, optional max_staleness mask acting as a recency window on
 the buffer, normalised to mean 1 over the kept samples). With the default `constant`
 schedule, or whenever every tau is 0, the weights are exactly 1 and the loss is the
 plain DQN loss. `correct_staleness=False` (what the fused runner uses) skips the weights
 altogether, i.e. plain uniform experience replay.
 
-With `dqn.frame_once` (tianjax.frame_replay) the replay stores each frame once and cannot
+With `dqn.frame_once` (tianjax.core.replay.frames) the replay stores each frame once and cannot
 give a transition cut by a time limit inside a stored chunk its final observation; `update`
 then takes the buffer's per-sample mask as a fourth argument and multiplies the weights by
 it (0 for those transitions: w_i * m_i in the loss above, its mean still over all N).
@@ -38,12 +38,13 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from tianjax import staleness as S
+from tianjax.core import staleness as S
 from tianjax.algos.base import ActOutput, Algorithm
 from tianjax.config import Config, ConfigError
-from tianjax.learner import LearnerState, gradient_step, guarded, init_state, make_optimizer
-from tianjax.networks import ActionSpec, QNetwork
-from tianjax.types import Transition
+from tianjax.core.update import LearnerState, gradient_step, guarded, init_state, make_optimizer
+from tianjax.core.types import ActionSpec
+from tianjax.networks import QNetwork
+from tianjax.core.types import Transition
 
 
 def make_loss(apply_fn, *, gamma: float, double_q: bool, huber_delta: float):

@@ -9,7 +9,7 @@ version produced the samples, so the same loss serves fused mode (mu = the param
 previous update, tau = 0) and async mode (mu many versions old).
 
 Staleness enters only as per-sample loss weights w_i = w(tau_i) from the staleness schedule
-(tau_i = learner version - behaviour version, see tianjax.staleness), multiplying the
+(tau_i = learner version - behaviour version, see tianjax.core.staleness), multiplying the
 policy, value and entropy terms of every step. Unlike PPO, they are not multiplied by a
 truncated ratio min(rho_bar, pi / mu): V-trace's clipping already is the importance
 correction, and applying it twice would square it. With tau = 0 the weights are exactly 1
@@ -21,16 +21,15 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from tianjax import distributions as D
-from tianjax import returns
-from tianjax import staleness as S
+from tianjax.core import distributions as D
+from tianjax.core import returns
+from tianjax.core import staleness as S
 from tianjax.algos.base import Algorithm
 from tianjax.algos.policy import actor_critic
 from tianjax.config import Config
-from tianjax.learner import (LearnerState, gradient_step, guarded, init_state, learning_rate, lr_schedule,
-                             make_optimizer, step_progress)
-from tianjax.networks import ActionSpec
-from tianjax.types import Trajectory
+from tianjax.core.update import (LearnerState, gradient_step, guarded, init_state, learning_rate, lr_schedule, make_optimizer, step_progress)
+from tianjax.core.types import ActionSpec
+from tianjax.core.types import Trajectory
 
 # V-trace over the time axis of [T, B] inputs (lambda = 1, as in the paper).
 _vtrace_tb = jax.vmap(returns.vtrace, in_axes=(1, 1, 1, 1, 1, None, None, None, None), out_axes=1)

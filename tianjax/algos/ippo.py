@@ -24,14 +24,16 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from tianjax import distributions as D
+from tianjax.core import distributions as D
 from tianjax.algos import ppo
 from tianjax.algos.base import ActOutput, Algorithm
 from tianjax.algos.policy import ActorCriticPolicy
 from tianjax.config import Config, ConfigError, NetworkConfig
-from tianjax.envs.marl import MAObs
-from tianjax.networks import MLP, ActionSpec, ActorCritic, _ortho
-from tianjax.types import Trajectory
+from tianjax.core.types import MAObs
+from tianjax.networks import MLP, ActorCritic
+from tianjax.networks.torsos import _ortho
+from tianjax.core.types import ActionSpec
+from tianjax.core.types import Trajectory
 
 MASKED_LOGIT = -1e9
 

@@ -26,13 +26,14 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from tianjax import staleness as S
+from tianjax.core import staleness as S
 from tianjax.algos.base import ActOutput, Algorithm
 from tianjax.config import Config, ConfigError
-from tianjax.envs.marl import MAObs
-from tianjax.learner import LearnerState, gradient_step, guarded, init_state, make_optimizer
-from tianjax.networks import MLP, ActionSpec
-from tianjax.types import Transition
+from tianjax.core.types import MAObs
+from tianjax.core.update import LearnerState, gradient_step, guarded, init_state, make_optimizer
+from tianjax.networks import MLP
+from tianjax.core.types import ActionSpec
+from tianjax.core.types import Transition
 
 
 class MADDPGParams(NamedTuple):

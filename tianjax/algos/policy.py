@@ -6,10 +6,12 @@ from typing import Any, Callable, NamedTuple
 
 import jax.numpy as jnp
 
-from tianjax import distributions as D
+from tianjax.core import distributions as D
 from tianjax.algos.base import ActOutput
 from tianjax.config import Config
-from tianjax.networks import ActionSpec, ActorCritic, custom_network
+from tianjax.core.types import ActionSpec
+from tianjax.networks import ActorCritic
+from tianjax.networks.custom import custom_network
 
 
 class ActorCriticPolicy(NamedTuple):

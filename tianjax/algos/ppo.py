@@ -71,16 +71,15 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from tianjax import distributions as D
-from tianjax import staleness as S
+from tianjax.core import distributions as D
+from tianjax.core import staleness as S
 from tianjax.algos.base import Algorithm
 from tianjax.algos.policy import ActorCriticPolicy, actor_critic
 from tianjax.config import Config
-from tianjax.learner import (LearnerState, gradient_step, guarded, init_state, learning_rate, lr_schedule,
-                             make_optimizer, step_progress)
-from tianjax.networks import ActionSpec
-from tianjax.returns import gae, traced_gae
-from tianjax.types import Trajectory
+from tianjax.core.update import (LearnerState, gradient_step, guarded, init_state, learning_rate, lr_schedule, make_optimizer, step_progress)
+from tianjax.core.types import ActionSpec
+from tianjax.core.returns import gae, traced_gae
+from tianjax.core.types import Trajectory
 
 
 class PPOBatch(NamedTuple):

@@ -21,7 +21,7 @@ c_{T-1} = 0 (the sequence's last step bootstraps from v_{T-1}). Replayed steps c
 older policies: like pymarl2, the lambda-return does not correct for that (the staleness
 weight w_t only scales each step's loss).
 
-over replayed sequences (tianjax.types.Sequences, time-major [T, B] here: obs and next_obs
+over replayed sequences (tianjax.core.types.Sequences, time-major [T, B] here: obs and next_obs
 MAObs, reward the team reward [T, B]), where s_{t+1} and the observation at t+1 are the true
 next ones (the final observation where an episode ended: truncation bootstraps from it,
 termination does not), the hidden state starts from the one stored with the sequence and
@@ -39,14 +39,14 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from tianjax import staleness as S
+from tianjax.core import staleness as S
 from tianjax.algos.base import ActOutput, Algorithm
 from tianjax.algos.dqn import epsilon_schedule, target_sync
 from tianjax.config import Config, ConfigError
-from tianjax.envs.marl import MAObs
-from tianjax.learner import LearnerState, gradient_step, guarded, init_state, make_optimizer
-from tianjax.networks import ActionSpec
-from tianjax.types import Sequences
+from tianjax.core.types import MAObs
+from tianjax.core.update import LearnerState, gradient_step, guarded, init_state, make_optimizer
+from tianjax.core.types import ActionSpec
+from tianjax.core.types import Sequences
 
 MASKED_Q = -1e9
 # NOTE: the agents' Q head and the mixer's state-conditioned biases start near zero. With

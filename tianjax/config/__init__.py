@@ -12,12 +12,11 @@ across sections), `loading` (YAML, overrides, coercion, imports). Import from he
 
 from __future__ import annotations
 
-from tianjax.config.algos import (DQNConfig, IMPALAConfig, MADDPGConfig, MultiAgentConfig, NetworkConfig,
-                                  PPOConfig, QMIXConfig)
+from tianjax.config.algos import (DQNConfig, IMPALAConfig, MADDPGConfig, MultiAgentConfig, NetworkConfig, PPOConfig, QMIXConfig)
 from tianjax.config.checks import ConfigError
 from tianjax.config.loading import apply_overrides, import_modules, load_config, parse_override, read_yaml
 from tianjax.config.runtime import BalanceConfig, CheckpointConfig, RuntimeConfig, StalenessConfig
-from tianjax.config.schema import MULTI_AGENT_ALGOS, REPLAY_ALGOS, Config
+from tianjax.config.schema import Config, MULTI_AGENT_ALGOS, REPLAY_ALGOS
 
 __all__ = ["BalanceConfig", "CheckpointConfig", "Config", "ConfigError", "DQNConfig", "IMPALAConfig",
            "MADDPGConfig", "MULTI_AGENT_ALGOS", "MultiAgentConfig", "NetworkConfig", "PPOConfig", "QMIXConfig",

@@ -12,7 +12,7 @@ from tianjax.config.checks import _check, _is_reference
 class NetworkConfig:
     # auto: mlp for vectors, minatar_cnn for small maps (MinAtar's 10x10xC), nature_cnn for
     # uint8 frames of 36x36 or more (Atari's 84x84), impala_cnn for other images that large;
-    # see tianjax/networks.py
+    # see tianjax/networks/
     torso: Literal["auto", "mlp", "minatar_cnn", "nature_cnn", "impala_cnn"] = "auto"
     hidden: tuple[int, ...] = (64, 64)  # widths of the MLP (after the convolutions of a CNN torso)
     activation: Literal["tanh", "relu"] = "tanh"  # of an mlp torso (CNN torsos use relu)
@@ -99,7 +99,7 @@ class DQNConfig:
     eps_fraction: float = 0.3  # fraction of total_env_steps over which epsilon decays
     max_grad_norm: float = 10.0
     # replay keeps each observation frame once ([T + 1, B] frames per [T, B] rollout) instead
-    # of obs and next_obs (tianjax/frame_replay.py; mode fused); a transition cut by a time
+    # of obs and next_obs (tianjax/core/replay/frames.py; mode fused); a transition cut by a time
     # limit inside a rollout then has weight 0 (its final observation is not kept)
     frame_once: bool = False
 

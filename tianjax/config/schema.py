@@ -8,8 +8,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from tianjax.config.algos import (DQNConfig, IMPALAConfig, MADDPGConfig, MultiAgentConfig, NetworkConfig,
-                                  PPOConfig, QMIXConfig)
+from tianjax.config.algos import (DQNConfig, IMPALAConfig, MADDPGConfig, MultiAgentConfig, NetworkConfig, PPOConfig, QMIXConfig)
 from tianjax.config.checks import _check, _to_plain
 from tianjax.config.runtime import BalanceConfig, CheckpointConfig, RuntimeConfig, StalenessConfig
 

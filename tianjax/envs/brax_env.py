@@ -32,8 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from tianjax.config import ConfigError
-from tianjax.envs.jax_env import JaxStep
-from tianjax.networks import ActionSpec
+from tianjax.core.types import ActionSpec, JaxStep
 
 DEFAULT_EPISODE_LENGTH = 1000  # brax.envs.create's default, and its training pipelines'
 

@@ -1,5 +1,5 @@
 """envpool as a `HostEnv`: same-step auto-reset by partial reset, and Atari's per-life ends
-stepped through envpool's own restart (see tianjax/envs/host.py)."""
+stepped through envpool's own restart (see tianjax/envs/factory.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from tianjax.config import ConfigError
-from tianjax.envs.host_api import (HostStep, _obs_space, _prepare_actions, action_spec_from_space,
+from tianjax.envs.host_api import (HostStep, _obs_space, _prepare_actions, action_spec_from_space, check_options,
                                    other_backend_hint)
 
 
@@ -36,8 +36,6 @@ class EnvpoolEnv:
             raise ConfigError(f"config key 'env': '{env_id}' is not an envpool task id"
                               + (other_backend_hint(env_id, "envpool") or " (list them with `python -c "
                                  "\"import envpool; print(envpool.list_all_envs())\"`)"))
-        from tianjax.envs.gymnasium_env import check_options
-
         # tianjax sets the batch and the seeds itself; every other key of the task's config
         # is an option (a misspelt one: one line naming it)
         ours = {"num_envs", "batch_size", "seed"}

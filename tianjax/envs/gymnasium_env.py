@@ -1,47 +1,18 @@
-"""gymnasium vector envs as a `HostEnv` (SAME_STEP auto-reset; see tianjax/envs/host.py)."""
+"""gymnasium vector envs as a `HostEnv` (SAME_STEP auto-reset; see tianjax/envs/factory.py)."""
 
 from __future__ import annotations
 
-import difflib
-import inspect
-import os
 from typing import Any
 
 import numpy as np
 
 from tianjax.config import ConfigError
-from tianjax.envs.host_api import (HostStep, _obs_space, _prepare_actions, action_spec_from_space,
-                                   other_backend_hint)
+from tianjax.envs.host_api import (HostStep, _obs_space, _prepare_actions, accepted_options, action_spec_from_space,
+                                   check_options, other_backend_hint)
 
 
 # what gymnasium's make / make_vec take themselves, besides the env's own arguments
 _MAKE_OPTIONS = ("max_episode_steps", "disable_env_checker")
-
-
-def accepted_options(fn) -> set[str] | None:
-    """The keyword arguments an env's entry point (a class or a function) takes, or None
-    where it cannot tell (it takes **kwargs, or has no signature)."""
-    try:
-        params = inspect.signature(fn).parameters.values()
-    except (TypeError, ValueError):
-        return None
-    if any(p.kind == p.VAR_KEYWORD for p in params):
-        return None
-    return {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
-
-
-def check_options(env_id: str, given, accepted: set[str] | None) -> None:
-    """A ConfigError naming the first option of `given` that the env does not take."""
-    if accepted is None:
-        return
-    for key in sorted(given):
-        if key not in accepted:
-            close = difflib.get_close_matches(key, sorted(accepted), n=3)
-            # of equally close names, the one that shares the longest start with it
-            close.sort(key=lambda c: -len(os.path.commonprefix([c, key])))
-            hint = f"; did you mean '{close[0]}'?" if close else ""
-            raise ConfigError(f"config key 'env_options.{key}': '{env_id}' takes no option '{key}'{hint} "
-                              f"(it takes: {', '.join(sorted(accepted))})")
 
 
 def _entry_point(fn):

@@ -45,6 +45,7 @@ import numpy as np
 
 from tianjax.config import ConfigError
 from tianjax.envs.host_api import ACTOR_INDEX_ENV
+
 CARTPOLE_ID = "tianjax/LatencyCartPole-v1"
 LUNARLANDER_ID = "tianjax/LatencyLunarLander-v2"
 ANNOUNCE = "latency: actor {actor} steps at {factor:g}x (mean {mean_ms:.3f} ms per vector step of {num_envs} envs)"

@@ -42,16 +42,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from tianjax.config import ConfigError
-from tianjax.envs.jax_env import JaxStep
-from tianjax.networks import ActionSpec
-
-
-class MAObs(NamedTuple):
-    """What every agent of one env sees, stacked on the agent axis N."""
-
-    obs: jax.Array  # [N, D] float32
-    state: jax.Array  # [S] float32 global state
-    avail: jax.Array  # [N, A] bool available actions
+from tianjax.core.types import ActionSpec, JaxStep, MAObs
 
 
 def _inner(state):

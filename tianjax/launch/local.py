@@ -5,7 +5,7 @@ all stopped with no orphans.
 Two shapes:
 
 - default: this process is the learner. Dead or silent actors are replaced (see
-  tianjax.runtime.supervisor); a crash of the learner is a crash of the run, whose last
+  tianjax.launch.supervisor); a crash of the learner is a crash of the run, whose last
   checkpoint stays whole (orbax renames a step into place only when it is complete).
 - `runtime.restart_learner: true`: this process only supervises. The learner is a child
   process too (`python -m tianjax.launch.role learner`); when it dies it is started again,
@@ -29,12 +29,12 @@ import subprocess
 import sys
 import time
 
-from tianjax import checkpoint as ckpt
+from tianjax.checkpoint import store as ckpt
 from tianjax.config import Config
 from tianjax.launch.ports import HeldPorts, PrivateDir
 from tianjax.metrics import Progress, RunLogger
-from tianjax.runtime.learner import Learner
-from tianjax.runtime.supervisor import ActorSupervisor, describe, python_path
+from tianjax.runtime.learner.learner import Learner
+from tianjax.launch.supervisor import ActorSupervisor, describe, python_path
 from tianjax.transport.auth import KEY_ENV, new_run_key
 
 RESULT_FILE = "learner_result.json"  # what a learner process reports (params: its checkpoint)

@@ -37,7 +37,7 @@ SIGTERM_GRACE_S = 5.0
 
 
 def _terminate(signum, frame):
-    from tianjax.runtime import shutdown
+    from tianjax.runtime.process import shutdown
 
     shutdown.request()
 
@@ -71,7 +71,7 @@ def run_learner(config: Config, *, coordinator: str | None, num_processes: int |
                 process_id: int | None, bind_host: str, base_port: int, key_file: str | None) -> int:
     import jax
 
-    from tianjax.runtime import compile_cache
+    from tianjax.runtime.process import compile_cache
 
     compile_cache.enable(config.compile_cache)
     config = with_security(config)
@@ -99,7 +99,7 @@ def run_learner(config: Config, *, coordinator: str | None, num_processes: int |
     if count > 1:
         from jax._src.distributed import global_state
 
-        from tianjax.runtime import shutdown
+        from tianjax.runtime.process import shutdown
 
         def lost(line: str) -> None:
             # the main thread stops at its next check, tells its actors and exits (below);
@@ -114,8 +114,8 @@ def run_learner(config: Config, *, coordinator: str | None, num_processes: int |
                           "stopping; the last checkpoint stands")
         peers = PeerWatch(global_state.client, index, count, config.runtime.heartbeat_timeout_s, on_lost=lost)
     from tianjax.metrics import Progress, RunLogger, format_summary
-    from tianjax.runtime.learner import Learner
-    from tianjax.runtime.recorder import save_params
+    from tianjax.runtime.learner.learner import Learner
+    from tianjax.runtime.runners.recorder import save_params
 
     run_dir = os.path.join(config.run_dir or "runs/multihost", f"learner-{index}")
     logger = RunLogger(config, run_dir)
@@ -189,9 +189,9 @@ def run_actor(config: Config, *, actor_id: int, learner_host: str, base_port: in
               key_file: str | None) -> int:
     """Runs actor `actor_id` as a supervised child process: restarted when it dies, up to
     `runtime.max_actor_restarts` times, until the learner tells it to stop (exit code 0)."""
-    from tianjax.runtime.supervisor import ActorSupervisor
+    from tianjax.launch.supervisor import ActorSupervisor
 
-    from tianjax.runtime.actor import LEARNER_GONE
+    from tianjax.runtime.actor.actor import LEARNER_GONE
 
     config = with_security(config)
     if num_learners < 1:

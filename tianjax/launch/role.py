@@ -31,7 +31,7 @@ def _die_with_parent(parent_pid: int | None) -> None:
 def stop_actor(signum, frame):
     """An actor's SIGTERM handler: exit code 143, once (a killed launcher's threads each
     send its parent-death SIGTERM as they exit; see runtime/shutdown.py)."""
-    from tianjax.runtime import shutdown
+    from tianjax.runtime.process import shutdown
 
     shutdown.request(exit_code=143)
 
@@ -59,8 +59,8 @@ def _run_actor(args, raw_config: dict) -> int:
 
     os.environ[ACTOR_INDEX_ENV] = str(args.actor_id)  # which actor this process's envs serve
     from tianjax.config import load_config
-    from tianjax.runtime import compile_cache
-    from tianjax.runtime.actor import Actor
+    from tianjax.runtime.process import compile_cache
+    from tianjax.runtime.actor.actor import Actor
     from tianjax.transport.auth import load_key
 
     try:
@@ -79,7 +79,7 @@ def _run_learner(args, config) -> int:
     import time
 
     from tianjax.metrics import Progress, RunLogger
-    from tianjax.runtime.learner import Learner
+    from tianjax.runtime.learner.learner import Learner
     from tianjax.transport.auth import load_key
 
     t_start = time.perf_counter()
@@ -128,7 +128,7 @@ def main(argv=None) -> int:
     _die_with_parent(args.parent_pid)
 
     def terminate(signum, frame):
-        from tianjax.runtime import shutdown
+        from tianjax.runtime.process import shutdown
 
         shutdown.request()
 
@@ -140,7 +140,7 @@ def main(argv=None) -> int:
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 PID`: every thread's stack
 
     from tianjax.config import load_config
-    from tianjax.runtime import compile_cache
+    from tianjax.runtime.process import compile_cache
 
     try:
         if args.role == "actor":

@@ -1,6 +1,6 @@
 """Run bookkeeping: run directory, metrics.jsonl, summary.json, episodes, console."""
 
-from tianjax.metrics.episodes import EpisodeTracker
+from tianjax.metrics.tracker import EpisodeTracker
 from tianjax.metrics.logger import RunLogger, format_summary
 from tianjax.metrics.progress import Progress
 

@@ -37,7 +37,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from jax import tree_util
 
-from tianjax.transport.auth import TAG_BYTES, Authenticator
+from tianjax.transport.auth import Authenticator, TAG_BYTES
 
 MAGIC = "tianjax"
 PROTOCOL = 1

@@ -11,16 +11,8 @@ import zmq
 from tianjax.transport import envelope
 from tianjax.transport.auth import as_authenticator
 from tianjax.transport.codec import CodecError, ReplayGuard, TreeSpec, decode, encode
-from tianjax.transport.security import SUBSCRIPTION_MAX_BYTES, Handshake
-from tianjax.transport.sockets import (
-    DEFAULT_HOST,
-    Key,
-    _Channel,
-    _deadline,
-    _default_max_bytes,
-    _first_seq,
-    _remaining_ms,
-)
+from tianjax.transport.security import Handshake, SUBSCRIPTION_MAX_BYTES
+from tianjax.transport.sockets import (DEFAULT_HOST, Key, _Channel, _deadline, _default_max_bytes, _first_seq, _remaining_ms)
 
 
 class ParamPublisher(_Channel):

@@ -14,7 +14,7 @@ from typing import Literal
 import zmq
 
 from tianjax.transport.auth import Authenticator, RunKey
-from tianjax.transport.codec import MAX_HEADER_BYTES, CodecError, TreeSpec
+from tianjax.transport.codec import CodecError, MAX_HEADER_BYTES, TreeSpec
 from tianjax.transport.security import Handshake, limit_frames
 
 DEFAULT_HOST = "127.0.0.1"

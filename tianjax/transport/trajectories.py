@@ -10,7 +10,7 @@ import zmq
 
 from tianjax.transport.auth import as_authenticator
 from tianjax.transport.codec import Message, ReplayGuard, TreeSpec, decode, encode
-from tianjax.transport.security import SENDER_MAX_BYTES, Handshake
+from tianjax.transport.security import Handshake, SENDER_MAX_BYTES
 from tianjax.transport.sockets import DEFAULT_HOST, Key, _Channel, _default_max_bytes, _first_seq
 
 

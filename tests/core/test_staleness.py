@@ -1,0 +1,70 @@
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from tianjax.core import staleness as S
+from tianjax.config import StalenessConfig
+
+
+def test_staleness_is_learner_minus_behaviour_clipped_at_zero():
+    tau = S.staleness(10, jnp.array([10, 7, 0, 12]))
+    np.testing.assert_array_equal(tau, [0, 3, 10, 0])
+
+
+TAU = jnp.arange(0, 9)
+
+
+def test_schedule_shapes_known_values():
+    np.testing.assert_allclose(S.constant(TAU), np.ones(9))
+    np.testing.assert_allclose(S.polynomial(TAU, 1.0), 1.0 / (1.0 + np.arange(9)), rtol=1e-6)
+    np.testing.assert_allclose(S.polynomial(jnp.array([3]), 0.5), [0.5], rtol=1e-6)
+    np.testing.assert_allclose(S.exponential(jnp.array([0, 4, 8]), 4.0), np.exp([0, -1, -2]), rtol=1e-6)
+    # hinge: 1 up to tau0 = 3, then (1 + tau - 3)^-1
+    np.testing.assert_allclose(S.hinge(TAU, 3, 1.0), [1, 1, 1, 1, 1 / 2, 1 / 3, 1 / 4, 1 / 5, 1 / 6], rtol=1e-6)
+    np.testing.assert_allclose(S.cutoff(TAU, 4), [1, 1, 1, 1, 1, 0, 0, 0, 0])
+
+
+@pytest.mark.parametrize("schedule", ["polynomial", "exponential", "hinge"])
+def test_decaying_schedules_are_monotone_and_start_at_one(schedule):
+    w = np.asarray(S.schedule_weights(TAU, StalenessConfig(schedule=schedule)))
+    assert w[0] == pytest.approx(1.0)
+    assert np.all(np.diff(w) <= 1e-7) and w[-1] < 1.0
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_weights_with_zero_staleness_are_exactly_one(jit):
+    cfg = StalenessConfig(schedule="exponential", kappa=2.0, max_staleness=3)
+    f = jax.jit(S.staleness_weights, static_argnums=2) if jit else S.staleness_weights
+    w, mask = f(5, jnp.full((4, 3), 5, jnp.int32), cfg)
+    np.testing.assert_array_equal(w, np.ones((4, 3)))
+    np.testing.assert_array_equal(mask, np.ones((4, 3)))
+
+
+def test_max_staleness_drops_and_normalisation_keeps_mean_one():
+    cfg = StalenessConfig(schedule="polynomial", power=1.0, max_staleness=2, normalise=True)
+    w, mask = S.staleness_weights(4, jnp.array([4, 3, 2, 0]), cfg)  # tau = 0, 1, 2, 4
+    np.testing.assert_array_equal(mask, [1, 1, 1, 0])
+    raw = np.array([1, 1 / 2, 1 / 3])
+    np.testing.assert_allclose(w, np.append(raw * 3 / raw.sum(), 0), rtol=1e-6)
+    assert float(jnp.sum(w)) == pytest.approx(3.0)
+
+
+def test_unnormalised_weights_are_the_schedule():
+    cfg = StalenessConfig(schedule="polynomial", power=1.0, normalise=False)
+    w, _ = S.staleness_weights(4, jnp.array([4, 3, 2, 0]), cfg)
+    np.testing.assert_allclose(w, [1, 1 / 2, 1 / 3, 1 / 5], rtol=1e-6)
+
+
+def test_all_dropped_batch_gives_zero_weights_not_nan():
+    cfg = StalenessConfig(max_staleness=0)
+    w, mask = S.staleness_weights(9, jnp.array([1, 2]), cfg)
+    np.testing.assert_array_equal(w, [0, 0])
+    np.testing.assert_array_equal(mask, [0, 0])
+
+
+def test_truncated_ratio():
+    log_pi = jnp.log(jnp.array([0.5, 0.2, 0.9]))
+    log_mu = jnp.log(jnp.array([0.25, 0.4, 0.9]))
+    np.testing.assert_allclose(S.truncated_ratio(log_pi, log_mu, 1.0), [1.0, 0.5, 1.0], rtol=1e-6)
+    np.testing.assert_allclose(S.truncated_ratio(log_pi, log_mu, 3.0), [2.0, 0.5, 1.0], rtol=1e-6)

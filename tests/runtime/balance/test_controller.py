@@ -1,0 +1,298 @@
+"""The adaptive balance controller (tianjax.runtime.balance.controller) on hand-made timelines.
+
+The plant is a small discrete-time model of the runtime (a fake for this unit test of one
+class): actors that each take `prod_s[i]` seconds per trajectory and may hold as many
+trajectories in flight or pooled as their credits allow, acting with the last published
+version; a learner that takes `k` trajectories per update (FIFO), `update_s` seconds per
+update, publishes every `publish_every` updates and, with no batch waiting, reruns its last
+one up to `max_reuse` times. The controller sees only what the learner sees: the staleness
+of what it consumed, and the clock the test passes."""
+
+import math
+
+import pytest
+
+from tianjax.runtime.balance.controller import Actions, AdaptiveBalance
+
+DT = 0.01
+
+
+class Plant:
+    def __init__(self, prod_s, update_s, k):
+        self.prod_s = list(prod_s)  # per actor; None: the actor is gone
+        self.update_s, self.k = update_s, k
+        self.version = self.published = 0
+        self.pool = []  # (behaviour version, actor)
+        self.held = [0] * len(self.prod_s)
+        self.busy = [None] * len(self.prod_s)  # (done at, version) per actor
+        self.learner_done = None
+        self.last = None  # (behaviour versions) of the last batch
+        self.reuse = 0
+        self.taus = []  # (time, tau) of every consumed trajectory
+
+    def live(self):
+        return [i for i, p in enumerate(self.prod_s) if p is not None]
+
+    def step(self, t, actions: Actions):
+        live = self.live()
+        for rank, i in enumerate(live):
+            if self.busy[i] is not None and t >= self.busy[i][0]:
+                self.pool.append((self.busy[i][1], i))
+                self.busy[i] = None
+            if self.busy[i] is None and self.held[i] < actions.credits(rank, len(live)):
+                self.busy[i] = (t + self.prod_s[i], self.published)
+                self.held[i] += 1
+        if self.learner_done is not None and t >= self.learner_done:
+            self.version += 1
+            if self.version % actions.publish_every == 0:
+                self.published = self.version
+            self.learner_done = None
+        if self.learner_done is None:
+            if len(self.pool) >= self.k:
+                batch, self.pool = self.pool[:self.k], self.pool[self.k:]
+                for _, i in batch:
+                    self.held[i] -= 1
+                self.last, self.reuse = [v for v, _ in batch], 0
+            elif self.last is not None and self.reuse < actions.max_reuse:
+                self.reuse += 1
+            else:
+                return []
+            self.learner_done = t + self.update_s
+            taus = [self.version - v for v in self.last]
+            self.taus += [(t, tau) for tau in taus]
+            return taus
+        return []
+
+    def leave(self, i):
+        self.prod_s[i] = None
+        self.busy[i] = None
+        self.pool = [(v, j) for v, j in self.pool if j != i]
+
+    def join(self, prod_s):
+        self.prod_s.append(prod_s)
+        self.held.append(0)
+        self.busy.append(None)
+
+    def mean_tau(self, t0, t1):
+        taus = [tau for t, tau in self.taus if t0 <= t < t1]
+        return sum(taus) / len(taus)
+
+
+def run(plant, ctl, t_end, events=()):
+    events = sorted(events)
+    t = 0.0
+    while t < t_end:
+        while events and events[0][0] <= t:
+            events.pop(0)[1](plant, ctl)
+        taus = plant.step(t, ctl.actions)
+        if taus:
+            ctl.consumed(sum(taus), len(taus))
+        ctl.decide(t)
+        t += DT
+    return plant
+
+
+def controller(target, n, k, adaptive=True, credits=4, publish=3, reuse=2):
+    return AdaptiveBalance(adaptive=adaptive, target_staleness=target, batch_trajectories=k,
+                           max_credits_per_actor=credits, max_publish_every=publish, max_reuse=reuse,
+                           n_actors=n)
+
+
+def settled(plant, target, t_change, horizon=10.0, tail=10.0):
+    """Within +-25% of the target from `horizon` s after the change on, in every 2 s window,
+    and the error of the last window no larger than that of the first (no growing swing)."""
+    windows = [plant.mean_tau(t0, t0 + 2.0)
+               for t0 in [t_change + horizon + 2.0 * j for j in range(int(tail / 2.0))]]
+    errors = [abs(w - target) for w in windows]
+    assert all(e <= 0.25 * target for e in errors), (target, windows)
+    half = len(windows) // 2
+    swing = [max(w) - min(w) for w in (windows[:half], windows[half:])]
+    assert swing[1] <= swing[0] + 0.1 * target, windows
+    return windows
+
+
+# ----------------------------------------------------------------------------- timelines
+@pytest.mark.parametrize("target", [2.0, 4.0, 6.0])
+def test_a_slow_learner_settles_at_the_target(target):
+    # 4 actors at 10 trajectories/s each, a learner that takes 4 per 0.2 s (20/s): the pool
+    # fills to the whole window; at the bounds (6 credits, publish every 3, reuse 2) tau would be ~7
+    plant = run(Plant([0.1] * 4, update_s=0.2, k=4), ctl := controller(target, 4, 4, credits=6), 25.0)
+    settled(plant, target, 0.0, horizon=10.0, tail=14.0)
+    assert ctl.moves > 0
+
+
+def test_a_target_below_one_trajectory_per_actor_idles_actors():
+    # one trajectory per update: with every actor holding one, tau ~ 4 > 2; the window
+    # must fall below the actors, so that some wait
+    plant = run(Plant([0.1] * 4, update_s=0.2, k=1), ctl := controller(2.0, 4, 1, credits=6), 25.0)
+    settled(plant, 2.0, 0.0, horizon=10.0, tail=14.0)
+    assert ctl.actions.window < 4 and ctl.actions.credits(3, 4) == 0
+
+
+@pytest.mark.parametrize("target", [2.0, 4.0])
+def test_fixed_mode_drifts_from_the_target(target):
+    # the same plant without the controller sits at tau ~7, whatever the target
+    plant = run(Plant([0.1] * 4, update_s=0.2, k=4), ctl := controller(target, 4, 4, adaptive=False, credits=6), 20.0)
+    assert abs(plant.mean_tau(10.0, 20.0) - target) > 0.25 * target
+    assert ctl.moves == 0 and ctl.actions == Actions(24, 3, 2)
+
+
+def test_a_step_change_in_producer_speed():
+    # actors slow from 10 to 5 trajectories/s each at t = 15 s, then speed up to 20/s at 35 s
+    def speed(s):
+        return lambda plant, ctl: plant.prod_s.__setitem__(slice(None), [s] * 4)
+    target = 2.0
+    plant = run(Plant([0.1] * 4, update_s=0.2, k=4), controller(target, 4, 4), 55.0,
+                [(15.0, speed(0.2)), (35.0, speed(0.05))])
+    settled(plant, target, 0.0, horizon=10.0, tail=4.0)
+    settled(plant, target, 15.0, horizon=10.0, tail=10.0)
+    settled(plant, target, 35.0, horizon=10.0, tail=10.0)
+
+
+def test_an_actor_leaves_and_one_joins():
+    target = 2.0
+
+    def leave(plant, ctl):
+        plant.leave(0)
+        ctl.actors_changed(len(plant.live()))
+
+    def join(plant, ctl):
+        plant.join(0.1)
+        ctl.actors_changed(len(plant.live()))
+    plant = run(Plant([0.1] * 4, update_s=0.2, k=2), ctl := controller(target, 4, 2), 55.0,
+                [(15.0, leave), (35.0, join)])
+    settled(plant, target, 15.0, horizon=10.0, tail=10.0)
+    settled(plant, target, 35.0, horizon=10.0, tail=10.0)
+    assert ctl.n_actors == 4
+
+
+# ----------------------------------------------------------------------------- unit
+def test_credits_split_the_window_evenly():
+    a = Actions(window=7, publish_every=1, max_reuse=0)
+    assert [a.credits(r, 3) for r in range(3)] == [3, 2, 2]
+    assert [a.credits(r, 8) for r in range(8)] == [1] * 7 + [0]  # the last actor waits
+
+
+def test_slightly_too_stale_gives_up_publish_every_then_reuse_then_window():
+    ctl = controller(2.0, n=2, k=2, credits=3, publish=2, reuse=1)
+    ctl.decide(0.0)
+    names = []
+    for j in range(1, 5):
+        ctl.consumed(tau_sum=2.9 * 4, samples=4)  # tau 2.9: within what reuse alone adds (1)
+        ctl.decide(float(j))
+        names.append(ctl.last_action)
+    assert names == ["publish_every_down", "reuse_down", "window_down", "window_down"]
+    # proportional steps: 0.5 * k * |error| = 0.9 -> 1 trajectory each
+    assert ctl.actions == Actions(4, 1, 0)
+
+
+def test_far_too_stale_shrinks_the_window_first_down_to_one_batch():
+    ctl = controller(2.0, n=2, k=2, credits=3, publish=2, reuse=1)
+    ctl.decide(0.0)
+    ctl.consumed(tau_sum=10.0 * 4, samples=4)  # tau 10: more than publish and reuse can explain
+    ctl.decide(1.0)
+    # the step is proportional (0.5 * k * |error| = 8) but the window stops at one batch (k = 2)
+    assert ctl.last_action == "window_down" and ctl.actions == Actions(2, 2, 1)
+
+
+def test_inside_the_dead_band_and_without_samples_nothing_moves():
+    ctl = controller(4.0, n=2, k=2)
+    ctl.decide(0.0)
+    ctl.consumed(tau_sum=4.4 * 10, samples=10)
+    ctl.decide(1.0)
+    ctl.decide(2.0)  # nothing consumed since
+    ctl.decide(2.5)  # within a period of the last decision
+    assert ctl.moves == 0 and ctl.last_action == "hold"
+    assert ctl.metrics()["balance_staleness_measured"] == pytest.approx(4.4)
+
+
+def test_replay_ratio_set_point_takes_fewer_gradient_steps_then_slows_the_actors():
+    ctl = AdaptiveBalance(adaptive=True, target_staleness=0.0, batch_trajectories=1,
+                          max_credits_per_actor=4, max_publish_every=1, max_reuse=0, n_actors=2,
+                          target_replay_ratio=2.0, traj_samples=512, batch_size=128, replay_tolerance=0.1)
+    ctl.decide(0.0)
+    ctl.decide(1.0, production_rate=1000.0, consumption_rate=0.0)  # before learning starts
+    assert ctl.moves == 0
+    # learner behind (credits held back): first fewer gradient steps per arrival, down to
+    # 0.9 of the target (the tolerance), the actors unslowed; then their window
+    ctl.decide(2.0, 1000.0, 2000.0, throttled=True)
+    assert ctl.last_action == "grad_steps_down" and ctl.actions.replay_scale == pytest.approx(0.95)
+    assert ctl.metrics()["balance_grad_steps"] == pytest.approx(2.0 * 0.95 * 512 / 128)
+    ctl.decide(3.0, 1000.0, 1000.0)  # behind what it paces to (ratio 1 < 1.9)
+    assert ctl.actions.replay_scale == pytest.approx(0.9) and ctl.actions.window == 8
+    ctl.decide(4.0, 1000.0, 1800.0, throttled=True)
+    assert ctl.last_action == "window_down" and ctl.actions.window == 7
+    assert ctl.actions.replay_scale == pytest.approx(0.9)  # never below the tolerance
+    # keeping up with what it paces to (1.8): after two calm periods, the ratio back up a step
+    ctl.decide(5.0, 1000.0, 1800.0)
+    assert ctl.last_action == "hold"
+    ctl.decide(6.0, 1000.0, 1800.0)
+    assert ctl.last_action == "grad_steps_up" and ctl.actions.replay_scale == pytest.approx(0.95)
+    ctl.decide(7.0, 1000.0, 1900.0)
+    ctl.decide(8.0, 1000.0, 1900.0)
+    assert ctl.actions.replay_scale == pytest.approx(1.0) and ctl.actions.window == 7
+    ctl.decide(9.0, 1000.0, 2000.0)  # on target: hold
+    assert ctl.last_action == "hold"
+    ctl.decide(10.0, 1000.0, 3000.0)  # ahead: ratio 3 (a backlog caught up)
+    assert ctl.last_action == "window_up" and ctl.actions.window == 8
+    m = ctl.metrics()
+    assert m["balance_grad_steps"] == 8.0 and m["balance_replay_ratio_measured"] == 3.0
+    assert m["balance_replay_scale"] == 1.0
+    assert not math.isnan(m["balance_target_replay_ratio"])
+
+
+class ReplayPlant:
+    """Off-policy runtime, per DT: actors produce `speed` samples/s while the learner owes at
+    most `slack` samples (else their credits are held back); the learner learns up to
+    `capacity` samples/s of what it owes (target x scale x each sample produced)."""
+
+    def __init__(self, speed, capacity, target, slack=2000.0):
+        self.speed, self.capacity, self.target, self.slack = speed, capacity, target, slack
+        self.owed = self.produced = self.learned = 0.0
+
+    def step(self, actions: Actions):
+        held = self.owed > self.slack
+        made = 0.0 if held else self.speed * DT
+        self.produced += made
+        self.owed += self.target * actions.replay_scale * made
+        learn = min(self.capacity * DT, self.owed)
+        self.owed -= learn
+        self.learned += learn
+        return made, learn, held
+
+
+@pytest.mark.parametrize("capacity_share", [1.2, 0.95, 0.6])
+def test_replay_ratio_stays_within_tolerance_and_actors_run_as_fast_as_it_allows(capacity_share):
+    target, speed = 4.0, 1000.0
+    plant = ReplayPlant(speed, capacity_share * target * speed, target)
+    ctl = AdaptiveBalance(adaptive=True, target_staleness=0.0, batch_trajectories=1,
+                          max_credits_per_actor=4, max_publish_every=1, max_reuse=0, n_actors=2,
+                          target_replay_ratio=target, traj_samples=64, batch_size=32, replay_tolerance=0.1)
+    p = c = 0.0
+    held_any = False
+    scales, t = [], 0.0
+    while t < 30.0:
+        made, learn, held = plant.step(ctl.actions)
+        p, c, held_any = p + made, c + learn, held_any or held
+        t += DT
+        before = ctl.decisions
+        ctl.decide(t, p / ctl.period_s, c / ctl.period_s, throttled=held_any)
+        if ctl.decisions != before:  # a decision was taken: a new period's measurements
+            p = c = 0.0
+            held_any = False
+            scales.append(ctl.actions.replay_scale)
+    # the run ends once what is owed is learned: the ratio it ends at
+    ratio = (plant.learned + plant.owed) / plant.produced
+    assert abs(ratio / target - 1) <= 0.1 + 1e-9, ratio
+    late = scales[len(scales) // 2:]
+    if capacity_share >= 1.0:
+        assert min(late) == 1.0  # a learner that keeps up learns at the full ratio
+    else:
+        # a learner short by 5% is absorbed by fewer gradient steps (no credits held in the
+        # second half, the actors at full speed); one at 60% takes the lowest scale
+        assert max(late) - min(late) <= 0.05 + 1e-9  # settled: no growing oscillation
+        want = 0.95 if capacity_share > 0.9 else 0.9
+        assert min(late) >= want - 0.05 - 1e-9 and min(late) <= want + 1e-9, late
+    production = plant.produced / 30.0
+    expected = min(speed, capacity_share * speed / 0.9)
+    assert production >= 0.9 * expected, (production, expected)

@@ -1,0 +1,68 @@
+"""The learner's on-policy batch strategies (runtime/onpolicy_batches.py) on hand-made
+pools: which trajectories each takes, what it drops, and whose credits it hands back."""
+
+import collections
+
+import numpy as np
+
+from tianjax.runtime.balance.limits import BalanceController
+from tianjax.runtime.learner.batches.onpolicy import AsyncBatches, ReuseBatches, SyncBatches
+from tianjax.core.types import Trajectory
+
+T, B = 2, 1
+
+
+def _traj(version: int, tag: float) -> Trajectory:
+    f32 = np.full((T, B), tag, np.float32)
+    per_env = np.full((B, 1), tag, np.float32)
+    return Trajectory(f32[..., None], np.zeros((T, B), np.int32), f32, np.zeros((T, B), bool), f32, f32, f32,
+                      np.full((T, B), version, np.int32), per_env, per_env, np.full(B, -1, np.int32))
+
+
+def _rig(kind, items, k=2, max_staleness=None, max_reuse=0):
+    pool = collections.deque((v, sender, _traj(v, tag)) for v, sender, tag in items)
+    balance = BalanceController(max_staleness, max_pool=10, max_reuse=max_reuse)
+    released = []
+    return kind(pool, k, balance, T * B, released.append), pool, balance, released
+
+
+def test_sync_takes_one_current_trajectory_per_actor_and_drops_older_ones():
+    batches, pool, balance, released = _rig(SyncBatches, [(3, b"a", 1), (2, b"c", 2), (3, b"a", 3), (3, b"b", 4)])
+    choice = batches.next(3)
+    assert choice is not None and not choice.reuse
+    np.testing.assert_array_equal(choice.batch.reward[0], [1, 4])  # a's first, then b's, joined along B
+    np.testing.assert_array_equal(choice.behaviour, 3)
+    assert released == [b"c", b"a", b"b"]  # the dropped one's credit first, then the taken ones'
+    assert balance.expired == T * B
+    assert [(v, s) for v, s, _ in pool] == [(3, b"a")]  # a's second waits for another round
+    assert batches.next(3) is None and batches.drained()  # one actor short
+
+
+def test_async_takes_the_oldest_within_max_staleness():
+    batches, pool, balance, released = _rig(AsyncBatches, [(1, b"a", 1), (4, b"b", 2), (5, b"a", 3), (5, b"c", 4)],
+                                            max_staleness=3)
+    choice = batches.next(5)
+    np.testing.assert_array_equal(choice.batch.reward[0], [2, 3])
+    assert released == [b"a", b"b", b"a"] and balance.expired == T * B  # version 1 aged past 3
+    assert len(pool) == 1 and batches.drained() and batches.next(5) is None
+
+
+def test_reuse_passes_over_the_last_batch_only_while_idle_and_within_budget():
+    fresh, pool, balance, _ = _rig(AsyncBatches, [(0, b"a", 1), (0, b"b", 2)], max_reuse=2)
+    batches = ReuseBatches(fresh, balance, split=False)
+    first = batches.next(0, busy=True).batch  # fresh data is taken whether or not an update runs
+    assert batches.next(1, busy=True) is None  # an update runs: fresh data may come first
+    again = batches.next(1)
+    assert again.reuse and again.batch is first
+    assert batches.next(1).reuse and batches.next(1) is None  # max_reuse passes, then no more
+    balance.max_reuse = 5
+    split = ReuseBatches(fresh, balance, split=True)
+    split.last, split.passes = batches.last, 0
+    assert split.next(1).batch is None  # a split update learns on the batch as prepared
+
+
+def test_reuse_stops_when_the_batch_ages_past_max_staleness():
+    fresh, _, balance, _ = _rig(AsyncBatches, [(0, b"a", 1), (0, b"b", 2)], max_staleness=1, max_reuse=5)
+    batches = ReuseBatches(fresh, balance, split=False)
+    assert not batches.next(0).reuse
+    assert batches.next(1).reuse and batches.next(2) is None

@@ -1,0 +1,88 @@
+"""How a checkpoint's failures reach the user: one `tianjax: error:` line for a full disk or
+an exhausted descriptor limit, not the tracebacks orbax's and tensorstore's threads print
+for each. Used by tianjax/checkpoint/store.py."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import sys
+
+
+@contextlib.contextmanager
+def quiet_loggers(names):
+    loggers = [logging.getLogger(n) for n in names]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.CRITICAL + 1)
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
+
+
+def resource_errno(e: BaseException) -> int | None:
+    """ENOSPC or EMFILE if that is what failed under `e` (orbax reports OS errors inside
+    ValueErrors from tensorstore), else None."""
+    while e is not None:
+        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EMFILE, errno.ENFILE):
+            return e.errno
+        text = str(e)
+        if "No space left on device" in text or "os_error_code='28'" in text:
+            return errno.ENOSPC
+        if "Too many open files" in text:
+            return errno.EMFILE
+        e = e.__cause__ or e.__context__
+    return None
+
+
+class ErrorLinesOnly:
+    """A stderr that passes only `tianjax:` lines (and the newline that ends each)."""
+
+    def __init__(self, out):
+        self._out, self._passing = out, False
+
+    def write(self, text: str) -> int:
+        if text.startswith("tianjax:") or (self._passing and text == "\n"):
+            self._passing = text != "\n"
+            return self._out.write(text)
+        self._passing = False
+        return len(text)
+
+    def flush(self) -> None:
+        self._out.flush()
+
+    def __getattr__(self, name):
+        return getattr(self._out, name)
+
+
+class HeldStderr:
+    """Holds what is written to sys.stderr inside the block; writes it out at the end unless
+    discard() was called (a save that failed for want of space: its threads' tracebacks)."""
+
+    def __enter__(self):
+        import io
+
+        self._real, self._buf, self._keep = sys.stderr, io.StringIO(), True
+        sys.stderr = self._buf
+        return self
+
+    def discard(self) -> None:
+        self._keep = False
+
+    def __exit__(self, *exc):
+        sys.stderr = self._real
+        text = self._buf.getvalue()
+        if text and (self._keep and exc[0] is None or exc[0] is not None and resource_errno(exc[1]) is None):
+            self._real.write(text)
+        return False
+
+
+def only_error_lines() -> None:
+    """NOTE: after a full disk or descriptor limit the run ends with one line; closing
+    orbax's manager then lets tensorstore's threads call into its closed event loop, and each
+    prints a traceback. Nothing this process writes to stderr afterwards is news."""
+    if not isinstance(sys.stderr, ErrorLinesOnly):
+        sys.stderr = ErrorLinesOnly(sys.stderr)

@@ -1,0 +1,278 @@
+"""Checkpoints of the whole training state with orbax, and resuming from them.
+
+A checkpoint is one orbax step directory under `<run_dir>/checkpoints/` holding two items:
+
+- `state`: the array pytree (the learner state: params, optimizer state with its schedule
+  counts, version, PRNG key, skipped-update count, DQN target params; in fused mode also
+  the actors' env states and the replay buffer; in the distributed runtime the replay
+  buffer when `checkpoint.replay` is set);
+- `meta`: JSON with the host-side counters (env steps, updates, wall-clock time so far,
+  the episode tracker, ...) and a SHA-256 digest of every array in `state`.
+
+Orbax writes each step to a temporary directory and renames it when complete, so a run
+that crashes mid-save leaves no step that looks whole. On top of that, restore checks the
+digest: a latest checkpoint that was truncated or corrupted afterwards is skipped with a
+warning, and the one before it is used. Typed PRNG keys are stored as their raw key data
+and rewrapped on restore. Nothing here is jitted or pure: this is the runtime shell.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import warnings
+from typing import Any
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+
+from tianjax.checkpoint.errors import HeldStderr, only_error_lines, quiet_loggers, resource_errno
+
+CHECKPOINT_DIR = "checkpoints"
+
+
+class CheckpointError(RuntimeError):
+    """No usable checkpoint (none written, all unreadable, or not for this config)."""
+
+
+def _is_key(x) -> bool:
+    return isinstance(x, jax.Array) and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
+
+
+def _unkey(tree):
+    """Typed PRNG keys -> their uint32 key data (orbax stores plain arrays)."""
+    return jax.tree.map(lambda x: jax.random.key_data(x) if _is_key(x) else x, tree)
+
+
+def _rekey(tree, template):
+    return jax.tree.map(lambda x, t: jax.random.wrap_key_data(x, impl=jax.random.key_impl(t))
+                        if _is_key(t) else x, tree, template)
+
+
+def _host_leaf(x) -> np.ndarray:
+    if isinstance(x, jax.Array) and not x.is_fully_addressable:
+        x = x.addressable_data(0)  # replicated over processes: any local copy
+    return np.asarray(x)
+
+
+def _path_name(path) -> str:
+    """A tree path as plain names ('learner/params/Dense_0/bias'), the same whether the
+    tree holds NamedTuples (as written) or the dicts orbax reads back without a template."""
+    parts = []
+    for k in path:
+        for attr in ("name", "key", "idx"):
+            if hasattr(k, attr):
+                parts.append(str(getattr(k, attr)))
+                break
+    return "/".join(parts)
+
+
+def digest(tree) -> str:
+    """SHA-256 over every leaf's path, dtype, shape and bytes, in path order."""
+    h = hashlib.sha256()
+    leaves = jax.tree_util.tree_flatten_with_path(_unkey(tree))[0]
+    for name, leaf in sorted(((_path_name(p), x) for p, x in leaves), key=lambda t: t[0]):
+        a = np.ascontiguousarray(_host_leaf(leaf))
+        h.update(f"{name}:{a.dtype.str}{a.shape}".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def checkpoint_dir(run_dir: str) -> str:
+    return os.path.join(os.path.abspath(run_dir), CHECKPOINT_DIR)
+
+
+class Checkpointer:
+    """Saves every `every` steps (0: only when told) and keeps the newest `keep`.
+
+    `step` is the number of updates applied. Saving is synchronous: the learner's next
+    update donates the state buffers, so they must be written before it runs.
+    """
+
+    def __init__(self, run_dir: str, keep: int = 3, every: int = 0, start: int = 0):
+        self.directory = checkpoint_dir(run_dir)
+        self.every = every
+        self._last = start  # the step of the newest checkpoint (or where a resumed run began)
+        self._mgr = ocp.CheckpointManager(
+            self.directory,
+            options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=True,
+                                                 enable_async_checkpointing=False,
+                                                 cleanup_tmp_directories=True),
+            item_names=("state", "meta"))
+
+    def due(self, step: int) -> bool:
+        """Whether `step` updates crossed a multiple of `every` since the last checkpoint."""
+        return self.every > 0 and step // self.every > self._last // self.every
+
+    def save(self, step: int, state, meta: dict) -> None:
+        if step in self._mgr.all_steps():
+            return  # already saved (a final save right after a periodic one)
+        meta = dict(meta, step=int(step), digest=digest(state))
+        held = HeldStderr()
+        try:
+            with quiet_loggers(("absl", "asyncio")), held:  # orbax's threads log each failure with a traceback
+                self._mgr.save(int(step), args=ocp.args.Composite(
+                    state=ocp.args.StandardSave(_unkey(state)), meta=ocp.args.JsonSave(meta)), force=True)
+                self._mgr.wait_until_finished()
+        except Exception as e:  # noqa: BLE001
+            failed = resource_errno(e)
+            if failed is None:
+                raise
+            # the half-written step frees its space; the steps before it are whole
+            for name in os.listdir(self.directory):
+                if "orbax-checkpoint-tmp" in name:
+                    shutil.rmtree(os.path.join(self.directory, name), ignore_errors=True)
+            held.discard()
+            only_error_lines()
+            raise OSError(failed, os.strerror(failed), self.directory) from None
+        self._last = step
+
+    @property
+    def steps(self) -> list[int]:
+        return sorted(self._mgr.all_steps())
+
+    def close(self) -> None:
+        self._mgr.close()
+
+
+# Config keys a checkpoint's arrays depend on: resuming with any of them changed is refused.
+SHAPE_KEYS = ("algo", "env", "env_backend", "mode", "num_seeds", "num_envs", "rollout_len",
+              "network", "num_actors")
+# ... and, per algorithm, the keys of its own section (dotted) that shape its parameters
+ALGO_SHAPE_KEYS = {
+    "qmix": ("qmix.hidden_dim", "qmix.mixer_embed", "qmix.hyper_hidden"),
+    "ippo": ("marl.agent_id", "marl.centralised_value"),
+}
+# ... or the layout of its replay buffer, where the checkpoint holds the buffer
+REPLAY_SHAPE_KEYS = {
+    "dqn": ("dqn.buffer_size", "dqn.frame_once"),
+    "qmix": ("qmix.buffer_size",),
+    "maddpg": ("maddpg.buffer_size",),
+}
+
+
+def shape_keys(config) -> tuple[str, ...]:
+    """The config keys (dotted for sections' keys) that a checkpoint of this run depends on."""
+    keys = SHAPE_KEYS + ALGO_SHAPE_KEYS.get(config.algo, ())
+    # fused runs always keep their buffer; the others where checkpoint.replay asks
+    if config.mode == "fused" or config.checkpoint.replay:
+        keys += REPLAY_SHAPE_KEYS.get(config.algo, ())
+    return keys
+
+
+def _lookup(d: dict, dotted: str):
+    for part in dotted.split("."):
+        d = d[part]
+    return d
+
+
+def run_meta(config) -> dict:
+    """What a checkpoint records about the config that made it."""
+    d = config.to_dict()
+    return {"config": {k: _lookup(d, k) for k in shape_keys(config)}}
+
+
+def check_compatible(meta: dict, config, run_dir: str) -> None:
+    """Raises CheckpointError naming the first config key that differs from the run's
+    (a key the checkpoint did not record, e.g. one written before the key was checked, is
+    not compared)."""
+    saved = meta.get("config", {})
+    now = run_meta(config)["config"]
+    for k, value in now.items():
+        if k in saved and saved[k] != value:
+            raise CheckpointError(f"resume: config key '{k}' is {value!r} but the run in '{run_dir}' "
+                                  f"was trained with {saved[k]!r}")
+
+
+def _open(run_dir: str) -> ocp.CheckpointManager:
+    directory = checkpoint_dir(run_dir)
+    if not os.path.isdir(directory):
+        raise CheckpointError(f"resume: '{run_dir}' has no checkpoints (no {CHECKPOINT_DIR}/ directory)")
+    return ocp.CheckpointManager(directory, options=ocp.CheckpointManagerOptions(create=False),
+                                 item_handlers={"state": ocp.StandardCheckpointHandler(),
+                                                "meta": ocp.JsonCheckpointHandler()})
+
+
+def _local_target(mgr: ocp.CheckpointManager, step: int):
+    """An abstract tree placing every saved array whole on this process's first device:
+    reads a checkpoint written by any topology (e.g. several learner processes)."""
+    device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+    saved = mgr.item_metadata(step).state
+    return jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device), saved)
+
+
+def has_checkpoint(run_dir: str) -> bool:
+    """Whether run_dir holds at least one complete checkpoint step."""
+    if not os.path.isdir(checkpoint_dir(run_dir)):
+        return False
+    mgr = _open(run_dir)
+    try:
+        return bool(mgr.all_steps())
+    finally:
+        mgr.close()
+
+
+def read_meta(run_dir: str, step: int | None = None) -> dict:
+    """The meta of a checkpoint (default: the latest) without reading its arrays."""
+    mgr = _open(run_dir)
+    try:
+        step = mgr.latest_step() if step is None else step
+        if step is None:
+            raise CheckpointError(f"resume: '{run_dir}' has no complete checkpoint")
+        return mgr.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta
+    finally:
+        mgr.close()
+
+
+def restore_step(run_dir: str, step: int, template=None) -> tuple[int, Any, dict]:
+    """Like restore_latest, for one named step (no fallback)."""
+    return restore_latest(run_dir, template, only=step)
+
+
+def restore_latest(run_dir: str, template=None, only: int | None = None) -> tuple[int, Any, dict]:
+    """(step, state, meta) of the newest checkpoint under run_dir that reads back whole.
+
+    `template` is a state pytree of the right structure, shapes, dtypes and shardings
+    (e.g. a freshly initialised state); the restored arrays take its shardings and its
+    PRNG keys are rewrapped. Without one, the state comes back as nested dicts of arrays
+    as saved (keys as raw key data): enough to read the parameters. A step that fails to
+    read, or whose arrays do not match their recorded digest, is skipped with a warning
+    and the previous one tried.
+    """
+    mgr = _open(run_dir)
+    try:
+        steps = sorted(mgr.all_steps(), reverse=True)
+        if only is not None:
+            if only not in steps:
+                raise CheckpointError(f"no checkpoint step {only} in '{run_dir}' (steps: {sorted(steps)})")
+            steps = [only]
+        if not steps:
+            raise CheckpointError(f"resume: '{run_dir}' has no complete checkpoint")
+        target = None if template is None else jax.tree.map(ocp.utils.to_shape_dtype_struct, _unkey(template))
+        problems = []
+        for step in steps:
+            try:
+                restore = ocp.args.StandardRestore(target if target is not None else _local_target(mgr, step))
+                got = mgr.restore(step, args=ocp.args.Composite(state=restore, meta=ocp.args.JsonRestore()))
+                state, meta = got.state, dict(got.meta)
+                if template is not None:
+                    state = _rekey(state, template)
+                if meta.get("digest") != digest(state):
+                    raise CheckpointError("its arrays do not match the digest recorded when it was written")
+            except Exception as e:  # noqa: BLE001 - any unreadable step: fall back to the previous
+                reason = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
+                problems.append(f"step {step}: {reason}")
+                if step != steps[-1]:
+                    warnings.warn(f"checkpoint step {step} in {mgr.directory} is unreadable ({reason}); "
+                                  "falling back to the previous one", RuntimeWarning, stacklevel=2)
+                continue
+            return step, state, meta
+        raise CheckpointError(f"resume: no checkpoint in '{run_dir}' could be read ({'; '.join(problems)})")
+    finally:
+        mgr.close()
+
+
+__all__ = ["CheckpointError", "Checkpointer", "checkpoint_dir", "digest", "has_checkpoint", "read_meta", "restore_latest",
+           "restore_step"]

@@ -1,0 +1,104 @@
+"""Staleness weights: pure functions from versions to per-sample loss weights.
+
+TianJi (He et al., arXiv 2502.20190) relaxes assignment dependencies, so a sample made by
+policy version v may be learned from at learner version v + tau. TianJi bounds tau by
+balancing production and consumption; tianjax also corrects for it inside the loss:
+
+    tau_i   = max(0, learner_version - behaviour_version_i)
+    w_i     = schedule(tau_i) * [tau_i <= max_staleness]      (no mask when max_staleness is None)
+    rho_i   = min(rho_bar, pi_0(a_i | s_i) / mu(a_i | s_i))     (truncated importance ratio)
+
+where mu is the behaviour policy and pi_0 the learner's policy when the batch is taken:
+rho is a constant of the update (no gradient), and a decoupled loss (tianjax.algos.ppo)
+multiplies it in once, as part of the sample weight w_i * rho_i.
+
+Normalisation (on by default): the weights of a batch are rescaled to mean 1 over the kept
+samples, w_i <- w_i * n_kept / sum_j w_j. Without it, a batch of mostly stale samples would
+silently shrink the effective learning rate; with it, staleness only redistributes credit
+between the samples of a batch, and an all-fresh batch is weighted exactly 1 (so every
+corrected loss equals its plain form when tau = 0).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from tianjax.config import StalenessConfig
+
+Array = jax.Array
+
+
+def staleness(learner_version: Array | int, behaviour_version: Array) -> Array:
+    """tau = learner version - behaviour version, clipped at 0 (same shape as versions)."""
+    tau = jnp.asarray(learner_version, jnp.int32) - behaviour_version.astype(jnp.int32)
+    return jnp.maximum(tau, 0)
+
+
+def constant(tau: Array) -> Array:
+    return jnp.ones_like(tau, jnp.float32)
+
+
+def polynomial(tau: Array, power: float) -> Array:
+    return (1.0 + tau.astype(jnp.float32)) ** (-power)
+
+
+def exponential(tau: Array, kappa: float) -> Array:
+    return jnp.exp(-tau.astype(jnp.float32) / kappa)
+
+
+def hinge(tau: Array, tau0: int, power: float) -> Array:
+    """1 up to tau0, then (1 + tau - tau0)^-power."""
+    excess = jnp.maximum(tau.astype(jnp.float32) - tau0, 0.0)
+    return (1.0 + excess) ** (-power)
+
+
+def cutoff(tau: Array, max_staleness: int) -> Array:
+    return (tau <= max_staleness).astype(jnp.float32)
+
+
+def schedule_weights(tau: Array, cfg: StalenessConfig) -> Array:
+    """The unnormalised schedule w(tau), before the max_staleness mask."""
+    if cfg.schedule == "constant":
+        return constant(tau)
+    if cfg.schedule == "polynomial":
+        return polynomial(tau, cfg.power)
+    if cfg.schedule == "exponential":
+        return exponential(tau, cfg.kappa)
+    if cfg.schedule == "hinge":
+        return hinge(tau, cfg.tau0, cfg.power)
+    if cfg.schedule == "cutoff":
+        return cutoff(tau, cfg.max_staleness)
+    raise ValueError(f"unknown staleness schedule {cfg.schedule!r}")
+
+
+def normalise(weights: Array, mask: Array) -> Array:
+    """Rescales `weights` to mean 1 over the samples where `mask` is set (0 elsewhere)."""
+    w = weights * mask
+    n_kept = jnp.sum(mask)
+    total = jnp.sum(w)
+    return jnp.where(total > 0, w * n_kept / jnp.maximum(total, 1e-12), w)
+
+
+def staleness_weights(learner_version: Array | int, behaviour_version: Array,
+                      cfg: StalenessConfig) -> tuple[Array, Array]:
+    """Per-sample weights and keep-mask for a batch of any shape.
+
+    Returns:
+      weights: float32, same shape as `behaviour_version`, 0 where dropped.
+      mask: float32, 1 where the sample is kept (tau <= max_staleness).
+    """
+    tau = staleness(learner_version, behaviour_version)
+    if cfg.max_staleness is None:
+        mask = jnp.ones_like(tau, jnp.float32)
+    else:
+        mask = (tau <= cfg.max_staleness).astype(jnp.float32)
+    w = schedule_weights(tau, cfg) * mask
+    if cfg.normalise:
+        w = normalise(w, mask)
+    return jax.lax.stop_gradient(w), mask
+
+
+def truncated_ratio(log_pi: Array, log_mu: Array, rho_bar: float) -> Array:
+    """rho = min(rho_bar, pi / mu), computed from log-probabilities, without gradient."""
+    return jax.lax.stop_gradient(jnp.minimum(rho_bar, jnp.exp(log_pi - log_mu)))

@@ -1,0 +1,232 @@
+"""The actor role: act with the newest parameters it holds, push stamped trajectories.
+
+    async: never waits for parameters. Before each rollout it drains the parameter socket
+           and keeps the newest version (latest-version-wins); if nothing new arrived it
+           acts again with what it has.
+    sync:  after sending a trajectory made with version v it waits for version v + 1
+           (strict assignment dependencies: the baseline).
+
+Flow control is by credits: the learner grants each actor a few trajectory slots and
+returns one whenever it consumes (or drops) a trajectory of that actor. An actor starts a
+rollout only with a credit in hand, so it slows down exactly when the learner falls behind,
+and nothing piles up unseen in socket buffers to be learned from later at high staleness.
+(ZeroMQ's high-water marks alone cannot do this: the kernel's TCP buffers hold hundreds of
+small messages behind them.) Every wait is a poll with a timeout, during which heartbeats
+continue and a stop is noticed.
+
+Each heartbeat also says where the actor's time went since it registered: acting (the
+rollout: policy and env steps), waiting for a credit (the learner is behind), waiting for
+parameters (sync: the next version), sending (the learner's socket full), and the CPU time
+of its process, so that a run can show whether its actors or its learner set the pace.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import jax
+import numpy as np
+import zmq
+
+from tianjax.config import Config
+from tianjax.runtime.process import shutdown
+from tianjax.runtime.actor.sources import make_source
+from tianjax.transport.channels import ControlClient, ParamSubscriber, TrajectorySender
+from tianjax.transport.security import secure_context
+from tianjax.core.types import ParamsMessage
+
+# the exit code of an actor whose learner is gone or failed: restarting it cannot help
+LEARNER_GONE = 3
+# where an actor's wall time goes (seconds), as its heartbeats report it
+TIME_KEYS = ("acting", "waiting_credit", "waiting_params", "sending")
+
+
+class ActorStopped(Exception):
+    """The learner said stop (or went away for longer than the heartbeat timeout)."""
+
+
+class Actor:
+    def __init__(self, config: Config, actor_id: int, endpoints: dict, run_key: bytes):
+        self.config = config
+        self.actor_id = actor_id
+        # the source's own env gives the spaces (building a second env to read them costs
+        # start-up time that every run pays)
+        self.source = make_source(config, seed=config.seed + 7919 * (actor_id + 1))
+        self.algo = self.source.algo
+        self._params_template = jax.eval_shape(self.algo.init, jax.random.key(0)).params
+        # compiled before connecting, so that the learner sees the actor register only when
+        # it is ready to act (its subscriber conflates: it holds the newest version whenever
+        # it reads, however long it did not)
+        self.source.compile(self._params_template)
+        params_template = ParamsMessage(self._params_template, np.zeros((), np.int64))
+        rt = config.runtime
+        # the run's handshake: under curve the actor only talks to a learner holding its key
+        self.net = secure_context(run_key, rt, server=False)
+        net = dict(ctx=self.net.ctx, handshake=self.net.handshake)
+        # actor-side schedules follow the global count, which moves on between versions
+        self.params_in = ParamSubscriber(run_key, endpoints["params"], params_template,
+                                         same_version=self.algo.schedules is not None,
+                                         max_bytes=int(rt.max_message_mb * 2**20), **net)
+        self.traj_out = TrajectorySender(run_key, endpoints["traj"], sender=f"actor-{actor_id}",
+                                         hwm=rt.send_hwm, **net)
+        self.control = ControlClient(run_key, endpoints["control"], identity=f"actor-{actor_id}", **net)
+        self.version = -1
+        self.params = None
+        self.credits = 0
+        self.sent = 0  # trajectories sent since it (last) registered: heartbeats report it
+        self.env_steps = 0  # stepped by this actor
+        self.global_steps = 0  # admitted by the learner, as of the newest parameters
+        self._last_beat = 0.0
+        self._last_heard = time.monotonic()
+        self._learner_restarts = 0
+        self.learner_restarted = False  # set when a restarted learner is first heard
+        self._pending = None  # the newest (version, ParamsMessage) drained, not yet acted with
+        self.time_s = dict.fromkeys(TIME_KEYS, 0.0)
+        self._t0 = self._cpu0 = None  # wall clock and CPU time when it registered
+
+    # ------------------------------------------------------------------ waiting, politely
+    def _beat(self) -> None:
+        now = time.monotonic()
+        if now - self._last_beat >= self.config.runtime.heartbeat_s:
+            self.control.send({"type": "heartbeat", "actor": self.actor_id, "version": self.version,
+                               "env_steps": self.env_steps, "credits": self.credits, "sent": self.sent,
+                               "time_s": {**self.time_s, "wall": time.perf_counter() - self._t0,
+                                          "cpu": time.process_time() - self._cpu0}})
+            self._last_beat = now
+
+    def _check_control(self) -> None:
+        if shutdown.requested.is_set():  # a SIGTERM whose SystemExit was swallowed
+            raise SystemExit(143)
+        while (msg := self.control.recv(0)) is not None:
+            self._last_heard = time.monotonic()
+            if msg.get("type") == "stop":
+                if isinstance(msg.get("error"), str):
+                    raise ActorStopped(f"the learner failed: {msg['error']}")
+                raise ActorStopped()
+            if msg.get("type") == "credit":
+                n = msg.get("n")
+                if isinstance(n, int) and 0 < n <= 1024:
+                    self.credits += n
+
+    def _take_newest(self, activate: bool = True) -> bool:
+        """Drains the parameter socket, keeping the newest message; with `activate`, acts
+        with it from now on. Returns whether anything new arrived.
+
+        An actor waiting for a credit drains too (without activating): the newest message
+        also says the learner is alive."""
+        newest = self.params_in.latest(0)  # only versions newer than ours, or a new learner's
+        if newest is not None:
+            self._last_heard = time.monotonic()
+            self._pending = newest
+        if activate and self._pending is not None:
+            version, message = self._pending
+            self._pending = None
+            if int(version) != self.version or self.params is None:
+                self.params = jax.device_put(message.params)  # once per version
+            self.version = int(version)
+            self.global_steps = int(message.env_steps)
+        if newest is None:
+            return False
+        if self.params_in.source_changes > self._learner_restarts:
+            # the learner restarted (from its last checkpoint): its credits and version
+            # count start afresh, so register again and follow its versions from here
+            self._learner_restarts = self.params_in.source_changes
+            self.credits = 0
+            self.sent = 0
+            self.learner_restarted = True
+            self.control.send({"type": "register", "actor": self.actor_id, "pid": os.getpid()})
+        return True
+
+    def _wait_for_version(self, minimum: int, timeout: float | None = None) -> None:
+        """Blocks (polling, with heartbeats) until a version >= minimum is held."""
+        poller = zmq.Poller()
+        poller.register(self.params_in.socket, zmq.POLLIN)
+        poller.register(self.control.socket, zmq.POLLIN)
+        timeout = timeout or self.config.runtime.heartbeat_timeout_s
+        self.learner_restarted = False
+        while True:
+            self._take_newest()
+            if self.version >= minimum or self.learner_restarted:
+                return
+            self._check_control()
+            self._beat()
+            if time.monotonic() - self._last_heard > timeout:
+                raise ActorStopped(f"no parameters from the learner for {timeout:.0f} s")
+            poller.poll(timeout=int(1000 * self.config.runtime.heartbeat_s))
+
+    def _wait_for_credit(self) -> None:
+        """Flow control: blocks (polling, with heartbeats) until the learner grants a slot."""
+        timeout = self.config.runtime.heartbeat_timeout_s
+        poller = zmq.Poller()
+        poller.register(self.params_in.socket, zmq.POLLIN)
+        poller.register(self.control.socket, zmq.POLLIN)
+        while True:
+            self._check_control()
+            if self.credits > 0:
+                return
+            self._take_newest(activate=False)
+            self._beat()
+            if time.monotonic() - self._last_heard > timeout:
+                raise ActorStopped(f"no word from the learner for {timeout:.0f} s")
+            poller.poll(timeout=int(1000 * self.config.runtime.heartbeat_s))
+
+    def _send(self, rollout, acted_at: int) -> None:
+        poll_ms = int(1000 * self.config.runtime.heartbeat_s)
+        message = (rollout.batch, rollout.episodes, np.asarray(acted_at, np.int64))
+        while not self.traj_out.send(message, self.version, timeout_ms=poll_ms):
+            # the learner is not reading (its pool is full): wait, but stay alive and stoppable
+            self._check_control()
+            self._beat()
+            if self.config.mode == "async":
+                self._take_newest()
+            timeout = self.config.runtime.heartbeat_timeout_s
+            if time.monotonic() - self._last_heard > timeout:
+                raise ActorStopped(f"the learner took nothing and said nothing for {timeout:.0f} s")
+
+    # ------------------------------------------------------------------ the loop
+    def _timed(self, key: str, fn, *args):
+        t = time.perf_counter()
+        try:
+            return fn(*args)
+        finally:
+            self.time_s[key] += time.perf_counter() - t
+
+    def run(self) -> int:
+        self._t0, self._cpu0 = time.perf_counter(), time.process_time()
+        self.control.send({"type": "register", "actor": self.actor_id, "pid": os.getpid()})
+        try:
+            # the learner may still be starting (compiling, joining a multi-host mesh)
+            self._last_heard = time.monotonic()
+            self._timed("waiting_params", self._wait_for_version, 0, self.config.runtime.connect_timeout_s)
+            while True:
+                self._timed("waiting_credit", self._wait_for_credit)
+                if self.config.mode == "async":
+                    self._take_newest()
+                # actor-side schedules (epsilon) follow the learner's global count, so every
+                # actor, and a restarted one, is at the same point of one schedule
+                acted_at = self.global_steps
+                rollout = self._timed("acting", self.source, self.params, self.version, acted_at)
+                self.env_steps += self.source.steps_per_call
+                sent_with = self.version
+                self._timed("sending", self._send, rollout, acted_at)
+                self.credits -= 1
+                self.sent += 1
+                self._beat()
+                if self.config.mode == "sync":
+                    self._timed("waiting_params", self._wait_for_version, sent_with + 1)
+        except ActorStopped as e:
+            if e.args:
+                print(f"tianjax: actor {self.actor_id} stopping: {e.args[0]}", file=sys.stderr, flush=True)
+                return LEARNER_GONE
+            return 0
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        self.source.close()
+        for ch in (self.params_in, self.traj_out, self.control):
+            ch.close()
+        self.net.close()
+

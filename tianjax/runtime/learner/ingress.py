@@ -1,0 +1,290 @@
+"""The learner's ingress: who may send (credits, steered by the balance controller), what
+is let in (admission), and the control conversation with actors (register, heartbeat,
+lost slots), over the learner's trajectory and control sockets.
+
+Credits are TianJi's flow control: an actor may have as many trajectories in flight or
+waiting here as its share of the balance controller's window (one in sync mode), and no
+more than the fresh-step budget still allows, so actors slow down exactly when the
+learner falls behind and stop when the budget is spent.
+
+An admitted trajectory goes to the pool (on-policy; the batch strategies take from it) or
+to the replay buffer (off-policy), whose sender's credit is held back while the learner
+owes more than a trajectory per actor in gradient steps. The trajectories themselves are
+read, checked and decoded by the receiver thread (runtime/receiver.py).
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+import time
+from typing import Callable
+
+import jax
+import numpy as np
+import zmq
+
+from tianjax.config import Config
+from tianjax.runtime.actor.actor import TIME_KEYS
+from tianjax.runtime.balance.limits import BalanceController
+from tianjax.runtime.balance.controller import AdaptiveBalance
+from tianjax.runtime.learner.lost import LOST_AFTER_BEATS, count, lost_trajectories
+from tianjax.runtime.learner.receiver import Receiver, check_finite  # noqa: F401 - check_finite: where it was
+from tianjax.runtime.learner.batches.replay import ReplayBatches
+from tianjax.transport.channels import ControlServer
+
+# an actor's heartbeat reports these (seconds since it registered)
+ACTOR_TIME_KEYS = TIME_KEYS + ("wall", "cpu")
+
+
+def actor_times(report) -> dict | None:
+    """An actor's heartbeat `time_s` report as a dict of finite, non-negative seconds, or
+    None when it is missing or malformed (it is then ignored, never trusted in part)."""
+    if not isinstance(report, dict):
+        return None
+    out = {}
+    for k in ACTOR_TIME_KEYS:
+        v = report.get(k)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            return None
+        out[k] = float(v)
+    return out
+
+
+class Ingress:
+    """`budget`: env steps the actors may produce in all; `version()`: the learner's
+    current version; `publish()`: sends the current parameters; `episodes(returns,
+    env_steps, now, wins)`: takes the episodes that finished; `replay`: the replay buffer
+    admitted trajectories go to (None: the pool)."""
+
+    def __init__(self, config: Config, control: ControlServer, rx: Receiver, balance: BalanceController,
+                 controller: AdaptiveBalance, *, budget: int, version: Callable[[], int],
+                 publish: Callable[[], None], episodes: Callable, replay: ReplayBatches | None = None):
+        self.config, self.control, self.rx = config, control, rx
+        self.balance, self.controller, self.replay = balance, controller, replay
+        self.budget, self.version, self.publish, self.episodes = budget, version, publish, episodes
+        self.traj_steps = config.rollout_len * config.num_envs
+        self.pool: collections.deque = collections.deque()  # (behaviour version, sender, batch)
+        self.held: collections.deque = collections.deque()  # replay: credits held back while behind
+        self.actors: dict[bytes, dict] = {}  # identity -> {"actor", "last_seen", "outstanding", "last_traj"}
+        self.actor_time_s: dict[bytes, dict] = {}  # identity -> where its time went (its newest heartbeat)
+        self.env_steps = 0  # admitted
+        self.act_steps = 0  # the global env-step count the newest admitted trajectory was acted at
+        self.lag_max = 0  # since the last record: max (env steps admitted - that count) on arrival
+        self.dropped_nonfinite = 0
+        self.written_off = 0  # trajectories taken as lost on the way (their slots handed back)
+        self._poller = None
+
+    # ------------------------------------------------------------------ credits
+    def credits_left(self) -> int:
+        """Trajectories the budget still allows beyond those admitted and in flight. (An actor
+        not heard from for the heartbeat timeout is gone: its slots no longer count.)"""
+        now, limit = time.perf_counter(), self.config.runtime.heartbeat_timeout_s
+        outstanding = sum(max(info["outstanding"], 0) for info in self.actors.values()
+                          if now - max(info.get("last_seen", 0.0), info["last_traj"]) <= limit)
+        return (self.budget - self.balance.produced) // self.traj_steps - outstanding
+
+    def window(self, ident: bytes) -> int:
+        """Trajectories this actor may have in flight or waiting here: in sync mode one (it
+        waits for the next version after each); in async mode its share of the controller's
+        window, by registration order."""
+        if self.config.mode == "sync":
+            return 1
+        rank = list(self.actors).index(ident) if ident in self.actors else 0
+        return self.controller.actions.credits(rank, len(self.actors))
+
+    def in_hand(self, ident: bytes) -> int:
+        """This actor's trajectories in flight (credits out) or held here (pooled, or
+        replay credits held back)."""
+        info = self.actors.get(ident)
+        out = max(info["outstanding"], 0) if info is not None else 0
+        return out + sum(item[1] == ident for item in self.pool) + self.held.count(ident)
+
+    def grant(self, ident: bytes, n: int = 1) -> None:
+        info = self.actors.get(ident)
+        # NOTE: a window the controller shrank is reached by not re-granting freed slots
+        n = min(n, self.credits_left(), self.window(ident) - self.in_hand(ident))
+        if n > 0 and info is not None and self.control.send(ident, {"type": "credit", "n": n}):
+            info["outstanding"] += n
+
+    def release_held(self) -> None:
+        """Replay: hands back the credits held while the learner was behind, once it owes
+        at most a trajectory per actor."""
+        slack = self.replay.ratio * self.traj_steps * max(len(self.actors), 1)
+        while self.held and self.replay.owed() <= slack:
+            self.grant(self.held.popleft())
+
+    def steer(self, now: float) -> None:
+        """Hands back the replay credits held while the learner was behind, as far as it has
+        caught up; then asks the controller for its actions (it moves at most once a
+        period) and applies a move: the reuse budget at once, a larger window by granting
+        the new slots."""
+        if self.held:
+            self.release_held()
+        controller, balance = self.controller, self.balance
+        moves, decided = controller.moves, controller.decisions
+        throttled = self.replay is not None and self.replay.throttled
+        actions = controller.decide(now, balance.production_rate(now), balance.consumption_rate(now),
+                                    throttled=throttled)
+        if self.replay is not None and controller.decisions != decided:
+            self.replay.throttled = False  # a new period
+        if controller.moves == moves:
+            return
+        balance.max_reuse = actions.max_reuse
+        for ident in list(self.actors):
+            self.grant(ident, self.window(ident) - self.in_hand(ident))
+
+    # ------------------------------------------------------------------ admission
+    def ingest(self, msg, finite: bool, now: float) -> None:
+        """Admits a trajectory the receiver has checked and decoded (`finite`: every
+        floating field finite), and hands its sender's credit back when it is not kept."""
+        batch, episodes, act_steps = msg.tree
+        samples = self.traj_steps
+        ident = msg.sender.encode()
+        if (info := self.actors.get(ident)) is not None:
+            info["accounted"] += 1
+            info["outstanding"] -= 1
+            info["last_traj"] = now
+        if not finite:
+            self.dropped_nonfinite += 1
+            self.grant(ident)
+            return
+        if self.balance.produced + samples > self.budget:
+            # beyond the budget: only a trajectory taken as lost that came after all (its
+            # slot, handed back, let its actor make another). Dropped and counted, as a
+            # trajectory too stale to admit is
+            self.balance.refuse(samples)
+            return
+        admitted = self.balance.admit(int(msg.version), int(self.version()), samples, now)
+        if admitted:
+            self.act_steps = int(act_steps)
+            self.lag_max = max(self.lag_max, self.env_steps - self.act_steps)
+            self.env_steps += samples
+        done = np.asarray(episodes.done)
+        if done.any():
+            won = None if getattr(episodes, "won", None) is None else np.asarray(episodes.won)[done]
+            self.episodes(np.asarray(episodes.returns)[done], self.env_steps, now, won)
+        if not admitted:
+            self.grant(ident)
+        elif self.replay is not None:
+            # NOTE: one process only: every process of a multi-process run must take the same
+            # number of (collective) updates, so there the ratio is the target's
+            scale = self.controller.actions.replay_scale if jax.process_count() == 1 else 1.0
+            self.replay.add(batch, samples, scale)
+            self.held.append(ident)
+            self.release_held()
+            self.replay.throttled |= bool(self.held)
+        else:
+            self.pool.append((int(msg.version), ident, batch))
+
+    # ------------------------------------------------------------------ control
+    def handle_control(self, ident, msg: dict, now: float) -> None:
+        kind = msg.get("type")
+        if kind not in ("register", "heartbeat"):
+            return
+        sent = count(msg.get("sent"))
+        # an earlier process of the same actor id (killed and restarted, in any launch
+        # mode): the slots it held are gone with it. Left in, they would count against the
+        # budget until its silence timed out, and near the end of a run the learner would
+        # wait for trajectories no one can send
+        replaced = (kind == "register" and count(msg.get("actor")) is not None
+                    and self._drop(msg.get("actor"), keep=ident))
+        new = ident not in self.actors
+        info = self.actors.setdefault(ident, {"actor": msg.get("actor"), "outstanding": 0, "last_traj": now})
+        info["last_seen"] = now
+        if new or kind == "register":
+            # a new or restarted actor counts its trajectories from 0; one heard first by a
+            # heartbeat (it worked for a learner that restarted) from what it says it sent
+            info.update(accounted=(sent or 0) if kind == "heartbeat" else 0, claim=None)
+        if (times := actor_times(msg.get("time_s"))) is not None:
+            self.actor_time_s[ident] = times
+        # a sync actor waits for the next version after each trajectory: one slot is all it
+        # uses, and more would let the first actors take a small budget from the others
+        if new or replaced:
+            self.controller.actors_changed(len(self.actors))
+        window = self.window(ident)
+        if kind == "register" or new:
+            # a new or restarted actor (or, heard first by a heartbeat, one that was working
+            # for a learner that restarted): whatever it held before is gone
+            info["outstanding"] = 0
+            self.grant(ident, window)
+            self.publish()  # a late joiner gets the current parameters at once
+            return
+        lost, info["claim"] = lost_trajectories(info["claim"], sent, info["accounted"], now,
+                                                LOST_AFTER_BEATS * self.config.runtime.heartbeat_s,
+                                                self.rx.backlog_empty)
+        if lost:
+            # trajectories it sent long ago that never came (rejected on the way, or a
+            # connection that broke with them queued): hand their slots back
+            info["outstanding"] -= lost
+            info["accounted"] += lost
+            self.written_off += lost
+            self.grant(ident, window)
+
+    def actor_time_summary(self) -> dict:
+        """Where the actors' time went, summed over every actor this learner heard from (as
+        of each one's newest heartbeat, at most `runtime.heartbeat_s` old): seconds acting,
+        waiting for a credit, waiting for parameters, sending, their wall and CPU time, and
+        the share of wall time spent waiting (credits, parameters or a full socket)."""
+        total = dict.fromkeys(ACTOR_TIME_KEYS, 0.0)
+        for times in self.actor_time_s.values():
+            for k in total:
+                total[k] += times[k]
+        waited = total["waiting_credit"] + total["waiting_params"] + total["sending"]
+        return {"actor_time_s": total, "actor_wait_fraction": waited / total["wall"] if total["wall"] else None}
+
+    def pump(self, timeout_ms: int) -> int:
+        """Waits up to timeout_ms for control messages and trajectories and takes in what
+        the receiver thread has checked and decoded, the pool's room permitting: with a
+        full pool the thread stops reading, so the high-water marks push back on actors.
+        Returns the trajectories received."""
+        if self._poller is None:
+            self._poller = zmq.Poller()
+            self._poller.register(self.control.socket, zmq.POLLIN)
+            self._poller.register(self.rx.wake, zmq.POLLIN)
+        self.rx.start()
+        room = self.balance.accept_more(len(self.pool))
+        self.rx.set_room(room)
+        events = dict(self._poller.poll(timeout=0 if room and self.rx.ready else timeout_ms))
+        now = time.perf_counter()
+        if self.control.socket in events:
+            self._drain_control(now)
+        if self.rx.wake in events:
+            self.rx.drain_wake()
+        received = 0
+        while room and len(self.pool) < self.config.runtime.max_pool and (item := self.rx.take()) is not None:
+            self.ingest(*item, now)
+            received += 1
+        return received
+
+    def _drain_control(self, now: float) -> None:
+        while (item := self.control.poll(0)) is not None:
+            self.handle_control(*item, now)
+
+    def silent_actors(self, now: float) -> list[int]:
+        """Registered actors not heard from (control or trajectories) for longer than the
+        heartbeat timeout: hung, stopped, or cut off."""
+        limit = self.config.runtime.heartbeat_timeout_s
+        # NOTE: read what waits on the control socket first: after a long update the
+        # heartbeats that arrived meanwhile are queued, not missing
+        self._drain_control(now)
+        return sorted(info["actor"] for info in self.actors.values()
+                      if isinstance(info.get("actor"), int)
+                      and now - max(info["last_seen"], info["last_traj"]) > limit)
+
+    def forget_actor(self, actor_id: int) -> None:
+        """Drops an actor that is being replaced; its replacement registers afresh. What it
+        already delivered stays in the pool."""
+        if self._drop(actor_id):
+            self.controller.actors_changed(len(self.actors))
+
+    def _drop(self, actor_id, keep: bytes | None = None) -> bool:
+        """Removes every identity of `actor_id` but `keep`; returns whether any was."""
+        gone = [ident for ident, info in self.actors.items() if ident != keep and info.get("actor") == actor_id]
+        for ident in gone:
+            del self.actors[ident]
+            self.control.forget(ident)
+        return bool(gone)
+
+
+__all__ = ["Ingress"]

@@ -1,0 +1,361 @@
+"""The learner role: an event loop around a zmq poller that fills a sample pool from any
+actor and runs the jitted update on whatever the pool holds (TianJi's relaxed assignment
+dependencies), or, in sync mode, on exactly one fresh trajectory from every actor.
+
+    async: update as soon as `batch_trajectories` admitted trajectories are pooled, from
+           any actors and of any (admitted) versions; the staleness of each sample feeds
+           the loss's weights; parameters are published every `publish_every` updates.
+    sync:  wait for one trajectory from every actor made with the current version, update,
+           publish, repeat (strict assignment dependencies: the baseline TianJi beats).
+    replay (off-policy, either mode): admitted trajectories go to a replay buffer (of
+           transitions, or of sequences for recurrent agents: QMIX), and gradient steps are
+           paced against arrivals so that samples learned per sample produced (after the
+           replay section's `learning_starts`) hold the replay ratio; while the learner
+           is behind by more than a trajectory per actor, the actors' credits are held back.
+
+The budget holds in every mode: credits are granted only while the env steps admitted
+plus those in flight stay within the fresh-step budget, so the actors
+stop producing when it is spent, and a run ends with `total_env_steps` env steps admitted
+to within one batch. Every parameter message carries the learner's count of admitted env
+steps, the global clock of actor-side schedules (epsilon).
+
+`Learner` only moves data between its parts, one module each: the ingress (ingress.py:
+credits, admission, control; its receiver thread, receiver.py), the batch strategies
+(onpolicy_batches.py, replay_batches.py), the update over the device mesh
+(sharded_update.py), the publisher and in-flight threads (publisher.py, inflight.py), the
+balance controllers (balance.py, controller.py), what it measures (learner_report.py) and
+the run's record: episodes, metrics, checkpoints, result (recorder.py).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+import jax
+import numpy as np
+
+from tianjax.core import staleness as S
+from tianjax.algos import make_algorithm
+from tianjax.config import Config
+from tianjax.metrics import Progress, RunLogger
+from tianjax.runtime.process import shutdown
+from tianjax.runtime.balance.limits import BalanceController
+from tianjax.runtime.balance.controller import AdaptiveBalance
+from tianjax.runtime.learner.inflight import InFlight, to_host
+from tianjax.runtime.learner.ingress import Ingress
+from tianjax.runtime.learner.io import LearnerIO
+from tianjax.runtime.learner.report import LearnerReport
+from tianjax.runtime.learner.batches.onpolicy import AsyncBatches, Choice, ReuseBatches, SyncBatches
+from tianjax.runtime.runners.recorder import RunRecorder, save_params  # noqa: F401 - save_params: where it was
+from tianjax.runtime.learner.batches.replay import ReplayBatches
+from tianjax.runtime.learner.sharded_update import ShardedUpdate, learner_mesh  # noqa: F401 - learner_mesh: where it was
+from tianjax.runtime.actor.sources import batch_template
+from tianjax.envs.factory import env_spec
+from tianjax.runtime.learner.watchdog import ArrivalWatch, LearnerStalled, WAIT_NOTICE_S  # noqa: F401 - where they were
+
+
+class Learner:
+    """The learner process's state and loop. `endpoints` are where actors connect."""
+
+    def __init__(self, config: Config, run_key, logger: RunLogger | None = None,
+                 progress: Progress | None = None, endpoints: dict | None = None,
+                 checkpoint_root: str | None = None, ipc_dir: str | None = None,
+                 listen_fds: dict | None = None):
+        """`checkpoint_root`: the run directory whose checkpoints/ this learner writes
+        (default: the logger's run directory; none without a logger). In a multi-process
+        run every learner process must name the same one. `ipc_dir`: where ipc sockets
+        go (the launcher's private directory). `listen_fds`: listening sockets the launcher
+        holds for `endpoints` (channel name -> descriptor; see launch/ports.py)."""
+        self.config = config
+        rt = config.runtime
+        obs_shape, obs_dtype, action_spec = env_spec(config)
+        self.algo = make_algorithm(config, obs_shape, action_spec,
+                                   correct_staleness=config.staleness.correct, obs_dtype=obs_dtype)
+        self.template = batch_template(config, self.algo, obs_shape, obs_dtype)
+        self.replay = ReplayBatches(config, self.algo, self.template[0]) \
+            if self.algo.buffer in ("replay", "sequences") else None
+        self.sgd = ShardedUpdate(config, self.algo, self.template[0], config.batch_trajectories,
+                                 items=self.replay and self.replay.items,
+                                 update=self.replay and self.replay.update_fn(self.algo.update))
+        self.mesh = self.sgd.mesh
+        self.state = self.sgd.init_state(config.seed)
+        self.compile_time_s = 0.0
+
+        self.io = LearnerIO(config, run_key, self.template, self.sgd.placer(), lambda: self.env_steps,
+                            endpoints, ipc_dir, listen_fds)
+        self.net, self.traj_in, self.control, self.rx = self.io.net, self.io.traj_in, self.io.control, self.io.rx
+        # updates run while the loop goes on; a third thread reads their results back
+        self.inflight = InFlight(limit=2)
+        self._dispatches = 0  # updates dispatched by this session
+        self._pending: list[dict] = []  # read-back metrics of finished updates, not yet logged
+        self.balance = BalanceController(config.staleness.max_staleness, rt.max_pool,
+                                         rt.max_reuse if jax.process_count() == 1 else 0)
+        self.traj_steps = config.rollout_len * config.num_envs
+        # the set-point controller: the runtime's credits, publish_every and reuse are its bounds
+        bc = config.balance
+        self.controller = AdaptiveBalance(
+            adaptive=config.balance_adaptive, target_staleness=bc.target_staleness,
+            batch_trajectories=config.batch_trajectories, max_credits_per_actor=rt.credits_per_actor,
+            max_publish_every=rt.publish_every, max_reuse=self.balance.max_reuse,
+            n_actors=max(config.num_actors, 1), period_s=bc.period_s, deadband=bc.deadband,
+            target_replay_ratio=self.replay.ratio if self.replay else None,
+            traj_samples=self.traj_steps, batch_size=self.replay.batch_samples if self.replay else 0)
+        # env steps the actors may produce: on-policy, whole updates' worth (the schedules
+        # end there); off-policy, whole trajectories' worth of total_env_steps
+        unit = config.steps_per_update if self.algo.buffer == "onpolicy" else self.traj_steps
+        self.budget = config.total_env_steps // unit * unit
+        self.n_updates = self.budget // config.steps_per_update  # on-policy: fresh batches
+        self.fresh_updates = 0
+        self.recorder = RunRecorder(config, logger, progress)
+        self.tracker = self.recorder.tracker
+        self.ingress = Ingress(config, self.control, self.rx, self.balance, self.controller, budget=self.budget,
+                               version=lambda: self.state_version, publish=self.publish,
+                               episodes=self.recorder.add, replay=self.replay)
+        self.pool, self.actors = self.ingress.pool, self.ingress.actors
+        self.batches = self._batch_strategy()
+        self.report = LearnerReport(config, self.algo, self.ingress, self.balance, self.controller, self.inflight,
+                                    self.replay, (self.traj_in, self.control), self.net.gatekeeper,
+                                    int(self.mesh.devices.size))
+        # says so while no actor has registered (a multi-host launch sets which flags)
+        self.watch = ArrivalWatch(rt.connect_timeout_s, rt.heartbeat_timeout_s)
+        self._published_steps = 0  # the env-step count the last publication carried
+        self._version_cache = int(to_host(self.state.version))
+        self.interrupted = False
+        self.checkpoint_root = checkpoint_root or (logger.run_dir if logger is not None else None)
+        if config.resume:
+            self._resume()
+
+    def _batch_strategy(self):
+        if self.replay is not None:
+            return self.replay
+        pool = (self.pool, self.config.batch_trajectories, self.balance, self.traj_steps, self.ingress.grant)
+        if self.config.mode == "sync":
+            return SyncBatches(*pool)
+        return ReuseBatches(AsyncBatches(*pool), self.balance, self.sgd.split)
+
+    def compile(self) -> None:
+        """Compiles the update. Separate from __init__ so that a launcher can bind the
+        sockets, start the actors, and let them start up while this compiles."""
+        if self.compile_time_s:
+            return
+        t = time.perf_counter()
+        self.sgd.compile(self.state)
+        self.compile_time_s = max(time.perf_counter() - t, 1e-9)
+
+    @property
+    def endpoints(self) -> dict:
+        return self.io.endpoints
+
+    @property
+    def state_version(self) -> int:
+        return int(self._version_cache)
+
+    @property
+    def env_steps(self) -> int:
+        """Env steps admitted (what counts against the budget, and the actors' schedules)."""
+        return self.ingress.env_steps
+
+    @property
+    def dropped_nonfinite(self) -> int:
+        return self.ingress.dropped_nonfinite
+
+    @property
+    def resumed_from(self) -> int | None:
+        """The checkpoint step this learner resumed from (None: a fresh run)."""
+        return self.recorder.resumed_from
+
+    def pump(self, timeout_ms: int) -> int:
+        return self.ingress.pump(timeout_ms)
+
+    def silent_actors(self, now: float) -> list[int]:
+        return self.ingress.silent_actors(now)
+
+    def forget_actor(self, actor_id: int) -> None:
+        self.ingress.forget_actor(actor_id)
+
+    def publish(self) -> None:
+        """Offers the newest parameters to the actors (see LearnerIO.publish)."""
+        self._published_steps = self.env_steps
+        self.io.publish(self.state, self._dispatches, self.state_version, self.env_steps)
+
+    def _absorb(self, finished: list[dict]) -> None:
+        """Takes in the read-back metrics of finished updates: a skipped one (non-finite
+        gradients, the state kept) did not advance the version."""
+        for m in finished:
+            self._version_cache -= int(m["update_skipped"])
+            self._pending.append(m)
+
+    def settle(self) -> None:
+        """Waits for the updates in flight, so that the version and counts are exact."""
+        self._absorb(self.inflight.settle())
+
+    def finished(self) -> bool:
+        """The budget is spent: every fresh batch learned from (on-policy), or every admitted
+        sample learned from as often as the replay ratio says (off-policy)."""
+        if self.balance.produced < self.budget or (jax.process_count() > 1 and self.replay is None):
+            # NOTE: every process of a multi-process run must take the same number of
+            # (collective) updates: there only the count of fresh batches decides
+            return self.fresh_updates >= self.n_updates and self.replay is None
+        return self.batches.drained()
+
+    # ------------------------------------------------------------------ the loop
+    def run(self, should_stop: Callable[[], bool] = lambda: False, t_start: float | None = None) -> dict:
+        """Trains until the budget is spent (see finished(); counting what the run it resumed
+        learned), `should_stop()` says so, or an error. Checkpoints every
+        `checkpoint.every` updates and, with `checkpoint.final`, at the end, including an
+        end by Ctrl-C, SIGTERM or a stall (the state is always a whole update's)."""
+        rec = self.recorder
+        rec.start(t_start or time.perf_counter())  # a resumed run's clock goes on
+        if self.checkpoint_root is not None and rec.saver is None:
+            rec.open_checkpoints(self.checkpoint_root, start=self.state_version)
+        rec.env_steps0 = self.env_steps
+        self.report.begin()
+        self.compile()
+        completed = False
+        self.interrupted = False
+        try:
+            # the stop is taken at the loop's checks, never raised into the middle of a step
+            # (see runtime/shutdown.py): not between an update that donates the state and
+            # the assignment of its result, nor into a checkpoint or a lock the loop shares
+            # with its threads. Every pass checks within 50 ms
+            with shutdown.critical():
+                self._loop(should_stop)
+            completed = True
+        except KeyboardInterrupt:
+            # Ctrl-C / SIGTERM: stop here, checkpoint, and report what was done
+            self.interrupted = True
+        finally:
+            self.inflight.close()
+            self._absorb(self.inflight.take())
+            self.io.stop_threads()
+            # NOTE: in a multi-process run every learner must join a save; after a failure
+            # on one of them the others would wait for it, so only a whole run saves there.
+            # Interrupted mid-update (the state donated), the last periodic one stands.
+            rec.final_checkpoint(lambda: self.save_checkpoint(time.perf_counter()), tolerant=True,
+                                 allowed=completed or jax.process_count() == 1)
+        return self.result()
+
+    def _loop(self, should_stop) -> None:
+        cfg, rt = self.config, self.config.runtime
+        exact = cfg.mode == "sync" or jax.process_count() > 1  # the version read back after each update
+        self._pending = []
+        self.publish()
+        last_publish = time.perf_counter()
+        self.recorder.training(last_publish, self.env_steps)
+        cpu0 = time.process_time()  # this process's CPU time, all its threads (XLA's too)
+        self.watch.start(last_publish)
+        busy = False
+        while not self.finished() and not should_stop():
+            shutdown.check()
+            # NOTE: block (until a message or 50 ms) only when the last pass found no work;
+            # right after an update more may be waiting in the pool. While an update runs,
+            # look again within 5 ms: when it ends, a reuse pass may be due.
+            received = self.pump(0 if busy else 5 if self.inflight.pending else 50)
+            now = time.perf_counter()
+            self.watch.check(now, received, len(self.actors), started=self.env_steps != self.recorder.env_steps0)
+            self.ingress.steer(now)
+            choice = self.batches.next(self.state_version, busy=bool(self.inflight.pending))
+            busy = choice is not None
+            if choice is None:
+                # slow joiners and restarted actors catch up; actor-side schedules (epsilon)
+                # hear of the env steps admitted while no update runs (before learning starts)
+                moved = (self.algo.schedules is not None
+                         and self.env_steps - self._published_steps >= self.traj_steps * max(len(self.actors), 1))
+                if now - last_publish > rt.heartbeat_s or moved:
+                    self.publish()
+                    last_publish = now
+                continue
+            self._learn(choice, exact)
+            if self.state_version % self.controller.actions.publish_every == 0:
+                self.publish()
+                last_publish = time.perf_counter()
+            if self.state_version % cfg.log_every == 0:
+                self._record()
+            if self.recorder.due(self.state_version):
+                self.settle()
+                self.save_checkpoint(time.perf_counter())
+        self.settle()
+        if self._pending:
+            self._record()  # the last record holds the final counts
+        self.recorder.end_training(time.perf_counter())
+        self.report.train_cpu_s = time.process_time() - cpu0
+
+    def _learn(self, choice: Choice, exact: bool) -> None:
+        """Dispatches one update on `choice` and counts what it consumed."""
+        batch = None if choice.batch is None else self.sgd.global_batch(choice.batch)
+        version = self.state_version
+        taus = np.asarray(S.staleness(version, choice.behaviour))
+        t_update = time.perf_counter()
+        # (inside the loop's critical section: the update donates the state)
+        self.state, metrics = self.sgd(self.state, batch, choice.reuse)
+        # NOTE: dispatched, not finished: the version counts the update now and
+        # takes back a skipped one when its flag is read (a few updates later in
+        # async mode; at once in sync mode, where the versions must match exactly)
+        self._version_cache = version + 1
+        self._dispatches += 1
+        self.inflight.add(metrics, t_update)
+        if exact:
+            self.settle()
+        else:
+            self._absorb(self.inflight.take())
+        # off-policy, a sample is fresh when it enters the buffer, not when it is replayed
+        reuse = choice.reuse
+        self.balance.consumed_batch(taus, taus.size, time.perf_counter(), reuse=reuse,
+                                    fresh=0 if reuse or self.replay else taus.size)
+        self.fresh_updates += not reuse
+        self.controller.consumed(float(taus.sum()), int(taus.size))
+
+    # ------------------------------------------------------------------ records and checkpoints
+    def _record(self) -> None:
+        now = time.perf_counter()
+        fields = self.report.fields(now, self._pending)
+        self._pending = []
+        self.recorder.record(self.env_steps, self.state_version, now,
+                             rates=self.report.rates(max(now - self.recorder.t_train, 1e-9)), fields=fields,
+                             shown={"tau": fields["staleness_mean"]})
+
+    def _checkpoint_tree(self) -> dict:
+        tree = {"learner": self.state}
+        if self.replay is not None and self.config.checkpoint.replay:
+            tree.update(self.replay.tree())
+        return tree
+
+    def _resume(self) -> None:
+        """Continues from the newest readable checkpoint: state, version, counters."""
+        tree, meta = self.recorder.resume(self._checkpoint_tree())
+        self.state = tree["learner"]
+        if self.replay is not None:
+            self.replay.restore(tree, meta)
+        self.ingress.env_steps = int(meta["env_steps"])
+        self.fresh_updates = int(meta["fresh_updates"])
+        self.balance.load_state_dict(meta["balance"])
+        self._version_cache = int(to_host(self.state.version))
+
+    def save_checkpoint(self, now: float) -> None:
+        rec = self.recorder
+        if rec.saver is None:
+            return
+        counters = dict(updates=self.state_version, env_steps=self.env_steps, fresh_updates=self.fresh_updates)
+        replay = self.replay.counters() if self.replay else dict(learned=0, replay_added=0, replay_earned=0.0)
+        with self.io.fd_reserve.released():
+            # the run's wall time so far (elapsed() already goes on from a resumed run's)
+            rec.save(self.state_version, self._checkpoint_tree(), now, counters,
+                     dict(balance=self.balance.state_dict(), **replay))
+
+    def result(self) -> dict:
+        now = time.perf_counter()
+        return self.recorder.result(
+            params=to_host(self.state.params), algo=self.algo, env=None, env_steps=self.env_steps,
+            updates=self.state_version, skipped_updates=int(to_host(self.state.skipped_updates)),
+            compile_time_s=self.compile_time_s, interrupted=self.interrupted, now=now,
+            extra_summary=self.report.summary(now, self.recorder.session_time(now)))
+
+    # ------------------------------------------------------------------ shutdown
+    def stop_actors(self, error: str | None = None) -> None:
+        """Tells every actor to stop; with `error`, that the run failed (they exit non-zero)."""
+        self.io.stop_actors(error)
+
+    def close(self) -> None:
+        self.inflight.close()
+        self.io.close()

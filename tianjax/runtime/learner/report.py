@@ -1,0 +1,118 @@
+"""What the distributed learner measures beside the fields every runner records
+(runtime/recorder.py): its sample rates, the state of its ingress and balance controller
+in each metrics record, and the run's extra summary (staleness, drops, rejections, the
+controller's settings, and where the learner's and the actors' time went).
+
+Rates count this session only: fresh samples (learned from for the first time; off-policy,
+added to replay) and consumed samples (every sample of every update, reuse and replay
+included) per second of training, and the share of consumption that was reuse.
+"""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+
+from tianjax.algos.base import Algorithm
+from tianjax.config import Config
+from tianjax.runtime.balance.limits import BalanceController
+from tianjax.runtime.balance.controller import AdaptiveBalance
+from tianjax.runtime.learner.inflight import InFlight, to_host
+from tianjax.runtime.learner.ingress import Ingress
+from tianjax.runtime.learner.batches.replay import ReplayBatches
+
+
+class LearnerReport:
+    """`channels`: the trajectory and control channels (their accepted and rejected
+    counts); `gatekeeper`: the handshake's (its refusals)."""
+
+    def __init__(self, config: Config, algo: Algorithm, ingress: Ingress, balance: BalanceController,
+                 controller: AdaptiveBalance, inflight: InFlight, replay: ReplayBatches | None,
+                 channels: tuple, gatekeeper, devices: int):
+        self.config, self.algo, self.ingress, self.balance = config, algo, ingress, balance
+        self.controller, self.inflight, self.replay = controller, inflight, replay
+        self.traj_in, self.control = channels
+        self.gatekeeper, self.devices = gatekeeper, devices
+        self._counts0 = (0, 0)  # samples consumed and fresh when this session began
+        self.train_cpu_s: float | None = None  # this process's CPU seconds while training
+
+    def begin(self) -> None:
+        self._counts0 = (self.balance.consumed, self.fresh_samples())
+
+    def fresh_samples(self) -> int:
+        # off-policy, a sample is fresh when it enters the replay buffer: it is learned from
+        # (replay_ratio times on average) from then on
+        return self.replay.added if self.replay is not None else self.balance.fresh
+
+    def rates(self, train_time: float) -> dict:
+        """This session's sample rates over `train_time` (see the module doc)."""
+        fresh = self.fresh_samples() - self._counts0[1]
+        consumed = self.balance.consumed - self._counts0[0]
+        return {"samples_fresh_per_s": fresh / train_time,
+                "samples_consumed_per_s": consumed / train_time,
+                # share of training wall time (compilation excluded) with an update running
+                "learner_busy_fraction": min(self.inflight.busy_s / train_time, 1.0),
+                "reuse_fraction": 1.0 - fresh / consumed if consumed and self.replay is None else 0.0}
+
+    def _replay_ratios(self) -> dict:
+        if self.replay is None:
+            return {}
+        return {"replay_ratio": self.replay.ratio_measured(), "replay_ratio_target": self.replay.ratio}
+
+    def fields(self, now: float, pending: list[dict]) -> dict:
+        """A record's learner fields; `pending`: the finished updates' metrics since the last."""
+        ingress = self.ingress
+        out = {
+            "pool": len(ingress.pool),
+            "actors_seen": len(ingress.actors),
+            "rejected_messages": sum(self.traj_in.rejected.values()) + sum(self.control.rejected.values()),
+            "dropped_nonfinite": ingress.dropped_nonfinite,
+            **self.balance.metrics(now),
+            **self.controller.metrics(),
+            # consumed samples per tau since the previous record (TensorBoard histogram)
+            "staleness_hist": self.balance.take_interval_histogram(),
+        }
+        out["samples_fresh"] = self.fresh_samples()
+        out.update(self._replay_ratios())
+        if self.algo.schedules is not None:
+            # what the actors acted with: the schedules at the global count they last used
+            out["actor_env_steps"] = ingress.act_steps
+            # how far behind the global count an actor's schedules were, at worst, this interval
+            out["actor_steps_lag_max"], ingress.lag_max = ingress.lag_max, 0
+            out.update({k: float(v) for k, v in self.algo.schedules(ingress.act_steps).items()})
+        if pending:
+            host = to_host(pending)
+            out.update({k: float(np.mean([m[k] for m in host])) for k in host[0]})
+        return out
+
+    def summary(self, now: float, train_time: float) -> dict:
+        """The run's extra summary (summary.json)."""
+        stats = self.balance.staleness_stats()
+        rejected = collections.Counter(self.traj_in.rejected) + collections.Counter(self.control.rejected)
+        return {
+            "num_actors": self.config.num_actors,
+            **self.rates(max(train_time, 1e-9)),
+            **self._replay_ratios(),
+            "staleness_mean": stats["staleness_mean"],
+            "staleness_max": stats["staleness_max"],
+            "staleness_histogram": self.balance.staleness_histogram(),
+            "dropped_samples": self.balance.dropped,
+            "dropped_nonfinite": self.ingress.dropped_nonfinite,
+            # every valid trajectory that arrived (admitted or dropped): what the actors sent
+            "trajectories_received": self.traj_in.accepted,
+            # said sent by an actor, never come: their slots were handed back (ingress.py)
+            "trajectories_written_off": self.ingress.written_off,
+            "rejected_messages": sum(rejected.values()),
+            "rejected_by_reason": dict(rejected),
+            # connections refused at the handshake (no run credentials), by reason
+            "handshakes_refused": dict(self.gatekeeper.refused),
+            "balance": {**self.balance.metrics(now), **self.controller.metrics()},
+            "learner_devices": self.devices,
+            # where the time went: this process's CPU seconds while training, and the actors'
+            "learner_cpu_s": self.train_cpu_s,
+            **self.ingress.actor_time_summary(),
+        }
+
+
+__all__ = ["LearnerReport"]

@@ -1,0 +1,1 @@
+"""The runners `train()` picks from: `fused` (one jitted loop), `host` (host envs in this process), `eval` (`tianjax eval`), and the `recorder` they share (episodes, records, checkpoints, results)."""

@@ -1,0 +1,152 @@
+"""`tianjax eval`: play a trained policy from a run directory or one of its checkpoints.
+
+The run's config.yaml says which env and network; the newest readable checkpoint (or the
+one named) gives the parameters. JAX envs are evaluated in one jitted loop
+(tianjax.core.evaluation); host envs (envpool, gymnasium) by stepping `episodes` envs from Python
+with the jitted policy until each has finished one episode.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import jax
+import numpy as np
+
+from tianjax.checkpoint import store as ckpt
+from tianjax.algos import make_algorithm
+from tianjax.config import Config, ConfigError, load_config
+from tianjax.core.rollout import clip_action
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    returns: np.ndarray  # [episodes] (x seeds, flattened)
+    step: int  # the checkpoint's step (updates)
+    run_dir: str
+    won: np.ndarray | None = None  # [episodes] bool, for envs that report wins (SMAX); else None
+
+    @property
+    def win_rate(self) -> float | None:
+        """The share of episodes won (each env's first battle), or None where the env reports no wins."""
+        return None if self.won is None else float(np.mean(self.won))
+
+    def line(self) -> str:
+        r = self.returns
+        wins = "" if self.won is None else f"  win rate {self.win_rate:.3f}"
+        return (f"eval {len(r)} episodes (checkpoint step {self.step}): mean {r.mean():.2f}  "
+                f"std {r.std():.2f}  min {r.min():.2f}  max {r.max():.2f}{wins}")
+
+
+def locate(path: str) -> tuple[str, int | None]:
+    """(run directory, checkpoint step or None for the newest) for a run directory or a
+    checkpoint step directory (RUN_DIR/checkpoints/STEP)."""
+    path = os.path.abspath(path)
+    if not os.path.exists(path):
+        raise ConfigError(f"eval: '{path}' does not exist")
+    parent = os.path.dirname(path)
+    if os.path.basename(parent) == ckpt.CHECKPOINT_DIR and os.path.basename(path).isdigit():
+        return os.path.dirname(parent), int(os.path.basename(path))
+    if not os.path.isfile(os.path.join(path, "config.yaml")):
+        raise ConfigError(f"eval: '{path}' is neither a run directory (no config.yaml) nor a "
+                          f"checkpoint (RUN_DIR/{ckpt.CHECKPOINT_DIR}/STEP)")
+    return path, None
+
+
+def _host_returns(config: Config, algo, action_spec, params, episodes: int, greedy: bool, seed: int,
+                  max_steps: int = 100_000) -> np.ndarray:
+    from tianjax.envs.factory import make_host_env
+
+    env = make_host_env(config.env_backend, config.env, episodes, seed, **config.env_options)
+    try:
+        policy = jax.jit(algo.greedy if greedy else
+                         (lambda p, o, k: algo.act(p, o, k, np.iinfo(np.int32).max).action))
+        key = jax.random.key(seed)
+        obs = env.reset(seed)
+        ret = np.zeros(episodes)
+        finished = np.zeros(episodes, bool)
+        for _ in range(max_steps):
+            if greedy:
+                action = policy(params, obs)
+            else:
+                key, sub = jax.random.split(key)
+                action = policy(params, obs, sub)
+            out = env.step(np.asarray(clip_action(action, action_spec)))
+            # whole games, scored unclipped, where the env tells them apart (Atari's lives)
+            ret += np.where(finished, 0.0, out.report_reward)
+            finished |= np.asarray(out.report_done)
+            obs = out.obs
+            if finished.all():
+                break
+        return ret
+    finally:
+        env.close()
+
+
+def evaluate_run(path: str, episodes: int = 10, greedy: bool = True, seed: int | None = None) -> EvalResult:
+    """Evaluates the newest readable checkpoint of a run (or the named checkpoint)."""
+    if episodes < 1:
+        raise ConfigError(f"eval: episodes must be >= 1, got {episodes}")
+    run_dir, step = locate(path)
+    config = load_config(os.path.join(run_dir, "config.yaml"), resume=None)
+    if step is None:
+        step, state, _ = ckpt.restore_latest(run_dir)
+    else:
+        step, state, _ = ckpt.restore_step(run_dir, step)
+    params = state["learner"]["params"]
+    returns, won = evaluate_policy(config, params, episodes, greedy, seed)
+    return EvalResult(returns, step, run_dir, won)
+
+
+def evaluate_params(config: Config, params, episodes: int = 10, greedy: bool = True, seed: int | None = None,
+                    env=None) -> np.ndarray:
+    """Returns [episodes] (x seeds, flattened) of the policy `params` in the config's env
+    (`env`: a JaxEnv or gymnax-API object to use instead of the config's)."""
+    return evaluate_policy(config, params, episodes, greedy, seed, env)[0]
+
+
+def evaluate_policy(config: Config, params, episodes: int = 10, greedy: bool = True, seed: int | None = None,
+                    env=None) -> tuple[np.ndarray, np.ndarray | None]:
+    """(returns, won): as evaluate_params, with each episode's win [episodes] bool (x seeds,
+    flattened) where the env reports wins (SMAX), else None."""
+    seed = config.seed + 1 if seed is None else seed
+    if config.env_backend in ("gymnax", "jaxmarl", "brax"):
+        from tianjax.envs.gymnax_env import make_gymnax
+        from tianjax.envs.factory import make_jax_env
+        from tianjax.core.evaluation import make_evaluator
+
+        env = (make_jax_env(config.env_backend, config.env, config.env_options) if env is None
+               else make_gymnax(env))
+        algo = make_algorithm(config, env.obs_shape, env.action_spec, correct_staleness=False,
+                              obs_dtype=getattr(env, "obs_dtype", None))
+        params = _as_tree_of(jax.eval_shape(algo.init, jax.random.key(0)).params, params)
+        wins = bool(getattr(env, "reports_wins", False))
+        evaluate = make_evaluator(env, algo, episodes, greedy=greedy, wins=wins)
+        if config.mode == "fused" and config.num_seeds > 1:  # one policy per seed, one at a time
+            outs = [evaluate(jax.tree.map(lambda x, i=i: x[i], params), jax.random.key(seed))
+                    for i in range(config.num_seeds)]
+        else:
+            outs = [evaluate(params, jax.random.key(seed))]
+        if not wins:
+            return np.asarray(outs, np.float64).reshape(-1), None
+        rets, won = zip(*outs)
+        return np.asarray(rets, np.float64).reshape(-1), np.asarray(won, bool).reshape(-1)
+    from tianjax.envs.factory import env_spec
+
+    obs_shape, obs_dtype, action_spec = env_spec(config)
+    algo = make_algorithm(config, obs_shape, action_spec, correct_staleness=False, obs_dtype=obs_dtype)
+    return _host_returns(config, algo, action_spec, params, episodes, greedy, seed), None
+
+
+def _as_tree_of(template, restored):
+    """Restored params (nested dicts, as read without a template) in the structure of the
+    algorithm's own params: NamedTuples (QMIX, MADDPG) are rebuilt from their field names."""
+    if isinstance(template, tuple) and hasattr(template, "_fields") and isinstance(restored, dict):
+        return type(template)(*[_as_tree_of(getattr(template, f), restored[f]) for f in template._fields])
+    if isinstance(template, dict) and isinstance(restored, dict):
+        return {k: _as_tree_of(template[k], restored[k]) if k in template else v for k, v in restored.items()}
+    return restored
+
+
+__all__ = ["EvalResult", "evaluate_params", "evaluate_policy", "evaluate_run", "locate"]

@@ -1,0 +1,155 @@
+"""Runs the fused trainer in jitted chunks, logging between them.
+
+Compilation is done ahead of time (lower + compile) so that compile time is reported apart
+from training time; the state buffers are donated so each chunk updates them in place.
+
+Checkpoints hold the whole FusedState (learner, the envs' states and keys, and the replay
+buffer whatever `checkpoint.replay` says: the fused loop's learning_starts counts env
+steps, so it cannot go on with an empty buffer), so a run resumed from one continues bit
+for bit as if it had not stopped. They
+are written at chunk boundaries: the first one at or after every `checkpoint.every`
+updates, and at the end (also when stopped by Ctrl-C or SIGTERM). Episodes, records,
+checkpoints and the result are kept by the run recorder (runtime/recorder.py).
+"""
+
+from __future__ import annotations
+
+import time
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from tianjax.algos import make_algorithm
+from tianjax.config import Config
+from tianjax.envs.factory import make_jax_env
+from tianjax.core.fused import make_fused
+from tianjax.metrics import Progress, RunLogger
+from tianjax.runtime.process import shutdown
+from tianjax.runtime.runners.recorder import RunRecorder, sample_rates
+
+
+def run_fused(config: Config, logger: RunLogger, progress: Progress, env=None) -> dict:
+    """Trains `config` in fused mode. Returns a dict with params, tracker stats and timings."""
+    t_start = time.perf_counter()
+    env = env if env is not None else make_jax_env(config.env_backend, config.env, config.env_options)
+    algo = make_algorithm(config, env.obs_shape, env.action_spec, correct_staleness=False,
+                          obs_dtype=getattr(env, "obs_dtype", None))
+    init, run = make_fused(config, env, algo)
+    S, B, T = config.num_seeds, config.num_envs, config.rollout_len
+    per_iter = B * T
+    n_iters = config.total_env_steps // per_iter  # never more steps than the budget
+    chunk = min(config.log_every, n_iters)
+
+    keys = jax.random.split(jax.random.key(config.seed), S)
+    if S == 1:
+        state = jax.jit(init)(keys[0])
+    else:
+        # NOTE: one init per seed, stacked on the host. A vmapped init was seen to hang at
+        # random inside XLA:CPU (jax 0.10: every thread idle, its outputs never ready);
+        # the per-seed init and the vmapped training chunks did not.
+        one = jax.jit(init)
+        seeds = [one(keys[s]) for s in range(S)]
+        state = jax.tree.map(lambda *xs: jnp.stack(xs), *seeds)
+    updates_per_iter = config.replay_config.updates_per_rollout if algo.buffer != "onpolicy" else 1
+
+    wins = getattr(env, "reports_wins", False)
+    rec = RunRecorder(config, logger, progress, seeds=S, wins=wins)
+    done_iters, env_steps = 0, 0
+    if config.resume:
+        state, meta = rec.resume(state)
+        done_iters, env_steps = meta["iterations"], meta["env_steps"]
+    rec.start(t_start)
+    # labelled by updates scheduled (iterations x updates per iteration): unique and
+    # increasing even while DQN's version waits for learning_starts
+    rec.open_checkpoints(logger.run_dir, start=done_iters * updates_per_iter)
+    compiled = {}
+
+    def compiled_chunk(n: int):
+        if n not in compiled:
+            fn = partial(run, num_iterations=n)
+            compiled[n] = jax.jit(fn if S == 1 else jax.vmap(fn), donate_argnums=0).lower(state).compile()
+        return compiled[n]
+
+    t_compile = time.perf_counter()
+    remaining = n_iters - done_iters
+    if remaining > 0:
+        compiled_chunk(min(chunk, remaining))
+        if remaining % chunk:  # a shorter last chunk (choose log_every dividing the updates to avoid it)
+            compiled_chunk(remaining % chunk)
+    compile_time = time.perf_counter() - t_compile
+    rec.training(time.perf_counter(), env_steps)
+
+    def record(n, metrics, episodes):
+        """Host-side bookkeeping of a finished chunk of n iterations."""
+        nonlocal env_steps
+        done = np.asarray(episodes.done)  # waits for the chunk, if it is still running
+        rets = np.asarray(episodes.returns)
+        now = time.perf_counter()
+        won = np.asarray(episodes.won) if wins else None
+        if S == 1:
+            done, rets = done[None], rets[None]
+            won = None if won is None else won[None]
+        for s in range(S):
+            rec.add_rollout(done[s], rets[s], env_steps, now, won=None if won is None else won[s], seed=s)
+        env_steps += n * per_iter
+        metrics = {k: np.asarray(v) for k, v in metrics.items()}
+        updates = int(metrics.pop("version")[..., -1].max())
+        fields = {k: float(np.mean(v)) for k, v in metrics.items()}
+        if algo.schedules is not None:
+            fields.update({k: float(v) for k, v in algo.schedules(env_steps).items()})
+        rec.record(env_steps, updates, now, fields=fields)
+
+    def save() -> None:
+        rec.save(done_iters * updates_per_iter, state, time.perf_counter(),
+                 dict(iterations=done_iters, env_steps=env_steps,
+                      updates=int(np.asarray(state.learner.version).max())))
+
+    progress.update(env_steps)
+    # NOTE: on an accelerator chunk k + 1 is dispatched before chunk k's outputs are read,
+    # so the host-side bookkeeping overlaps the next chunk's computation instead of idling
+    # the device. On the CPU, where host and device share the cores anyway, each chunk is
+    # read before the next is dispatched: two programs in flight on XLA:CPU (jax 0.10)
+    # were seen to deadlock, every thread idle, the outputs never ready. A checkpoint must
+    # be taken before the next dispatch, which donates the state buffers.
+    overlap = jax.default_backend() != "cpu"
+    pending, interrupted, completed = None, False, False
+    try:
+        while done_iters < n_iters:
+            shutdown.check()
+            n = min(chunk, n_iters - done_iters)
+            with shutdown.critical():  # the chunk donates the state: keep its result
+                state, outputs = compiled_chunk(n)(state)
+                done_iters += n
+            if pending is not None:
+                record(*pending)
+            pending = (n, *outputs)
+            if not overlap:
+                record(*pending)
+                pending = None
+            if rec.due(done_iters * updates_per_iter):
+                if pending is not None:
+                    record(*pending)
+                pending = None
+                save()
+        if pending is not None:
+            record(*pending)
+            pending = None
+        completed = True
+    except KeyboardInterrupt:
+        # Ctrl-C / SIGTERM between chunks: keep what was trained (the last dispatched
+        # chunk is finished first; its outputs are read before the save) and report it
+        interrupted = True
+        if pending is not None:
+            record(*pending)
+    finally:
+        rec.final_checkpoint(save, allowed=completed or interrupted)  # not after an error
+
+    rec.end_training(time.perf_counter())
+    return rec.result(
+        params=state.learner.params, algo=algo, env=env, env_steps=env_steps,
+        updates=int(np.asarray(state.learner.version).max()),
+        skipped_updates=int(np.asarray(state.learner.skipped_updates).sum()),
+        compile_time_s=compile_time, interrupted=interrupted,
+        extra_summary=sample_rates(config, algo, (env_steps - rec.env_steps0) * S, rec.train_time))
