@@ -103,6 +103,8 @@ class LearnerReport:
             "trajectories_received": self.traj_in.accepted,
             # said sent by an actor, never come: their slots were handed back (ingress.py)
             "trajectories_written_off": self.ingress.written_off,
+            # per actor id: received, and sent / env steps as its newest heartbeat said
+            "trajectories_by_actor": self.ingress.actor_counts(),
             "rejected_messages": sum(rejected.values()),
             "rejected_by_reason": dict(rejected),
             # connections refused at the handshake (no run credentials), by reason
