@@ -23,6 +23,20 @@ from tianjax.runtime.learner.ingress import Ingress
 from tianjax.runtime.learner.batches.replay import ReplayBatches
 
 
+def pace(learner_busy: float, actor_time_s: dict) -> dict:
+    """Which side set the pace: the learner when the actors waited for credits (the learner
+    behind, holding their slots) for a larger share of their time than the learner waited
+    for data (idle, no batch ready); else the actors. With both shares, so a reader can
+    see by how much."""
+    wall = actor_time_s.get("wall") or 0.0
+    credit_wait = actor_time_s.get("waiting_credit", 0.0) / wall if wall else None
+    if credit_wait is None:
+        return {"pace_set_by": None, "actor_credit_wait_fraction": None}
+    idle = 1.0 - learner_busy
+    return {"pace_set_by": "learner" if credit_wait > idle else "actors",
+            "actor_credit_wait_fraction": credit_wait, "learner_idle_fraction": idle}
+
+
 class LearnerReport:
     """`channels`: the trajectory and control channels (their accepted and rejected
     counts); `gatekeeper`: the handshake's (its refusals)."""
@@ -113,7 +127,8 @@ class LearnerReport:
             "learner_devices": self.devices,
             # where the time went: this process's CPU seconds while training, and the actors'
             "learner_cpu_s": self.train_cpu_s,
-            **self.ingress.actor_time_summary(),
+            **(times := self.ingress.actor_time_summary()),
+            **pace(self.rates(max(train_time, 1e-9))["learner_busy_fraction"], times["actor_time_s"]),
         }
 
 
