@@ -200,7 +200,7 @@ def test_inflight_keeps_at_most_its_limit_unread(monkeypatch):
     for a running update by waiting on a gate."""
     import threading
 
-    from tianjax.runtime.learner.learner import inflight as inflight_mod
+    from tianjax.runtime.learner import inflight as inflight_mod
 
     gate = threading.Event()
     real = inflight_mod.to_host
