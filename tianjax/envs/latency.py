@@ -156,12 +156,12 @@ class _EnvpoolVector(gym.vector.VectorEnv):
     vector env with SAME_STEP semantics (final observations in info["final_obs"])."""
 
     def __init__(self, task_id: str, num_envs: int, **kwargs: Any):
+        import envpool
+
         from tianjax.envs.envpool_env import EnvpoolEnv
 
         self._env = EnvpoolEnv(task_id, num_envs, 0, **kwargs)
         self.num_envs = num_envs
-        import envpool
-
         spec = envpool.make_spec(task_id)
         self.single_observation_space = spec.gymnasium_observation_space
         self.single_action_space = spec.gymnasium_action_space
