@@ -14,7 +14,7 @@ import pytest
 import tianjax
 from tianjax import algos
 from tianjax.config import ConfigError, load_config
-from tianjax.launch.local import ActorFailure
+from tianjax.errors import ActorFailure
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXPERIMENTS = os.path.join(ROOT, "experiments")
@@ -100,11 +100,19 @@ def test_a2c_loss_is_the_closed_form_and_fresh_weights_are_one(custom_parts):
     state = plain.init(jax.random.key(2))
     out = plain.act(state.params, obs[0], jax.random.key(3))
     T, B = 4, 2
-    traj = tianjax.core.types.Trajectory(obs, jnp.broadcast_to(out.action, (T, B)), jnp.ones((T, B)),
-                                    jnp.zeros((T, B), bool), jnp.zeros((T, B)),
-                                    jnp.broadcast_to(out.log_prob, (T, B)), jnp.broadcast_to(out.value, (T, B)),
-                                    jnp.zeros((T, B), jnp.int32), obs[-1], jnp.zeros_like(obs[-1]),
-                                    jnp.full((B,), -1, jnp.int32))
+    traj = tianjax.core.types.Trajectory(
+        obs=obs,
+        action=jnp.broadcast_to(out.action, (T, B)),
+        reward=jnp.ones((T, B)),
+        done=jnp.zeros((T, B), bool),
+        bootstrap_value=jnp.zeros((T, B)),
+        behaviour_log_prob=jnp.broadcast_to(out.log_prob, (T, B)),
+        behaviour_value=jnp.broadcast_to(out.value, (T, B)),
+        version=jnp.zeros((T, B), jnp.int32),
+        last_obs=obs[-1],
+        trunc_obs=jnp.zeros_like(obs[-1]),
+        trunc_t=jnp.full((B,), -1, jnp.int32),
+    )
     traj = traj._replace(behaviour_log_prob=jax.vmap(lambda o, a: tianjax.core.distributions.log_prob(
         net.apply(state.params, o)[0], a))(traj.obs, traj.action))
     s1, m1 = corrected.update(state, traj)

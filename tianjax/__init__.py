@@ -9,12 +9,17 @@ with versioned parameters and a staleness-weighted loss.
     result = tianjax.train(config)
     print(tianjax.evaluate(result, episodes=20).line())
     run = tianjax.load(result.run_dir)  # config, params, policy (later, from the run directory)
+
+    init, train_fn = tianjax.make_train(config)  # a fused run as pure functions: jit, vmap
+    out = jax.vmap(train_fn, in_axes=(None, 0))(init(key), {"ppo.lr": jnp.array([1e-3, 3e-3])})
 """
 
 from tianjax.config import Config, ConfigError, load_config
+from tianjax import algos  # the algorithm registry, whose check every Config runs
 from tianjax.train import TrainResult, train
 
-_LAZY = {"load": "tianjax.runs", "evaluate": "tianjax.runs", "LoadedRun": "tianjax.runs"}
+_LAZY = {"load": "tianjax.runs", "evaluate": "tianjax.runs", "LoadedRun": "tianjax.runs",
+         "make_train": "tianjax.fused_train"}
 
 
 def __getattr__(name):
@@ -23,13 +28,9 @@ def __getattr__(name):
         import importlib
 
         return getattr(importlib.import_module(_LAZY[name]), name)
-    if name == "algos":  # tianjax.algos.register(name, make)
-        import importlib
-
-        return importlib.import_module("tianjax.algos")
     raise AttributeError(f"module 'tianjax' has no attribute {name!r}")
 
 
 __version__ = "0.1.0"
 __all__ = ["Config", "ConfigError", "LoadedRun", "TrainResult", "algos", "evaluate", "load", "load_config",
-           "train", "__version__"]
+           "make_train", "train", "__version__"]

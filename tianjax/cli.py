@@ -1,5 +1,5 @@
 """Command line: `tianjax train CONFIG [key=value ...]`, `tianjax launch --role ...`,
-`tianjax report RUN_DIR [RUN_DIR ...]`.
+`tianjax report RUN_DIR [RUN_DIR ...]`, `tianjax sweep CONFIG key=v1,v2 ...`.
 
 Every bad input (unknown key, wrong type, missing file, bad env id, impossible sizes) ends
 with a one-line message and exit code 2, never a traceback.
@@ -13,11 +13,13 @@ import os
 import signal
 import sys
 
+from tianjax.errors import RunFailed
+
 
 def _sigterm(signum, frame):
     # unwind like Ctrl-C, so every role's cleanup (stop actors, close sockets, a final
     # checkpoint) runs; the flag covers the case where the exception is swallowed, or
-    # deferred out of a critical section (see runtime/shutdown.py)
+    # deferred out of a critical section (see tianjax.runtime.process.shutdown)
     from tianjax.runtime.process import shutdown
 
     shutdown.request(signal.Signals(signum).name)
@@ -88,6 +90,22 @@ def _eval(args) -> int:
     return 0
 
 
+def _add_sweep(sub) -> None:
+    s = sub.add_parser("sweep", help="a grid of fused runs in as few programs as shapes allow: "
+                                     "tianjax sweep CONFIG ppo.lr=1e-3,3e-3 num_seeds=4")
+    s.add_argument("config", help="a fused config (YAML)")
+    s.add_argument("assignments", nargs="*", metavar="key=v1,v2,...",
+                   help="a comma-separated value list is a grid axis; a single value overrides every point")
+    s.add_argument("--out", help="the sweep directory (default runs/sweep_<algo>_<env>_<time>)")
+
+
+def _sweep(args) -> int:
+    from tianjax.sweep import run_sweep
+
+    run_sweep(args.config, args.assignments, out=args.out)
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="tianjax", description="Fast distributed RL training in JAX.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -116,6 +134,7 @@ def main(argv=None) -> int:
     r.add_argument("run_dirs", nargs="*", metavar="RUN_DIR", help="run directories (as `train` writes them)")
     r.add_argument("--out", help="output directory (default: RUN_DIR/report for one run, "
                                  "reports/report_<time> for several)")
+    _add_sweep(sub)
     args = parser.parse_args(argv)
 
     from tianjax.checkpoint.store import CheckpointError
@@ -137,6 +156,8 @@ def main(argv=None) -> int:
             return _report(args)
         if args.command == "eval":
             return _eval(args)
+        if args.command == "sweep":
+            return _sweep(args)
     except (ConfigError, CheckpointError) as e:
         print(f"tianjax: error: {e}", file=sys.stderr)
         return 2
@@ -158,14 +179,13 @@ def main(argv=None) -> int:
         print(f"tianjax: error: out of memory ({e}); lower num_envs, rollout_len or the network size",
               file=sys.stderr)
         return 1
+    except RunFailed as e:  # a run that cannot go on (an actor died in sync mode, no actor delivers)
+        print(f"tianjax: error: {e}", file=sys.stderr)
+        return 1
     except RuntimeError as e:
         if "RESOURCE_EXHAUSTED" in str(e):  # XLA could not allocate: sizes beyond this machine
             first = str(e).strip().splitlines()[0].rstrip(".")
             print(f"tianjax: error: {first}; lower num_envs, rollout_len or the network size", file=sys.stderr)
-            return 1
-        # a run that cannot go on (an actor died in sync mode, no actor delivers): one line
-        if type(e).__name__ in ("ActorFailure", "LearnerFailure", "LearnerStalled"):
-            print(f"tianjax: error: {e}", file=sys.stderr)
             return 1
         raise
     return 1

@@ -20,11 +20,10 @@ from typing import Any, Callable, NamedTuple
 import jax
 import numpy as np
 
-from tianjax.checkpoint import store as ckpt
 from tianjax.algos import Algorithm, make_algorithm
-from tianjax.config import Config, ConfigError, load_config
+from tianjax.config import Config, ConfigError
 from tianjax.networks.custom import use_network
-from tianjax.runtime.runners.eval import EvalResult, evaluate_policy, locate
+from tianjax.runtime.runners.eval import EvalResult, evaluate_policy, read_run
 
 
 class LoadedRun(NamedTuple):
@@ -41,18 +40,12 @@ class LoadedRun(NamedTuple):
 
 def load(path: str | os.PathLike, *, env: Any = None, network: Any = None) -> LoadedRun:
     """Loads a run directory (newest readable checkpoint) or one checkpoint directory."""
-    run_dir, step = locate(os.fspath(path))
-    config = load_config(os.path.join(run_dir, "config.yaml"), resume=None)
-    if step is None:
-        step, state, _ = ckpt.restore_latest(run_dir)
-    else:
-        step, state, _ = ckpt.restore_step(run_dir, step)
-    params = state["learner"]["params"]
+    config, params, step, run_dir = read_run(os.fspath(path))
     with use_network(network):
         algo, obs_shape = _algorithm(config, env)
     first = params if config.num_seeds == 1 else jax.tree.map(lambda x: x[0], params)
     greedy = jax.jit(algo.greedy)
-    return LoadedRun(config, params, lambda obs: greedy(first, obs), algo, int(step), run_dir, obs_shape,
+    return LoadedRun(config, params, lambda obs: greedy(first, obs), algo, step, run_dir, obs_shape,
                      env, network)
 
 

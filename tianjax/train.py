@@ -117,9 +117,9 @@ def _train(config: Config, env, progress, verbose) -> TrainResult:
     if config.eval_episodes and config.mode == "fused" and config.num_seeds == 1:
         from tianjax.core.evaluation import make_evaluator
 
-        wins = getattr(out["env"], "reports_wins", False)
-        evaluate = make_evaluator(out["env"], out["algo"], config.eval_episodes, wins=wins)
-        rets = evaluate(out["params"], jax.random.key(config.seed + 1))
+        wins = getattr(out.env, "reports_wins", False)
+        evaluate = make_evaluator(out.env, out.algo, config.eval_episodes, wins=wins)
+        rets = evaluate(out.params, jax.random.key(config.seed + 1))
         if wins:  # SMAX: the greedy policy's share of battles won
             rets, won = rets
             eval_win_rate = float(np.mean(np.asarray(won)))
@@ -131,34 +131,34 @@ def _train(config: Config, env, progress, verbose) -> TrainResult:
         "env_backend": config.env_backend,
         "seed": config.seed,
         "num_seeds": config.num_seeds,
-        "env_steps": out["env_steps"],
-        "updates": out["updates"],
-        "wall_time_s": out.get("wall_offset_s", 0.0) + wall,  # a resumed run counts its past
-        "compile_time_s": out["compile_time_s"],
-        "env_steps_per_s": out["env_steps_per_s"],
-        "episodes": out["episodes"],
-        "final_return": out["final_return"],
+        "env_steps": out.env_steps,
+        "updates": out.updates,
+        "wall_time_s": out.wall_offset_s + wall,  # a resumed run counts its past
+        "compile_time_s": out.compile_time_s,
+        "env_steps_per_s": out.env_steps_per_s,
+        "episodes": out.episodes,
+        "final_return": out.final_return,
         "target_return": config.target_return,
-        "convergence_time_s": out["convergence_time_s"],
-        "convergence_env_steps": out["convergence_env_steps"],
-        "skipped_updates": out["skipped_updates"],
+        "convergence_time_s": out.convergence_time_s,
+        "convergence_env_steps": out.convergence_env_steps,
+        "skipped_updates": out.skipped_updates,
         "eval_return": eval_return,
         "run_dir": logger.run_dir,
     }
-    if out.get("final_win_rate") is not None:  # envs that report wins (SMAX)
-        summary["final_win_rate"] = out["final_win_rate"]
+    if out.final_win_rate is not None:  # envs that report wins (SMAX)
+        summary["final_win_rate"] = out.final_win_rate
         summary["target_win_rate"] = config.target_win_rate
         if eval_win_rate is not None:
             summary["eval_win_rate"] = eval_win_rate
-    summary["interrupted"] = bool(out.get("interrupted", False))  # stopped by Ctrl-C / SIGTERM
-    if out.get("resumed_from_step") is not None:
-        summary["resumed_from_step"] = out["resumed_from_step"]
-    summary.update(out.get("extra_summary", {}))
-    if out.get("final_return_per_seed") is not None:
-        summary["final_return_per_seed"] = out["final_return_per_seed"]
+    summary["interrupted"] = bool(out.interrupted)  # stopped by Ctrl-C / SIGTERM
+    if out.resumed_from_step is not None:
+        summary["resumed_from_step"] = out.resumed_from_step
+    summary.update(out.extra_summary)
+    if out.final_return_per_seed is not None:
+        summary["final_return_per_seed"] = out.final_return_per_seed
     summary = logger.write_summary(summary)
     records = logger.read_records()
     logger.close()
     if verbose:
         print(format_summary(summary), flush=True)
-    return TrainResult(out["params"], summary, records, logger.run_dir, config)
+    return TrainResult(out.params, summary, records, logger.run_dir, config)

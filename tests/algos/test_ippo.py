@@ -46,9 +46,19 @@ def _one_agent(traj):
         return MAObs(o[..., None, :], o, jnp.ones(o.shape[:-1] + (1, A), bool))
 
     ag = lambda x: x[..., None]  # noqa: E731
-    return Trajectory(ma(traj.obs), ag(traj.action), ag(traj.reward), traj.done,
-                      ag(traj.bootstrap_value), ag(traj.behaviour_log_prob), ag(traj.behaviour_value),
-                      traj.version, ma(traj.last_obs), ma(traj.trunc_obs), traj.trunc_t)
+    return Trajectory(
+        obs=ma(traj.obs),
+        action=ag(traj.action),
+        reward=ag(traj.reward),
+        done=traj.done,
+        bootstrap_value=ag(traj.bootstrap_value),
+        behaviour_log_prob=ag(traj.behaviour_log_prob),
+        behaviour_value=ag(traj.behaviour_value),
+        version=traj.version,
+        last_obs=ma(traj.last_obs),
+        trunc_obs=ma(traj.trunc_obs),
+        trunc_t=traj.trunc_t,
+    )
 
 
 @pytest.mark.parametrize("correct_staleness", [False, True])
@@ -97,11 +107,19 @@ def test_agent_columns_by_hand():
     t, b, n = 2, 2, 3
     val = jnp.arange(t * b * n, dtype=jnp.float32).reshape(t, b, n)  # agent i of env b at t
     obs = MAObs(val[..., None], jnp.stack([val[..., 0], -val[..., 0]], -1), jnp.ones((t, b, n, 2), bool))
-    traj = Trajectory(obs, val.astype(jnp.int32), val, jnp.array([[True, False], [False, True]]), val, val,
-                      val, jnp.array([[5, 6], [7, 8]], jnp.int32),
-                      MAObs(val[0, ..., None], jnp.zeros((b, 2)), jnp.ones((b, n, 2), bool)),
-                      MAObs(val[1, ..., None], jnp.zeros((b, 2)), jnp.ones((b, n, 2), bool)),
-                      jnp.array([-1, 1], jnp.int32))
+    traj = Trajectory(
+        obs=obs,
+        action=val.astype(jnp.int32),
+        reward=val,
+        done=jnp.array([[True, False], [False, True]]),
+        bootstrap_value=val,
+        behaviour_log_prob=val,
+        behaviour_value=val,
+        version=jnp.array([[5, 6], [7, 8]], jnp.int32),
+        last_obs=MAObs(val[0, ..., None], jnp.zeros((b, 2)), jnp.ones((b, n, 2), bool)),
+        trunc_obs=MAObs(val[1, ..., None], jnp.zeros((b, 2)), jnp.ones((b, n, 2), bool)),
+        trunc_t=jnp.array([-1, 1], jnp.int32),
+    )
     cols = I.agent_columns(traj)
     assert cols.reward.shape == (t, b * n)
     # column b * N + i is agent i of env b
@@ -194,9 +212,19 @@ def test_progress_counts_env_steps_not_agent_samples():
     obs = MAObs(jax.random.normal(k[0], (T, B, 3, D)), jnp.zeros((T, B, 7)), jnp.ones((T, B, 3, A), bool))
     last = MAObs(jnp.zeros((B, 3, D)), jnp.zeros((B, 7)), jnp.ones((B, 3, A), bool))
     z = jnp.zeros((T, B, 3))
-    traj = Trajectory(obs, jax.random.randint(k[1], (T, B, 3), 0, A), jax.random.normal(k[2], (T, B, 3)),
-                      jnp.zeros((T, B), bool), z, jnp.full((T, B, 3), -1.0), z, jnp.zeros((T, B), jnp.int32),
-                      last, last, jnp.full((B,), -1, jnp.int32))
+    traj = Trajectory(
+        obs=obs,
+        action=jax.random.randint(k[1], (T, B, 3), 0, A),
+        reward=jax.random.normal(k[2], (T, B, 3)),
+        done=jnp.zeros((T, B), bool),
+        bootstrap_value=z,
+        behaviour_log_prob=jnp.full((T, B, 3), -1.0),
+        behaviour_value=z,
+        version=jnp.zeros((T, B), jnp.int32),
+        last_obs=last,
+        trunc_obs=last,
+        trunc_t=jnp.full((B,), -1, jnp.int32),
+    )
     new, metrics = jax.jit(algo.update)(state, traj)
     assert int(new.fresh_steps) == T * B  # 3 agents, but T * B env steps: the lr anneals on env steps
     new, _ = jax.jit(algo.update)(new, traj, False)  # a reuse pass adds no progress

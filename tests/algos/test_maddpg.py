@@ -1,5 +1,6 @@
 """MADDPG: centralised critics over every agent's action, per-agent actors, targets, a fused run."""
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -77,6 +78,42 @@ def test_target_by_hand_and_actor_gradient_only_reaches_actors():
     g = jax.grad(actor_term)(params)
     assert all(float(jnp.abs(x).max()) == 0.0 for x in jax.tree.leaves(g.critic))
     assert any(float(jnp.abs(x).max()) > 0.0 for x in jax.tree.leaves(g.actor))
+
+
+def test_actor_gradient_is_each_agents_own_chain_rule():
+    """grad_theta_i of the actor loss, against jax.grad of the closed form written here:
+
+        J(theta) = -(1/B) sum_b w_b sum_i Q_i(s_b, a_b^1, ..., mu_i(o_b^i; theta_i), ..., a_b^N)
+
+    where only agent i's action comes from its current policy, every other agent's from
+    the batch, and critic i is agent i's own. Feeding every critic every agent's current
+    action, or critic i another agent's action, gives another gradient."""
+    cfg, algo = _algo()
+    params = algo.init(jax.random.key(0)).params
+    target = jax.tree.map(lambda x: x * 0.5, params)
+    _, _, actor, critic = M.make_networks(cfg, N, SPEC)
+    batch = _batch(jax.random.key(6))
+    w = jnp.asarray(np.random.default_rng(0).uniform(0.2, 2.0, (16,)), jnp.float32)
+
+    def agent(tree, i):
+        return jax.tree.map(lambda x: x[i], tree)
+
+    def closed_form(actor_params):
+        total = 0.0
+        for i in range(N):
+            mu_i = actor.apply(agent(actor_params, i), batch.obs.obs[:, i])  # [B, A]
+            joint = batch.action.at[:, i].set(mu_i)  # the others' actions from the batch
+            q_i = critic.apply(agent(params.critic, i), batch.obs.state, joint)  # [B]
+            total = total + jnp.mean(w * q_i)
+        return -total
+
+    expected = jax.grad(closed_form)(params.actor)
+    # the critic loss does not depend on the actors, so the whole loss's actor gradient is it
+    got = jax.grad(lambda p: algo.loss_fn(p, target, batch, w)[0])(params).actor
+    chex.assert_trees_all_close(got, expected, rtol=2e-4, atol=1e-6)
+    np.testing.assert_allclose(float(algo.loss_fn(params, target, batch, w)[1]["actor_loss"]),
+                               float(closed_form(params.actor)), rtol=1e-5)
+    assert all(float(jnp.abs(x).max()) > 1e-4 for x in jax.tree.leaves(expected))
 
 
 def test_soft_target_update():

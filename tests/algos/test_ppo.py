@@ -204,12 +204,26 @@ def test_decoupled_gradient_at_theta0_is_the_once_corrected_policy_gradient(rho_
     expected = -np.einsum("i,i,ijk->jk", w, a_hat, grad_logp) / 6
     np.testing.assert_allclose(grad, expected, rtol=1e-4, atol=1e-6)
 
-    # not squared (the ratio against mu would count pi_0/mu twice), not zeroed by a clip
-    # centred on mu (where pi_0/mu is outside [0.8, 1.2] the textbook loss has no gradient)
-    squared = -np.einsum("i,i,ijk->jk", w * rho.reshape(-1), a_hat, grad_logp) / 6
-    assert np.abs(expected - squared).max() > 1e-2
+    # Each sample's own share of the code's gradient (each sample given its own copy of W):
+    # it sums to the gradient above, and over the sample's textbook term A_i grad log pi_i / N
+    # it gives the weight the code applied to that sample.
+    per_sample_apply = lambda p, obs: (jnp.einsum("nj,njk->nk", obs, p["W"]), obs @ p["u"])  # noqa: E731
+    per_sample_loss = make_loss(per_sample_apply, clip_eps=0.2, clip_value=True, vf_coef=0.0, ent_coef=0.0)
+    own = {"W": jnp.broadcast_to(params["W"], (6,) + params["W"].shape), "u": params["u"]}
+    g_own = np.asarray(jax.grad(lambda p: per_sample_loss(p, flat)[0])(own)["W"], np.float64)  # [N, 2, A]
+    np.testing.assert_allclose(g_own.sum(0), grad, rtol=1e-4, atol=1e-6)
+    term = -a_hat[:, None, None] * grad_logp / 6
+    w_code = (g_own * term).sum((1, 2)) / (term * term).sum((1, 2))
+    # pi_0/mu counted once: w(tau) min(rho_bar, pi_0/mu), not w(tau) (pi_0/mu)^2 (the case
+    # tells the two apart)
+    np.testing.assert_allclose(w_code, w, rtol=1e-4)
+    squared = (1.0 + tau) ** -1.0 * np.minimum(rho_bar, rho.reshape(-1)) * rho.reshape(-1)
+    assert np.abs(squared * len(w) / squared.sum() - w).max() > 0.1
+    # not zeroed by a clip centred on mu: where pi_0/mu lies outside [0.8, 1.2] the textbook
+    # loss (ratio against mu) has no gradient for some of them; the code keeps their share
     far = np.abs(rho.reshape(-1) - 1) > 0.2
-    assert far.sum() >= 4 and np.all(np.abs(w[far] * a_hat[far]) > 1e-3)
+    assert far.sum() >= 4
+    assert np.all(np.abs(g_own[far]).reshape(far.sum(), -1).max(-1) > 1e-3)
 
 
 def test_decoupled_loss_equals_plain_ppo_when_mu_is_pi0_and_nothing_is_stale():

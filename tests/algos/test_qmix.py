@@ -28,6 +28,45 @@ def test_mixer_is_monotonic_in_each_agent_q(seed, scale, i, delta):
     assert float(_apply(params, q.at[i].add(delta), s)) >= float(_apply(params, q, s)) - 1e-5
 
 
+def _randomised(params, seed):
+    """Every leaf of `params` drawn at random (biases too), so each term of a formula counts."""
+    leaves, treedef = jax.tree.flatten(params)
+    keys = jax.random.split(jax.random.key(seed), len(leaves))
+    return jax.tree.unflatten(treedef, [0.7 * jax.random.normal(k, x.shape) for k, x in zip(keys, leaves)])
+
+
+def _np(params):
+    return jax.tree.map(lambda x: np.asarray(x, np.float64), params["params"])
+
+
+def _sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def _agent_np(p, h, x):
+    """AgentRNN written out: Dense -> relu -> GRU (flax's gates) -> Dense; h [H], x [D + N]."""
+    dense = lambda q, v: v @ q["kernel"] + q.get("bias", 0.0)  # noqa: E731
+    g = p["GRUCell_0"]
+    x = np.maximum(dense(p["Dense_0"], x), 0.0)
+    r = _sigmoid(dense(g["ir"], x) + dense(g["hr"], h))
+    z = _sigmoid(dense(g["iz"], x) + dense(g["hz"], h))
+    n = np.tanh(dense(g["in"], x) + r * dense(g["hn"], h))
+    h = (1.0 - z) * n + z * h
+    return h, dense(p["Dense_1"], h)
+
+
+def _mixer_np(p, q, s):
+    """Mixer written out: w2(s) . elu(q W1(s) + b1(s)) + b2(s) for one q [N], s [S]."""
+    dense = lambda name, v: v @ p[name]["kernel"] + p[name]["bias"]  # noqa: E731
+    relu = lambda v: np.maximum(v, 0.0)  # noqa: E731
+    w1 = np.abs(dense("hyper_w1", relu(dense("hyper_w1_hidden", s)))).reshape(len(q), -1)
+    b1 = dense("hyper_b1", s)
+    w2 = np.abs(dense("hyper_w2", relu(dense("hyper_w2_hidden", s))))
+    b2 = dense("hyper_b2", relu(dense("hyper_b2_hidden", s)))[0]
+    x = q @ w1 + b1
+    return float(np.where(x > 0, x, np.expm1(x)) @ w2 + b2)
+
+
 def test_target_by_hand_on_a_two_agent_batch():
     mixer = Q.Mixer(embed_dim=2, hyper_hidden=2)
     params = mixer.init(jax.random.key(7), jnp.zeros((2,)), jnp.zeros((1,)))
@@ -54,22 +93,10 @@ def test_target_by_hand_on_a_two_agent_batch():
     chosen = np.array([[20.0, -1.0], [7.0, 0.25]])
     np.testing.assert_array_equal(Q.double_q_choice(q_next_online, q_next_target, avail), chosen)
 
-    def dense(name, x):
-        return x @ p[name]["kernel"] + p[name]["bias"]
-
-    relu = lambda x: np.maximum(x, 0)  # noqa: E731
-    elu = lambda x: np.where(x > 0, x, np.expm1(x))  # noqa: E731
-
-    def q_tot(q, s):  # the mixer written out
-        w1 = np.abs(dense("hyper_w1", relu(dense("hyper_w1_hidden", s)))).reshape(2, 2)
-        b1 = dense("hyper_b1", s)
-        w2 = np.abs(dense("hyper_w2", relu(dense("hyper_w2_hidden", s))))
-        b2 = dense("hyper_b2", relu(dense("hyper_b2_hidden", s)))[0]
-        return float(elu(q @ w1 + b1) @ w2 + b2)
-
-    expected = [1.0 + gamma * q_tot(chosen[0], np.asarray(state[0])), -0.5]  # terminated: no bootstrap
+    q_tot_0 = _mixer_np(p, chosen[0], np.asarray(state[0]))  # the mixer written out
+    expected = [1.0 + gamma * q_tot_0, -0.5]  # terminated: no bootstrap
     mixed = mixer.apply(params, jnp.asarray(chosen), state)
-    np.testing.assert_allclose(mixed[0], q_tot(chosen[0], np.asarray(state[0])), rtol=1e-5)
+    np.testing.assert_allclose(mixed[0], q_tot_0, rtol=1e-5)
     y = Q.td_targets(reward, terminated, mixed, gamma)
     np.testing.assert_allclose(y, expected, rtol=1e-5)
 
@@ -166,24 +193,96 @@ def test_burn_in_steps_carry_no_loss():
                                rtol=1e-6)
 
 
-def test_loss_regresses_on_lambda_targets():
-    """With qmix.td_lambda the loss's targets are lambda_targets of the target network's
-    double-Q values (the one-step loss is lambda = 0)."""
-    agent, mixer = Q.AgentRNN(hidden_dim=8, num_actions=4), Q.Mixer(embed_dim=8, hyper_hidden=16)
-    seq = _seq(jax.random.key(5))
-    init = lambda k: Q.QMIXParams(agent.init(k, jnp.zeros((2, N, 8)), jnp.zeros((2, N, 5 + N))),  # noqa: E731
-                                  mixer.init(k, jnp.zeros((2, N)), jnp.zeros((2, S))))
-    params, target = init(jax.random.key(6)), init(jax.random.key(7))
-    unroll = Q.make_unroll(agent)
-    _, q_next = unroll(params.agent, seq.carry, seq)
-    _, q_next_target = unroll(target.agent, seq.carry, seq)
-    v = mixer.apply(target.mixer, Q.double_q_choice(q_next, q_next_target, seq.next_obs.avail), seq.next_obs.state)
-    w = jnp.ones(seq.reward.shape)
-    for lam in (0.0, 0.6):
-        y = Q.lambda_targets(seq.reward, seq.terminated, seq.done, v, 0.9, lam)
-        _, m = Q.make_loss(agent, mixer, gamma=0.9, burn_in=0, td_lambda=lam)(params, target, seq, w)
-        np.testing.assert_allclose(m["target_mean"], jnp.mean(y), rtol=1e-5)
-    assert abs(float(jnp.mean(y)) - float(jnp.mean(Q.td_targets(seq.reward, seq.terminated, v, 0.9)))) > 1e-3
+def test_loss_targets_by_hand_per_step():
+    """The loss's target y_t at every step of one 4-step sequence, worked out by hand.
+
+    The sequence starts mid-episode (a stored hidden state), is cut by a time limit after
+    step 1 (done, not terminated: the final observation bootstraps, the lambda-return
+    stops, the hidden state resets) and terminates after step 3. At two steps the online
+    network's favourite next action is unavailable. The per-step targets are read from the
+    real loss: with all weight on step t, d loss / d b2 (the mixer's output bias) is
+    2 (Q_tot_t - y_t), and Q_tot_t is the mixer written out on the agents written out.
+    """
+    T, N2, D2, S2, A2, H = 4, 2, 2, 2, 3, 3
+    agent, mixer = Q.AgentRNN(hidden_dim=H, num_actions=A2), Q.Mixer(embed_dim=2, hyper_hidden=2)
+
+    def init(seed):
+        return Q.QMIXParams(
+            _randomised(agent.init(jax.random.key(seed), jnp.zeros((1, N2, H)), jnp.zeros((1, N2, D2 + N2))),
+                        seed + 1),
+            _randomised(mixer.init(jax.random.key(seed), jnp.zeros((1, N2)), jnp.zeros((1, S2))), seed + 2))
+
+    online, target = init(10), init(20)
+    rng = np.random.default_rng(0)
+    obs = rng.normal(size=(T + 1, N2, D2))  # obs[t + 1] follows obs[t] within an episode
+    final_obs = rng.normal(size=(N2, D2))  # the final observation of the episode cut after step 1
+    state = rng.normal(size=(T + 1, S2))
+    final_state = rng.normal(size=(S2,))
+    next_obs = obs[1:].copy()
+    next_obs[1] = final_obs
+    next_state = state[1:].copy()
+    next_state[1] = final_state
+    carry = rng.normal(size=(N2, H))
+    action = rng.integers(0, A2, size=(T, N2))
+    reward = np.array([1.0, -0.5, 2.0, 0.25])
+    done = np.array([False, True, False, True])
+    terminated = np.array([False, False, False, True])
+    g, lam = 0.9, 0.6
+
+    # the agents by hand: online and target unrolls, Q of the next observation from the
+    # hidden state after the step, the hidden state reset after an episode's end
+    ids = np.eye(N2)
+    a_on, a_tg = _np(online.agent), _np(target.agent)
+    h_on, h_tg = carry.copy(), carry.copy()
+    q_taken, q_next_on, q_next_tg = np.zeros((T, N2)), np.zeros((T, N2, A2)), np.zeros((T, N2, A2))
+    for t in range(T):
+        for i in range(N2):
+            h_on[i], q = _agent_np(a_on, h_on[i], np.concatenate([obs[t, i], ids[i]]))
+            q_taken[t, i] = q[action[t, i]]
+            _, q_next_on[t, i] = _agent_np(a_on, h_on[i], np.concatenate([next_obs[t, i], ids[i]]))
+            h_tg[i], _ = _agent_np(a_tg, h_tg[i], np.concatenate([obs[t, i], ids[i]]))
+            _, q_next_tg[t, i] = _agent_np(a_tg, h_tg[i], np.concatenate([next_obs[t, i], ids[i]]))
+        if done[t]:
+            h_on[:], h_tg[:] = 0.0, 0.0
+    avail_next = np.ones((T, N2, A2), bool)
+    avail_next[0, 0, q_next_on[0, 0].argmax()] = False  # agent 0 cannot take it at step 1
+    avail_next[2, 1, q_next_on[2, 1].argmax()] = False  # agent 1 cannot take it at step 3
+    # double Q: the target's Q of the online network's best available next action
+    chosen = np.zeros((T, N2))
+    for t in range(T):
+        for i in range(N2):
+            best = max((a for a in range(A2) if avail_next[t, i, a]), key=lambda a: q_next_on[t, i, a])
+            chosen[t, i] = q_next_tg[t, i, best]
+    assert chosen[0, 0] != q_next_tg[0, 0, q_next_on[0, 0].argmax()]  # the mask matters here
+    v = [_mixer_np(_np(target.mixer), chosen[t], next_state[t]) for t in range(T)]
+    q_tot = np.array([_mixer_np(_np(online.mixer), q_taken[t], state[t]) for t in range(T)])
+
+    y_lambda = np.zeros(T)
+    y_lambda[3] = reward[3]  # terminated: no bootstrap
+    y_lambda[2] = reward[2] + g * ((1 - lam) * v[2] + lam * y_lambda[3])
+    y_lambda[1] = reward[1] + g * v[1]  # cut by the time limit: its final observation's value only
+    y_lambda[0] = reward[0] + g * ((1 - lam) * v[0] + lam * y_lambda[1])
+    y_one_step = np.array([reward[0] + g * v[0], reward[1] + g * v[1], reward[2] + g * v[2], reward[3]])
+
+    avail = np.ones((T + 1, N2, A2), bool)
+    avail[1:] = avail_next
+    f32 = lambda x: jnp.asarray(x[:, None], jnp.float32)  # noqa: E731  [T, ...] -> [T, B = 1, ...]
+    seq = Sequences(
+        obs=MAObs(f32(obs[:-1]), f32(state[:-1]), jnp.asarray(avail[:-1, None])),
+        action=jnp.asarray(action[:, None], jnp.int32), reward=f32(reward),
+        next_obs=MAObs(f32(next_obs), f32(next_state), jnp.asarray(avail_next[:, None])),
+        terminated=jnp.asarray(terminated[:, None]), done=jnp.asarray(done[:, None]),
+        carry=jnp.asarray(carry[None], jnp.float32), version=jnp.zeros((T, 1), jnp.int32))
+    for lam_, expected in ((lam, y_lambda), (0.0, y_one_step)):
+        loss_fn = Q.make_loss(agent, mixer, gamma=g, burn_in=0, td_lambda=lam_)
+        grad_b2 = jax.jit(jax.grad(
+            lambda p, w: loss_fn(p, target, seq, w)[0]))
+        y = []
+        for t in range(T):
+            w = jnp.zeros((T, 1)).at[t, 0].set(1.0)
+            d_b2 = grad_b2(online, w).mixer["params"]["hyper_b2"]["bias"][0]
+            y.append(q_tot[t] - float(d_b2) / 2)
+        np.testing.assert_allclose(y, expected, rtol=1e-4, atol=1e-5, err_msg=f"lambda {lam_}")
 
 
 def test_rollout_stores_the_hidden_state_that_replays_its_actions():

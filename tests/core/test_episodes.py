@@ -60,3 +60,24 @@ def test_host_values_are_evaluated_only_where_cut_in_fixed_width_calls():
     np.testing.assert_array_equal(values, np.where(cut, final_obs.sum(-1), 0.0))
     assert shapes == [(2, 2), (2, 2)]  # three cut observations, padded to two calls of two
     assert values_where_cut(value, np.zeros_like(cut), final_obs, width=2).sum() == 0 and len(shapes) == 2
+
+
+def test_cut_values_are_the_critic_of_the_final_obs_where_cut():
+    """The rollout evaluates V only at each env's last cut when no env was cut twice, and
+    every final observation otherwise: where cut, both equal V(final_obs)."""
+    from tianjax.core.rollout import cut_values
+
+    def value(params, obs):  # a stand-in critic: the first feature times a weight
+        return obs[..., 0] * params
+
+    final_obs = jnp.arange(4 * 3 * 2, dtype=jnp.float32).reshape(4, 3, 2)  # [T=4, B=3, 2]
+    once = jnp.array([[0, 1, 0], [0, 0, 0], [1, 0, 0], [0, 0, 0]], bool)
+    twice = once.at[3, 0].set(True)  # env 0 cut at steps 2 and 3
+    for cut in (once, twice):
+        for jit in (False, True):
+            fn = jax.jit(cut_values, static_argnums=0) if jit else cut_values
+            got = np.asarray(fn(value, 2.0, cut, final_obs))
+            want = np.where(np.asarray(cut), 2.0 * np.asarray(final_obs[..., 0]), 0.0)
+            np.testing.assert_allclose(np.where(np.asarray(cut), got, 0.0), want)
+    # nothing cut: nothing is read
+    assert np.asarray(cut_values(value, 2.0, jnp.zeros((4, 3), bool), final_obs)).shape == (4, 3)

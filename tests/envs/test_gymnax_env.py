@@ -73,7 +73,7 @@ def test_an_env_id_of_another_backend_says_which_backend(backend, env_id, other)
 def test_unsupported_gymnax_spaces_are_one_line_naming_env():
     from gymnax.environments import spaces
 
-    from tianjax.envs.gymnax_env import action_spec_from_gymnax
+    from tianjax.envs.spaces import action_spec
 
     with pytest.raises(ConfigError, match="config key 'env': a Tuple action space is not supported"):
-        action_spec_from_gymnax(spaces.Tuple([spaces.Discrete(2), spaces.Discrete(3)]))
+        action_spec(spaces.Tuple([spaces.Discrete(2), spaces.Discrete(3)]))

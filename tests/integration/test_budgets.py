@@ -93,7 +93,7 @@ def test_reuse_heavy_async_run_ends_its_learning_rate_schedule_exactly_at_the_bu
     grad_steps = config.ppo.num_epochs * config.ppo.num_minibatches
     assert learner.fresh_updates == n_updates
     assert learner.balance.reused_batches > 0  # reuse passes did take gradient steps
-    assert out["updates"] == n_updates + learner.balance.reused_batches
+    assert out.updates == n_updates + learner.balance.reused_batches
     # the last gradient step of the last fresh batch, at progress 1 - 1 / (n_updates * K):
     # with the schedule planned over update counts it would have reached 0 long before
     lr = float(learning_rate(learner.state.opt_state))
@@ -187,7 +187,7 @@ def test_async_dqn_actors_explore_on_one_global_schedule(tmp_path, num_actors):
         # ... and the one schedule's at the global count, within the lag
         assert abs(r["epsilon"] - float(eps(r["env_steps"]))) <= slope * lag_bound + 1e-6, r
     assert records[-1]["epsilon"] == pytest.approx(config.dqn.eps_end)
-    s = out["extra_summary"]
+    s = out.extra_summary
     assert abs(s["replay_ratio"] / s["replay_ratio_target"] - 1) <= 0.1, s
 
 
@@ -240,8 +240,8 @@ def test_async_dqn_with_frame_once_replay_stores_each_frame_once_and_holds_its_b
     assert isinstance(learner.replay.rb, frame_replay.FrameReplayState)
     T, B = config.rollout_len, config.num_envs
     assert learner.replay.rb.frames.shape[1:3] == (T + 1, B)  # T + 1 frames per env column, not 2 T
-    assert abs(out["env_steps"] - config.total_env_steps) <= 2 * T * B
-    s = out["extra_summary"]
+    assert abs(out.env_steps - config.total_env_steps) <= 2 * T * B
+    s = out.extra_summary
     assert abs(s["replay_ratio"] / s["replay_ratio_target"] - 1) <= 0.1, s
     # a time limit of 30 falls inside the 16-step chunks: those samples are masked out
     masks = [r["mask_mean"] for r in records if "mask_mean" in r]
@@ -269,7 +269,7 @@ def test_a_trajectory_lost_on_the_way_has_its_slot_handed_back(tmp_path):
         actor.traj_out.send = lossy
 
     learner, out = _run_in_process(config, instrument=lose_third)
-    s = {**out, **out["extra_summary"]}
+    s = {**out._asdict(), **out.extra_summary}
     per = config.num_envs * config.rollout_len
     batch = config.batch_trajectories * per
     assert s["trajectories_written_off"] == 1, s

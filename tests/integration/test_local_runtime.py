@@ -278,7 +278,7 @@ def test_a_peer_without_the_run_key_cannot_inject(tmp_path):
         deadline = time.monotonic() + 10
         while sum(learner.traj_in.rejected.values()) < sent["traj"] and time.monotonic() < deadline:
             msg = learner.traj_in.recv(100)
-            assert msg is None or msg.sender == "actor-0" and msg.version <= out["updates"]
+            assert msg is None or msg.sender == "actor-0" and msg.version <= out.updates
         while sum(learner.control.rejected.values()) < sent["ctrl"] and time.monotonic() < deadline:
             item = learner.control.poll(100)
             assert item is None or item[0] == b"actor-0"
@@ -288,19 +288,19 @@ def test_a_peer_without_the_run_key_cannot_inject(tmp_path):
         actor_thread.join(30)
         learner.close()
 
-    extra = out["extra_summary"]
-    assert out["updates"] - out["extra_summary"]["balance"]["reused_batches"] == 1920 // (4 * 16)
+    extra = out.extra_summary
+    assert out.updates - out.extra_summary["balance"]["reused_batches"] == 1920 // (4 * 16)
     assert extra["rejected_messages"] > 0  # counted while the run went on
     assert set(extra["rejected_by_reason"]) <= {"auth", "truncated", "size", "header"}
     assert extra["dropped_nonfinite"] == 0  # no NaN trajectory ever got past the check
-    assert out["final_return"] is None or out["final_return"] < 1e6  # no forged episodes
+    assert out.final_return is None or out.final_return < 1e6  # no forged episodes
     assert sum(learner.traj_in.rejected.values()) == sent["traj"]
     assert sum(learner.control.rejected.values()) == sent["ctrl"]
     assert b"intruder" not in learner.actors
     # the real actor's only: what was admitted, plus what came too stale to admit (on a
     # loaded machine; its credits came back, so it made others)
     bal = extra["balance"]
-    assert accepted_in_run * 4 * 16 == out["env_steps"] + bal["dropped_samples"] - bal["expired_samples"], bal
+    assert accepted_in_run * 4 * 16 == out.env_steps + bal["dropped_samples"] - bal["expired_samples"], bal
     assert not actor_thread.is_alive() and actor_result.get("code") == 0
 
 

@@ -116,12 +116,12 @@ def run_of(tmp_path_factory):
 @pytest.mark.parametrize("algo", ["maddpg", "qmix"])
 def test_replay_run_with_two_actors_ends_at_the_budget_holding_its_replay_ratio(run_of, algo, mode):
     config, _, learner, out, sampled, _ = run_of(algo, mode)
-    s = out["extra_summary"]
+    s = out.extra_summary
     per_actor = config.num_envs * config.rollout_len
-    assert TOTAL - config.num_actors * per_actor <= out["env_steps"] <= TOTAL, out["env_steps"]
-    assert out["skipped_updates"] == 0 and s["rejected_messages"] == 0
+    assert TOTAL - config.num_actors * per_actor <= out.env_steps <= TOTAL, out.env_steps
+    assert out.skipped_updates == 0 and s["rejected_messages"] == 0
     # the actors stopped at the budget: what they sent is what was admitted (or dropped)
-    assert s["trajectories_received"] * per_actor == out["env_steps"] + s["dropped_samples"], s
+    assert s["trajectories_received"] * per_actor == out.env_steps + s["dropped_samples"], s
     # the algorithm's own replay section sized the buffer and the batches, not dqn.*
     rc = config.replay_config
     assert rc is getattr(config, algo) and rc.batch_size != config.dqn.batch_size
@@ -131,8 +131,8 @@ def test_replay_run_with_two_actors_ends_at_the_budget_holding_its_replay_ratio(
     expected_ratio = rc.updates_per_rollout * rc.batch_size * item / per_actor
     assert s["replay_ratio_target"] == pytest.approx(expected_ratio)
     assert abs(s["replay_ratio"] / s["replay_ratio_target"] - 1) <= 0.1, s
-    assert len(sampled) == out["updates"] > 0
-    assert learner.replay.learned == out["updates"] * rc.batch_size * item
+    assert len(sampled) == out.updates > 0
+    assert learner.replay.learned == out.updates * rc.batch_size * item
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
@@ -147,13 +147,13 @@ def test_every_replayed_sample_keeps_its_behaviour_version(run_of, algo, mode):
     # in the buffer: every filled slot's version is one the learner had reached
     size = int(learner.replay.rb.size)
     stored = np.asarray(learner.replay.rb.data.version)[:size]
-    assert size > 0 and stored.min() >= 0 and stored.max() <= out["updates"]
+    assert size > 0 and stored.min() >= 0 and stored.max() <= out.updates
     if algo == "qmix":  # a sequence is one rollout, acted with one version
         assert (stored == stored[:, :1]).all()
-    hist = out["extra_summary"]["staleness_histogram"]
+    hist = out.extra_summary["staleness_histogram"]
     assert min(hist) >= 0 and sum(hist.values()) == learner.replay.learned
     # the last update learned at the version before it
-    assert max(v for v, _ in sampled) == out["updates"] - 1
+    assert max(v for v, _ in sampled) == out.updates - 1
 
 
 def final_hidden_fn(agent):
@@ -190,7 +190,7 @@ def test_a_resumed_learner_gets_the_sequence_replay_buffer_back(run_of, tmp_path
     resumed = Learner(load_config(config, [f"resume={run_dir}"], run_dir=str(tmp_path / "resumed")),
                       new_run_key())
     try:
-        assert resumed.state_version == out["updates"] and resumed.env_steps == out["env_steps"]
+        assert resumed.state_version == out.updates and resumed.env_steps == out.env_steps
         assert resumed.replay.added == learner.replay.added and resumed.replay.learned == learner.replay.learned
         jax.tree.map(np.testing.assert_array_equal, jax.device_get(resumed.replay.rb),
                      jax.device_get(learner.replay.rb))

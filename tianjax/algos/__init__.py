@@ -8,10 +8,13 @@ a user's own algorithm is added with
     tianjax.algos.register("a2c", make_a2c)
 
 where `make_a2c(config, obs_shape, action_spec, *, correct_staleness=True) -> Algorithm`
-follows the protocol in tianjax/algos/base.py. The config check validates `algo` against
-this registry, so register before building the config. Actor processes build the
-algorithm too: register at the top level of a module they import (the script that
-trains, or a module named in the config key `imports`).
+follows the protocol of `tianjax.algos.base`. Every Config runs this registry's
+`check_config` (installed into tianjax.config when this package is imported): `algo` must
+be registered, so register before building the config; then the algorithm checks its own
+section against the run, with its module's `check_config(config)` (yours: `register(...,
+check=...)`). Actor processes build the algorithm too: register at the top level of a
+module they import (the script that trains, or a module named in the config key
+`imports`).
 """
 
 from __future__ import annotations
@@ -21,7 +24,8 @@ import importlib
 from typing import Callable
 
 from tianjax.algos.base import ActOutput, Algorithm
-from tianjax.config import Config, ConfigError
+from tianjax.config import Config, ConfigError, install_algorithm_check
+from tianjax.config.checks import _check
 from tianjax.core.types import ActionSpec
 from tianjax.networks import resolve_network
 
@@ -34,14 +38,26 @@ _REGISTRY: dict[str, str | Callable[..., Algorithm]] = {
     "qmix": "tianjax.algos.qmix:make",
     "maddpg": "tianjax.algos.maddpg:make",
 }
+# name -> its check of its own section against the run, check_config(config) (raises ConfigError)
+_CHECKS: dict[str, str | Callable[[Config], None]] = {
+    "ppo": "tianjax.algos.ppo:check_config",
+    "impala": "tianjax.algos.impala:check_config",
+    "dqn": "tianjax.algos.dqn:check_config",
+    "ippo": "tianjax.algos.ppo:check_config",  # IPPO's section is PPO's
+    "qmix": "tianjax.algos.qmix:check_config",
+    "maddpg": "tianjax.algos.maddpg:check_config",
+}
 BUILTIN = tuple(_REGISTRY)
 ALGORITHMS = BUILTIN  # the built-in names (kept for callers that list them)
+# the built-in algorithms over a multi-agent env (env_backend: jaxmarl); all others are single-agent
+MULTI_AGENT_ALGOS = ("ippo", "qmix", "maddpg")
 
 
-def register(name: str, make: Callable[..., Algorithm]) -> None:
-    """Adds an algorithm under `name`. Registering the same function again (a re-run
-    notebook cell, a script also imported by its module name) replaces it; another function under a taken
-    name, or a built-in name, is refused."""
+def register(name: str, make: Callable[..., Algorithm], *, check: Callable[[Config], None] | None = None) -> None:
+    """Adds an algorithm under `name`, with `check(config)` of its settings against the run
+    if given (raise ConfigError naming the key). Registering the same function again (a
+    re-run notebook cell, a script also imported by its module name) replaces it; another
+    function under a taken name, or a built-in name, is refused."""
     if not isinstance(name, str) or not name.isidentifier():
         raise ValueError(f"algorithm name must be an identifier, got {name!r}")
     if not callable(make):
@@ -51,7 +67,12 @@ def register(name: str, make: Callable[..., Algorithm]) -> None:
         raise ValueError(f"'{name}' is a built-in algorithm; register yours under another name")
     if old is not None and not _same_function(old, make):
         raise ValueError(f"algorithm '{name}' is already registered ({_qualified(old)})")
+    if check is not None and not callable(check):
+        raise TypeError(f"register({name!r}, ...): check must be callable, got {type(check).__name__}")
     _REGISTRY[name] = make
+    _CHECKS.pop(name, None)
+    if check is not None:
+        _CHECKS[name] = check
 
 
 def unregister(name: str) -> None:
@@ -59,6 +80,7 @@ def unregister(name: str) -> None:
     if name in BUILTIN:
         raise ValueError(f"'{name}' is a built-in algorithm")
     _REGISTRY.pop(name, None)
+    _CHECKS.pop(name, None)
 
 
 def registered() -> tuple[str, ...]:
@@ -81,15 +103,44 @@ def _qualified(make) -> str:
     return f"{getattr(make, '__module__', '?')}:{getattr(make, '__qualname__', repr(make))}"
 
 
+def _resolve(entry: str | Callable) -> Callable:
+    if isinstance(entry, str):
+        module, attr = entry.split(":")
+        return getattr(importlib.import_module(module), attr)
+    return entry
+
+
 def factory(name: str) -> Callable[..., Algorithm]:
     make = _REGISTRY.get(name)
     if make is None:
         raise ConfigError(f"config key 'algo': unknown algorithm {name!r} (registered: "
                           f"{', '.join(registered())}; add yours with tianjax.algos.register)")
-    if isinstance(make, str):
-        module, attr = make.split(":")
-        make = getattr(importlib.import_module(module), attr)
-    return make
+    return _resolve(make)
+
+
+def check_config(config: Config) -> None:
+    """What a Config cannot check alone, run by every Config it builds: `algo` is
+    registered, a multi-agent algorithm has a multi-agent env and only it, `dqn.frame_once`
+    is dqn's, and the algorithm's own check of its section against the run."""
+    _check(config.algo in registered(), "algo",
+           f"unknown algorithm {config.algo!r} (registered: {', '.join(registered())}; "
+           "add yours with tianjax.algos.register before building the config)")
+    if config.algo in MULTI_AGENT_ALGOS:
+        _check(config.env_backend == "jaxmarl", "env_backend",
+               f"algo '{config.algo}' is multi-agent and needs env_backend: jaxmarl, got "
+               f"'{config.env_backend}'")
+    elif config.env_backend == "jaxmarl":
+        _check(False, "algo", f"'{config.algo}' is single-agent; env_backend: jaxmarl needs a "
+               f"multi-agent algo ({', '.join(MULTI_AGENT_ALGOS)})")
+    if config.dqn.frame_once:
+        _check(config.algo == "dqn", "dqn.frame_once",
+               f"is for algo dqn (its replay of transitions), got algo '{config.algo}'")
+    check = _CHECKS.get(config.algo)
+    if check is not None:
+        _resolve(check)(config)
+
+
+install_algorithm_check(check_config)
 
 
 def make_algorithm(config: Config, obs_shape, action_spec: ActionSpec, *,
@@ -107,5 +158,5 @@ def make_algorithm(config: Config, obs_shape, action_spec: ActionSpec, *,
     return algo
 
 
-__all__ = ["ALGORITHMS", "ActOutput", "Algorithm", "BUILTIN", "factory", "make_algorithm", "register",
-           "registered", "unregister"]
+__all__ = ["ALGORITHMS", "ActOutput", "Algorithm", "BUILTIN", "MULTI_AGENT_ALGOS", "check_config", "factory",
+           "make_algorithm", "register", "registered", "unregister"]

@@ -38,10 +38,11 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from tianjax.core import staleness as S
 from tianjax.algos.base import ActOutput, Algorithm
+from tianjax.algos.common import check_replay, periodic_target, replay_step, sample_weights
 from tianjax.config import Config, ConfigError
-from tianjax.core.update import LearnerState, gradient_step, guarded, init_state, make_optimizer
+from tianjax.config.checks import _check
+from tianjax.core.update import LearnerState, guarded, init_state, make_optimizer
 from tianjax.core.types import ActionSpec
 from tianjax.networks import QNetwork
 from tianjax.core.types import Transition
@@ -103,13 +104,14 @@ def epsilon_greedy(key, q: jax.Array, epsilon) -> tuple[jax.Array, jax.Array]:
     return action, jnp.log(prob)
 
 
-def target_sync(params, target_params, do_sync: jax.Array, tau: float):
-    """target <- tau * params + (1 - tau) * target where do_sync (a hard copy at tau 1)."""
-    if tau >= 1.0:
-        new = params
-    else:
-        new = optax.incremental_update(params, target_params, tau)
-    return jax.tree.map(lambda n, o: jnp.where(do_sync, n, o), new, target_params)
+def check_config(config: Config) -> None:
+    """The dqn section against the run: frame_once where a loop serves it, a buffer that
+    holds a rollout."""
+    if config.dqn.frame_once:
+        _check(config.mode == "fused" or config.num_actors >= 1, "dqn.frame_once",
+               "is served by mode: fused and by actor processes (num_actors >= 1); the "
+               "in-process host loop (num_actors: 0) keeps obs and next_obs")
+    check_replay(config)
 
 
 def make(config: Config, obs_shape: tuple[int, ...], action_spec: ActionSpec, *,
@@ -123,6 +125,7 @@ def make(config: Config, obs_shape: tuple[int, ...], action_spec: ActionSpec, *,
     net = QNetwork(config.network, obs_shape, action_spec.num_actions)
     apply_fn = net.apply
     optimizer = make_optimizer(cfg.lr, cfg.max_grad_norm)
+    update_target = periodic_target(cfg.target_update_every, cfg.target_tau)
     loss_fn = make_loss(apply_fn, gamma=cfg.gamma, double_q=cfg.double_q, huber_delta=cfg.huber_delta)
     epsilon = epsilon_schedule(cfg.eps_start, cfg.eps_end, cfg.eps_fraction * config.total_env_steps)
 
@@ -150,24 +153,12 @@ def make(config: Config, obs_shape: tuple[int, ...], action_spec: ActionSpec, *,
         fresh/reused batches; progress here is the env steps the actors produced).
         `mask` [N] (optional) multiplies the per-sample weights: the frame-once replay
         gives 0 to the transitions whose true next observation it does not hold."""
-        if correct_staleness:
-            w, _ = S.staleness_weights(state.version, batch.version, config.staleness)
-        else:
-            w = jnp.ones(batch.reward.shape, jnp.float32)
+        w, _ = sample_weights(correct_staleness, state.version, batch.version, config.staleness)
         if mask is not None:
             w = w * jax.lax.stop_gradient(mask.astype(jnp.float32))
-        params, opt_state, metrics = gradient_step(loss_fn, optimizer, state.params, state.opt_state,
-                                                   state.target_params, batch, w)
-        version = state.version + 1
-        do_sync = (version % cfg.target_update_every) == 0
-        target_params = target_sync(params, state.target_params, do_sync, cfg.target_tau)
-        metrics["weight_min"] = jnp.min(w)
-        metrics["weight_max"] = jnp.max(w)
-        metrics["target_synced"] = do_sync.astype(jnp.float32)
+        new_state, metrics = replay_step(loss_fn, optimizer, state, batch, w, update_target)
         if mask is not None:
             metrics["mask_mean"] = jnp.mean(mask.astype(jnp.float32))
-        new_state = state._replace(params=params, opt_state=opt_state, target_params=target_params,
-                                   version=version)
         return new_state, metrics
 
     def schedules(env_steps):

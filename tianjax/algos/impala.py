@@ -23,10 +23,11 @@ import jax.numpy as jnp
 
 from tianjax.core import distributions as D
 from tianjax.core import returns
-from tianjax.core import staleness as S
 from tianjax.algos.base import Algorithm
+from tianjax.algos.common import sample_weights
 from tianjax.algos.policy import actor_critic
 from tianjax.config import Config
+from tianjax.config.checks import _check
 from tianjax.core.update import (LearnerState, gradient_step, guarded, init_state, learning_rate, lr_schedule, make_optimizer, step_progress)
 from tianjax.core.types import ActionSpec
 from tianjax.core.types import Trajectory
@@ -97,6 +98,14 @@ def split_batch(traj: Trajectory, weight: jax.Array, num_chunks: int):
     return Trajectory(**fields), tb(weight)
 
 
+def check_config(config: Config) -> None:
+    """The impala section against the run: the minibatches split the batch's width."""
+    width = config.batch_trajectories * config.num_envs
+    _check(width % config.impala.num_minibatches == 0, "impala.num_minibatches",
+           f"must divide the batch width (trajectories x num_envs) = {width}, got "
+           f"{config.impala.num_minibatches}")
+
+
 def make(config: Config, obs_shape: tuple[int, ...], action_spec: ActionSpec, *,
          correct_staleness: bool = True) -> Algorithm:
     """IMPALA for `config`. `correct_staleness=False` (fused mode, where tau is always 0)
@@ -118,11 +127,8 @@ def make(config: Config, obs_shape: tuple[int, ...], action_spec: ActionSpec, *,
         """One update on a [T, B] batch; `fresh` False for a reuse pass (no progress).
         B may hold several actors' trajectories side by side; chunks split along it."""
         T, B = traj.reward.shape
-        if correct_staleness:
-            # V-trace's clipped ratios are the importance correction: weights are w(tau) only.
-            w, _ = S.staleness_weights(state.version, traj.version, config.staleness)
-        else:
-            w = jnp.ones((T, B), jnp.float32)
+        # V-trace's clipped ratios are the importance correction: weights are w(tau) only.
+        w, _ = sample_weights(correct_staleness, state.version, traj.version, config.staleness)
         chunks = split_batch(traj, w, cfg.num_minibatches)
         lrs = lr_at(step_progress(state.fresh_steps, fresh, T * B, cfg.num_minibatches))
 

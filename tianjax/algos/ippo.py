@@ -24,10 +24,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from tianjax.core import distributions as D
 from tianjax.algos import ppo
-from tianjax.algos.base import ActOutput, Algorithm
-from tianjax.algos.policy import ActorCriticPolicy
+from tianjax.algos.base import Algorithm
+from tianjax.algos.policy import ActorCriticPolicy, sampling_policy
 from tianjax.config import Config, ConfigError, NetworkConfig
 from tianjax.core.types import MAObs
 from tianjax.networks import MLP, ActorCritic
@@ -136,18 +135,7 @@ def agent_policy(config: Config, shapes: MAObs, action_spec: ActionSpec) -> Acto
             return net.init(key, features(example, True), features(example, False))
         return net.init(key, features(example, True))
 
-    def act(params, x, key, env_steps=0):
-        dist, value = apply_fn(params, x)
-        action = D.sample(key, dist)
-        return ActOutput(action, D.log_prob(dist, action), value)
-
-    def value(params, x):
-        return apply_fn(params, x)[1]
-
-    def greedy(params, x):
-        return D.mode(apply_fn(params, x)[0])
-
-    return ActorCriticPolicy(net, apply_fn, init_params, act, value, greedy)
+    return sampling_policy(net, apply_fn, init_params)
 
 
 def make(config: Config, obs_shape, action_spec: ActionSpec, *, correct_staleness: bool = True) -> Algorithm:

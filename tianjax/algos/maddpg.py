@@ -24,13 +24,12 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
-from tianjax.core import staleness as S
 from tianjax.algos.base import ActOutput, Algorithm
+from tianjax.algos.common import check_replay, polyak_target, replay_step, sample_weights
 from tianjax.config import Config, ConfigError
 from tianjax.core.types import MAObs
-from tianjax.core.update import LearnerState, gradient_step, guarded, init_state, make_optimizer
+from tianjax.core.update import LearnerState, guarded, init_state, make_optimizer
 from tianjax.networks import MLP
 from tianjax.core.types import ActionSpec
 from tianjax.core.types import Transition
@@ -113,6 +112,11 @@ def make_loss(actor_apply, critic_apply, *, gamma: float):
     return loss_fn
 
 
+def check_config(config: Config) -> None:
+    """The maddpg section against the run: a buffer that holds a rollout."""
+    check_replay(config)
+
+
 def make(config: Config, obs_shape, action_spec: ActionSpec, *, correct_staleness: bool = True) -> Algorithm:
     """MADDPG for a multi-agent env with continuous actions (`obs_shape` an MAObs of shapes)."""
     try:
@@ -127,6 +131,7 @@ def make(config: Config, obs_shape, action_spec: ActionSpec, *, correct_stalenes
     actor_apply, critic_apply, actor, critic = make_networks(config, n, action_spec)
     a = action_spec.shape[0]
     optimizer = make_optimizer(cfg.lr, cfg.max_grad_norm)
+    update_target = polyak_target(cfg.tau)
     loss_fn = make_loss(actor_apply, critic_apply, gamma=cfg.gamma)
     low, high = jnp.asarray(action_spec.low), jnp.asarray(action_spec.high)
 
@@ -151,17 +156,8 @@ def make(config: Config, obs_shape, action_spec: ActionSpec, *, correct_stalenes
 
     def update(state: LearnerState, batch: Transition, fresh=True):
         """One gradient step on replayed transitions (`fresh` unused, as for DQN)."""
-        if correct_staleness:
-            w, _ = S.staleness_weights(state.version, batch.version, config.staleness)
-        else:
-            w = jnp.ones(batch.terminated.shape, jnp.float32)
-        params, opt_state, metrics = gradient_step(loss_fn, optimizer, state.params, state.opt_state,
-                                                   state.target_params, batch, w)
-        target_params = optax.incremental_update(params, state.target_params, cfg.tau)
-        metrics["weight_min"] = jnp.min(w)
-        metrics["weight_max"] = jnp.max(w)
-        return state._replace(params=params, opt_state=opt_state, target_params=target_params,
-                              version=state.version + 1), metrics
+        w, _ = sample_weights(correct_staleness, state.version, batch.version, config.staleness)
+        return replay_step(loss_fn, optimizer, state, batch, w, update_target)
 
     return Algorithm("maddpg", "replay", init, act, value, greedy, guarded(update), loss_fn,
                      (actor, critic))

@@ -32,6 +32,13 @@ def actor_critic(config: Config, obs_shape: tuple[int, ...], action_spec: Action
     def init_params(key):
         return net.init(key, jnp.zeros((1,) + tuple(obs_shape), jnp.float32))
 
+    return sampling_policy(net, apply_fn, init_params)
+
+
+def sampling_policy(net, apply_fn: Callable, init_params: Callable) -> ActorCriticPolicy:
+    """The policy of an actor-critic `apply_fn(params, x) -> (distribution, value)`: act
+    samples from the distribution, greedy takes its mode."""
+
     def act(params, obs, key, env_steps=0):
         dist, value = apply_fn(params, obs)
         action = D.sample(key, dist)
@@ -46,4 +53,4 @@ def actor_critic(config: Config, obs_shape: tuple[int, ...], action_spec: Action
     return ActorCriticPolicy(net, apply_fn, init_params, act, value, greedy)
 
 
-__all__ = ["ActorCriticPolicy", "actor_critic"]
+__all__ = ["ActorCriticPolicy", "actor_critic", "sampling_policy"]

@@ -55,8 +55,8 @@ mask, and neither are the advantages, so the step shrinks with the share dropped
 are exactly the samples the textbook clip, centred on mu, gives no gradient at the first
 step. At high staleness mu's advantages keep pointing where the learner has already gone:
 the updates between mu and pi_0 acted on samples of the same era, and without a reference
-to mu each stale batch pushes further (experiments/staleness_weighting.py). The trust region
-of the epochs stays around pi_0; where mu = pi_0 no sample is dropped.
+to mu each stale batch pushes further (measured in experiments/reproduce.md, section 5).
+The trust region of the epochs stays around pi_0; where mu = pi_0 no sample is dropped.
 
 Equivalence: with tau = 0 and mu = pi_0 (fused mode) every w_i = 1, pi_0 = mu and V_0 = the
 behaviour critic, so the loss is plain PPO's; `correct_staleness=False` builds exactly
@@ -74,8 +74,10 @@ import jax.numpy as jnp
 from tianjax.core import distributions as D
 from tianjax.core import staleness as S
 from tianjax.algos.base import Algorithm
+from tianjax.algos.common import sample_weights
 from tianjax.algos.policy import ActorCriticPolicy, actor_critic
 from tianjax.config import Config
+from tianjax.config.checks import _check
 from tianjax.core.update import (LearnerState, gradient_step, guarded, init_state, learning_rate, lr_schedule, make_optimizer, step_progress)
 from tianjax.core.types import ActionSpec
 from tianjax.core.returns import gae, traced_gae
@@ -178,6 +180,7 @@ def make_batch(apply_fn, config: Config, state: LearnerState, traj: Trajectory, 
     """
     cfg = config.ppo
     T, B = traj.reward.shape
+    w, mask = sample_weights(correct_staleness, state.version, traj.version, config.staleness)
     if correct_staleness:
         dist0, v0 = apply_fn(state.params, traj.obs)
         log_pi0 = D.log_prob(dist0, traj.action)
@@ -185,14 +188,12 @@ def make_batch(apply_fn, config: Config, state: LearnerState, traj: Trajectory, 
         _, trunc_v0 = apply_fn(state.params, traj.trunc_obs)  # [B]
         at_cut = jnp.arange(T)[:, None] == traj.trunc_t[None, :]
         boot = jnp.where(at_cut, trunc_v0[None, :], traj.bootstrap_value)
-        w, mask = S.staleness_weights(state.version, traj.version, config.staleness)
         rho = S.truncated_ratio(log_pi0, traj.behaviour_log_prob, config.staleness.rho_bar)
         traces = S.truncated_ratio(log_pi0, traj.behaviour_log_prob, 1.0) if cfg.truncated_traces else None
         w = S.normalise(w * rho, mask) if config.staleness.normalise else w * rho
     else:
         log_pi0, v0, boot = traj.behaviour_log_prob, traj.behaviour_value, traj.bootstrap_value
         last_v0 = apply_fn(state.params, traj.last_obs)[1]
-        w = jnp.ones((T, B), jnp.float32)
         traces = None
     sg = jax.lax.stop_gradient
     adv, target = advantages(traj, v0, last_v0, boot, cfg.gamma, cfg.gae_lambda, traces)
@@ -204,6 +205,15 @@ def make_batch(apply_fn, config: Config, state: LearnerState, traj: Trajectory, 
         # has already acted on, as the textbook one does
         w = w * (1.0 - already_moved(adv, log_pi0, traj.behaviour_log_prob, cfg.clip_eps))
     return PPOBatch(traj.obs, traj.action, sg(log_pi0), sg(v0), sg(adv), sg(target), sg(w))
+
+
+def check_config(config: Config) -> None:
+    """The ppo section against the run (ppo and ippo): the minibatches split the batch."""
+    batch = config.steps_per_update
+    _check(batch % config.ppo.num_minibatches == 0, "ppo.num_minibatches",
+           f"must divide the batch (trajectories x num_envs x rollout_len) = {batch}, got "
+           f"{config.ppo.num_minibatches} (a minibatch cannot be larger than the batch "
+           "and all minibatches have one size)")
 
 
 def make(config: Config, obs_shape: tuple[int, ...], action_spec: ActionSpec, *,

@@ -39,12 +39,13 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from tianjax.core import staleness as S
 from tianjax.algos.base import ActOutput, Algorithm
-from tianjax.algos.dqn import epsilon_schedule, target_sync
+from tianjax.algos.common import check_replay, periodic_target, replay_step, sample_weights
+from tianjax.algos.dqn import epsilon_schedule
 from tianjax.config import Config, ConfigError
+from tianjax.config.checks import _check
 from tianjax.core.types import MAObs
-from tianjax.core.update import LearnerState, gradient_step, guarded, init_state, make_optimizer
+from tianjax.core.update import LearnerState, guarded, init_state, make_optimizer
 from tianjax.core.types import ActionSpec
 from tianjax.core.types import Sequences
 
@@ -225,6 +226,13 @@ def time_major(items: Sequences) -> Sequences:
     return seq._replace(reward=reward, carry=items.carry)
 
 
+def check_config(config: Config) -> None:
+    """The qmix section against the run: burn-in inside a sequence, a buffer that holds a rollout."""
+    _check(config.qmix.burn_in < config.rollout_len, "qmix.burn_in",
+           f"must be below rollout_len ({config.rollout_len}), the replayed sequence length")
+    check_replay(config)
+
+
 def make(config: Config, obs_shape, action_spec: ActionSpec, *, correct_staleness: bool = True) -> Algorithm:
     """QMIX for a multi-agent env with discrete actions (`obs_shape` an MAObs of shapes).
 
@@ -242,6 +250,7 @@ def make(config: Config, obs_shape, action_spec: ActionSpec, *, correct_stalenes
     agent = AgentRNN(cfg.hidden_dim, action_spec.num_actions)
     mixer = Mixer(cfg.mixer_embed, cfg.hyper_hidden)
     optimizer = make_optimizer(cfg.lr, cfg.max_grad_norm)
+    update_target = periodic_target(cfg.target_update_every, cfg.target_tau)
     loss_fn = make_loss(agent, mixer, gamma=cfg.gamma, burn_in=cfg.burn_in, td_lambda=cfg.td_lambda)
     epsilon = epsilon_schedule(cfg.eps_start, cfg.eps_end, cfg.eps_fraction * config.total_env_steps)
 
@@ -272,20 +281,8 @@ def make(config: Config, obs_shape, action_spec: ActionSpec, *, correct_stalenes
     def update(state: LearnerState, items: Sequences, fresh=True):
         """One gradient step on replayed sequences (`fresh` unused: replay has no fresh/reused batches)."""
         seq = time_major(items)
-        if correct_staleness:
-            w, _ = S.staleness_weights(state.version, seq.version, config.staleness)
-        else:
-            w = jnp.ones(seq.reward.shape, jnp.float32)
-        params, opt_state, metrics = gradient_step(loss_fn, optimizer, state.params, state.opt_state,
-                                                   state.target_params, seq, w)
-        version = state.version + 1
-        do_sync = (version % cfg.target_update_every) == 0
-        target_params = target_sync(params, state.target_params, do_sync, cfg.target_tau)
-        metrics["weight_min"] = jnp.min(w)
-        metrics["weight_max"] = jnp.max(w)
-        metrics["target_synced"] = do_sync.astype(jnp.float32)
-        return state._replace(params=params, opt_state=opt_state, target_params=target_params,
-                              version=version), metrics
+        w, _ = sample_weights(correct_staleness, state.version, seq.version, config.staleness)
+        return replay_step(loss_fn, optimizer, state, seq, w, update_target)
 
     def schedules(env_steps):
         return {"epsilon": epsilon(env_steps)}

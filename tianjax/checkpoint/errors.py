@@ -1,6 +1,6 @@
 """How a checkpoint's failures reach the user: one `tianjax: error:` line for a full disk or
 an exhausted descriptor limit, not the tracebacks orbax's and tensorstore's threads print
-for each. Used by tianjax/checkpoint/store.py."""
+for each. Used by tianjax.checkpoint.store."""
 
 from __future__ import annotations
 

@@ -7,7 +7,8 @@ code closes over these objects, never over dicts.
 
 The package, by part: `checks` (ConfigError), `algos` (the algorithm sections),
 `runtime` (staleness, runtime, balance, checkpoint), `schema` (`Config` and the checks
-across sections), `loading` (YAML, overrides, coercion, imports). Import from here.
+across sections; an algorithm's are the registry's, tianjax.algos), `loading` (YAML,
+overrides, coercion, imports). Import from here.
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ from tianjax.config.algos import (DQNConfig, IMPALAConfig, MADDPGConfig, MultiAg
 from tianjax.config.checks import ConfigError
 from tianjax.config.loading import apply_overrides, import_modules, load_config, parse_override, read_yaml
 from tianjax.config.runtime import BalanceConfig, CheckpointConfig, RuntimeConfig, StalenessConfig
-from tianjax.config.schema import Config, MULTI_AGENT_ALGOS, REPLAY_ALGOS
+from tianjax.config.schema import Config, install_algorithm_check
 
 __all__ = ["BalanceConfig", "CheckpointConfig", "Config", "ConfigError", "DQNConfig", "IMPALAConfig",
-           "MADDPGConfig", "MULTI_AGENT_ALGOS", "MultiAgentConfig", "NetworkConfig", "PPOConfig", "QMIXConfig",
-           "REPLAY_ALGOS", "RuntimeConfig", "StalenessConfig", "apply_overrides", "import_modules", "load_config",
+           "MADDPGConfig", "MultiAgentConfig", "NetworkConfig", "PPOConfig", "QMIXConfig", "RuntimeConfig",
+           "StalenessConfig", "apply_overrides", "import_modules", "install_algorithm_check", "load_config",
            "parse_override", "read_yaml"]

@@ -1,9 +1,14 @@
-"""The algorithm sections of a config: network, ppo, impala, dqn, qmix, maddpg, marl."""
+"""The algorithm sections of a config: network, ppo, impala, dqn, qmix, maddpg, marl.
+
+Each algorithm section names the built-in algorithms it configures (`algos`), so that
+`Config.algo_config` finds it without a table of names; the replay sections also say what
+one replayed item is (`items`). Checks of a section against the rest of the run are the
+algorithm's own (its module's `check_config`, run through tianjax.algos)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 from tianjax.config.checks import _check, _is_reference
 
@@ -12,7 +17,7 @@ from tianjax.config.checks import _check, _is_reference
 class NetworkConfig:
     # auto: mlp for vectors, minatar_cnn for small maps (MinAtar's 10x10xC), nature_cnn for
     # uint8 frames of 36x36 or more (Atari's 84x84), impala_cnn for other images that large;
-    # see tianjax/networks/
+    # see tianjax.networks
     torso: Literal["auto", "mlp", "minatar_cnn", "nature_cnn", "impala_cnn"] = "auto"
     hidden: tuple[int, ...] = (64, 64)  # widths of the MLP (after the convolutions of a CNN torso)
     activation: Literal["tanh", "relu"] = "tanh"  # of an mlp torso (CNN torsos use relu)
@@ -29,6 +34,7 @@ class NetworkConfig:
 
 @dataclass(frozen=True)
 class PPOConfig:
+    algos: ClassVar[tuple[str, ...]] = ("ppo", "ippo")  # IPPO takes PPO's hyperparameters
     lr: float = 2.5e-4
     anneal_lr: bool = True  # linear decay to 0 over the run
     num_epochs: int = 4
@@ -62,6 +68,7 @@ class PPOConfig:
 
 @dataclass(frozen=True)
 class IMPALAConfig:
+    algos: ClassVar[tuple[str, ...]] = ("impala",)
     lr: float = 6e-4
     anneal_lr: bool = True
     num_minibatches: int = 1  # split of the [T, B] batch along B per update
@@ -82,8 +89,25 @@ class IMPALAConfig:
             _check(getattr(self, k) > 0, f"impala.{k}", f"must be > 0, got {getattr(self, k)}")
 
 
+class ReplaySection:
+    """A section with replay settings (buffer_size, batch_size, learning_starts,
+    updates_per_rollout). `items`: what the buffer holds, transitions or [rollout_len]
+    sequences."""
+
+    algos: ClassVar[tuple[str, ...]] = ()
+    items: ClassVar[Literal["transitions", "sequences"]] = "transitions"
+
+    def _check_replay_settings(self, key: str) -> None:
+        _check(self.buffer_size >= 1, f"{key}.buffer_size", f"must be >= 1, got {self.buffer_size}")
+        _check(1 <= self.batch_size <= self.buffer_size, f"{key}.batch_size",
+               f"must be in [1, {key}.buffer_size={self.buffer_size}], got {self.batch_size}")
+        _check(self.learning_starts >= 0, f"{key}.learning_starts", "must be >= 0")
+        _check(self.updates_per_rollout >= 1, f"{key}.updates_per_rollout", "must be >= 1")
+
+
 @dataclass(frozen=True)
-class DQNConfig:
+class DQNConfig(ReplaySection):
+    algos: ClassVar[tuple[str, ...]] = ("dqn",)
     lr: float = 2.5e-4
     gamma: float = 0.99
     buffer_size: int = 50_000  # transitions kept in the replay buffer
@@ -99,17 +123,13 @@ class DQNConfig:
     eps_fraction: float = 0.3  # fraction of total_env_steps over which epsilon decays
     max_grad_norm: float = 10.0
     # replay keeps each observation frame once ([T + 1, B] frames per [T, B] rollout) instead
-    # of obs and next_obs (tianjax/core/replay/frames.py; mode fused); a transition cut by a time
+    # of obs and next_obs (tianjax.core.replay.frames; mode fused); a transition cut by a time
     # limit inside a rollout then has weight 0 (its final observation is not kept)
     frame_once: bool = False
 
     def __post_init__(self):
         _check(self.lr > 0, "dqn.lr", f"must be > 0, got {self.lr}")
-        _check(self.buffer_size >= 1, "dqn.buffer_size", f"must be >= 1, got {self.buffer_size}")
-        _check(1 <= self.batch_size <= self.buffer_size, "dqn.batch_size",
-               f"must be in [1, dqn.buffer_size={self.buffer_size}], got {self.batch_size}")
-        _check(self.learning_starts >= 0, "dqn.learning_starts", "must be >= 0")
-        _check(self.updates_per_rollout >= 1, "dqn.updates_per_rollout", "must be >= 1")
+        self._check_replay_settings("dqn")
         _check(self.target_update_every >= 1, "dqn.target_update_every", "must be >= 1")
         _check(0 < self.target_tau <= 1, "dqn.target_tau", f"must be in (0, 1], got {self.target_tau}")
         _check(0 <= self.eps_end <= self.eps_start <= 1, "dqn.eps_end",
@@ -118,8 +138,11 @@ class DQNConfig:
 
 
 @dataclass(frozen=True)
-class QMIXConfig:
+class QMIXConfig(ReplaySection):
     """QMIX: recurrent agents, a monotonic mixer, replay of [rollout_len] sequences."""
+
+    algos: ClassVar[tuple[str, ...]] = ("qmix",)
+    items: ClassVar[Literal["transitions", "sequences"]] = "sequences"
 
     lr: float = 5e-4
     gamma: float = 0.99
@@ -143,11 +166,7 @@ class QMIXConfig:
         _check(self.lr > 0, "qmix.lr", f"must be > 0, got {self.lr}")
         _check(0 < self.gamma <= 1, "qmix.gamma", f"must be in (0, 1], got {self.gamma}")
         _check(0 <= self.td_lambda <= 1, "qmix.td_lambda", f"must be in [0, 1], got {self.td_lambda}")
-        _check(self.buffer_size >= 1, "qmix.buffer_size", f"must be >= 1, got {self.buffer_size}")
-        _check(1 <= self.batch_size <= self.buffer_size, "qmix.batch_size",
-               f"must be in [1, qmix.buffer_size={self.buffer_size}], got {self.batch_size}")
-        _check(self.learning_starts >= 0, "qmix.learning_starts", "must be >= 0")
-        _check(self.updates_per_rollout >= 1, "qmix.updates_per_rollout", "must be >= 1")
+        self._check_replay_settings("qmix")
         _check(self.burn_in >= 0, "qmix.burn_in", "must be >= 0")
         _check(self.target_update_every >= 1, "qmix.target_update_every", "must be >= 1")
         _check(0 < self.target_tau <= 1, "qmix.target_tau", f"must be in (0, 1], got {self.target_tau}")
@@ -160,8 +179,10 @@ class QMIXConfig:
 
 
 @dataclass(frozen=True)
-class MADDPGConfig:
+class MADDPGConfig(ReplaySection):
     """MADDPG: deterministic per-agent actors, centralised critics, replay of transitions."""
+
+    algos: ClassVar[tuple[str, ...]] = ("maddpg",)
 
     lr: float = 1e-3  # Adam, actors and critics
     gamma: float = 0.95
@@ -178,11 +199,7 @@ class MADDPGConfig:
         _check(0 < self.gamma <= 1, "maddpg.gamma", f"must be in (0, 1], got {self.gamma}")
         _check(0 < self.tau <= 1, "maddpg.tau", f"must be in (0, 1], got {self.tau}")
         _check(self.noise_std >= 0, "maddpg.noise_std", "must be >= 0")
-        _check(self.buffer_size >= 1, "maddpg.buffer_size", f"must be >= 1, got {self.buffer_size}")
-        _check(1 <= self.batch_size <= self.buffer_size, "maddpg.batch_size",
-               f"must be in [1, maddpg.buffer_size={self.buffer_size}], got {self.batch_size}")
-        _check(self.learning_starts >= 0, "maddpg.learning_starts", "must be >= 0")
-        _check(self.updates_per_rollout >= 1, "maddpg.updates_per_rollout", "must be >= 1")
+        self._check_replay_settings("maddpg")
         _check(self.max_grad_norm > 0, "maddpg.max_grad_norm", "must be > 0")
 
 

@@ -1,23 +1,38 @@
 """`Config`, the whole run configuration: its top-level keys, and the checks that span
-sections (an algorithm against its env, a batch against its minibatches, a mode against
-its backend)."""
+sections (a mode against its backend, a budget against a batch).
+
+Config knows no algorithm. Whether `algo` names one, and how its own section fits the
+run (minibatches that divide the batch, a replay buffer that holds a rollout), is checked
+by the algorithm registry, `tianjax.algos.check_config`: the registry installs it here
+when it is imported, and `import tianjax` imports the registry, so every Config built,
+by `load_config`, `Config(...)` or `dataclasses.replace`, runs it."""
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
-from tianjax.config.algos import (DQNConfig, IMPALAConfig, MADDPGConfig, MultiAgentConfig, NetworkConfig, PPOConfig, QMIXConfig)
+from tianjax.config.algos import (DQNConfig, IMPALAConfig, MADDPGConfig, MultiAgentConfig, NetworkConfig, PPOConfig,
+                                  QMIXConfig, ReplaySection)
 from tianjax.config.checks import _check, _to_plain
 from tianjax.config.runtime import BalanceConfig, CheckpointConfig, RuntimeConfig, StalenessConfig
 
-# algorithms over a multi-agent env (env_backend: jaxmarl); all others are single-agent
-MULTI_AGENT_ALGOS = ("ippo", "qmix", "maddpg")
-# built-in algorithms that learn from replay (their settings: Config.replay_config)
-REPLAY_ALGOS = ("dqn", "qmix", "maddpg")
+_algorithm_check: Callable[[Config], None] | None = None  # the registry's, once it is imported
 
 
+def install_algorithm_check(check: Callable[[Config], None]) -> None:
+    """Sets the check every Config runs on its algorithm (`check(config)` raises
+    ConfigError); the algorithm registry calls this when it is imported."""
+    global _algorithm_check
+    _algorithm_check = check
+
+
+def _check_algorithm(config: Config) -> None:
+    if _algorithm_check is None:
+        raise RuntimeError("no algorithm check is installed: import tianjax (which imports tianjax.algos) "
+                           "before building a Config")
+    _algorithm_check(config)
 
 
 @dataclass(frozen=True)
@@ -30,10 +45,10 @@ class Config:
     env_backend: Literal["gymnax", "envpool", "gymnasium", "jaxmarl", "brax"] = "gymnax"
     # host envs: keyword arguments for envpool.make / gymnasium.make_vec (e.g. Atari's
     # episodic_life, reward_clip, stack_num; max_episode_steps); brax: episode_length,
-    # backend and the env's constructor arguments (tianjax/envs/brax_env.py); checked against
+    # backend and the env's constructor arguments (tianjax.envs.brax_env); checked against
     # the env's signature where it has one (a misspelt option is an error naming it).
     # tianjax/LatencyCartPole-v1, tianjax/LatencyLunarLander-v2 (gymnasium): step_ms, sigma,
-    # hiccup_p, hiccup_ms, slow_actors, slow_factor (tianjax/envs/latency.py)
+    # hiccup_p, hiccup_ms, slow_actors, slow_factor (tianjax.envs.latency)
     env_options: dict[str, Any] = field(default_factory=dict)
     mode: Literal["fused", "sync", "async"] = "fused"
     seed: int = 0
@@ -80,61 +95,12 @@ class Config:
         _check(self.target_win_rate is None or 0 <= self.target_win_rate <= 1, "target_win_rate",
                f"must be in [0, 1] or null, got {self.target_win_rate}")
         _check(bool(self.env), "env", "must be a non-empty env id")
-        from tianjax.algos import registered  # the registry imports this module
-
-        _check(self.algo in registered(), "algo",
-               f"unknown algorithm {self.algo!r} (registered: {', '.join(registered())}; "
-               "add yours with tianjax.algos.register before building the config)")
-        batch = self.batch_trajectories * self.num_envs * self.rollout_len
+        _check_algorithm(self)
         _check(self.steps_per_update <= self.total_env_steps, "total_env_steps",
                f"is smaller than one update's worth of steps ({self.steps_per_update})")
-        if self.algo in MULTI_AGENT_ALGOS:
-            _check(self.env_backend == "jaxmarl", "env_backend",
-                   f"algo '{self.algo}' is multi-agent and needs env_backend: jaxmarl, got "
-                   f"'{self.env_backend}'")
-        elif self.env_backend == "jaxmarl":
-            _check(False, "algo", f"'{self.algo}' is single-agent; env_backend: jaxmarl needs a "
-                   f"multi-agent algo ({', '.join(MULTI_AGENT_ALGOS)})")
-        if self.algo in ("ppo", "ippo"):
-            _check(batch % self.ppo.num_minibatches == 0, "ppo.num_minibatches",
-                   f"must divide the batch (trajectories x num_envs x rollout_len) = {batch}, got "
-                   f"{self.ppo.num_minibatches} (a minibatch cannot be larger than the batch "
-                   "and all minibatches have one size)")
-        if self.algo == "impala":
-            width = self.batch_trajectories * self.num_envs
-            _check(width % self.impala.num_minibatches == 0, "impala.num_minibatches",
-                   f"must divide the batch width (trajectories x num_envs) = {width}, got "
-                   f"{self.impala.num_minibatches}")
-        if self.algo == "qmix":
-            _check(self.qmix.burn_in < self.rollout_len, "qmix.burn_in",
-                   f"must be below rollout_len ({self.rollout_len}), the replayed sequence length")
-        if self.dqn.frame_once:
-            _check(self.algo == "dqn", "dqn.frame_once",
-                   f"is for algo dqn (its replay of transitions), got algo '{self.algo}'")
-            _check(self.mode == "fused" or self.num_actors >= 1, "dqn.frame_once",
-                   "is served by mode: fused and by actor processes (num_actors >= 1); the "
-                   "in-process host loop (num_actors: 0) keeps obs and next_obs")
         if self.num_actors == 0 and self.mode != "fused":
             _check(self.env_backend not in ("gymnax", "jaxmarl", "brax"), "num_actors",
                    "0 (acting inside the learner) is for host envs; JAX envs use mode: fused")
-        if self.algo in REPLAY_ALGOS:
-            rc, key = self.replay_config, self.algo
-            items = self.num_envs * (1 if self.algo == "qmix" else self.rollout_len)  # qmix: sequences
-            _check(rc.buffer_size >= items, f"{key}.buffer_size",
-                   f"must hold at least one rollout ({items} {'sequences' if self.algo == 'qmix' else 'transitions'}"
-                   f"), got {rc.buffer_size}")
-            if self.mode == "sync" and self.num_actors >= 1:
-                # a sync actor waits for the version after the one it acted with: every round
-                # of trajectories (one per actor) must owe the learner a gradient step
-                per_round = self.num_actors * self.num_envs * self.rollout_len
-                batch = rc.batch_size * (self.rollout_len if self.algo == "qmix" else 1)
-                _check(self.replay_ratio * per_round >= batch, "runtime.replay_ratio",
-                       f"mode sync: a round of trajectories ({per_round} env steps) must owe a gradient "
-                       f"step of {batch} samples, got a replay ratio of {self.replay_ratio:g}")
-                latest = int(per_round - batch / self.replay_ratio)
-                _check(rc.learning_starts <= latest, f"{key}.learning_starts",
-                       f"mode sync with actors: learning must start in the first round of trajectories "
-                       f"(sync actors wait for the next version), so at most {latest}, got {rc.learning_starts}")
         _check(not self.env_options or self.env_backend in ("envpool", "gymnasium", "brax"),
                "env_options",
                "is for host envs (env_backend: envpool or gymnasium) and brax; a gymnax env takes "
@@ -164,10 +130,12 @@ class Config:
         return self.batch_trajectories * self.num_envs * self.rollout_len
 
     @property
-    def replay_config(self):
+    def replay_config(self) -> ReplaySection:
         """The section with the replay settings (buffer_size, batch_size, learning_starts,
-        updates_per_rollout): qmix's for qmix (items are sequences), maddpg's, else dqn's."""
-        return {"qmix": self.qmix, "maddpg": self.maddpg}.get(self.algo, self.dqn)
+        updates_per_rollout): the algorithm's own where it has one (qmix: items are
+        sequences; maddpg), else dqn's (a registered replay algorithm uses dqn's)."""
+        section = self.algo_config
+        return section if isinstance(section, ReplaySection) else self.dqn
 
     @property
     def replay_ratio(self) -> float:
@@ -176,14 +144,19 @@ class Config:
         the replay section per rollout of num_envs x rollout_len env steps; a qmix item is a
         sequence of rollout_len samples)."""
         rc = self.replay_config
-        item = self.rollout_len if self.algo == "qmix" else 1
+        item = self.rollout_len if rc.items == "sequences" else 1
         return self.balance.target_replay_ratio or self.runtime.replay_ratio or (
             rc.updates_per_rollout * rc.batch_size * item / (self.num_envs * self.rollout_len))
 
     @property
     def algo_config(self):
-        """The algorithm's own section (IPPO uses PPO's; None for a user algorithm, which has none)."""
-        return getattr(self, "ppo" if self.algo == "ippo" else self.algo, None)
+        """The algorithm's own section, the one that lists it in its `algos` (IPPO uses PPO's;
+        None for a user algorithm, which has none)."""
+        for f in dataclasses.fields(self):
+            section = getattr(self, f.name)
+            if self.algo in getattr(section, "algos", ()):
+                return section
+        return None
 
     def to_dict(self) -> dict:
         return _to_plain(dataclasses.asdict(self))

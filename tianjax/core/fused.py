@@ -20,8 +20,8 @@ from tianjax.algos.base import Algorithm
 from tianjax.config import Config
 from tianjax.core.types import Env
 from tianjax.core.update import LearnerState
-from tianjax.core.replay.setup import make_replay, make_replay_learn, uses_frame_replay
-from tianjax.core.rollout import Episodes, RolloutState, make_rollout
+from tianjax.core.replay.setup import make_replay, make_replay_learn
+from tianjax.core.rollout import RolloutState, make_rollout
 
 
 class FusedState(NamedTuple):
@@ -74,5 +74,4 @@ def make_fused(config: Config, env: Env, algo: Algorithm):
     return init, run
 
 
-# make_replay_learn, uses_frame_replay and Episodes: where they were
-__all__ = ["FusedState", "make_fused", "make_replay_learn", "uses_frame_replay", "Episodes"]
+__all__ = ["FusedState", "make_fused"]

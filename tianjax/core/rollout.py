@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 
 from tianjax.algos.base import Algorithm
-from tianjax.core.episodes import Episodes, team_reward, track_episodes, truncation_bootstrap
+from tianjax.core.episodes import Episodes, last_truncation, team_reward, track_episodes, truncation_bootstrap
 from tianjax.core.types import Env, EpisodeStats, Sequences, Trajectory, Transition
 
 
@@ -32,6 +32,32 @@ def clip_action(action, spec):
     if spec.discrete:
         return action
     return jnp.clip(action, spec.low, spec.high)
+
+
+def cut_values(value, params, cut: jax.Array, final_obs) -> jax.Array:
+    """V(final_obs) [T, B] (multi-agent [T, B, N]) where `cut` [T, B] is set, 0 elsewhere
+    (where nothing was cut the truncation bootstrap reads none of it).
+
+    A time limit seldom cuts an env twice in one rollout (never when it is at least T
+    steps), so the critic is run on each env's last cut observation only, [B] of them,
+    instead of all [T, B]: the values of the other final observations are those of the
+    next step's observations, which the rollout already has, and the bootstrap does not
+    need them. Where some env was cut twice, every final observation is evaluated, in one
+    [T * B] forward (far cheaper than T small ones inside the scan). Under vmap the choice
+    becomes a select and both run."""
+    T = cut.shape[0]
+    trunc_obs, trunc_t = last_truncation(cut, final_obs)
+
+    def last_only(_):
+        v = value(params, trunc_obs)  # [B] or [B, N]
+        at = jnp.arange(T, dtype=jnp.int32)[:, None] == trunc_t[None, :]  # [T, B]
+        return jnp.where(at.reshape(at.shape + (1,) * (v.ndim - 1)), v[None], 0.0).astype(v.dtype)
+
+    def every_one(_):
+        return value(params, final_obs)
+
+    once = jnp.all(jnp.sum(cut.astype(jnp.int32), axis=0) <= 1)
+    return jax.lax.cond(once, last_only, every_one, None)
 
 
 def make_rollout(env: Env, algo: Algorithm, num_envs: int, rollout_len: int):
@@ -72,9 +98,11 @@ def make_rollout(env: Env, algo: Algorithm, num_envs: int, rollout_len: int):
                 rec = (s.obs, out.action, nxt.reward, done, (cut, nxt.final_obs), out.log_prob,
                        out.value, v)
             elif algo.buffer == "sequences":
-                rec = Sequences(s.obs, out.action, nxt.reward, nxt.final_obs, nxt.terminated, done, None, v)
+                rec = Sequences(obs=s.obs, action=out.action, reward=nxt.reward, next_obs=nxt.final_obs,
+                                terminated=nxt.terminated, done=done, carry=None, version=v)
             else:
-                rec = Transition(s.obs, out.action, nxt.reward, nxt.final_obs, nxt.terminated, v)
+                rec = Transition(obs=s.obs, action=out.action, reward=nxt.reward, next_obs=nxt.final_obs,
+                                 terminated=nxt.terminated, version=v)
             return RolloutState(nxt.state, nxt.obs, key, stats, carry), (rec, episodes)
 
         carry0 = state.carry
@@ -85,10 +113,11 @@ def make_rollout(env: Env, algo: Algorithm, num_envs: int, rollout_len: int):
         if not onpolicy:
             return state, rec, episodes
         obs, action, reward, done, (cut, final_obs), log_prob, value, v = rec
-        # NOTE: one [T * B] forward is far cheaper than T small ones inside the scan.
-        values = algo.value(params, final_obs)  # [T, B] or, multi-agent, [T, B, N]
+        values = cut_values(algo.value, params, cut, final_obs)  # [T, B] or, multi-agent, [T, B, N]
         boot, trunc_obs, trunc_t = truncation_bootstrap(values, cut, final_obs)
-        batch = Trajectory(obs, action, reward, done, boot, log_prob, value, v, state.obs, trunc_obs, trunc_t)
+        batch = Trajectory(obs=obs, action=action, reward=reward, done=done, bootstrap_value=boot,
+                           behaviour_log_prob=log_prob, behaviour_value=value, version=v, last_obs=state.obs,
+                           trunc_obs=trunc_obs, trunc_t=trunc_t)
         return state, batch, episodes
 
     return init, rollout

@@ -1,5 +1,5 @@
 """envpool as a `HostEnv`: same-step auto-reset by partial reset, and Atari's per-life ends
-stepped through envpool's own restart (see tianjax/envs/factory.py)."""
+stepped through envpool's own restart (see tianjax.envs.factory)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 
 from tianjax.config import ConfigError
-from tianjax.envs.host_api import (HostStep, _obs_space, _prepare_actions, action_spec_from_space, check_options,
-                                   other_backend_hint)
+from tianjax.envs.host_api import HostStep, _obs_space, _prepare_actions, check_options, other_backend_hint
+from tianjax.envs.spaces import action_spec
 
 
 @contextlib.contextmanager
@@ -55,7 +55,7 @@ class EnvpoolEnv:
         with _quiet_spaces():
             obs_space, act_space = self._env.observation_space, self._env.action_space
         self.obs_shape, self.obs_dtype = _obs_space(obs_space, env_id)
-        self.action_spec = action_spec_from_space(act_space, env_id)
+        self.action_spec = action_spec(act_space, env_id)
         self._action_dtype = np.int32 if self.action_spec.discrete else act_space.dtype
         self._ids = np.arange(self.num_envs, dtype=np.int32)
 

@@ -56,7 +56,7 @@ from tianjax.config import Config, ConfigError
 from tianjax.envs.envpool_env import EnvpoolEnv
 from tianjax.envs.gymnasium_env import GymnasiumVectorEnv
 from tianjax.envs.gymnax_env import make_gymnax
-from tianjax.envs.host_api import HostEnv, HostStep, action_spec_from_space, other_backend_hint
+from tianjax.envs.host_api import HostEnv, HostStep, other_backend_hint
 
 BACKENDS = ("envpool", "gymnasium")
 
@@ -101,4 +101,4 @@ def env_spec(config: Config):
 
 
 __all__ = ["BACKENDS", "EnvpoolEnv", "GymnasiumVectorEnv", "HostEnv", "HostStep",
-           "action_spec_from_space", "env_spec", "make_host_env", "make_jax_env", "other_backend_hint"]
+           "env_spec", "make_host_env", "make_jax_env", "other_backend_hint"]

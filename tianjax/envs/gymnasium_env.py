@@ -1,4 +1,4 @@
-"""gymnasium vector envs as a `HostEnv` (SAME_STEP auto-reset; see tianjax/envs/factory.py)."""
+"""gymnasium vector envs as a `HostEnv` (SAME_STEP auto-reset; see tianjax.envs.factory)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ from typing import Any
 import numpy as np
 
 from tianjax.config import ConfigError
-from tianjax.envs.host_api import (HostStep, _obs_space, _prepare_actions, accepted_options, action_spec_from_space,
-                                   check_options, other_backend_hint)
+from tianjax.envs.host_api import (HostStep, _obs_space, _prepare_actions, accepted_options, check_options,
+                                   other_backend_hint)
+from tianjax.envs.spaces import action_spec
 
 
 # what gymnasium's make / make_vec take themselves, besides the env's own arguments
@@ -83,7 +84,7 @@ class GymnasiumVectorEnv:
                                      vector_kwargs={"autoreset_mode": same_step}, **kwargs)
         self.obs_shape, self.obs_dtype = _obs_space(self._env.single_observation_space, env_id)
         space = self._env.single_action_space
-        self.action_spec = action_spec_from_space(space, env_id)
+        self.action_spec = action_spec(space, env_id)
         self._action_dtype = space.dtype if space.dtype is not None else (
             np.int64 if self.action_spec.discrete else np.float32)
 

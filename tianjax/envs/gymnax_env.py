@@ -18,7 +18,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from tianjax.config import ConfigError
-from tianjax.core.types import ActionSpec, JaxStep
+from tianjax.core.types import JaxStep
+from tianjax.envs.spaces import action_spec
 
 
 class JaxEnv:
@@ -34,7 +35,7 @@ class JaxEnv:
                               "observation space; only array (Box) observations are supported")
         self.obs_shape = tuple(obs_space.shape)
         self.obs_dtype = np.dtype(getattr(obs_space, "dtype", np.float32))
-        self.action_spec = action_spec_from_gymnax(env.action_space(self.params))
+        self.action_spec = action_spec(env.action_space(self.params))
 
     def reset(self, key):
         return self.env.reset(key, self.params)
@@ -45,17 +46,6 @@ class JaxEnv:
         final_obs = info.get("final_observation", obs)
         return JaxStep(obs, state, reward.astype(jnp.float32), terminated.astype(bool),
                        truncated.astype(bool), final_obs)
-
-
-def action_spec_from_gymnax(space) -> ActionSpec:
-    kind = type(space).__name__
-    if kind == "Discrete":
-        return ActionSpec(discrete=True, num_actions=int(space.n))
-    if kind == "Box":
-        return ActionSpec(discrete=False, shape=tuple(space.shape),
-                          low=np.asarray(space.low, np.float32), high=np.asarray(space.high, np.float32))
-    raise ConfigError(f"config key 'env': a {kind} action space is not supported; only Discrete "
-                      "and Box actions are")
 
 
 def _is_gymnax_env(obj) -> bool:

@@ -1,5 +1,6 @@
 """The host-env protocol (`HostEnv`, `HostStep`) and the gymnasium-space conversions every
-adapter shares; the semantics are in tianjax/envs/factory.py's docstring."""
+adapter shares (the action space: tianjax.envs.spaces); the semantics are in the
+docstring of tianjax.envs.factory."""
 
 from __future__ import annotations
 
@@ -61,21 +62,6 @@ class HostEnv(Protocol):
 
 
 # ----------------------------------------------------------------------------- spaces
-
-
-def action_spec_from_space(space, env_id: str) -> ActionSpec:
-    """An ActionSpec from a gymnasium-style single-env action space."""
-    kind = type(space).__name__
-    if kind == "Discrete":
-        if int(getattr(space, "start", 0)) != 0:
-            raise ConfigError(f"config key 'env': '{env_id}' has a Discrete action space starting "
-                              f"at {space.start}; only actions 0..n-1 are supported")
-        return ActionSpec(discrete=True, num_actions=int(space.n))
-    if kind == "Box":
-        return ActionSpec(discrete=False, shape=tuple(space.shape),
-                          low=np.asarray(space.low, np.float32), high=np.asarray(space.high, np.float32))
-    raise ConfigError(f"config key 'env': '{env_id}' has a {kind} action space; "
-                      "only Discrete and Box are supported")
 
 
 def _obs_space(space, env_id: str) -> tuple[tuple[int, ...], np.dtype]:

@@ -35,7 +35,7 @@ setting of JaxMARL's SMAX baselines. `MPE_..._continuous` selects MPE's continuo
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -43,6 +43,7 @@ import numpy as np
 
 from tianjax.config import ConfigError
 from tianjax.core.types import ActionSpec, JaxStep, MAObs
+from tianjax.envs.spaces import action_spec
 
 
 def _inner(state):
@@ -65,7 +66,7 @@ class MultiAgentEnv:
         obs_spaces = [env.observation_space(a) for a in self.agents]
         self._obs_dims = [int(np.prod(s.shape)) for s in obs_spaces]
         self.obs_dim = max(self._obs_dims)
-        specs = [_action_spec(env.action_space(a)) for a in self.agents]
+        specs = [action_spec(env.action_space(a), self.name) for a in self.agents]
         if len({s.discrete for s in specs}) != 1:
             raise ConfigError(f"config key 'env': {self.name} mixes discrete and continuous agents")
         self.discrete = specs[0].discrete
@@ -149,17 +150,6 @@ class MultiAgentEnv:
         allies_dead = ~jnp.any(alive[:self._num_allies])
         enemies_dead = ~jnp.any(alive[self._num_allies:])
         return enemies_dead & ~allies_dead, allies_dead | enemies_dead
-
-
-def _action_spec(space) -> ActionSpec:
-    kind = type(space).__name__
-    if kind == "Discrete":
-        return ActionSpec(discrete=True, num_actions=int(space.n))
-    if kind == "Box":
-        return ActionSpec(discrete=False, shape=tuple(space.shape),
-                          low=np.broadcast_to(np.asarray(space.low, np.float32), space.shape),
-                          high=np.broadcast_to(np.asarray(space.high, np.float32), space.shape))
-    raise ConfigError(f"config key 'env': unsupported JaxMARL action space {kind}")
 
 
 def _smax_state_transform(env) -> tuple[np.ndarray | None, np.ndarray | None]:

@@ -12,7 +12,7 @@ Two shapes:
   up to `runtime.max_learner_restarts` times, from its newest checkpoint and on the same
   endpoints, and the running actors follow it (they take its versions and register again).
   This process binds the learner's listening sockets and holds them for the whole run
-  (launch/ports.py), so no other process can take the ports while the learner is down.
+  (tianjax.launch.ports), so no other process can take the ports while the learner is down.
 
 With `runtime.transport: ipc` the sockets live in a private directory (mode 0700) made
 here and removed at exit.
@@ -31,21 +31,15 @@ import time
 
 from tianjax.checkpoint import store as ckpt
 from tianjax.config import Config
+from tianjax.errors import ActorFailure, LearnerFailure
 from tianjax.launch.ports import HeldPorts, PrivateDir
 from tianjax.metrics import Progress, RunLogger
 from tianjax.runtime.learner.learner import Learner
+from tianjax.runtime.runners.outcome import RunOutcome
 from tianjax.launch.supervisor import ActorSupervisor, describe, python_path
 from tianjax.transport.auth import KEY_ENV, new_run_key
 
 RESULT_FILE = "learner_result.json"  # what a learner process reports (params: its checkpoint)
-
-
-class ActorFailure(RuntimeError):
-    pass
-
-
-class LearnerFailure(RuntimeError):
-    pass
 
 
 def _supervise_actors(config: Config, actors: ActorSupervisor, silent, log_dir: str,
@@ -69,7 +63,7 @@ def _supervise_actors(config: Config, actors: ActorSupervisor, silent, log_dir: 
                            f"(runtime.max_actor_restarts={config.runtime.max_actor_restarts}); see {log_dir}")
 
 
-def run_local(config: Config, logger: RunLogger, progress: Progress) -> dict:
+def run_local(config: Config, logger: RunLogger, progress: Progress) -> RunOutcome:
     if config.runtime.restart_learner:
         return _run_with_learner_process(config, logger, progress)
     t_start = time.perf_counter()
@@ -101,8 +95,8 @@ def run_local(config: Config, logger: RunLogger, progress: Progress) -> dict:
         learner.close()
         if ipc_dir is not None:
             ipc_dir.close()
-    out["extra_summary"].update(actor_restarts=actors.total_restarts, actors_lost=len(actors.lost))
-    return out
+    return out._replace(extra_summary={**out.extra_summary, "actor_restarts": actors.total_restarts,
+                                       "actors_lost": len(actors.lost)})
 
 
 # ----------------------------------------------------------------------------- learner process
@@ -158,7 +152,7 @@ class _LearnerProcess:
         self.proc.stdout.close()
 
 
-def _run_with_learner_process(config: Config, logger: RunLogger, progress: Progress) -> dict:
+def _run_with_learner_process(config: Config, logger: RunLogger, progress: Progress) -> RunOutcome:
     run_dir = logger.run_dir
     progress.close()  # the learner process shows its own
     # the learner process hands its parameters over through its final checkpoint
@@ -220,17 +214,16 @@ def _run_with_learner_process(config: Config, logger: RunLogger, progress: Progr
     if interrupted and not os.path.exists(result_path):
         raise KeyboardInterrupt("stopped before the learner could report")
     with open(result_path) as f:
-        out = json.load(f)
-    out["interrupted"] = out.get("interrupted", False) or interrupted
-    # this process's clock covered every learner incarnation; only a run resumed by the
-    # user has time from before it
-    out["wall_offset_s"] = wall_offset
+        figures = json.load(f)
     _, state, _ = ckpt.restore_latest(run_dir)
-    out.update(params=state["learner"]["params"], algo=None, env=None)
-    out["extra_summary"].update(actor_restarts=actors.total_restarts if actors else 0,
-                                actors_lost=len(actors.lost) if actors else 0,
-                                learner_restarts=learner_restarts)
-    return out
+    out = RunOutcome.from_json(figures, params=state["learner"]["params"])
+    return out._replace(
+        interrupted=out.interrupted or interrupted,
+        # this process's clock covered every learner incarnation; only a run resumed by the
+        # user has time from before it
+        wall_offset_s=wall_offset,
+        extra_summary={**out.extra_summary, "actor_restarts": actors.total_restarts if actors else 0,
+                       "actors_lost": len(actors.lost) if actors else 0, "learner_restarts": learner_restarts})
 
 
 def _last_checkpoint(run_dir: str) -> str:
@@ -241,4 +234,4 @@ def _last_checkpoint(run_dir: str) -> str:
     return f"the last checkpoint is step {meta['updates']} in {ckpt.checkpoint_dir(run_dir)}"
 
 
-__all__ = ["ActorFailure", "LearnerFailure", "run_local"]
+__all__ = ["run_local"]

@@ -15,7 +15,7 @@ The per-run key comes from `--key-file` or the TIANJAX_RUN_KEY environment varia
 same on every process; it is never printed. Connections use `runtime.security: curve`
 unless the config says otherwise (a multi-host run crosses a network).
 
-A lost learner process ends the run in bounded time (launch/guard.py): the others notice
+A lost learner process ends the run in bounded time (tianjax.launch.guard): the others notice
 within `runtime.heartbeat_timeout_s`, tell their actors the run failed, print one line
 and exit 1; a SIGTERM ends a learner within seconds even inside a collective; an actor
 whose learner is gone gives up after the same timeout and is not restarted.
@@ -32,6 +32,7 @@ import sys
 import time
 
 from tianjax.config import Config, ConfigError
+from tianjax.errors import LearnerStalled
 
 SIGTERM_GRACE_S = 5.0
 
@@ -144,7 +145,7 @@ def run_learner(config: Config, *, coordinator: str | None, num_processes: int |
             raise
         # a collective failed: another learner process is gone. Say so once, tell our actors
         # the run failed, and leave without jax.distributed.shutdown (it would wait for it)
-        if type(e).__name__ == "LearnerStalled":
+        if isinstance(e, LearnerStalled):
             why = (f"{e}: start its actors with --actor-id {', '.join(map(str, ids))} --num-learners {count} "
                    f"(num_actors={config.num_actors} per learner)")
         else:
@@ -166,23 +167,24 @@ def run_learner(config: Config, *, coordinator: str | None, num_processes: int |
         learner.stop_actors()
         learner.close()
         progress.close()
-    save_params(os.path.join(logger.run_dir, "final_params.npz"), out["params"])
+    save_params(os.path.join(logger.run_dir, "final_params.npz"), out.params)
     summary = {"mode": config.mode, "algo": config.algo, "env": config.env,
                "process_index": index, "process_count": jax.process_count(),
-               **{k: out[k] for k in ("env_steps", "updates", "env_steps_per_s", "final_return",
-                                      "convergence_time_s", "convergence_env_steps", "compile_time_s",
-                                      "skipped_updates", "episodes")},
+               "env_steps": out.env_steps, "updates": out.updates, "env_steps_per_s": out.env_steps_per_s,
+               "final_return": out.final_return, "convergence_time_s": out.convergence_time_s,
+               "convergence_env_steps": out.convergence_env_steps, "compile_time_s": out.compile_time_s,
+               "skipped_updates": out.skipped_updates, "episodes": out.episodes,
                "wall_time_s": time.perf_counter() - t0, "target_return": config.target_return,
-               "interrupted": out.get("interrupted", False),
-               **out["extra_summary"]}
+               "interrupted": out.interrupted,
+               **out.extra_summary}
     summary = logger.write_summary(summary)
     logger.close()
     print(format_summary(summary), flush=True)
-    if count > 1 and out.get("interrupted"):
+    if count > 1 and out.interrupted:
         # the other learners are still in the run: jax.distributed.shutdown would wait for them
         exit_now(f"tianjax: learner {index}/{count} interrupted; the last checkpoint stands", 143)
     jax.distributed.shutdown()
-    return 130 if out.get("interrupted") else 0
+    return 130 if out.interrupted else 0
 
 
 def run_actor(config: Config, *, actor_id: int, learner_host: str, base_port: int, num_learners: int,

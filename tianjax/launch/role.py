@@ -30,7 +30,7 @@ def _die_with_parent(parent_pid: int | None) -> None:
 
 def stop_actor(signum, frame):
     """An actor's SIGTERM handler: exit code 143, once (a killed launcher's threads each
-    send its parent-death SIGTERM as they exit; see runtime/shutdown.py)."""
+    send its parent-death SIGTERM as they exit; see tianjax.runtime.process.shutdown)."""
     from tianjax.runtime.process import shutdown
 
     shutdown.request(exit_code=143)
@@ -48,8 +48,10 @@ STARTUP_FAILED = 78  # EX_CONFIG
 
 
 def _startup_failed(args, e: BaseException) -> int:
+    from tianjax.config import ConfigError
+
     line = (str(e).strip().splitlines() or [""])[0]
-    name = "" if type(e).__name__ == "ConfigError" else f"{type(e).__name__}: "
+    name = "" if isinstance(e, ConfigError) else f"{type(e).__name__}: "  # its message names the key
     print(f"tianjax: actor {args.actor_id} cannot start: {name}{line}", file=sys.stderr, flush=True)
     return STARTUP_FAILED
 
@@ -106,11 +108,10 @@ def _run_learner(args, config) -> int:
         learner.close()
         progress.close()
         logger.close()
-    result = {k: v for k, v in out.items() if k not in ("params", "algo", "env")}
     from tianjax.metrics.logger import write_json_atomic
 
-    write_json_atomic(os.path.join(args.run_dir, "learner_result.json"), result)
-    return 143 if out.get("interrupted") else 0
+    write_json_atomic(os.path.join(args.run_dir, "learner_result.json"), out.to_json())
+    return 143 if out.interrupted else 0
 
 
 def main(argv=None) -> int:

@@ -1,7 +1,7 @@
 """`tianjax report RUN_DIR ...`: figures and a summary table that compare finished runs.
 
 Reads what a run directory holds (config.yaml, metrics.jsonl, summary.json; see
-metrics/logger.py) and writes, into one output directory:
+tianjax.metrics.logger) and writes, into one output directory:
 
 - return_vs_time.png, return_vs_steps.png: the 100-episode moving-average return against
   wall-clock time and against env steps, one curve per run (the TianJi paper's comparison);

@@ -18,7 +18,7 @@ from tianjax.transport.sockets import (DEFAULT_HOST, Key, _Channel, _deadline, _
 class ParamPublisher(_Channel):
     """Learner side: publishes (version, params) to every subscribed actor.
 
-    A message goes out as one frame (transport/envelope.py: the subscriber conflates, and
+    A message goes out as one frame (tianjax.transport.envelope: the subscriber conflates, and
     ZeroMQ conflates single frames only), packed by one copy, so the caller may reuse the
     tree's arrays once publish() returns. At its HWM a PUB drops the message being
     published, i.e. the newest. The HWM is therefore not tiny: a burst of publishes can

@@ -1,4 +1,4 @@
-"""The socket under every channel (tianjax/transport/channels.py): one ZeroMQ socket with
+"""The socket under every channel (tianjax.transport.channels): one ZeroMQ socket with
 linger 0, a frame-size cap, the run's handshake, and binding to loopback unless asked
 otherwise; plus the deadline helpers the channels' receives share."""
 
@@ -73,7 +73,7 @@ class _Channel:
         if self.handshake is not None:
             self.handshake.server(self.socket)
         if use_fd is not None:
-            # a listening socket bound and held by the launcher (see launch/ports.py):
+            # a listening socket bound and held by the launcher (see tianjax.launch.ports):
             # it owns the port or ipc path, so nothing here unlinks it
             if endpoint is None:
                 raise ValueError("a listening descriptor needs its endpoint")

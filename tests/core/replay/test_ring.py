@@ -160,9 +160,19 @@ def test_onpolicy_pool_keeps_uint8_frames_uint8():
 
     def traj(seed):
         f32, i32 = np.zeros((T, B), np.float32), np.zeros((T, B), np.int32)
-        return Trajectory(_frames((T, B) + frame, seed), i32, f32, np.zeros((T, B), bool), f32, f32, f32,
-                          i32, _frames((B,) + frame, seed + 10), _frames((B,) + frame, seed + 20),
-                          np.full(B, -1, np.int32))
+        return Trajectory(
+            obs=_frames((T, B) + frame, seed),
+            action=i32,
+            reward=f32,
+            done=np.zeros((T, B), bool),
+            bootstrap_value=f32,
+            behaviour_log_prob=f32,
+            behaviour_value=f32,
+            version=i32,
+            last_obs=_frames((B,) + frame, seed + 10),
+            trunc_obs=_frames((B,) + frame, seed + 20),
+            trunc_t=np.full(B, -1, np.int32),
+        )
 
     host = [traj(0), traj(1)]
     pooled = [jax.device_put(t) for t in host]

@@ -15,8 +15,19 @@ T, B = 2, 1
 def _traj(version: int, tag: float) -> Trajectory:
     f32 = np.full((T, B), tag, np.float32)
     per_env = np.full((B, 1), tag, np.float32)
-    return Trajectory(f32[..., None], np.zeros((T, B), np.int32), f32, np.zeros((T, B), bool), f32, f32, f32,
-                      np.full((T, B), version, np.int32), per_env, per_env, np.full(B, -1, np.int32))
+    return Trajectory(
+        obs=f32[..., None],
+        action=np.zeros((T, B), np.int32),
+        reward=f32,
+        done=np.zeros((T, B), bool),
+        bootstrap_value=f32,
+        behaviour_log_prob=f32,
+        behaviour_value=f32,
+        version=np.full((T, B), version, np.int32),
+        last_obs=per_env,
+        trunc_obs=per_env,
+        trunc_t=np.full(B, -1, np.int32),
+    )
 
 
 def _rig(kind, items, k=2, max_staleness=None, max_reuse=0):

@@ -107,7 +107,7 @@ def test_ppo_batches_bootstrap_truncations_only(tmp_path):
 
     out = _run(config, tmp_path, env, base._replace(update=update))
     env.close()
-    assert out["updates"] == 2 and out["env_steps"] == 2 * B * T and len(seen) == 2
+    assert out.updates == 2 and out.env_steps == 2 * B * T and len(seen) == 2
     steps = env.steps
     assert len(steps) == 2 * T
     value = jax.jit(base.value)
@@ -132,9 +132,9 @@ def test_ppo_batches_bootstrap_truncations_only(tmp_path):
         np.testing.assert_allclose(traj.behaviour_log_prob, logp, rtol=1e-5, atol=1e-5)
     assert n_cut > 0 and n_term > 0
     # episodes: odd envs end after 3 steps (return 1+2+3), even ones after 4 (return 10)
-    assert out["episodes"] == n_cut + n_term
+    assert out.episodes == n_cut + n_term
     returns = [6.0 if s.terminated[i] else 10.0 for s in steps for i in np.flatnonzero(s.terminated | s.truncated)]
-    assert out["final_return"] == pytest.approx(np.mean(returns[-100:]))
+    assert out.final_return == pytest.approx(np.mean(returns[-100:]))
 
 
 def _fake_replay_algo(seen):
@@ -165,7 +165,7 @@ def test_replay_transitions_carry_the_final_obs(tmp_path):
     seen = []
     out = _run(config, tmp_path, algo=_fake_replay_algo(seen))
     # updates start once learning_starts env steps are in: after rollouts 2, 3 and 4
-    assert out["updates"] == 6 and len(seen) == 6
+    assert out.updates == 6 and len(seen) == 6
     for b in seen:
         # next_obs is the true next obs (the final one where an episode ended), never a reset
         np.testing.assert_array_equal(b.next_obs[:, 0], b.obs[:, 0] + 1)
@@ -208,16 +208,7 @@ def test_gymnasium_short_run_writes_the_run_dir(tmp_path):
 
 
 @pytest.mark.slow
-def test_ppo_learns_cartpole_on_envpool(tmp_path):
-    res = tianjax.train(ENVPOOL_CFG, [IN_PROCESS], verbose=False, progress=False, run_dir=str(tmp_path / "r"))
-    s = res.summary
-    assert s["final_return"] >= 475, s
-    assert s["convergence_time_s"] is not None and s["skipped_updates"] == 0
-    assert os.path.exists(tmp_path / "r" / "summary.json")
-
-
-@pytest.mark.slow
 def test_async_mode_runs_the_same_loop_with_staleness_correction(tmp_path):
     config = load_config(ENVPOOL_CFG, ["mode=async", "num_actors=1", "total_env_steps=2048"])
     out = _run(config, tmp_path)
-    assert out["updates"] == 2 and out["env_steps"] == 2048 and out["skipped_updates"] == 0
+    assert out.updates == 2 and out.env_steps == 2048 and out.skipped_updates == 0

@@ -7,7 +7,8 @@ import pytest
 
 from tianjax.config import load_config
 from tianjax.runtime.runners.recorder import RunRecorder
-from tianjax.runtime.learner.watchdog import ArrivalWatch, LearnerStalled
+from tianjax.errors import LearnerStalled
+from tianjax.runtime.learner.watchdog import ArrivalWatch
 
 CONFIG = str(Path(__file__).resolve().parents[3] / "configs" / "ppo_cartpole.yaml")
 
@@ -36,8 +37,8 @@ def test_records_open_with_the_common_fields_and_a_resumed_clock_goes_on():
     rec.end_training(70.0)
     result = rec.result(params=None, algo=None, env=None, env_steps=1400, updates=7, skipped_updates=0,
                         compile_time_s=1.0, interrupted=False, extra_summary={})
-    assert result["env_steps"] == 2800 and result["env_steps_per_s"] == 80.0  # both seeds' steps
-    assert result["final_return_per_seed"] == [12.0, 4.0] and result["wall_offset_s"] == 100.0
+    assert result.env_steps == 2800 and result.env_steps_per_s == 80.0  # both seeds' steps
+    assert result.final_return_per_seed == [12.0, 4.0] and result.wall_offset_s == 100.0
 
 
 def test_the_watch_says_so_while_no_actor_registered_then_stalls(capsys):

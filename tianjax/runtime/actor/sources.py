@@ -65,10 +65,12 @@ def batch_template(config: Config, algo: Algorithm, obs_shape, obs_dtype) -> tup
         raise ConfigError(f"config key 'env_backend': '{algo.name}' replays sequences of a recurrent "
                           f"policy, which actors run on JAX envs only ({', '.join(_JAX_BACKENDS)})")
     if algo.buffer == "replay":
-        batch = Transition(obs, act, f32, obs, b, i32)
+        batch = Transition(obs=obs, action=act, reward=f32, next_obs=obs, terminated=b, version=i32)
     else:
         last = sds((B,) + tuple(obs_shape), obs_dtype)
-        batch = Trajectory(obs, act, f32, b, f32, f32, f32, i32, last, last, sds((B,), np.int32))
+        batch = Trajectory(obs=obs, action=act, reward=f32, done=b, bootstrap_value=f32, behaviour_log_prob=f32,
+                           behaviour_value=f32, version=i32, last_obs=last, trunc_obs=last,
+                           trunc_t=sds((B,), np.int32))
     return batch, Episodes(b, f32, i32), sds((), np.int64)
 
 
@@ -188,11 +190,13 @@ class HostSource:
         v_stamp = np.full((T, B), version, np.int32)
         episodes = Episodes(ep_done, ep_ret, ep_len)
         if self.replay:
-            return Rollout(Transition(obs_buf, act_buf, rew_buf, final_buf, term_buf, v_stamp), episodes)
+            return Rollout(Transition(obs=obs_buf, action=act_buf, reward=rew_buf, next_obs=final_buf,
+                                      terminated=term_buf, version=v_stamp), episodes)
         values = values_where_cut(lambda obs: self._value(params, obs), cut_buf, final_buf, B)
         boot, trunc_obs, trunc_t = truncation_bootstrap(values, cut_buf, final_buf, np)
-        traj = Trajectory(obs_buf, act_buf, rew_buf, done_buf, boot, logp_buf, val_buf, v_stamp,
-                          self._obs.copy(), trunc_obs, trunc_t)
+        traj = Trajectory(obs=obs_buf, action=act_buf, reward=rew_buf, done=done_buf, bootstrap_value=boot,
+                          behaviour_log_prob=logp_buf, behaviour_value=val_buf, version=v_stamp,
+                          last_obs=self._obs.copy(), trunc_obs=trunc_obs, trunc_t=trunc_t)
         return Rollout(traj, episodes)
 
     def close(self):

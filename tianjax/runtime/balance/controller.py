@@ -2,8 +2,8 @@
 
 TianJi (He et al., arXiv 2502.20190) relaxes the dependencies between actors and the
 learner and balances production p against consumption c. `BalanceController`
-(balance.py) measures p, c and staleness and enforces limits; this class decides. Every
-`period_s` it compares the mean staleness tau of the samples consumed since its last
+(tianjax.runtime.balance.limits) measures p, c and staleness and enforces limits; this
+class decides. Every `period_s` it compares the mean staleness tau of the samples consumed since its last
 decision with `balance.target_staleness` and moves one of its actions, within bounds:
 
 - `window`: trajectories all actors together may have in flight or pooled (credits), from

@@ -10,7 +10,7 @@ learner falls behind and stop when the budget is spent.
 An admitted trajectory goes to the pool (on-policy; the batch strategies take from it) or
 to the replay buffer (off-policy), whose sender's credit is held back while the learner
 owes more than a trajectory per actor in gradient steps. The trajectories themselves are
-read, checked and decoded by the receiver thread (runtime/receiver.py).
+read, checked and decoded by the receiver thread (tianjax.runtime.learner.receiver).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from tianjax.runtime.actor.actor import TIME_KEYS
 from tianjax.runtime.balance.limits import BalanceController
 from tianjax.runtime.balance.controller import AdaptiveBalance
 from tianjax.runtime.learner.lost import LOST_AFTER_BEATS, count, lost_trajectories
-from tianjax.runtime.learner.receiver import Receiver, check_finite  # noqa: F401 - check_finite: where it was
+from tianjax.runtime.learner.receiver import Receiver
 from tianjax.runtime.learner.batches.replay import ReplayBatches
 from tianjax.transport.channels import ControlServer
 

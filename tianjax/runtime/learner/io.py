@@ -1,6 +1,6 @@
 """The learner's sockets and the threads that serve them: parameters out (PUB; the
-publisher thread signs and sends them, publisher.py), trajectories in (PULL; the receiver
-thread checks and decodes them, receiver.py) and control (ROUTER; read by the learner's
+publisher thread signs and sends them), trajectories in (PULL; the receiver
+thread checks and decodes them) and control (ROUTER; read by the learner's
 loop through its ingress), all in the run's own secure context (its gatekeeper admits only
 this run's peers), and the descriptor reserve that keeps checkpoints possible however
 many peers connect.
@@ -26,8 +26,8 @@ from tianjax.core.types import ParamsMessage
 
 class LearnerIO:
     """`template`: an actor message's ShapeDtypeStructs; `place`: what the receiver thread
-    applies to each decoded message (runtime/sharded_update.py); `env_steps()`: the count
-    stamped on each parameter message as it is sent. `endpoints`, `ipc_dir`, `listen_fds`:
+    applies to each decoded message (tianjax.runtime.learner.sharded_update); `env_steps()`:
+    the count stamped on each parameter message as it is sent. `endpoints`, `ipc_dir`, `listen_fds`:
     as `Learner`'s."""
 
     def __init__(self, config: Config, run_key, template, place: Callable | None, env_steps: Callable[[], int],
@@ -35,7 +35,7 @@ class LearnerIO:
         rt = config.runtime
         host, ep, fds = rt.bind_host, endpoints or {}, listen_fds or {}
         # peers hold descriptors here before they authenticate: use all the OS allows, and
-        # keep a reserve for checkpoints (see runtime/resources.py)
+        # keep a reserve for checkpoints (see tianjax.runtime.process.resources)
         raise_fd_limit()
         self.fd_reserve = FdReserve()
         # its own context: the gatekeeper (ZAP handler) admits only this run's peers

@@ -19,12 +19,12 @@ stop producing when it is spent, and a run ends with `total_env_steps` env steps
 to within one batch. Every parameter message carries the learner's count of admitted env
 steps, the global clock of actor-side schedules (epsilon).
 
-`Learner` only moves data between its parts, one module each: the ingress (ingress.py:
-credits, admission, control; its receiver thread, receiver.py), the batch strategies
-(onpolicy_batches.py, replay_batches.py), the update over the device mesh
-(sharded_update.py), the publisher and in-flight threads (publisher.py, inflight.py), the
-balance controllers (balance.py, controller.py), what it measures (learner_report.py) and
-the run's record: episodes, metrics, checkpoints, result (recorder.py).
+`Learner` only moves data between its parts, one module each of tianjax.runtime.learner
+unless named: the `ingress` (credits, admission, control; its `receiver` thread), the batch
+strategies (`batches.onpolicy`, `batches.replay`), the update over the device mesh
+(`sharded_update`), the `publisher` and `inflight` threads, the balance controllers
+(tianjax.runtime.balance), what it measures (`report`) and the run's record: episodes,
+metrics, checkpoints, result (tianjax.runtime.runners.recorder).
 """
 
 from __future__ import annotations
@@ -47,12 +47,13 @@ from tianjax.runtime.learner.ingress import Ingress
 from tianjax.runtime.learner.io import LearnerIO
 from tianjax.runtime.learner.report import LearnerReport
 from tianjax.runtime.learner.batches.onpolicy import AsyncBatches, Choice, ReuseBatches, SyncBatches
-from tianjax.runtime.runners.recorder import RunRecorder, save_params  # noqa: F401 - save_params: where it was
+from tianjax.runtime.runners.outcome import RunOutcome
+from tianjax.runtime.runners.recorder import RunRecorder
 from tianjax.runtime.learner.batches.replay import ReplayBatches
-from tianjax.runtime.learner.sharded_update import ShardedUpdate, learner_mesh  # noqa: F401 - learner_mesh: where it was
+from tianjax.runtime.learner.sharded_update import ShardedUpdate
 from tianjax.runtime.actor.sources import batch_template
 from tianjax.envs.factory import env_spec
-from tianjax.runtime.learner.watchdog import ArrivalWatch, LearnerStalled, WAIT_NOTICE_S  # noqa: F401 - where they were
+from tianjax.runtime.learner.watchdog import ArrivalWatch
 
 
 class Learner:
@@ -66,7 +67,7 @@ class Learner:
         (default: the logger's run directory; none without a logger). In a multi-process
         run every learner process must name the same one. `ipc_dir`: where ipc sockets
         go (the launcher's private directory). `listen_fds`: listening sockets the launcher
-        holds for `endpoints` (channel name -> descriptor; see launch/ports.py)."""
+        holds for `endpoints` (channel name -> descriptor; see tianjax.launch.ports)."""
         self.config = config
         rt = config.runtime
         obs_shape, obs_dtype, action_spec = env_spec(config)
@@ -200,7 +201,7 @@ class Learner:
         return self.batches.drained()
 
     # ------------------------------------------------------------------ the loop
-    def run(self, should_stop: Callable[[], bool] = lambda: False, t_start: float | None = None) -> dict:
+    def run(self, should_stop: Callable[[], bool] = lambda: False, t_start: float | None = None) -> RunOutcome:
         """Trains until the budget is spent (see finished(); counting what the run it resumed
         learned), `should_stop()` says so, or an error. Checkpoints every
         `checkpoint.every` updates and, with `checkpoint.final`, at the end, including an
@@ -216,8 +217,8 @@ class Learner:
         self.interrupted = False
         try:
             # the stop is taken at the loop's checks, never raised into the middle of a step
-            # (see runtime/shutdown.py): not between an update that donates the state and
-            # the assignment of its result, nor into a checkpoint or a lock the loop shares
+            # (see tianjax.runtime.process.shutdown): not between an update that donates the
+            # state and the assignment of its result, nor into a checkpoint or a lock the loop shares
             # with its threads. Every pass checks within 50 ms
             with shutdown.critical():
                 self._loop(should_stop)
@@ -343,7 +344,7 @@ class Learner:
             rec.save(self.state_version, self._checkpoint_tree(), now, counters,
                      dict(balance=self.balance.state_dict(), **replay))
 
-    def result(self) -> dict:
+    def result(self) -> RunOutcome:
         now = time.perf_counter()
         return self.recorder.result(
             params=to_host(self.state.params), algo=self.algo, env=None, env_steps=self.env_steps,

@@ -1,7 +1,7 @@
 """Which trajectories an actor says it has sent count as lost on the way (a rejected
 message, a connection that broke with messages queued), so that the learner can hand
-their credit slots back. Pure: the learner's ingress (runtime/ingress.py) supplies the
-counts and the clock.
+their credit slots back. Pure: the learner's ingress (tianjax.runtime.learner.ingress)
+supplies the counts and the clock.
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@ messages, so that the MAC over every byte of the parameters is computed while th
 update runs.
 
 The learner offers (version, tree); the tree may hold device arrays whose host copies
-are under way (runtime/inflight.py `snapshot`), and the version may be one such 0-d array:
-the thread waits for them, so the loop never does. The thread holds one slot and sends
+are under way (`snapshot` of tianjax.runtime.learner.inflight), and the version may be one
+such 0-d array: the thread waits for them, so the loop never does. The thread holds one slot and sends
 whatever is newest when it gets to it (latest-version-wins: an offer older than the one
 held, or than the last sent, is ignored, so a version never goes backwards on the wire).
 The thread owns the PUB socket while it runs; start() and stop() hand it over. stop()

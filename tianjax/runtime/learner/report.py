@@ -1,6 +1,6 @@
 """What the distributed learner measures beside the fields every runner records
-(runtime/recorder.py): its sample rates, the state of its ingress and balance controller
-in each metrics record, and the run's extra summary (staleness, drops, rejections, the
+(tianjax.runtime.runners.recorder): its sample rates, the state of its ingress and balance
+controller in each metrics record, and the run's extra summary (staleness, drops, rejections, the
 controller's settings, and where the learner's and the actors' time went).
 
 Rates count this session only: fresh samples (learned from for the first time; off-policy,
@@ -115,7 +115,7 @@ class LearnerReport:
             "dropped_nonfinite": self.ingress.dropped_nonfinite,
             # every valid trajectory that arrived (admitted or dropped): what the actors sent
             "trajectories_received": self.traj_in.accepted,
-            # said sent by an actor, never come: their slots were handed back (ingress.py)
+            # said sent by an actor, never come: their slots were handed back (the ingress)
             "trajectories_written_off": self.ingress.written_off,
             # per actor id: received, and sent / env steps as its newest heartbeat said
             "trajectories_by_actor": self.ingress.actor_counts(),

@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import sys
 
+from tianjax.errors import LearnerStalled
+
 WAIT_NOTICE_S = 30.0  # while no actor has registered, the learner says so this often
-
-
-class LearnerStalled(RuntimeError):
-    """No actor has delivered anything for longer than the configured timeout."""
 
 
 class ArrivalWatch:
@@ -49,4 +47,4 @@ class ArrivalWatch:
             raise LearnerStalled(f"no trajectory from any actor for {limit:.0f} s ({actors} registered)")
 
 
-__all__ = ["ArrivalWatch", "LearnerStalled", "WAIT_NOTICE_S"]
+__all__ = ["ArrivalWatch", "WAIT_NOTICE_S"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 import jax
 import numpy as np
@@ -54,6 +55,25 @@ def locate(path: str) -> tuple[str, int | None]:
     return path, None
 
 
+class SavedRun(NamedTuple):
+    config: Config  # the run's config.yaml (resume cleared)
+    params: Any  # the checkpoint's parameters, as restored (nested dicts)
+    step: int  # the checkpoint's step (updates)
+    run_dir: str
+
+
+def read_run(path: str) -> SavedRun:
+    """The config and parameters of a run directory's newest readable checkpoint, or of
+    the checkpoint directory named (RUN_DIR/checkpoints/STEP)."""
+    run_dir, step = locate(path)
+    config = load_config(os.path.join(run_dir, "config.yaml"), resume=None)
+    if step is None:
+        step, state, _ = ckpt.restore_latest(run_dir)
+    else:
+        step, state, _ = ckpt.restore_step(run_dir, step)
+    return SavedRun(config, state["learner"]["params"], int(step), run_dir)
+
+
 def _host_returns(config: Config, algo, action_spec, params, episodes: int, greedy: bool, seed: int,
                   max_steps: int = 100_000) -> np.ndarray:
     from tianjax.envs.factory import make_host_env
@@ -88,15 +108,9 @@ def evaluate_run(path: str, episodes: int = 10, greedy: bool = True, seed: int |
     """Evaluates the newest readable checkpoint of a run (or the named checkpoint)."""
     if episodes < 1:
         raise ConfigError(f"eval: episodes must be >= 1, got {episodes}")
-    run_dir, step = locate(path)
-    config = load_config(os.path.join(run_dir, "config.yaml"), resume=None)
-    if step is None:
-        step, state, _ = ckpt.restore_latest(run_dir)
-    else:
-        step, state, _ = ckpt.restore_step(run_dir, step)
-    params = state["learner"]["params"]
-    returns, won = evaluate_policy(config, params, episodes, greedy, seed)
-    return EvalResult(returns, step, run_dir, won)
+    run = read_run(path)
+    returns, won = evaluate_policy(run.config, run.params, episodes, greedy, seed)
+    return EvalResult(returns, run.step, run.run_dir, won)
 
 
 def evaluate_params(config: Config, params, episodes: int = 10, greedy: bool = True, seed: int | None = None,
@@ -149,4 +163,4 @@ def _as_tree_of(template, restored):
     return restored
 
 
-__all__ = ["EvalResult", "evaluate_params", "evaluate_policy", "evaluate_run", "locate"]
+__all__ = ["EvalResult", "SavedRun", "evaluate_params", "evaluate_policy", "evaluate_run", "locate", "read_run"]

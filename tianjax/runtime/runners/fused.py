@@ -9,7 +9,7 @@ steps, so it cannot go on with an empty buffer), so a run resumed from one conti
 for bit as if it had not stopped. They
 are written at chunk boundaries: the first one at or after every `checkpoint.every`
 updates, and at the end (also when stopped by Ctrl-C or SIGTERM). Episodes, records,
-checkpoints and the result are kept by the run recorder (runtime/recorder.py).
+checkpoints and the result are kept by the run recorder (tianjax.runtime.runners.recorder).
 """
 
 from __future__ import annotations
@@ -27,10 +27,11 @@ from tianjax.envs.factory import make_jax_env
 from tianjax.core.fused import make_fused
 from tianjax.metrics import Progress, RunLogger
 from tianjax.runtime.process import shutdown
+from tianjax.runtime.runners.outcome import RunOutcome
 from tianjax.runtime.runners.recorder import RunRecorder, sample_rates
 
 
-def run_fused(config: Config, logger: RunLogger, progress: Progress, env=None) -> dict:
+def run_fused(config: Config, logger: RunLogger, progress: Progress, env=None) -> RunOutcome:
     """Trains `config` in fused mode. Returns a dict with params, tracker stats and timings."""
     t_start = time.perf_counter()
     env = env if env is not None else make_jax_env(config.env_backend, config.env, config.env_options)
@@ -81,20 +82,23 @@ def run_fused(config: Config, logger: RunLogger, progress: Progress, env=None) -
     compile_time = time.perf_counter() - t_compile
     rec.training(time.perf_counter(), env_steps)
 
-    def record(n, metrics, episodes):
-        """Host-side bookkeeping of a finished chunk of n iterations."""
+    def fetch(n, metrics, episodes):
+        """The host copy of a chunk's outputs, in one transfer (waits for the chunk), and
+        the time it was ready."""
+        metrics, done, rets, won = jax.device_get((metrics, episodes.done, episodes.returns,
+                                                   episodes.won if wins else None))
+        return n, time.perf_counter(), metrics, done, rets, won
+
+    def record(n, now, metrics, done, rets, won):
+        """Host-side bookkeeping of a finished chunk of n iterations (its outputs fetched)."""
         nonlocal env_steps
-        done = np.asarray(episodes.done)  # waits for the chunk, if it is still running
-        rets = np.asarray(episodes.returns)
-        now = time.perf_counter()
-        won = np.asarray(episodes.won) if wins else None
         if S == 1:
             done, rets = done[None], rets[None]
             won = None if won is None else won[None]
         for s in range(S):
             rec.add_rollout(done[s], rets[s], env_steps, now, won=None if won is None else won[s], seed=s)
         env_steps += n * per_iter
-        metrics = {k: np.asarray(v) for k, v in metrics.items()}
+        metrics = dict(metrics)
         updates = int(metrics.pop("version")[..., -1].max())
         fields = {k: float(np.mean(v)) for k, v in metrics.items()}
         if algo.schedules is not None:
@@ -107,39 +111,36 @@ def run_fused(config: Config, logger: RunLogger, progress: Progress, env=None) -
                       updates=int(np.asarray(state.learner.version).max())))
 
     progress.update(env_steps)
-    # NOTE: on an accelerator chunk k + 1 is dispatched before chunk k's outputs are read,
-    # so the host-side bookkeeping overlaps the next chunk's computation instead of idling
-    # the device. On the CPU, where host and device share the cores anyway, each chunk is
-    # read before the next is dispatched: two programs in flight on XLA:CPU (jax 0.10)
-    # were seen to deadlock, every thread idle, the outputs never ready. A checkpoint must
-    # be taken before the next dispatch, which donates the state buffers.
-    overlap = jax.default_backend() != "cpu"
+    # NOTE: chunk k's bookkeeping (episodes, records, progress) runs on the host while
+    # chunk k + 1 computes: each chunk is dispatched, then the previous chunk's fetched
+    # outputs are recorded, then this chunk's are fetched. One program is in flight at a
+    # time (two on XLA:CPU, jax 0.10, were seen to deadlock: every thread idle, the outputs
+    # never ready), and the host reads the device once per chunk. A checkpoint is taken
+    # before the next dispatch, which donates the state buffers.
     pending, interrupted, completed = None, False, False
     try:
         while done_iters < n_iters:
             shutdown.check()
             n = min(chunk, n_iters - done_iters)
-            with shutdown.critical():  # the chunk donates the state: keep its result
+            # the chunk donates the state: keep its result; and a chunk's outputs are
+            # fetched and recorded whole (a stop waits for them; check() then stops the run)
+            with shutdown.critical():
                 state, outputs = compiled_chunk(n)(state)
                 done_iters += n
-            if pending is not None:
-                record(*pending)
-            pending = (n, *outputs)
-            if not overlap:
-                record(*pending)
-                pending = None
-            if rec.due(done_iters * updates_per_iter):
                 if pending is not None:
                     record(*pending)
-                pending = None
-                save()
+                pending = fetch(n, *outputs)
+                if rec.due(done_iters * updates_per_iter):
+                    record(*pending)
+                    pending = None
+                    save()
         if pending is not None:
-            record(*pending)
-            pending = None
+            last, pending = pending, None  # a stop landing in it: not recorded twice
+            record(*last)
         completed = True
     except KeyboardInterrupt:
-        # Ctrl-C / SIGTERM between chunks: keep what was trained (the last dispatched
-        # chunk is finished first; its outputs are read before the save) and report it
+        # Ctrl-C / SIGTERM between chunks: keep what was trained (the last chunk's outputs
+        # are fetched; they are recorded before the final save) and report it
         interrupted = True
         if pending is not None:
             record(*pending)

@@ -18,7 +18,7 @@ Replay algorithms (DQN) run the same loop, adding each rollout's [T * B] transit
 on-device replay buffer and taking `dqn.updates_per_rollout` gradient steps once
 `dqn.learning_starts` env steps have been collected, exactly as the fused loop does (the
 same tianjax.core.replay.setup set-up). Episodes, records, checkpoints and the result are kept by
-the run recorder (runtime/recorder.py), as in the other runners.
+the run recorder (tianjax.runtime.runners.recorder), as in the other runners.
 
 Modes: `sync` is this loop. `async` runs the same single-process loop (its learner uses
 the staleness-corrected losses, which reduce to the plain ones because every batch here is
@@ -46,6 +46,7 @@ from tianjax.envs.factory import HostEnv, make_host_env
 from tianjax.metrics import Progress, RunLogger
 from tianjax.core.replay.setup import make_replay, make_replay_learn
 from tianjax.runtime.process import shutdown
+from tianjax.runtime.runners.outcome import RunOutcome
 from tianjax.runtime.runners.recorder import RunRecorder, sample_rates
 from tianjax.runtime.actor.sources import HostSource, batch_template
 
@@ -66,7 +67,7 @@ def _mean_metrics(metrics: list[dict]) -> dict:
 
 
 def run_host(config: Config, logger: RunLogger, progress: Progress, env: HostEnv | None = None,
-             algo: Algorithm | None = None) -> dict:
+             algo: Algorithm | None = None) -> RunOutcome:
     """Trains `config` on host envs in this process. Returns the same keys as run_fused.
 
     `env` (a HostEnv of config.num_envs envs) and `algo` may be passed in instead of being
@@ -93,7 +94,7 @@ def run_host(config: Config, logger: RunLogger, progress: Progress, env: HostEnv
 
 
 def _train(config: Config, logger: RunLogger, progress: Progress, env: HostEnv, algo: Algorithm,
-           t_start: float) -> dict:
+           t_start: float) -> RunOutcome:
     B, T = config.num_envs, config.rollout_len
     n_iters = config.total_env_steps // (B * T)  # never more steps than the budget
     replay = algo.buffer == "replay"

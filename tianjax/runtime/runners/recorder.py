@@ -31,6 +31,7 @@ from tianjax.checkpoint import store as ckpt
 from tianjax.config import Config
 from tianjax.metrics import EpisodeTracker, Progress, RunLogger
 from tianjax.metrics.tracker import finished_episodes
+from tianjax.runtime.runners.outcome import RunOutcome
 
 
 class RunRecorder:
@@ -179,37 +180,36 @@ class RunRecorder:
 
     # ------------------------------------------------------------------ result
     def result(self, *, params, algo, env, env_steps: int, updates: int, skipped_updates: int,
-               compile_time_s: float, interrupted: bool, extra_summary: dict, now: float | None = None) -> dict:
-        """What train() reports (see tianjax.train): `env_steps` per seed; the rate counts
-        this session's env steps of every seed over its training time."""
+               compile_time_s: float, interrupted: bool, extra_summary: dict,
+               now: float | None = None) -> RunOutcome:
+        """What train() reports: `env_steps` per seed; the rate counts this session's env
+        steps of every seed over its training time."""
         n = len(self.trackers)
         train_time = self.session_time(time.perf_counter() if now is None else now)
         conv = [t.convergence_time_s for t in self.trackers]
         conv_steps = [t.convergence_env_steps for t in self.trackers]
-        out = {
-            "params": params,
-            "algo": algo,
-            "env": env,
-            "env_steps": env_steps * n,
-            "updates": updates,
-            "skipped_updates": skipped_updates,
-            "train_time_s": train_time,
-            "compile_time_s": compile_time_s,
-            "env_steps_per_s": (env_steps - self.env_steps0) * n / max(train_time, 1e-9),
-            "resumed_from_step": self.resumed_from,
-            "interrupted": interrupted,
-            "wall_offset_s": self.wall_offset,
-            "episodes": self.episodes,
-            "final_return": self.moving_average,
+        return RunOutcome(
+            params=params,
+            algo=algo,
+            env=env,
+            env_steps=env_steps * n,
+            updates=updates,
+            skipped_updates=skipped_updates,
+            train_time_s=train_time,
+            compile_time_s=compile_time_s,
+            env_steps_per_s=(env_steps - self.env_steps0) * n / max(train_time, 1e-9),
+            resumed_from_step=self.resumed_from,
+            interrupted=interrupted,
+            wall_offset_s=self.wall_offset,
+            episodes=self.episodes,
+            final_return=self.moving_average,
             # with several seeds, the run has converged when its slowest seed has
-            "convergence_time_s": None if any(c is None for c in conv) else max(conv),
-            "convergence_env_steps": None if any(c is None for c in conv_steps) else max(conv_steps),
-            "final_win_rate": self.win_rate if self.reports_wins else None,
-            "extra_summary": extra_summary,
-        }
-        if self.per_seed:
-            out["final_return_per_seed"] = [t.moving_average for t in self.trackers] if n > 1 else None
-        return out
+            convergence_time_s=None if any(c is None for c in conv) else max(conv),
+            convergence_env_steps=None if any(c is None for c in conv_steps) else max(conv_steps),
+            final_win_rate=self.win_rate if self.reports_wins else None,
+            extra_summary=extra_summary,
+            final_return_per_seed=[t.moving_average for t in self.trackers] if self.per_seed and n > 1 else None,
+        )
 
 
 def sample_rates(config: Config, algo, env_steps: int, train_time: float) -> dict:

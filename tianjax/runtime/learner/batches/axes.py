@@ -1,6 +1,6 @@
 """How the learner's batches are shaped: the B axis of each field, and actor batches
 joined along it into one batch. The choice of what to learn from next is the batch
-strategies' (onpolicy_batches.py, replay_batches.py).
+strategies' (the onpolicy and replay modules beside this one).
 """
 
 from __future__ import annotations

@@ -9,9 +9,9 @@ learns from. One small class each; `next(version, busy)` gives a Choice or None:
     reuse: (async) another pass over the last batch while nothing fresh waits and no
            update runs, within the balance controller's reuse budget.
 
-The pool is the ingress's (runtime/ingress.py): a deque of (behaviour version, sender,
+The pool is the ingress's (tianjax.runtime.learner.ingress): a deque of (behaviour version, sender,
 batch) items. A trajectory that leaves it, taken or dropped, hands its sender's credit
-back (`release`). The off-policy strategy is runtime/replay_batches.py.
+back (`release`). The off-policy strategy is tianjax.runtime.learner.batches.replay.
 """
 
 from __future__ import annotations

@@ -1,0 +1,98 @@
+"""What the built-in algorithms share: a batch's staleness weights, the replay update's
+gradient step and target networks, and the check of a replay section against the run."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from tianjax.config import Config, StalenessConfig
+from tianjax.config.checks import _check
+from tianjax.core import staleness as S
+from tianjax.core.update import LearnerState, gradient_step
+
+# update_target(params, target_params, version) -> (target_params, metrics)
+TargetUpdate = Callable[[Any, Any, jax.Array], tuple[Any, dict]]
+
+
+def sample_weights(correct_staleness: bool, learner_version, behaviour_version: jax.Array,
+                   cfg: StalenessConfig) -> tuple[jax.Array, jax.Array]:
+    """(weights, keep-mask) of a batch, shaped as `behaviour_version` ([T, B] or [N]):
+    `tianjax.core.staleness.staleness_weights` where staleness is corrected, else ones
+    (fused mode, where tau is always 0)."""
+    if correct_staleness:
+        return S.staleness_weights(learner_version, behaviour_version, cfg)
+    ones = jnp.ones(jnp.shape(behaviour_version), jnp.float32)
+    return ones, ones
+
+
+def target_sync(params, target_params, do_sync: jax.Array, tau: float):
+    """target <- tau * params + (1 - tau) * target where do_sync (a hard copy at tau 1)."""
+    if tau >= 1.0:
+        new = params
+    else:
+        new = optax.incremental_update(params, target_params, tau)
+    return jax.tree.map(lambda n, o: jnp.where(do_sync, n, o), new, target_params)
+
+
+def periodic_target(every: int, tau: float) -> TargetUpdate:
+    """Target networks synced (target_sync) after every `every`-th update; reports
+    `target_synced`."""
+
+    def update_target(params, target_params, version):
+        do_sync = (version % every) == 0
+        synced = {"target_synced": do_sync.astype(jnp.float32)}
+        return target_sync(params, target_params, do_sync, tau), synced
+
+    return update_target
+
+
+def polyak_target(tau: float) -> TargetUpdate:
+    """Target networks moved by a Polyak step of `tau` after every update."""
+
+    def update_target(params, target_params, version):
+        return optax.incremental_update(params, target_params, tau), {}
+
+    return update_target
+
+
+def replay_step(loss_fn, optimizer, state: LearnerState, batch, w: jax.Array,
+                update_target: TargetUpdate) -> tuple[LearnerState, dict]:
+    """One gradient step on replayed items with per-item weights `w`, then the target
+    networks; the learner's version goes up by one. Metrics: the loss's, the weights'
+    range and the target update's."""
+    params, opt_state, metrics = gradient_step(loss_fn, optimizer, state.params, state.opt_state,
+                                               state.target_params, batch, w)
+    version = state.version + 1
+    target_params, target_metrics = update_target(params, state.target_params, version)
+    metrics["weight_min"] = jnp.min(w)
+    metrics["weight_max"] = jnp.max(w)
+    metrics.update(target_metrics)
+    return state._replace(params=params, opt_state=opt_state, target_params=target_params,
+                          version=version), metrics
+
+
+def check_replay(config: Config) -> None:
+    """The replay section (`config.replay_config`, named after `config.algo`) against the
+    run: the buffer holds one rollout, and in mode sync with actors every round of
+    trajectories owes the learner a gradient step that starts in the first round."""
+    rc, key = config.replay_config, config.algo
+    sequences = rc.items == "sequences"
+    items = config.num_envs * (1 if sequences else config.rollout_len)
+    _check(rc.buffer_size >= items, f"{key}.buffer_size",
+           f"must hold at least one rollout ({items} {rc.items}), got {rc.buffer_size}")
+    if config.mode == "sync" and config.num_actors >= 1:
+        # a sync actor waits for the version after the one it acted with: every round of
+        # trajectories (one per actor) must owe the learner a gradient step
+        per_round = config.num_actors * config.num_envs * config.rollout_len
+        batch = rc.batch_size * (config.rollout_len if sequences else 1)
+        _check(config.replay_ratio * per_round >= batch, "runtime.replay_ratio",
+               f"mode sync: a round of trajectories ({per_round} env steps) must owe a gradient "
+               f"step of {batch} samples, got a replay ratio of {config.replay_ratio:g}")
+        latest = int(per_round - batch / config.replay_ratio)
+        _check(rc.learning_starts <= latest, f"{key}.learning_starts",
+               f"mode sync with actors: learning must start in the first round of trajectories "
+               f"(sync actors wait for the next version), so at most {latest}, got {rc.learning_starts}")
