@@ -13,7 +13,8 @@ import tianjax  # noqa: E402
 
 
 def run(config: str, overrides: list[str], keep_dir: str | None = None) -> dict:
-    """Trains `config` with `overrides`; returns summary.json's dict (plus the metrics)."""
+    """Trains `config` with `overrides`; returns summary.json's dict (plus the metrics
+    columns, TrainResult.metrics)."""
     with tempfile.TemporaryDirectory() as d:
         r = tianjax.train(config, overrides, run_dir=keep_dir or d, progress=False, verbose=False)
     return dict(r.summary, metrics=r.metrics)

@@ -26,7 +26,7 @@ from _runs import run
 def second_half(records):
     """Mean tau of the samples consumed in the second half of the records (each record's
     staleness_hist counts the consumed samples per tau since the previous one)."""
-    hists = [r["staleness_hist"] for r in records if "staleness_hist" in r]
+    hists = [h for h in records.get("staleness_hist", []) if h is not None]  # TrainResult.metrics columns
     n = tau = 0
     for h in hists[len(hists) // 2:]:
         n += sum(h)

@@ -4,7 +4,7 @@
 #
 #   experiments/pong_gpu.sh [key=value ...]
 #
-# 1. sets up .venv as ./quickstart.sh does (tianjax and its dependencies);
+# 1. sets up .venv as ./quickstart.sh does (tianjax with the envpool extra);
 # 2. adds JAX's CUDA 12 build to it (jax[cuda12], the version already installed, so that
 #    flax, optax and orbax stay matched), once;
 # 3. checks that JAX sees the GPU, then trains configs/ppo_pong_gpu.yaml (10M env steps),
@@ -23,9 +23,8 @@ CONFIG=configs/ppo_pong_gpu.yaml
 JAX_CUDA=${JAX_CUDA:-cuda12}
 
 if [ "${SKIP_SETUP:-0}" != 1 ] || [ ! -x .venv/bin/tianjax ]; then
-  # quickstart.sh's own set-up (venv, `pip install -e .[test]` when pyproject.toml changed);
-  # its test job then only prints pytest's version
-  ./quickstart.sh test --version >/dev/null
+  # quickstart.sh's own set-up (venv, `pip install -e .[envpool]` unless already there)
+  ./quickstart.sh setup envpool
 fi
 
 on_cpu=0

@@ -44,14 +44,22 @@ def _stdout(cell) -> str:
     return "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream" and o.name == "stdout")
 
 
-def test_notebook_is_stored_clean():
+def test_notebook_is_stored_with_its_outputs():
+    """Saved executed, as a reader opens it: every code cell ran once, in order, without an
+    error, the learning curve is a picture, and no path of the machine it ran on is shown
+    (they are written relative to the repository)."""
     nbformat = pytest.importorskip("nbformat")
     nb = nbformat.read(NOTEBOOK, as_version=4)
     nbformat.validate(nb)
     code = [c for c in nb.cells if c.cell_type == "code"]
     assert code and "parameters" in code[0].metadata.get("tags", [])
-    for c in code:
-        assert c.outputs == [] and c.execution_count is None, f"cell {c.id} has stored outputs"
+    assert [c.execution_count for c in code] == list(range(1, len(code) + 1))
+    outputs = [o for c in code for o in c.outputs]
+    assert not [o for o in outputs if o.output_type == "error"]
+    assert any("image/png" in o.get("data", {}) for o in _cell(nb, "plot").outputs)
+    assert "reached" in _stdout(_cell(nb, "train")) and "greedy evaluation" in _stdout(_cell(nb, "evaluate"))
+    text = json.dumps([o for o in outputs if o.output_type == "stream"])
+    assert str(ROOT) not in text and "run directory: runs/" in text
 
 
 def test_notebook_runs_end_to_end(tmp_path):

@@ -14,6 +14,7 @@ with versioned parameters and a staleness-weighted loss.
     out = jax.vmap(train_fn, in_axes=(None, 0))(init(key), {"ppo.lr": jnp.array([1e-3, 3e-3])})
 """
 
+from tianjax._version import __version__
 from tianjax.config import Config, ConfigError, load_config
 from tianjax import algos  # the algorithm registry, whose check every Config runs
 from tianjax.train import TrainResult, train
@@ -31,6 +32,5 @@ def __getattr__(name):
     raise AttributeError(f"module 'tianjax' has no attribute {name!r}")
 
 
-__version__ = "0.1.0"
 __all__ = ["Config", "ConfigError", "LoadedRun", "TrainResult", "algos", "evaluate", "load", "load_config",
            "make_train", "train", "__version__"]

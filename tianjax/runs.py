@@ -40,7 +40,7 @@ class LoadedRun(NamedTuple):
 
 def load(path: str | os.PathLike, *, env: Any = None, network: Any = None) -> LoadedRun:
     """Loads a run directory (newest readable checkpoint) or one checkpoint directory."""
-    config, params, step, run_dir = read_run(os.fspath(path))
+    config, params, step, run_dir = read_run(os.fspath(path), "load")
     with use_network(network):
         algo, obs_shape = _algorithm(config, env)
     first = params if config.num_seeds == 1 else jax.tree.map(lambda x: x[0], params)

@@ -175,7 +175,7 @@ def _records(config: Config, metrics: dict) -> list[dict]:
     S = config.num_seeds
     U = next(iter(metrics.values())).shape[1]
     per = config.num_envs * config.rollout_len
-    ends = list(range(config.log_every, U + 1, config.log_every))
+    ends = list(range(config.log_interval, U + 1, config.log_interval))
     if not ends or ends[-1] != U:
         ends.append(U)
     out, start = [], 0

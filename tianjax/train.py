@@ -19,11 +19,32 @@ from tianjax.runtime.process import compile_cache, shutdown
 class TrainResult(NamedTuple):
     params: Any  # the final parameters (a pytree; leading seed axis if num_seeds > 1)
     summary: dict  # what summary.json holds
-    metrics: list[dict]  # the metrics.jsonl records
-    run_dir: str
+    metrics: dict[str, np.ndarray]  # the metrics.jsonl records as columns (see records_to_columns)
+    run_dir: str | None  # None: trained with save=False
     config: Config
     env: Any = None  # the env object given to train() (None: the config's env id)
     network: Any = None  # the network object given to train()
+
+
+def records_to_columns(records: Sequence[dict]) -> dict[str, np.ndarray]:
+    """Records (dicts) to columns keyed like them, one entry per record: numbers as a float
+    array (NaN where a record lacks the key or holds null), integers as int64 where every
+    record has one, anything else (lists, dicts, strings) as an object array."""
+    keys: dict[str, None] = {}
+    for r in records:
+        keys.update(dict.fromkeys(r))
+    out = {}
+    for k in keys:
+        values = [r.get(k) for r in records]
+        if all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+            out[k] = np.asarray(values, np.int64)
+        elif all(v is None or isinstance(v, (int, float)) for v in values):
+            out[k] = np.asarray([np.nan if v is None else float(v) for v in values], np.float64)
+        else:
+            column = np.empty(len(values), object)
+            column[:] = values
+            out[k] = column
+    return out
 
 
 def _runner(config: Config):
@@ -58,7 +79,7 @@ def _own_parts(config: Config, env, network):
 
 def train(config: Config | str | os.PathLike | dict | None = None, overrides: Sequence[str] = (),
           *, env: Any = None, network: Any = None, progress: bool | None = None, verbose: bool = True,
-          **kwargs) -> TrainResult:
+          run_dir: str | os.PathLike | None = None, save: bool = True, **kwargs) -> TrainResult:
     """Trains a config (a Config, a YAML path or a dict, plus dotted overrides).
 
     `env` is an env id (the config key), or your own gymnax-API env object (fused mode);
@@ -67,10 +88,17 @@ def train(config: Config | str | os.PathLike | dict | None = None, overrides: Se
     num_actors 0). For actor processes name them as "module:Attr" instead (config keys
     `env` and `network.module`).
 
-    Writes config.yaml, metrics.jsonl and summary.json to the run directory and returns
-    the trained params with the run's metrics. `progress` forces the live bar on or off
-    (default: on when attached to a terminal); `verbose` prints the final summary.
+    `config` may also be a shipped config's name ("ppo_cartpole"), with `overrides`.
+    Writes config.yaml, metrics.jsonl and summary.json (and TensorBoard events, checkpoints)
+    to `run_dir` (default: the config's, else runs/<algo>_<env>_<mode>_<time>) and returns
+    the trained params with the run's metrics as columns. `save=False` leaves nothing
+    behind: the run works in a temporary directory, removed when it returns, without
+    checkpoints where the params come back in memory and without `loggers`
+    (`result.run_dir` is None). `progress` forces the live bar on or off (default: on when
+    attached to a terminal); `verbose` prints the final summary.
     """
+    if run_dir is not None:
+        kwargs["run_dir"] = os.fspath(run_dir)
     if isinstance(env, str):
         kwargs["env"], env = env, None
     env_obj = None
@@ -81,16 +109,48 @@ def train(config: Config | str | os.PathLike | dict | None = None, overrides: Se
         kwargs.update(env=env_obj.name, env_backend="gymnax")
     config = load_config(config, overrides, **kwargs)
     _own_parts(config, env_obj, network)
+    if not save:
+        return _train_unsaved(config, env_obj, network, progress, verbose)._replace(env=env, network=network)
     with use_network(network):
         result = _train(config, env_obj, progress, verbose)
     return result._replace(env=env, network=network)
 
 
-def _train(config: Config, env, progress, verbose) -> TrainResult:
+def _train_unsaved(config: Config, env, network, progress, verbose) -> TrainResult:
+    """train(save=False): the run in a temporary directory, removed at the end (actor
+    processes and a learner process hand over metrics and params through files)."""
+    import dataclasses
+    import shutil
+    import tempfile
+
+    if config.run_dir is not None:
+        raise ConfigError(f"config key 'run_dir': save=False writes nothing, but run_dir is "
+                          f"{config.run_dir!r}; drop one of them")
+    if config.resume:
+        raise ConfigError("config key 'resume': save=False cannot continue a run (it writes no checkpoint)")
+    in_process = config.mode == "fused" or config.num_actors == 0
+    changes = dict(loggers=())
+    if in_process:  # the params come back in memory: no checkpoint needed
+        changes["checkpoint"] = dataclasses.replace(config.checkpoint, every=0, final=False)
+    tmp = tempfile.mkdtemp(prefix="tianjax-unsaved-")
+    try:
+        config = dataclasses.replace(config, run_dir=tmp, **changes)
+        with use_network(network):
+            result = _train(config, env, progress, verbose, saved=False)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    result.summary["run_dir"] = None
+    return result._replace(run_dir=None, config=dataclasses.replace(result.config, run_dir=None))
+
+
+def _train(config: Config, env, progress, verbose, saved: bool = True) -> TrainResult:
     shutdown.requested.clear()  # a stop asked of an earlier run in this process is done
     runner = _runner(config)
     if env is not None:
         runner = partial(runner, env=env)
+    from tianjax import preflight
+
+    preflight.check(config, env_given=env is not None)  # before the run directory exists
     compile_cache.enable(config.compile_cache)
     if config.resume:
         if not os.path.isdir(config.resume):
@@ -160,5 +220,5 @@ def _train(config: Config, env, progress, verbose) -> TrainResult:
     records = logger.read_records()
     logger.close()
     if verbose:
-        print(format_summary(summary), flush=True)
-    return TrainResult(out.params, summary, records, logger.run_dir, config)
+        print(format_summary(dict(summary, run_dir=logger.run_dir if saved else "(not saved)")), flush=True)
+    return TrainResult(out.params, summary, records_to_columns(records), logger.run_dir, config)

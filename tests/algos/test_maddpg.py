@@ -141,4 +141,4 @@ def test_fused_maddpg_runs_its_config_small(tmp_path):
     s = result.summary
     # 16 iterations of 128 env steps, learning from the 4th (512 steps collected): 13 x 4 updates
     assert s["env_steps"] == 2048 and s["updates"] == 52 and s["skipped_updates"] == 0
-    assert np.isfinite(s["eval_return"]) and np.isfinite(result.metrics[-1]["critic_loss"])
+    assert np.isfinite(s["eval_return"]) and np.isfinite(result.metrics["critic_loss"][-1])

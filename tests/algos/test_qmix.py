@@ -327,7 +327,7 @@ def test_fused_qmix_learns_from_replayed_sequences(tmp_path):
                            run_dir=str(tmp_path / "q"), progress=False, verbose=False)
     # 16 iterations, learning from the 4th on (256 env steps collected): 13 updates
     assert result.summary["updates"] == 13 and result.summary["skipped_updates"] == 0
-    assert np.isfinite(result.metrics[-1]["loss"]) and result.metrics[-1]["target_synced"] >= 0
+    assert np.isfinite(result.metrics["loss"][-1]) and result.metrics["target_synced"][-1] >= 0
     from tianjax.runtime.runners.eval import evaluate_run
 
     # `tianjax eval`: the checkpoint restores, and the greedy policy carries its GRU state

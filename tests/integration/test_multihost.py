@@ -1,7 +1,7 @@
 """A multi-host run on one machine: two learner processes joined by jax.distributed into
 one data-parallel mesh, and two actor processes, each started by its own
 `tianjax launch --role ...` command as on separate hosts, sharing the run key through
-TIANJAX_RUN_KEY. The commands are the README's, as written (only the ports and the run
+TIANJAX_RUN_KEY. The commands are docs/multihost.md's, as written (only the ports and the run
 directory are made this test's own). Both learners must learn, and hold bit-identical
 parameters at the end. A lost learner process ends every process of the run, non-zero,
 with one line, within heartbeat_timeout_s + 10 s; a SIGTERM ends a learner blocked in a
@@ -35,9 +35,9 @@ from .conftest import (
 )
 
 def readme_commands(run_dir: Path, base_port: int, coordinator: str) -> list[list[str]]:
-    """The README's one-machine multi-host commands, as argv lists for `python`: `tianjax`
+    """docs/multihost.md's one-machine multi-host commands, as argv lists for `python`: `tianjax`
     is `-m tianjax.cli`, and the ports and run directory are this test's own."""
-    text = (REPO / "README.md").read_text()
+    text = (REPO / "docs" / "multihost.md").read_text()
     block = text[text.index("On one machine (two learners"):]
     block = block[block.index("```bash") + len("```bash"):]
     block = block[:block.index("```")].replace("\\\n", " ")
@@ -145,7 +145,7 @@ def test_a_killed_learner_ends_every_process_nonzero_with_one_line(tmp_path, pro
 
 @pytest.mark.slow
 def test_a_learner_left_without_actors_says_so_and_the_run_ends(tmp_path, procs):
-    """The README's learners with only `--actor-id 0` started (learner 1 has no actor): learner
+    """docs/multihost.md's learners with only `--actor-id 0` started (learner 1 has no actor): learner
     1 says which flags would start its actors (every 30 s, or halfway through a shorter
     runtime.connect_timeout_s), and once that timeout has passed both learners end, non-zero,
     with one line naming them; actor 0, whose learner went without telling it, gives up

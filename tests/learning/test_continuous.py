@@ -19,7 +19,8 @@ from tests.envs.test_brax_env import CONFIG
 def test_ppo_continuous_improves_pendulum(tmp_path):
     result = tianjax.train("configs/ppo_pendulum.yaml", run_dir=str(tmp_path / "run"), progress=False,
                            verbose=False)
-    first = result.metrics[0]["return_mean_100"]
+    ret = result.metrics["return_mean_100"]
+    first = ret[np.isfinite(ret)][0]  # the first record after an episode has ended
     assert first < -900  # a random policy
     assert result.summary["final_return"] > -400
     # the greedy policy is at least as good

@@ -9,6 +9,7 @@ import matplotlib.image
 import pytest
 
 import tianjax
+import tianjax.metrics.report
 from tianjax.cli import main
 from tianjax.metrics.report import COLUMNS, load_runs, table_rows
 
@@ -123,3 +124,36 @@ def test_bad_input_is_one_line_and_exit_code_2(tmp_path, capsys, case):
     assert len(err.strip().splitlines()) == 1 and err.startswith("tianjax: error: "), err
     assert "Traceback" not in err
     assert not (tmp_path / "out" / "report.md").exists()
+
+
+def _fake_run(base: Path, name: str, records: list[dict], summary: dict | None, config: dict) -> Path:
+    d = base / name
+    d.mkdir()
+    (d / "config.yaml").write_text(json.dumps(config))  # JSON is YAML
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    if summary is not None:
+        (d / "summary.json").write_text(json.dumps(summary))
+    return d
+
+
+def test_figures_have_markers_the_target_no_empty_panels_and_names_as_labels(tmp_path):
+    from tianjax.metrics.report import FIGURES
+
+    cfg = {"mode": "fused", "algo": "ppo", "env": "CartPole-v1", "target_return": 475}
+    one = _fake_run(tmp_path, "one_record", [{"env_steps": 512, "wall_time_s": 1.0, "return_mean_100": 20.0,
+                                              "env_steps_per_s": 900.0}], {"mode": "fused"}, cfg)
+    none = _fake_run(tmp_path, "no_records", [], None, dict(cfg, mode="sync"))
+    runs = load_runs([one, none])
+    fig = FIGURES["return_vs_steps.png"][1](runs)
+    (ax,) = fig.axes
+    curve, target = ax.get_lines()
+    assert curve.get_label() == "one_record" and list(curve.get_xdata()) == [512] and curve.get_marker() == "o"
+    assert list(target.get_ydata()) == [475, 475] and target.get_linestyle() == "--"
+    # a fused run measures env steps/s only: one panel, not three with two empty
+    assert len(FIGURES["throughput.png"][1](runs).axes) == 1
+    assert FIGURES["balance.png"][1](runs) is None
+    report = tianjax.metrics.report.write_report([one, none], tmp_path / "out")
+    text = Path(report.markdown).read_text()
+    assert "- no_records: no metrics records (it stopped before its first record)" in text
+    assert "- no_records: no summary.json (it did not finish)" in text
+    assert "(sync)" not in text and "one_record" in text

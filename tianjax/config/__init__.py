@@ -16,10 +16,10 @@ from __future__ import annotations
 from tianjax.config.algos import (DQNConfig, IMPALAConfig, MADDPGConfig, MultiAgentConfig, NetworkConfig, PPOConfig, QMIXConfig)
 from tianjax.config.checks import ConfigError
 from tianjax.config.loading import apply_overrides, import_modules, load_config, parse_override, read_yaml
-from tianjax.config.runtime import BalanceConfig, CheckpointConfig, RuntimeConfig, StalenessConfig
+from tianjax.config.runtime import BalanceConfig, CheckpointConfig, RuntimeConfig, StalenessConfig, WandbConfig
 from tianjax.config.schema import Config, install_algorithm_check
 
 __all__ = ["BalanceConfig", "CheckpointConfig", "Config", "ConfigError", "DQNConfig", "IMPALAConfig",
            "MADDPGConfig", "MultiAgentConfig", "NetworkConfig", "PPOConfig", "QMIXConfig", "RuntimeConfig",
-           "StalenessConfig", "apply_overrides", "import_modules", "install_algorithm_check", "load_config",
+           "StalenessConfig", "WandbConfig", "apply_overrides", "import_modules", "install_algorithm_check", "load_config",
            "parse_override", "read_yaml"]

@@ -181,7 +181,8 @@ def load_config(source: str | os.PathLike | Mapping | Config | None = None,
     """Builds a validated Config.
 
     Args:
-      source: a YAML path, a (nested) dict, a Config, or None for the defaults.
+      source: a YAML path, a shipped config's name ("ppo_cartpole"; `tianjax configs`
+        lists them), a (nested) dict, a Config, or None for the defaults.
       overrides: dotted `key=value` strings, e.g. ["ppo.lr=1e-3", "num_envs=8"].
       **kwargs: top-level keys, applied last (e.g. run_dir="runs/x").
     """
@@ -192,7 +193,9 @@ def load_config(source: str | os.PathLike | Mapping | Config | None = None,
     elif source is None:
         data = {}
     else:
-        data = read_yaml(source)
+        from tianjax.config.library import resolve
+
+        data = read_yaml(resolve(source))  # a path, or a shipped config's name
     data = apply_overrides(data, overrides)
     for k, v in kwargs.items():
         data[k] = v

@@ -12,9 +12,9 @@ from tianjax.config.checks import _check
 
 @dataclass(frozen=True)
 class StalenessConfig:
+    correct: bool = True  # false: the plain losses, every sample weighted 1 (for comparisons)
     # w(tau): constant (1), polynomial (1 + tau)^-power, exponential exp(-tau / kappa),
     # hinge (1 up to tau0, then (1 + tau - tau0)^-power), cutoff (1 up to max_staleness, then 0)
-    correct: bool = True  # false: the plain losses, every sample weighted 1 (for comparisons)
     schedule: Literal["constant", "polynomial", "exponential", "hinge", "cutoff"] = "constant"
     power: float = 0.5
     kappa: float = 8.0
@@ -137,3 +137,15 @@ class CheckpointConfig:
     def __post_init__(self):
         _check(self.every >= 0, "checkpoint.every", f"must be >= 0, got {self.every}")
         _check(self.keep >= 1, "checkpoint.keep", f"must be >= 1, got {self.keep}")
+
+
+@dataclass(frozen=True)
+class WandbConfig:
+    """Weights & Biases (loggers: [wandb]; pip install "tianjax[wandb]")."""
+
+    project: str = "tianjax"  # the W&B project runs go to
+    entity: str | None = None  # your user or team (null: your default entity)
+    tags: tuple[str, ...] = ()  # tags on the run
+    mode: Literal["online", "offline", "disabled"] | None = None  # null: $WANDB_MODE, else online
+    name: str | None = None  # the run's name (null: the run directory's name)
+    group: str | None = None  # runs to show together (e.g. the seeds of one sweep)

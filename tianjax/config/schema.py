@@ -15,8 +15,12 @@ from typing import Any, Callable, Literal
 
 from tianjax.config.algos import (DQNConfig, IMPALAConfig, MADDPGConfig, MultiAgentConfig, NetworkConfig, PPOConfig,
                                   QMIXConfig, ReplaySection)
-from tianjax.config.checks import _check, _to_plain
-from tianjax.config.runtime import BalanceConfig, CheckpointConfig, RuntimeConfig, StalenessConfig
+from tianjax.config.checks import _check, _is_reference, _to_plain
+from tianjax.config.runtime import BalanceConfig, CheckpointConfig, RuntimeConfig, StalenessConfig, WandbConfig
+
+# loggers named without a module (metrics.jsonl is always written)
+BUILTIN_LOGGERS = ("tensorboard", "wandb", "console")
+RECORDS_PER_RUN = 200  # log_every: null aims at about this many metrics records
 
 _algorithm_check: Callable[[Config], None] | None = None  # the registry's, once it is imported
 
@@ -61,9 +65,17 @@ class Config:
     num_actors: int = 1  # actor processes (sync/async); 0 = act inside the learner process (sync)
     num_envs: int = 4  # environments per actor
     rollout_len: int = 128  # T of each [T, B] trajectory
-    log_every: int = 20  # updates between log lines / progress refreshes
+    # Updates between metrics records (null: about 200 records a run, whatever the budget;
+    # see Config.log_interval)
+    log_every: int | None = None
     eval_episodes: int = 0  # greedy episodes at the end (0 = none)
-    compile_cache: str | None = "~/.cache/tianjax/xla"  # persistent XLA cache (null: off)
+    # JAX's persistent compilation cache, a directory (e.g. ~/.cache/tianjax/xla; null: off,
+    # unless $TIANJAX_COMPILE_CACHE names one). Setting it changes process-wide JAX settings:
+    # every later jit of the process, yours included, is cached there
+    compile_cache: str | None = None
+    # Where records go besides metrics.jsonl (always written): tensorboard, wandb, console,
+    # or your own "module:Class" (tianjax/metrics/loggers.py)
+    loggers: tuple[str, ...] = ("tensorboard",)
     resume: str | None = None  # a run directory to continue from its latest checkpoint
     # Python modules ("my_pkg.envs") or .py files every process (actors included) imports
     # before it builds the config: they may register envs and algorithms
@@ -79,6 +91,7 @@ class Config:
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
     balance: BalanceConfig = field(default_factory=BalanceConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    wandb: WandbConfig = field(default_factory=WandbConfig)  # used with loggers: [wandb]
 
     def __post_init__(self):
         _check(self.total_env_steps > 0, "total_env_steps", f"must be > 0, got {self.total_env_steps}")
@@ -90,7 +103,11 @@ class Config:
                "mode async needs actor processes (num_actors >= 1)")
         _check(self.num_envs >= 1, "num_envs", f"must be >= 1, got {self.num_envs}")
         _check(self.rollout_len >= 1, "rollout_len", f"must be >= 1, got {self.rollout_len}")
-        _check(self.log_every >= 1, "log_every", f"must be >= 1, got {self.log_every}")
+        _check(self.log_every is None or self.log_every >= 1, "log_every",
+               f"must be >= 1 or null, got {self.log_every}")
+        for name in self.loggers:
+            _check(name in BUILTIN_LOGGERS or _is_reference(name), "loggers",
+                   f"{name!r} is neither a built-in logger ({', '.join(BUILTIN_LOGGERS)}) nor 'module:Class'")
         _check(self.eval_episodes >= 0, "eval_episodes", "must be >= 0")
         _check(self.target_win_rate is None or 0 <= self.target_win_rate <= 1, "target_win_rate",
                f"must be in [0, 1] or null, got {self.target_win_rate}")
@@ -158,5 +175,54 @@ class Config:
                 return section
         return None
 
-    def to_dict(self) -> dict:
-        return _to_plain(dataclasses.asdict(self))
+    @property
+    def log_interval(self) -> int:
+        """Updates between metrics records: log_every, or (null) the budget's updates / 200,
+        moved to a divisor of the fused loop's iterations where one is near (a shorter last
+        chunk would compile a second program)."""
+        if self.log_every is not None:
+            return self.log_every
+        n = self.planned_updates
+        target = max(1, round(n / RECORDS_PER_RUN))
+        near = [d for d in range(max(1, int(target * 0.75)), int(target * 1.5) + 1) if n % d == 0]
+        return min(near, key=lambda d: abs(d - target)) if near else target
+
+    @property
+    def planned_updates(self) -> int:
+        """What log_every counts over the whole budget: rollout iterations in one process
+        (fused, num_actors 0), learner versions with actors (on-policy: one per batch;
+        replay: replay_ratio x env steps / samples per gradient step)."""
+        if self.mode == "fused" or self.num_actors == 0:
+            return max(1, self.total_env_steps // (self.num_envs * self.rollout_len))
+        if isinstance(self.algo_config, ReplaySection):
+            rc = self.replay_config
+            item = self.rollout_len if rc.items == "sequences" else 1
+            return max(1, int(self.total_env_steps * self.replay_ratio / (rc.batch_size * item)))
+        return max(1, self.total_env_steps // self.steps_per_update)
+
+    def sections_read(self) -> tuple[str, ...]:
+        """The sections this run reads: the network, its algorithm's own (every algorithm
+        section for a user's algorithm, which may read any), marl with a multi-agent env,
+        staleness and checkpoint; runtime and balance outside fused mode; wandb with that
+        logger."""
+        algo_sections = [f.name for f in dataclasses.fields(self) if hasattr(getattr(self, f.name), "algos")]
+        own = [s for s in algo_sections if self.algo in getattr(self, s).algos]
+        out = ["network", *(own or algo_sections)]
+        if self.env_backend == "jaxmarl":
+            out.append("marl")
+        out.append("staleness")
+        if self.mode != "fused":
+            out += ["runtime", "balance"]
+        out.append("checkpoint")
+        if "wandb" in self.loggers:
+            out.append("wandb")
+        return tuple(out)
+
+    def to_dict(self, *, read_only: bool = False) -> dict:
+        """The config as plain data; `read_only`: without the sections this run does not read
+        (what a run's config.yaml holds: loading it back gives the same run)."""
+        data = _to_plain(dataclasses.asdict(self))
+        if read_only:
+            keep = set(self.sections_read())
+            data = {k: v for k, v in data.items() if not isinstance(v, dict) or k in keep or k == "env_options"}
+        return data

@@ -22,6 +22,16 @@ def _quiet_spaces():
         yield
 
 
+def check_env_id(env_id: str) -> None:
+    """ConfigError naming 'env' unless envpool knows `env_id` (builds nothing)."""
+    import envpool
+
+    if env_id not in envpool.list_all_envs():
+        raise ConfigError(f"config key 'env': '{env_id}' is not an envpool task id"
+                          + (other_backend_hint(env_id, "envpool") or " (list them with `python -c "
+                             "\"import envpool; print(envpool.list_all_envs())\"`)"))
+
+
 class EnvpoolEnv:
     """An envpool batch (gymnasium API, sync mode) with same-step auto-reset.
 
@@ -32,10 +42,7 @@ class EnvpoolEnv:
     def __init__(self, env_id: str, num_envs: int, seed: int = 0, **kwargs: Any):
         import envpool
 
-        if env_id not in envpool.list_all_envs():
-            raise ConfigError(f"config key 'env': '{env_id}' is not an envpool task id"
-                              + (other_backend_hint(env_id, "envpool") or " (list them with `python -c "
-                                 "\"import envpool; print(envpool.list_all_envs())\"`)"))
+        check_env_id(env_id)
         # tianjax sets the batch and the seeds itself; every other key of the task's config
         # is an option (a misspelt one: one line naming it)
         ours = {"num_envs", "batch_size", "seed"}

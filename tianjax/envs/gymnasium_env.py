@@ -29,11 +29,36 @@ def _entry_point(fn):
     return fn
 
 
+def check_env_id(env_id: str) -> None:
+    """ConfigError naming 'env' unless gymnasium knows `env_id` (a "module:EnvId" imports
+    module, which registers EnvId); builds nothing."""
+    import gymnasium as gym
+
+    try:
+        module, _, bare_id = env_id.rpartition(":")
+        if module:  # gymnasium's own "module:EnvId": importing the module registers EnvId
+            import importlib
+
+            importlib.import_module(module)
+        elif bare_id.startswith("tianjax/"):
+            import tianjax.envs.latency  # noqa: F401 (registers the tianjax/ ids)
+        gym.spec(bare_id)
+    except Exception as e:  # noqa: BLE001 (a user module may raise anything on import)
+        reason = (str(e).strip().splitlines() or [type(e).__name__])[0].rstrip(". ")
+        hint = other_backend_hint(env_id, "gymnasium")
+        if hint:
+            raise ConfigError(f"config key 'env': '{env_id}' is not a gymnasium env id{hint}") from None
+        raise ConfigError(f"config key 'env': '{env_id}' is not a registered gymnasium env id "
+                          f"({reason}); list them with `python -c \"import gymnasium; "
+                          "gymnasium.pprint_registry()\"`, or register your own with "
+                          "gymnasium.register") from None
+
+
 class GymnasiumVectorEnv:
     """A gymnasium vector env (`gymnasium.make_vec`, SAME_STEP auto-reset).
 
     Any registered id works, including one the user registered (or a "module:Env-v0" id
-    that gymnasium imports), and tianjax's own "tianjax/..." ids (tianjax/envs/latency.py).
+    that gymnasium imports), and tianjax's own "tianjax/..." ids (tianjax.envs.latency).
     Extra keyword arguments go to the env (e.g. `max_episode_steps`), checked against its
     entry point's signature where it has one, so that a misspelt option is one line naming
     it. `vectorization_mode` None: "sync" (one process), or the env's own vector entry
@@ -44,24 +69,8 @@ class GymnasiumVectorEnv:
                  **kwargs: Any):
         import gymnasium as gym
 
-        try:
-            module, _, bare_id = env_id.rpartition(":")
-            if module:  # gymnasium's own "module:EnvId": importing the module registers EnvId
-                import importlib
-
-                importlib.import_module(module)
-            elif bare_id.startswith("tianjax/"):
-                import tianjax.envs.latency  # noqa: F401 (registers the tianjax/ ids)
-            spec = gym.spec(bare_id)
-        except Exception as e:  # noqa: BLE001 (a user module may raise anything on import)
-            reason = (str(e).strip().splitlines() or [type(e).__name__])[0].rstrip(". ")
-            hint = other_backend_hint(env_id, "gymnasium")
-            if hint:
-                raise ConfigError(f"config key 'env': '{env_id}' is not a gymnasium env id{hint}") from None
-            raise ConfigError(f"config key 'env': '{env_id}' is not a registered gymnasium env id "
-                              f"({reason}); list them with `python -c \"import gymnasium; "
-                              "gymnasium.pprint_registry()\"`, or register your own with "
-                              "gymnasium.register") from None
+        check_env_id(env_id)
+        spec = gym.spec(env_id.rpartition(":")[2])
         self.name = env_id
         self.num_envs = int(num_envs)
         self._seed = int(seed)

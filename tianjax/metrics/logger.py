@@ -13,7 +13,6 @@ import numpy as np
 import yaml
 
 from tianjax.config import Config
-from tianjax.metrics.tensorboard import TensorBoardWriter
 
 
 def _plain(x: Any) -> Any:
@@ -65,25 +64,31 @@ def default_run_dir(config: Config) -> str:
 
 
 class RunLogger:
-    """Owns one run directory."""
+    """Owns one run directory: config.yaml, metrics.jsonl (every record) and summary.json,
+    and hands records and the summary to the config's `loggers` (tianjax/metrics/loggers.py).
+
+    `tensorboard=False` leaves the `loggers` out (metrics.jsonl only)."""
 
     def __init__(self, config: Config, run_dir: str | None = None, tensorboard: bool = True):
+        from tianjax.metrics.loggers import Loggers
+
         self.run_dir = os.path.abspath(run_dir or config.run_dir or default_run_dir(config))
         os.makedirs(self.run_dir, exist_ok=True)
         with open(os.path.join(self.run_dir, "config.yaml"), "w") as f:
-            yaml.safe_dump(config.to_dict(), f, sort_keys=False)
+            yaml.safe_dump(config.to_dict(read_only=True), f, sort_keys=False)  # the sections it reads
         self._metrics = open(os.path.join(self.run_dir, "metrics.jsonl"), "a")
-        self._tb = TensorBoardWriter(self.run_dir) if tensorboard else None
+        self._loggers = Loggers(config, self.run_dir, config.loggers if tensorboard else ())
 
     def log(self, record: dict) -> None:
         rec = _plain(record)
         self._metrics.write(json.dumps(rec) + "\n")
         self._metrics.flush()
-        if self._tb is not None:
-            self._tb.write(rec)
+        self._loggers.record(rec)
 
     def write_summary(self, summary: dict) -> dict:
-        return write_json_atomic(os.path.join(self.run_dir, "summary.json"), summary)
+        summary = write_json_atomic(os.path.join(self.run_dir, "summary.json"), summary)
+        self._loggers.summary(summary)
+        return summary
 
     def read_records(self) -> list[dict]:
         """The run's metrics records, from metrics.jsonl (a resumed run's include those of
@@ -93,9 +98,7 @@ class RunLogger:
 
     def close(self) -> None:
         self._metrics.close()
-        if self._tb is not None:
-            self._tb.close()  # flushes what is queued
-            self._tb = None
+        self._loggers.close()  # flushes what is queued (TensorBoard, W&B)
 
 
 def format_summary(summary: dict) -> str:

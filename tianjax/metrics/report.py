@@ -11,7 +11,9 @@ tianjax.metrics.logger) and writes, into one output directory:
 - balance.png: production rate p and consumption rate c over time (distributed runs);
 - report.md: one table row per run with the PNGs linked.
 
-A figure without data in any run is not written. Table numbers are rounded as follows
+A figure without data in any run is not written, nor a panel without data; curves have
+markers (a run of one record is a point) and the return figures draw the target as a
+dashed line. A run without records or summary is named under "Notes". Table numbers are rounded as follows
 (ROUNDING, also stated under the table), and a missing value (target not reached, a
 metric the mode does not measure) is "-": convergence time 1 decimal, env steps to target
 exact, final return 2 decimals, throughputs to the nearest integer.
@@ -46,7 +48,20 @@ class Run(NamedTuple):
 
     @property
     def label(self) -> str:
-        return f"{self.name} ({self.mode})"
+        return self.name  # the mode is in the table: "sync (sync)" told nothing
+
+    def notes(self) -> list[str]:
+        """What a reader should know before the numbers: a run with no records, or none summary."""
+        out = []
+        if not self.records:
+            out.append("no metrics records (it stopped before its first record), so it is in no figure")
+        if not self.summary:
+            out.append("no summary.json (it did not finish), so its row is empty")
+        return out
+
+    def target(self, key: str = "target_return") -> float | None:
+        v = self.summary.get(key, self.config.get(key))
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
 # (summary key, column header, decimals; None = text, 0 = integer)
@@ -163,24 +178,29 @@ def _save(fig: Figure, out_dir: str, name: str) -> str:
     return path
 
 
-def _line_figure(runs, panels, xlabel: str, title: str) -> Figure | None:
-    """panels: [(x key, y key, y label)]; one subplot each, one curve per run with data."""
+def _line_figure(runs, panels, xlabel: str, title: str, target: str | None = None) -> Figure | None:
+    """panels: [(x key, y key, y label)]; one subplot for each panel that some run has data
+    for, one curve per run with data, with markers (a run of one record is a point).
+    `target`: the summary/config key of a target drawn as a dashed line (per distinct value)."""
+    panels = [p for p in panels if any(_series(run, p[0], p[1])[0] for run in runs)]
+    if not panels:
+        return None
     fig = Figure(figsize=(7, 3.2 * len(panels)))
-    drawn = False
     for i, (x, y, ylabel) in enumerate(panels):
         ax = fig.add_subplot(len(panels), 1, i + 1)
         for j, run in enumerate(runs):
             xs, ys = _series(run, x, y)
-            if xs:
-                ax.plot(xs, ys, label=run.label, color=f"C{j}")  # a run keeps its colour
-                drawn = True
+            if xs:  # a run keeps its colour across figures
+                ax.plot(xs, ys, label=run.label, color=f"C{j}", marker="o", markersize=3 if len(xs) > 40 else 5)
+        targets = sorted({t for run in runs if (t := run.target(target)) is not None}) if target else []
+        for t in targets:
+            ax.axhline(t, color="grey", linestyle="--", linewidth=1, label=f"target {t:g}")
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize="small")
+        ax.legend(fontsize="small")
     fig.suptitle(title)
-    return fig if drawn else None
+    return fig
 
 
 def _staleness_figure(runs) -> Figure | None:
@@ -207,13 +227,13 @@ def _staleness_figure(runs) -> Figure | None:
 FIGURES = {  # file -> (caption, builder)
     "return_vs_time.png": ("Return against wall-clock time", lambda runs: _line_figure(
         runs, [("wall_time_s", "return_mean_100", "return (mean of 100)")], "wall-clock time (s)",
-        "Return against wall-clock time")),
+        "Return against wall-clock time", target="target_return")),
     "return_vs_steps.png": ("Return against env steps", lambda runs: _line_figure(
         runs, [("env_steps", "return_mean_100", "return (mean of 100)")], "env steps",
-        "Return against env steps")),
+        "Return against env steps", target="target_return")),
     "win_rate_vs_steps.png": ("Win rate against env steps (envs that report wins)", lambda runs: _line_figure(
         runs, [("env_steps", "win_rate_100", "win rate (last 100 episodes)")], "env steps",
-        "Win rate against env steps")),
+        "Win rate against env steps", target="target_win_rate")),
     "throughput.png": ("Throughput over time", lambda runs: _line_figure(
         runs, [("wall_time_s", "env_steps_per_s", "env steps/s"),
                ("wall_time_s", "samples_fresh_per_s", "fresh samples/s"),
@@ -240,6 +260,7 @@ class Report(NamedTuple):
     markdown: str  # path of report.md
     figures: list[str]  # paths of the PNGs written
     rows: list[dict]  # table_rows(): unrounded
+    notes: list[str] = []  # "- RUN: ..." lines: runs without records or summary
 
 
 def default_out_dir(run_dirs) -> str:
@@ -263,11 +284,13 @@ def write_report(run_dirs, out_dir: str | None = None) -> Report:
             figures.append(_save(fig, out_dir, name))
             links.append(f"### {caption}\n\n![{caption}]({name})\n")
     rows = table_rows(runs)
+    notes = [f"- {r.name}: {note}" for r in runs for note in r.notes()]
     text = "\n".join([
         "# tianjax report", "",
         f"{len(runs)} run(s), generated {time.strftime('%Y-%m-%d %H:%M:%S')}.", "",
         markdown_table(rows), "",
         f"Rounding: {ROUNDING}.", "",
+        *(["## Notes", "", *notes, ""] if notes else []),
         "## Figures", "", *links,
         # paths relative to the report, so that a report moved with its runs still points at them
         "## Runs", "", *[f"- {r.label}: `{os.path.relpath(r.path, out_dir)}`" for r in runs], "",
@@ -275,4 +298,4 @@ def write_report(run_dirs, out_dir: str | None = None) -> Report:
     markdown = os.path.join(out_dir, "report.md")
     with open(markdown, "w") as f:
         f.write(text)
-    return Report(out_dir, markdown, figures, rows)
+    return Report(out_dir, markdown, figures, rows, notes)

@@ -129,6 +129,21 @@ class TensorBoardWriter:
             sum=float(counts @ taus), sum_squares=float(counts @ taus**2),
             bucket_limits=(taus + 0.5).tolist(), bucket_counts=counts.tolist(), global_step=step)
 
+    def write_hparams(self, hparams: dict, summary: dict) -> None:
+        """The config as hyperparameters (TensorBoard's HPARAMS tab), with the summary's
+        finite numbers as their metrics, in this run's own event file."""
+        from tensorboardX.summary import hparams as hparams_summary
+
+        metrics = {f"summary/{k}": float(v) for k, v in summary.items()
+                   if _scalar(v) is not None and not isinstance(v, bool)}
+        values = {k: ("null" if v is None else v) for k, v in hparams.items()}
+        exp, ssi, sei = hparams_summary(values, metrics)
+        fw = self._writer._get_file_writer()
+        for s in (exp, ssi, sei):
+            fw.add_summary(s)
+        for k, v in metrics.items():
+            self._writer.add_scalar(k, v, int(summary.get("env_steps") or 0))
+
     def flush(self) -> None:
         self._writer.flush()
 

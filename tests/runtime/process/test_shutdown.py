@@ -25,7 +25,8 @@ class Raises:
         raise self.exc
 
 Raises(KeyboardInterrupt("before"))   # no stop requested: printed as Python does
-shutdown.requested.set()
+with shutdown.critical():             # as a signal handler asks for the stop
+    shutdown.request("SIGTERM")
 Raises(KeyboardInterrupt("SIGTERM"))  # the stop's own: dropped
 Raises(ValueError("other"))           # anything else: printed
 try:
@@ -42,6 +43,14 @@ def test_a_stop_raised_in_a_destructor_is_not_printed_but_still_stops():
     assert "SIGTERM" not in out.stderr
     assert "ValueError: other" in out.stderr
     assert out.stdout.strip() == "check raised"
+
+
+def test_importing_tianjax_changes_no_interpreter_hook():
+    script = ("import sys; hooks = (sys.unraisablehook, sys.excepthook, sys.breakpointhook)\n"
+              "import tianjax, tianjax.train, tianjax.runtime.process.shutdown, tianjax.cli\n"
+              "print((sys.unraisablehook, sys.excepthook, sys.breakpointhook) == hooks)")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "True", out.stderr
 
 
 BURST = """

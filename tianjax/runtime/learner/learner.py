@@ -271,7 +271,7 @@ class Learner:
             if self.state_version % self.controller.actions.publish_every == 0:
                 self.publish()
                 last_publish = time.perf_counter()
-            if self.state_version % cfg.log_every == 0:
+            if self.state_version % cfg.log_interval == 0:
                 self._record()
             if self.recorder.due(self.state_version):
                 self.settle()

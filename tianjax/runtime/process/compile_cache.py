@@ -1,4 +1,8 @@
-"""JAX's persistent compilation cache, switched on by the launchers (never at import).
+"""JAX's persistent compilation cache: opt-in, through the config key `compile_cache` (a
+directory) or the environment variable TIANJAX_COMPILE_CACHE (the same; the key wins).
+Switched on by the launchers (never at import); it changes process-wide JAX settings
+(the cache directory, and caching every program however quick to compile), which then
+apply to the user's own jits too, so it is off unless asked for.
 
 Re-running a config is the common case (tuning, seeds, resumes, sync vs async), and on a
 small CPU machine compilation is often most of a short run's wall time; with the cache a
@@ -12,7 +16,11 @@ import os
 import jax
 
 
+ENV = "TIANJAX_COMPILE_CACHE"
+
+
 def enable(path: str | None) -> None:
+    path = path or os.environ.get(ENV) or None
     if not path:
         return
     path = os.path.expanduser(path)

@@ -48,7 +48,7 @@ class _Flag:
 
 requested = _Flag()
 _critical = 0
-_prior_unraisable_hook = sys.unraisablehook
+_prior_unraisable_hook = None
 
 
 def _unraisable(unraisable) -> None:
@@ -61,7 +61,13 @@ def _unraisable(unraisable) -> None:
     _prior_unraisable_hook(unraisable)
 
 
-sys.unraisablehook = _unraisable
+def _install_unraisable_hook() -> None:
+    """Installs `_unraisable` once, when the first stop is requested: importing tianjax
+    leaves the interpreter's hooks alone."""
+    global _prior_unraisable_hook
+    if sys.unraisablehook is not _unraisable:
+        _prior_unraisable_hook = sys.unraisablehook
+        sys.unraisablehook = _unraisable
 
 
 def check() -> None:
@@ -90,6 +96,7 @@ def request(reason: str = "SIGTERM", exit_code: int | None = None) -> None:
     and the loops' checks stop the run instead."""
     if requested.is_set():
         return
+    _install_unraisable_hook()  # before the flag: the KeyboardInterrupt below may land in a destructor
     requested.set()
     if _critical == 0:
         raise KeyboardInterrupt(reason) if exit_code is None else SystemExit(exit_code)

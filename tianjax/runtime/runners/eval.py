@@ -55,6 +55,14 @@ def locate(path: str) -> tuple[str, int | None]:
     return path, None
 
 
+def require_checkpoint(run_dir: str, what: str = "eval") -> None:
+    """ConfigError saying so when a run directory holds no checkpoint to read params from."""
+    if not ckpt.has_checkpoint(run_dir):
+        raise ConfigError(f"{what}: the run in '{run_dir}' has no checkpoints, so there are no params to "
+                          "evaluate (it stopped before its first, or trained with checkpoint.final=false and "
+                          "checkpoint.every=0); train it with checkpoint.final=true")
+
+
 class SavedRun(NamedTuple):
     config: Config  # the run's config.yaml (resume cleared)
     params: Any  # the checkpoint's parameters, as restored (nested dicts)
@@ -62,12 +70,14 @@ class SavedRun(NamedTuple):
     run_dir: str
 
 
-def read_run(path: str) -> SavedRun:
+def read_run(path: str, what: str = "eval") -> SavedRun:
     """The config and parameters of a run directory's newest readable checkpoint, or of
-    the checkpoint directory named (RUN_DIR/checkpoints/STEP)."""
+    the checkpoint directory named (RUN_DIR/checkpoints/STEP); `what` names the caller in
+    the error of a run without checkpoints."""
     run_dir, step = locate(path)
     config = load_config(os.path.join(run_dir, "config.yaml"), resume=None)
     if step is None:
+        require_checkpoint(run_dir, what)
         step, state, _ = ckpt.restore_latest(run_dir)
     else:
         step, state, _ = ckpt.restore_step(run_dir, step)

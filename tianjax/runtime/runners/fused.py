@@ -41,7 +41,7 @@ def run_fused(config: Config, logger: RunLogger, progress: Progress, env=None) -
     S, B, T = config.num_seeds, config.num_envs, config.rollout_len
     per_iter = B * T
     n_iters = config.total_env_steps // per_iter  # never more steps than the budget
-    chunk = min(config.log_every, n_iters)
+    chunk = min(config.log_interval, n_iters)
 
     keys = jax.random.split(jax.random.key(config.seed), S)
     if S == 1:

@@ -161,7 +161,7 @@ def _train(config: Config, logger: RunLogger, progress: Progress, env: HostEnv, 
             t_update += time.perf_counter() - t0
             it += 1
 
-            if it % config.log_every == 0 or it == n_iters:
+            if it % config.log_interval == 0 or it == n_iters:
                 fields = _mean_metrics(pending)
                 if algo.schedules is not None:
                     fields.update({k: float(v) for k, v in algo.schedules(env_steps).items()})

@@ -1,0 +1,7 @@
+"""`python -m tianjax ...`: the `tianjax` command."""
+
+import sys
+
+from tianjax.cli import main
+
+sys.exit(main())
