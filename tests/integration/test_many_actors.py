@@ -42,7 +42,7 @@ def test_sixteen_latency_bound_actors_keep_the_budget_credits_and_counts(tmp_pat
     assert set(by_actor) <= {str(a) for a in range(N)}, by_actor
     received = [c["received"] for c in by_actor.values()]
     # async waits for no one: an actor that finishes starting up after the others have spent
-    # the budget sends nothing, so take part is asked of many of them, not of all
+    # the budget sends nothing, so many of them must take part, not all
     assert sum(r >= 1 for r in received) >= N // 2, by_actor
     assert sum(received) == s["trajectories_received"]  # per-actor counts add up: none counted twice
     for a, c in by_actor.items():
