@@ -121,7 +121,8 @@ def _push(ctx, sync, cmd) -> dict:
     else:
         tree = _tree(mib)
         net = _net(mode, server=False)
-        s = TrajectorySender(_auth(mode), cmd["endpoint"], sender="bench", hwm=TRAJ_HWM, **_with(net, ctx))
+        s = TrajectorySender(_auth(mode), cmd["endpoint"], sender="bench", to=cmd["to"], hwm=TRAJ_HWM,
+                             **_with(net, ctx))
         cpu = _cpu()
         for i in range(WARMUP + n):
             assert s.send(tree, i, timeout_ms=SYNC_TIMEOUT_MS)
@@ -183,6 +184,20 @@ def _subscribe(ctx, sync, cmd) -> dict:
 
 
 # ------------------------------------------------------------------------------ this process
+_private: list[str] = []
+
+
+def _ipc_dir() -> str:
+    """A private directory (mode 0700) for the channels' ipc sockets, removed at exit."""
+    if not _private:
+        import atexit
+        import shutil
+
+        _private.append(tempfile.mkdtemp(prefix="tianjax-bench-"))
+        atexit.register(shutil.rmtree, _private[0], True)
+    return _private[0]
+
+
 def _bind(sock: zmq.Socket, transport: str, tag: str) -> str:
     if transport == "tcp":
         return f"tcp://127.0.0.1:{sock.bind_to_random_port('tcp://127.0.0.1')}"
@@ -204,11 +219,12 @@ def _traj_trial(ctx, sync, transport: str, mode: str, mib: int, n: int) -> tuple
     else:
         net = _net(mode, server=True)
         r = TrajectoryReceiver(_auth(mode), _template(mib), hwm=TRAJ_HWM, transport=transport,
-                               max_bytes=2 * size, **_with(net, ctx))
+                               max_bytes=2 * size, ipc_dir=_ipc_dir(), **_with(net, ctx))
         endpoint = r.endpoint
         recv = lambda: r.recv(SYNC_TIMEOUT_MS)  # noqa: E731
     cpu = _cpu()
-    sync.send_json({"op": "traj_send", "mode": mode, "endpoint": endpoint, "mib": mib, "n": n})
+    sync.send_json({"op": "traj_send", "mode": mode, "endpoint": endpoint, "mib": mib, "n": n,
+                    "to": "" if mode == "raw" else r.address})
     for i in range(WARMUP + n):
         if recv() is None:
             raise TimeoutError("trajectory sender went silent")
@@ -241,7 +257,7 @@ def _params_trial(ctx, sync, transport: str, mode: str, mib: int, n: int) -> tup
     else:
         tree = _tree(mib)
         net = _net(mode, server=True)
-        p = ParamPublisher(_auth(mode), transport=transport, hwm=hwm, **_with(net, ctx))
+        p = ParamPublisher(_auth(mode), transport=transport, hwm=hwm, ipc_dir=_ipc_dir(), **_with(net, ctx))
         endpoint = p.endpoint
         warm = lambda i: p.publish(i + 1, tree)  # noqa: E731
         timed = lambda i: p.publish(TIMED_VERSION + i, tree)  # noqa: E731

@@ -228,12 +228,12 @@ class GarbageStreamer(threading.Thread):
 
     def _header(self, kind: str) -> bytes:
         n_leaves = self.rng.randrange(0, 8)
-        h = {"m": "tianjax", "p": 1, "kind": kind, "schema": self._rand(8).hex(),
+        h = {"m": "tianjax", "p": 2, "kind": kind, "schema": self._rand(8).hex(),
              "version": self.rng.randrange(-5, 10**6), "sender": f"actor-{self.rng.randrange(8)}",
              "seq": time.time_ns() + self.rng.randrange(-10**9, 10**9), "nonce": self._rand(16).hex(),
              "leaves": [["float32", [self.rng.randrange(64), 16]] for _ in range(n_leaves)],
              "nbytes": self.rng.randrange(10**6)}
-        if kind == "ctrl":
+        if kind == "ctrl.up":
             h["body"] = {"type": self.rng.choice(["register", "heartbeat", "stop", "credit"]),
                          "actor": self.rng.randrange(8)}
         return json.dumps(h).encode()
@@ -241,7 +241,7 @@ class GarbageStreamer(threading.Thread):
     def message(self, target: str) -> tuple[str, list]:
         kind = self.rng.choices(list(GARBAGE_KINDS), weights=list(GARBAGE_KINDS.values()))[0]
         rand, r = self._rand, self.rng
-        hkind = "ctrl" if target == "DEALER" else "traj"
+        hkind = "ctrl.up" if target == "DEALER" else "traj"
         if kind == "noise":
             frames = [rand(r.randrange(2049)) for _ in range(r.randrange(1, 7))]
         elif kind == "one_frame":

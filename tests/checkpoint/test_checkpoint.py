@@ -106,6 +106,50 @@ def test_damaged_latest_falls_back_to_previous(tmp_path, damage):
     assert _equal(state, _state(shift=5))
 
 
+def _meta_file(run_dir, step):
+    root = os.path.join(ckpt.checkpoint_dir(str(run_dir)), str(step), "meta")
+    return next(os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs if f.endswith(".json") or "meta" in f)
+
+
+def test_the_digest_covers_the_counters(tmp_path):
+    """A changed count in the meta fails the check as a changed array does."""
+    _save_steps(tmp_path, [5, 10])
+    path = _meta_file(tmp_path, 10)
+    with open(path) as f:
+        meta = json.load(f)
+    assert meta["env_steps"] == 1000 and meta["digest_covers"] == "state+meta"
+    meta["env_steps"] = 999  # the arrays untouched
+    with open(path, "w") as f:
+        json.dump(meta, f)
+    with pytest.warns(RuntimeWarning, match="step 10 .* do not match the digest"):
+        step, _, meta = ckpt.restore_latest(str(tmp_path), _state())
+    assert step == 5 and meta["env_steps"] == 500
+
+
+def test_an_unreadable_step_is_moved_aside_and_written_again(tmp_path):
+    """Resuming past a damaged newest step moves it aside, so that the run's save of that
+    step (here: the final one) writes it, instead of skipping it as already saved."""
+    _save_steps(tmp_path, [5, 10])
+    for f in _data_files(tmp_path, 10):
+        os.remove(f)
+    with pytest.warns(RuntimeWarning, match="step 10 moved aside"):
+        step, _, _ = ckpt.restore_latest(str(tmp_path), _state(), move_aside=True)
+    assert step == 5
+    directory = ckpt.checkpoint_dir(str(tmp_path))
+    assert sorted(os.listdir(directory)) == ["10.unreadable-0", "5"]
+    saver = ckpt.Checkpointer(str(tmp_path), start=5)
+    saver.save(10, _state(shift=42), {"env_steps": 4200})
+    saver.close()
+    step, state, meta = ckpt.restore_latest(str(tmp_path), _state())
+    assert step == 10 and meta["env_steps"] == 4200 and _equal(state, _state(shift=42))
+    # a read that will not write (no move_aside) leaves a damaged step where it is
+    for f in _data_files(tmp_path, 10):
+        os.remove(f)
+    with pytest.warns(RuntimeWarning, match="unreadable"):
+        assert ckpt.restore_latest(str(tmp_path), _state())[0] == 5
+    assert "10" in os.listdir(directory)
+
+
 def test_unfinished_save_is_ignored(tmp_path):
     _save_steps(tmp_path, [5])
     # what a crash mid-save leaves: orbax's temporary directory, never renamed into place

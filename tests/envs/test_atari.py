@@ -37,7 +37,7 @@ def test_pong_frames_are_uint8_from_env_to_learner():
     ctx = zmq.Context()
     try:
         with TrajectoryReceiver(KEY, template, ctx=ctx) as rx, \
-                TrajectorySender(KEY, rx.endpoint, sender="actor-0", ctx=ctx) as tx:
+                TrajectorySender(KEY, rx.endpoint, sender="actor-0", to=rx.address, ctx=ctx) as tx:
             assert tx.send((rollout.batch, rollout.episodes, np.asarray(0, np.int64)), 0, timeout_ms=5000)
             msg = rx.recv(timeout_ms=10_000)
     finally:

@@ -1,12 +1,17 @@
 """Faults survived, with real processes: killed and stopped actors are replaced while the
-learner goes on; a killed learner comes back from its checkpoint and the same actors follow
-it; nothing is left behind.
+learner goes on; a killed learner, or one that raises at a checkpoint, comes back from its
+checkpoint and the same actors follow it; nothing is left behind.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
+import os
 import signal
+import subprocess
+import time
 
 import psutil
 import pytest
@@ -159,3 +164,80 @@ def test_killed_learner_resumes_from_its_checkpoint_and_actors_follow(tmp_path, 
     with open(run_dir / "summary.json") as f:
         assert json.load(f)["final_return"] > 0
     assert not alive(actors)
+
+
+@contextlib.contextmanager
+def _failing_saves(directory):
+    """Yields `fail()` and `free()`: after fail() a checkpoint save in `directory` raises
+    (the steps already there stay readable), after free() it works again. A full tmpfs
+    (ENOSPC) where this process may mount one; else, for a user that is not root, a
+    directory made read-only (EACCES). Skips where neither is possible."""
+    os.makedirs(directory)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(directory)],
+                             capture_output=True).returncode == 0
+    if not mounted and os.geteuid() == 0:
+        pytest.skip("no tmpfs can be mounted, and root ignores a read-only directory")
+    filler = os.path.join(directory, "filler")
+
+    def fail():
+        if mounted:
+            with open(filler, "wb") as f:  # fill it: the next save meets ENOSPC
+                chunk = bytes(1 << 20)
+                with contextlib.suppress(OSError):
+                    while True:
+                        f.write(chunk)
+                        f.flush()
+        else:
+            os.chmod(directory, 0o500)
+
+    def free():
+        if mounted:
+            os.remove(filler)
+        else:
+            os.chmod(directory, 0o700)
+
+    try:
+        yield fail, free
+    finally:
+        if mounted:
+            for _ in range(50):  # the launcher's children may hold it a moment longer
+                if subprocess.run(["umount", str(directory)], capture_output=True).returncode == 0:
+                    break
+                time.sleep(0.2)
+        else:
+            os.chmod(directory, 0o700)
+
+
+@pytest.mark.slow
+def test_a_learner_that_raises_at_a_checkpoint_is_restarted_and_the_run_reaches_its_target(tmp_path, procs):
+    """A learner that dies of an exception (not a kill) must not take its actors with it:
+    before, it told them to stop, they exited 0 (the run's end, to the supervisor) and the
+    restarted learner waited for actors that would never come."""
+    run_dir = tmp_path / "run"
+    with _failing_saves(run_dir / "checkpoints") as (fail, free):
+        launcher = _launch(procs, run_dir, "runtime.restart_learner=true", "checkpoint.every=20",
+                           "total_env_steps=200000")
+        actors = _running(procs, launcher, run_dir, 1)
+        ids = {a.pid: _actor_id(a) for a in actors}
+        wait_for(lambda: ckpt.has_checkpoint(str(run_dir)) or launcher.poll() is not None, 120,
+                 what="a first checkpoint")
+        assert launcher.poll() is None, procs.stderr(launcher)
+        fail()
+        wait_for(lambda: "restarting it" in procs.stderr(launcher) or launcher.poll() is not None, 120,
+                 what="the learner to fail at its next checkpoint and be restarted")
+        free()  # (long before the new learner, still starting up, saves)
+        assert procs.wait(launcher, 240) == 0, procs.stderr(launcher)
+        err = procs.stderr(launcher)
+        assert "the learner process exited with code 1; restarting it (1/2)" in err, err
+        # the learner's own error: a full disk (tmpfs) or a refused write (read-only)
+        assert os.strerror(errno.ENOSPC) in err or os.strerror(errno.EACCES) in err, err
+        s = read_summary(run_dir)
+        assert s["learner_restarts"] == 1 and s["actor_restarts"] == 0, s
+        assert s["convergence_time_s"] is not None, s  # reached its target (475)
+        assert s["updates"] >= 200000 // (2 * 16 * 32)
+        for a in actors:  # the same actor processes served both learners, to the end
+            log = (run_dir / "actors" / f"actor-{ids[a.pid]}.log").read_text()
+            assert "stopping:" not in log, log
+        assert not alive(actors)
+        print(f"restart after an exception at a checkpoint: {s['updates']} updates, "
+              f"converged at {s['convergence_time_s']:.1f} s")

@@ -206,7 +206,7 @@ def test_actors_do_not_outlive_a_killed_launcher(tmp_path, procs, when):
 
 
 # ----------------------------------------------------------------------------- authentication
-def _attacker(endpoints: dict, stop: threading.Event, sent: dict, template, handshake) -> None:
+def _attacker(endpoints: dict, stop: threading.Event, sent: dict, template, handshake, to: str) -> None:
     """Sends, until told to stop, what a peer without the run key could send once past the
     handshake (with the connection credentials, as read off a network under `mac`)."""
     ctx = zmq.Context.instance()
@@ -214,11 +214,11 @@ def _attacker(endpoints: dict, stop: threading.Event, sent: dict, template, hand
     push.linger = 2000  # what it queued still reaches the learner after stop
     handshake.client(push)
     push.connect(endpoints["traj"])
-    wrong_key = TrajectorySender(new_run_key(), endpoints["traj"], sender="actor-0", hwm=1000,
+    wrong_key = TrajectorySender(new_run_key(), endpoints["traj"], sender="actor-0", to=to, hwm=1000,
                                  handshake=handshake)
-    unsigned = TrajectorySender(InsecureNoAuth(), endpoints["traj"], sender="actor-0", hwm=1000,
+    unsigned = TrajectorySender(InsecureNoAuth(), endpoints["traj"], sender="actor-0", to=to, hwm=1000,
                                 handshake=handshake)
-    intruder = ControlClient(new_run_key(), endpoints["control"], identity="intruder", handshake=handshake)
+    intruder = ControlClient(new_run_key(), endpoints["control"], identity="intruder", to=to, handshake=handshake)
     rng = np.random.default_rng(0)
     # a well-formed trajectory that would poison the run if it got in: NaN observations,
     # episodes with absurd returns, a version from the future
@@ -262,7 +262,7 @@ def test_a_peer_without_the_run_key_cannot_inject(tmp_path):
     actor = Actor(config, 0, learner.endpoints, run_key)
     actor_thread = threading.Thread(target=lambda: actor_result.setdefault("code", actor.run()), daemon=True)
     attack_thread = threading.Thread(target=_attacker, args=(learner.endpoints, stop, sent, learner.template,
-                                                               learner.net.handshake),
+                                                               learner.net.handshake, learner.address),
                                      daemon=True)
     try:
         attack_thread.start()
@@ -307,13 +307,13 @@ def test_a_peer_without_the_run_key_cannot_inject(tmp_path):
 def test_a_peer_without_the_run_key_cannot_take_an_actors_control_route():
     run_key = new_run_key()
     server = ControlServer(run_key)
-    real = ControlClient(run_key, server.endpoint, identity="actor-0")
+    real = ControlClient(run_key, server.endpoint, identity="actor-0", to=server.address)
     thief = None
     try:
         real.send({"type": "register", "actor": 0})
         assert server.poll(5000)[0] == b"actor-0"
         # a second connection under the same name, without the key
-        thief = ControlClient(new_run_key(), server.endpoint, identity="actor-0")
+        thief = ControlClient(new_run_key(), server.endpoint, identity="actor-0", to=server.address)
         thief.send({"type": "register", "actor": 0})
         deadline = time.monotonic() + 1.0
         while time.monotonic() < deadline:

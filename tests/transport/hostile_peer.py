@@ -13,6 +13,16 @@ Attacks (each until SECONDS have passed, then a JSON report is written to OUT):
   own with a guessed server key) subscribing with 64 KiB topics to the parameter port;
   counts what they receive.
 - squat: binds the given ports the moment they are free and records what arrives.
+- badflood: with the PLAIN token (env HOSTILE_PLAIN_TOKEN, as read off a network under
+  `security: mac`) but not the run key, floods the trajectory and control ports with
+  messages that fail their checks: unsigned ones of 64 small frames (each under any
+  frame cap), and tiny ones.
+- replay: sends messages recorded off the wire, byte for byte, holding what an observer of
+  a network under `security: mac` holds (the PLAIN token, never the run key): to a
+  learner's port (`push`, `dealer`), or, as a peer an actor connects to (`router`), to the
+  first peer that writes to it. ENDPOINTS_JSON is then the path of a JSON spec:
+  {"socket", "endpoint" (push, dealer), "token", "messages": [[hex frame, ...], ...],
+  "endpoint_out" (router: where the bound endpoint is written)}.
 """
 
 from __future__ import annotations
@@ -239,11 +249,98 @@ def squat(endpoints: dict, seconds: float, run_pid: int = 0) -> dict:
     return stats
 
 
+def _admit_anyone(ctx: zmq.Context, stop) -> None:
+    """A ZAP handler that admits every handshake (a PLAIN server without one refuses all)."""
+    zap = ctx.socket(zmq.REP)
+    zap.linger = 0
+    zap.bind("inproc://zeromq.zap.01")
+    while not stop.is_set():
+        if zap.poll(50):
+            version, request_id, *_ = zap.recv_multipart()
+            zap.send_multipart([version, request_id, b"200", b"OK", b"", b""])
+    zap.close(linger=0)
+
+
+def replay(spec: dict, seconds: float) -> dict:
+    import threading
+
+    ctx = zmq.Context()
+    stop = threading.Event()
+    handler = threading.Thread(target=_admit_anyone, args=(ctx, stop), daemon=True)
+    handler.start()
+    kinds = {"push": zmq.PUSH, "dealer": zmq.DEALER, "router": zmq.ROUTER}
+    s = ctx.socket(kinds[spec["socket"]])
+    s.linger = 2000  # what it queued still goes out after the last send
+    messages = [[bytes.fromhex(f) for f in m] for m in spec["messages"]]
+    stats = {"sent": 0}
+    try:
+        if spec["socket"] == "router":
+            s.plain_server = True  # (its ZAP handler admits anyone)
+            port = s.bind_to_random_port("tcp://127.0.0.1")
+            tmp = spec["endpoint_out"] + ".tmp"
+            with open(tmp, "w") as f:
+                f.write(f"tcp://127.0.0.1:{port}")
+            os.replace(tmp, spec["endpoint_out"])
+            if not s.poll(int(seconds * 1000)):
+                return {"sent": 0, "error": "no peer wrote"}
+            route = s.recv_multipart()[0]
+            for m in messages:
+                s.send_multipart([route, *m])
+                stats["sent"] += 1
+        else:
+            s.plain_username, s.plain_password = b"tianjax", spec["token"].encode()
+            s.connect(spec["endpoint"])
+            for m in messages:
+                s.send_multipart(m)
+                stats["sent"] += 1
+        time.sleep(0.5)
+    finally:
+        s.close(linger=2000)
+        stop.set()
+        handler.join(5)
+        ctx.term()
+    return stats
+
+
+def badflood(endpoints: dict, seconds: float) -> dict:
+    ctx = zmq.Context()
+    token = os.environ["HOSTILE_PLAIN_TOKEN"].encode()
+    socks = []
+    for name, kind in (("traj", zmq.PUSH), ("control", zmq.DEALER)):
+        s = ctx.socket(kind)
+        s.linger = 0
+        s.sndhwm = 1000
+        s.plain_username, s.plain_password = b"tianjax", token
+        s.connect(endpoints[name])
+        socks.append(s)
+    small = [os.urandom(900) for _ in range(64)]
+    stats = {"sent": 0}
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        for s in socks:
+            for parts in (small, [os.urandom(16), b'{"m":"tianjax"}'], [b"x"]):
+                try:
+                    s.send_multipart(parts, flags=zmq.NOBLOCK)
+                    stats["sent"] += 1
+                except zmq.Again:
+                    time.sleep(0.001)
+    for s in socks:
+        s.close(linger=0)
+    ctx.destroy(linger=0)
+    return stats
+
+
 def main() -> int:
-    attack, endpoints, seconds, out = sys.argv[1], json.loads(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
+    attack, seconds, out = sys.argv[1], float(sys.argv[3]), sys.argv[4]
     extra = int(sys.argv[5]) if len(sys.argv) > 5 else 0
-    if attack == "flood":
+    endpoints = {} if attack == "replay" else json.loads(sys.argv[2])
+    if attack == "replay":
+        with open(sys.argv[2]) as f:
+            report = replay(json.load(f), seconds)
+    elif attack == "flood":
         report = flood(endpoints, seconds, extra or 1000)
+    elif attack == "badflood":
+        report = badflood(endpoints, seconds)
     elif attack == "frames":
         report = frames(endpoints, seconds)
     elif attack == "subscribe":

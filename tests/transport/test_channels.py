@@ -15,11 +15,14 @@ import zmq
 from tianjax.transport.auth import MessageAuth, RunKey, new_run_key
 from tianjax.transport.channels import (ControlClient, ControlServer, ParamPublisher, ParamSubscriber, TrajectoryReceiver, TrajectorySender)
 from tianjax.transport.codec import encode
+from tianjax.transport.sockets import address, process_incarnation
 
 KEY = RunKey(bytes(range(32)))
 AUTH = MessageAuth(KEY)
 TREE = {"obs": np.arange(12, dtype=np.float32).reshape(3, 4), "act": np.arange(3, dtype=np.int32)}
 WAIT_MS = 3000  # generous for a loaded machine; a passing test never waits this long
+# a receiver's (and control server's) default address in this process: what senders here name
+LEARNER = address("learner", process_incarnation())
 
 
 @pytest.fixture
@@ -34,6 +37,20 @@ def transport(request):
     return request.param
 
 
+@pytest.fixture
+def private():
+    """A private directory (mode 0700) for ipc sockets, as the launcher makes."""
+    from tianjax.launch.ports import PrivateDir
+
+    with PrivateDir() as d:
+        yield d.path
+
+
+def test_ipc_needs_a_private_directory(ctx):
+    with pytest.raises(ValueError, match="private directory"):
+        TrajectoryReceiver(KEY, TREE, transport="ipc", ctx=ctx)
+
+
 def _until(fn, timeout_s=WAIT_MS / 1000):
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -43,10 +60,10 @@ def _until(fn, timeout_s=WAIT_MS / 1000):
 
 
 # ------------------------------------------------------------------------------ trajectories
-def test_trajectory_roundtrip(ctx, transport):
-    with TrajectoryReceiver(KEY, TREE, transport=transport, ctx=ctx) as rx, \
-            TrajectorySender(KEY, rx.endpoint, sender="actor-0", ctx=ctx) as a0, \
-            TrajectorySender(KEY, rx.endpoint, sender="actor-1", ctx=ctx) as a1:
+def test_trajectory_roundtrip(ctx, transport, private):
+    with TrajectoryReceiver(KEY, TREE, transport=transport, ipc_dir=private, ctx=ctx) as rx, \
+            TrajectorySender(KEY, rx.endpoint, sender="actor-0", to=LEARNER, ctx=ctx) as a0, \
+            TrajectorySender(KEY, rx.endpoint, sender="actor-1", to=LEARNER, ctx=ctx) as a1:
         assert rx.endpoint.startswith(f"{transport}://")
         if transport == "tcp":
             assert rx.endpoint.startswith("tcp://127.0.0.1:")
@@ -78,11 +95,11 @@ class Boom:
 
 
 def _bad_messages():
-    good = encode(TREE, auth=AUTH, kind="traj", version=1, sender="evil", seq=1)
-    other = encode(TREE, auth=MessageAuth(new_run_key()), kind="traj", version=1, sender="x", seq=1)
+    good = encode(TREE, auth=AUTH, kind="traj", version=1, sender="evil", seq=1, to=LEARNER)
+    other = encode(TREE, auth=MessageAuth(new_run_key()), kind="traj", version=1, sender="x", seq=1, to=LEARNER)
     resign = lambda f: [AUTH.tag(f[1], f[2:]), *f[1:]]  # noqa: E731  a buggy sender with the key
     enc = lambda tree, **kw: encode(tree, auth=AUTH, kind="traj", sender="x",  # noqa: E731
-                                    **({"version": 1, "seq": 1} | kw))
+                                    **({"version": 1, "seq": 1, "to": LEARNER} | kw))
     payload = pickle.dumps(Boom())
     rng = np.random.default_rng(0)
     return {
@@ -96,7 +113,11 @@ def _bad_messages():
         # frames each under the socket's frame limit (below), together over the message limit
         "oversized": (enc({"obs": np.zeros((3, 4), np.float32), "act": np.zeros(3, np.int32)})
                       + [bytes(40 << 10), bytes(40 << 10)], "size"),
-        "wrong kind": (encode(TREE, auth=AUTH, kind="params", version=1, sender="x", seq=1), "kind"),
+        "wrong kind": (encode(TREE, auth=AUTH, kind="params", version=1, sender="x", seq=1, to=LEARNER), "kind"),
+        # signed with the run key, for another learner or another incarnation of this one
+        "another learner": (enc(TREE, to=address("learner-1", process_incarnation())), "recipient"),
+        "a learner before its restart": (enc(TREE, to=address("learner", "0" * 16)), "old_incarnation"),
+        "the parameter broadcast's recipient": (enc(TREE, to="*"), "recipient"),
         "pickle header": ([good[0], payload, *good[2:]], "auth"),
         "signed pickle header": ([AUTH.tag(payload, good[2:]), payload, *good[2:]], "header"),
         "random bytes": ([rng.bytes(16), rng.bytes(100), rng.bytes(48)], "auth"),
@@ -111,7 +132,7 @@ BAD = _bad_messages()
 def test_receiver_counts_bad_message(ctx, case):
     frames, reason = BAD[case]
     with TrajectoryReceiver(KEY, TREE, ctx=ctx, max_bytes=1 << 16) as rx, \
-            TrajectorySender(KEY, rx.endpoint, sender="actor-0", ctx=ctx) as good:
+            TrajectorySender(KEY, rx.endpoint, sender="actor-0", to=LEARNER, ctx=ctx) as good:
         raw = ctx.socket(zmq.PUSH)
         raw.linger = 0
         raw.connect(rx.endpoint)
@@ -131,11 +152,11 @@ def test_oversized_frame_disconnects_its_sender_unread(ctx):
     """A frame over the receiver's limit never reaches it (ZeroMQ's maxmsgsize drops the
     connection before buffering it), so it costs no memory and is not even counted."""
     with TrajectoryReceiver(KEY, TREE, ctx=ctx, max_bytes=1 << 16) as rx, \
-            TrajectorySender(KEY, rx.endpoint, sender="actor-0", ctx=ctx) as good:
+            TrajectorySender(KEY, rx.endpoint, sender="actor-0", to=LEARNER, ctx=ctx) as good:
         raw = ctx.socket(zmq.PUSH)
         raw.linger = 0
         raw.connect(rx.endpoint)
-        raw.send_multipart(encode(TREE, auth=AUTH, kind="traj", version=1, sender="x", seq=1)
+        raw.send_multipart(encode(TREE, auth=AUTH, kind="traj", version=1, sender="x", seq=1, to=LEARNER)
                            + [bytes(1 << 20)], copy=False)
         assert good.send(TREE, 7, timeout_ms=WAIT_MS)
         msg = rx.recv(WAIT_MS)
@@ -150,9 +171,9 @@ def test_replay_rejected_and_counted(ctx):
         raw = ctx.socket(zmq.PUSH)
         raw.linger = 0
         raw.connect(rx.endpoint)
-        frames = encode(TREE, auth=AUTH, kind="traj", version=1, sender="actor-0", seq=100)
-        older = encode(TREE, auth=AUTH, kind="traj", version=2, sender="actor-0", seq=99)
-        newer = encode(TREE, auth=AUTH, kind="traj", version=3, sender="actor-0", seq=101)
+        frames = encode(TREE, auth=AUTH, kind="traj", version=1, sender="actor-0", seq=100, to=LEARNER)
+        older = encode(TREE, auth=AUTH, kind="traj", version=2, sender="actor-0", seq=99, to=LEARNER)
+        newer = encode(TREE, auth=AUTH, kind="traj", version=3, sender="actor-0", seq=101, to=LEARNER)
         for f in (frames, frames, older, newer):
             raw.send_multipart(f, copy=False)
         assert rx.recv(WAIT_MS).version == 1
@@ -164,7 +185,7 @@ def test_replay_rejected_and_counted(ctx):
 def test_backpressure_returns_false_within_timeout(ctx):
     # a PUSH towards a peer that is not there queues up to its HWM, then refuses
     nobody = "ipc://" + os.path.join(tempfile.gettempdir(), f"tianjax-nobody-{os.getpid()}.ipc")
-    with TrajectorySender(KEY, nobody, sender="actor-0", hwm=2, ctx=ctx) as tx:
+    with TrajectorySender(KEY, nobody, sender="actor-0", to=LEARNER, hwm=2, ctx=ctx) as tx:
         sent = 0
         while sent < 50 and tx.send(TREE, 0, timeout_ms=10):
             sent += 1
@@ -177,7 +198,7 @@ def test_backpressure_returns_false_within_timeout(ctx):
 def test_backpressure_from_a_learner_that_is_not_reading(ctx):
     big = {"x": np.zeros(1 << 20, np.float32)}  # 4 MiB: more than the socket buffers hold
     with TrajectoryReceiver(KEY, big, hwm=1, ctx=ctx) as rx, \
-            TrajectorySender(KEY, rx.endpoint, sender="actor-0", hwm=1, ctx=ctx) as tx:
+            TrajectorySender(KEY, rx.endpoint, sender="actor-0", to=LEARNER, hwm=1, ctx=ctx) as tx:
         results = [tx.send(big, 0, timeout_ms=50) for _ in range(12)]
         assert results[0] and not all(results)
         n_sent = sum(results)
@@ -188,8 +209,8 @@ def test_backpressure_from_a_learner_that_is_not_reading(ctx):
 
 
 # ------------------------------------------------------------------------------ parameters
-def test_latest_version_wins(ctx, transport):
-    with ParamPublisher(KEY, transport=transport, ctx=ctx) as pub, \
+def test_latest_version_wins(ctx, transport, private):
+    with ParamPublisher(KEY, transport=transport, ipc_dir=private, ctx=ctx) as pub, \
             ParamSubscriber(KEY, pub.endpoint, TREE, ctx=ctx) as sub:
         # subscriptions take a moment to reach the publisher: publish 0 until it is heard
         assert _until(lambda: (pub.publish(0, TREE), sub.latest(20))[1]) is not None
@@ -211,13 +232,13 @@ def test_latest_version_wins(ctx, transport):
         assert sub.version == 5 and not sub.rejected
 
 
-def test_a_subscriber_that_reads_rarely_gets_the_newest_not_a_backlog(ctx, transport):
+def test_a_subscriber_that_reads_rarely_gets_the_newest_not_a_backlog(ctx, transport, private):
     # an actor reads once per rollout while the learner publishes several versions: what it
     # reads must be the newest published, whatever piled up since. (With a small RCVHWM, old
     # versions waited in the kernel's socket buffers and came out one read at a time: an
     # actor fell ever further behind, about 0.2 x the run's env steps in async DQN.)
     big = {"obs": np.zeros((64, 256), np.float32), "act": TREE["act"]}  # 64 KiB a version
-    with ParamPublisher(KEY, transport=transport, ctx=ctx) as pub, \
+    with ParamPublisher(KEY, transport=transport, ipc_dir=private, ctx=ctx) as pub, \
             ParamSubscriber(KEY, pub.endpoint, big, ctx=ctx) as sub:
         assert _until(lambda: (pub.publish(0, big), sub.latest(20))[1]) is not None
         last = 0
@@ -258,11 +279,35 @@ def test_subscriber_rejects_and_keeps_newest_valid(ctx):
         forged.close()
 
 
+def test_only_the_empty_topic_is_subscribed(ctx):
+    """The publisher approves subscriptions itself: the empty topic (ours) is taken; any
+    other, even one that matches every message's first bytes, is refused, counted, and
+    not stored, so the subscriber gets nothing."""
+    with ParamPublisher(KEY, ctx=ctx) as pub, ParamSubscriber(KEY, pub.endpoint, TREE, ctx=ctx) as sub:
+        topical = ctx.socket(zmq.SUB)
+        topical.linger = 0
+        prefix = (len(TREE) + 2).to_bytes(4, "little")  # an envelope's first bytes: its frame count
+        for topic in (prefix, b"x" * 100):
+            topical.setsockopt(zmq.SUBSCRIBE, topic)
+        topical.connect(pub.endpoint)
+        assert _until(lambda: (pub.publish(0, TREE), sub.latest(20))[1]) is not None
+        deadline = time.monotonic() + WAIT_MS / 1000
+        while pub.subscriptions_refused < 2 and time.monotonic() < deadline:
+            pub.publish(1, TREE)
+            time.sleep(0.01)
+        assert pub.subscriptions_refused == 2 and pub.subscriptions >= 1
+        for v in range(2, 6):
+            pub.publish(v, TREE)
+        assert sub.latest(WAIT_MS) is not None
+        assert not topical.poll(300)  # nothing reached it
+        topical.close()
+
+
 # ------------------------------------------------------------------------------ control
-def test_control_register_heartbeat_stop(ctx, transport):
-    with ControlServer(KEY, transport=transport, ctx=ctx) as server, \
-            ControlClient(KEY, server.endpoint, identity="actor-0", ctx=ctx) as a0, \
-            ControlClient(KEY, server.endpoint, identity="actor-1", ctx=ctx) as a1:
+def test_control_register_heartbeat_stop(ctx, transport, private):
+    with ControlServer(KEY, transport=transport, ipc_dir=private, ctx=ctx) as server, \
+            ControlClient(KEY, server.endpoint, identity="actor-0", to=LEARNER, ctx=ctx) as a0, \
+            ControlClient(KEY, server.endpoint, identity="actor-1", to=LEARNER, ctx=ctx) as a1:
         assert a0.send({"type": "register", "actor": 0}) and a1.send({"type": "register", "actor": 1})
         seen = {}
         while len(seen) < 2 and (item := server.poll(WAIT_MS)) is not None:
@@ -281,8 +326,8 @@ def test_control_register_heartbeat_stop(ctx, transport):
 
 def test_control_rejects_outsiders_and_spoofed_senders(ctx):
     with ControlServer(KEY, ctx=ctx) as server, \
-            ControlClient(new_run_key(), server.endpoint, identity="intruder", ctx=ctx) as intruder, \
-            ControlClient(KEY, server.endpoint, identity="actor-0", ctx=ctx) as a0:
+            ControlClient(new_run_key(), server.endpoint, identity="intruder", to=LEARNER, ctx=ctx) as intruder, \
+            ControlClient(KEY, server.endpoint, identity="actor-0", to=LEARNER, ctx=ctx) as a0:
         intruder.send({"type": "stop"})
         spoof = ctx.socket(zmq.DEALER)
         spoof.linger = 0
@@ -300,10 +345,41 @@ def test_control_rejects_outsiders_and_spoofed_senders(ctx):
         spoof.close()
 
 
+def test_a_receive_handles_a_bounded_number_of_rejections(ctx):
+    """However many bad messages wait, one receive rejects at most MAX_REJECTED_PER_CALL
+    of them and returns: a flood cannot hold its caller (the learner's loop, the receiver
+    thread) where it sees no stop. A good message behind them is reached by later calls."""
+    from tianjax.transport.sockets import MAX_REJECTED_PER_CALL
+
+    from tianjax.transport.codec import encode_json
+
+    n_bad = 3 * MAX_REJECTED_PER_CALL + 5
+    with ControlServer(KEY, ctx=ctx) as server:
+        raw = ctx.socket(zmq.DEALER)  # one connection: its messages arrive in order
+        raw.linger = 0
+        raw.connect(server.endpoint)
+        other = MessageAuth(new_run_key())
+        for i in range(n_bad):
+            raw.send_multipart(encode_json({"type": "heartbeat"}, auth=other, kind="ctrl.up", sender="actor-0",
+                                           seq=i, to=LEARNER))
+        raw.send_multipart(encode_json({"type": "heartbeat"}, auth=AUTH, kind="ctrl.up", sender="actor-0",
+                                       seq=0, to=LEARNER))
+        per_call, got = [], None
+        deadline = time.monotonic() + WAIT_MS / 1000
+        while got is None and time.monotonic() < deadline:
+            before = sum(server.rejected.values())
+            got = server.poll(None)  # even "wait forever" returns after the bound
+            per_call.append(sum(server.rejected.values()) - before)
+        assert got == (b"actor-0", {"type": "heartbeat"})
+        assert server.rejected == {"auth": n_bad}
+        assert max(per_call) == MAX_REJECTED_PER_CALL and len(per_call) >= 4, per_call
+        raw.close()
+
+
 def test_one_poller_over_several_channels(ctx):
     with TrajectoryReceiver(KEY, TREE, ctx=ctx) as rx, ControlServer(KEY, ctx=ctx) as server, \
-            TrajectorySender(KEY, rx.endpoint, sender="actor-0", ctx=ctx) as tx, \
-            ControlClient(KEY, server.endpoint, identity="actor-0", ctx=ctx) as cc:
+            TrajectorySender(KEY, rx.endpoint, sender="actor-0", to=LEARNER, ctx=ctx) as tx, \
+            ControlClient(KEY, server.endpoint, identity="actor-0", to=LEARNER, ctx=ctx) as cc:
         poller = zmq.Poller()
         poller.register(rx.socket, zmq.POLLIN)
         poller.register(server.socket, zmq.POLLIN)

@@ -3,6 +3,7 @@ reason (decode called on frames directly; tests/transport/test_channels.py sends
 
 from __future__ import annotations
 
+import os
 import pickle
 from typing import NamedTuple
 
@@ -223,14 +224,61 @@ def test_replay_guard():
     guard.check(decode(_good(seq=6), auth=AUTH, spec=SPEC, kind="traj", max_bytes=BIG))
 
 
+def _msg(**kw):
+    return decode(_good(**kw), auth=AUTH, spec=SPEC, kind="traj", max_bytes=BIG)
+
+
+def test_replay_guard_counts_per_incarnation_and_retires_the_one_before():
+    """Sequence numbers count from 0 in each incarnation (no clock): a restarted sender
+    starts again at 0, and from its first message on its predecessor's are refused, even
+    ones numbered above anything seen."""
+    guard = ReplayGuard()
+    guard.check(_msg(seq=0, inc="old"))
+    guard.check(_msg(seq=7, inc="old"))
+    guard.check(_msg(seq=0, inc="new"))  # a restart: counting from 0 again is not a replay
+    with pytest.raises(CodecError) as e:
+        guard.check(_msg(seq=8, inc="old"))
+    assert e.value.reason == "incarnation"
+    with pytest.raises(CodecError) as e:
+        guard.check(_msg(seq=0, inc="new"))
+    assert e.value.reason == "replay"
+    guard.check(_msg(seq=1, inc="new"))
+    guard.check(_msg(seq=0, inc="newer"))
+    for inc in ("old", "new"):  # every predecessor stays retired
+        with pytest.raises(CodecError, match="incarnation"):
+            guard.check(_msg(seq=100, inc=inc))
+    with pytest.raises(CodecError, match="replay"):
+        guard.check(_msg(seq=-1, sender="fresh", inc="x"))
+
+
+def test_recipient_and_direction_are_bound():
+    frames = _good(inc="i1", to="learner-0@abc")
+    msg = decode(frames, auth=AUTH, spec=SPEC, kind="traj", max_bytes=BIG, to="learner-0@abc")
+    assert (msg.inc, msg.to, msg.source) == ("i1", "learner-0@abc", "a@i1")
+    for other, reason in (("learner-0@abd", "old_incarnation"), ("learner-1@abc", "recipient"), ("", "recipient")):
+        with pytest.raises(CodecError) as e:  # a restarted learner, another one
+            decode(frames, auth=AUTH, spec=SPEC, kind="traj", max_bytes=BIG, to=other)
+        assert e.value.reason == reason
+    down = encode_json({"type": "credit", "n": 1}, auth=AUTH, kind="ctrl.down", sender="learner-0", seq=0,
+                       inc="L", to="actor-0@A")
+    with pytest.raises(CodecError) as e:  # reflected back to the learner: the wrong direction
+        decode_json(down, auth=AUTH, kind="ctrl.up", max_bytes=1 << 16, to="actor-0@A")
+    assert e.value.reason == "kind"
+    import json
+    readdressed = json.dumps(json.loads(bytes(down[1])) | {"to": "actor-1@B"}).encode()
+    with pytest.raises(CodecError) as e:  # readdressing without the key breaks the tag
+        decode_json([down[0], readdressed], auth=AUTH, kind="ctrl.down", max_bytes=1 << 16, to="actor-1@B")
+    assert e.value.reason == "auth"
+
+
 def test_control_json():
-    frames = encode_json({"type": "heartbeat", "n": 3}, auth=AUTH, kind="ctrl", sender="a", seq=1)
-    assert decode_json(frames, auth=AUTH, kind="ctrl", max_bytes=1 << 16).body == {"type": "heartbeat", "n": 3}
-    bad = encode_json({"n": 3}, auth=AUTH, kind="ctrl", sender="a", seq=1)
+    frames = encode_json({"type": "heartbeat", "n": 3}, auth=AUTH, kind="ctrl.up", sender="a", seq=1)
+    assert decode_json(frames, auth=AUTH, kind="ctrl.up", max_bytes=1 << 16).body == {"type": "heartbeat", "n": 3}
+    bad = encode_json({"n": 3}, auth=AUTH, kind="ctrl.up", sender="a", seq=1)
     with pytest.raises(CodecError, match="header"):
-        decode_json(bad, auth=AUTH, kind="ctrl", max_bytes=1 << 16)
+        decode_json(bad, auth=AUTH, kind="ctrl.up", max_bytes=1 << 16)
     with pytest.raises(CodecError, match="size"):
-        decode_json(frames, auth=AUTH, kind="ctrl", max_bytes=50)
+        decode_json(frames, auth=AUTH, kind="ctrl.up", max_bytes=50)
 
 
 def test_insecure_no_auth_is_only_itself():
@@ -257,17 +305,37 @@ def test_load_key(tmp_path, monkeypatch):
     key = new_run_key()
     write_key_file(tmp_path / "hex.key", key)
     assert load_key(tmp_path / "hex.key") == key
-    (tmp_path / "raw.key").write_bytes(bytes(key))
-    assert load_key(str(tmp_path / "raw.key")) == key
     monkeypatch.setenv(KEY_ENV, key.hex())
     assert load_key() == key
+    assert KEY_ENV not in os.environ  # read once: nothing started afterwards inherits it
     monkeypatch.setenv("OTHER", key.hex())
-    assert load_key("env:OTHER") == key
-    monkeypatch.delenv(KEY_ENV)
+    assert load_key("env:OTHER") == key and "OTHER" not in os.environ
     with pytest.raises(KeyError) as e:
         load_key()
     assert KEY_ENV in str(e.value)
-    (tmp_path / "short.key").write_text("abcd")
+
+
+@pytest.mark.parametrize("content", [b"abcd", b"correct horse battery staple, a passphrase",
+                                     b"ab" * 31, b"ab" * 33, b"zz" * 32, bytes(range(32))])
+def test_only_a_key_of_64_hex_digits_is_taken(tmp_path, content):
+    """A key is 32 random bytes as 64 hex digits: a passphrase, a short or long key, or
+    the raw bytes are refused, and the message never shows what the file held."""
+    path = tmp_path / "bad.key"
+    path.write_bytes(content)
+    os.chmod(path, 0o600)
     with pytest.raises(ValueError) as e:
-        load_key(tmp_path / "short.key")
-    assert "abcd" not in str(e.value)
+        load_key(path)
+    assert "64 hex digits" in str(e.value) and content.decode(errors="replace")[:8] not in str(e.value)
+    with pytest.raises(ValueError):
+        RunKey(content[:16])
+
+
+@pytest.mark.parametrize("mode", [0o640, 0o604, 0o644])
+def test_a_key_file_others_may_read_is_refused(tmp_path, mode):
+    path = tmp_path / "run.key"
+    write_key_file(path, new_run_key())
+    os.chmod(path, mode)
+    with pytest.raises(PermissionError, match="chmod 600"):
+        load_key(path)
+    os.chmod(path, 0o600)
+    assert load_key(path) is not None

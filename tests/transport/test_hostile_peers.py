@@ -40,6 +40,7 @@ from tianjax.checkpoint import store as ckpt
 from tianjax.transport.auth import new_run_key
 from tianjax.transport.channels import ParamPublisher, ParamSubscriber, TrajectoryReceiver, TrajectorySender
 from tianjax.transport.security import Handshake, SecureContext, resolve_security
+from tianjax.transport.sockets import address, process_incarnation
 
 REPO = Path(__file__).resolve().parents[2]
 ASYNC_CFG = str(REPO / "configs" / "ppo_cartpole_async.yaml")
@@ -97,8 +98,9 @@ def test_only_the_runs_credentials_get_a_message_through(security):
         rx = TrajectoryReceiver(key, TREE, ctx=server.ctx, handshake=server.handshake)
         # another run's credentials, and none at all (NULL mechanism)
         # (kept referenced: a collected channel closes its socket, maybe before its handshake)
-        others = [TrajectorySender(key, rx.endpoint, sender="x", ctx=bad.ctx, handshake=bad.handshake),
-                  TrajectorySender(key, rx.endpoint, sender="y", ctx=bare)]
+        others = [TrajectorySender(key, rx.endpoint, sender="x", to=rx.address, ctx=bad.ctx,
+                                   handshake=bad.handshake),
+                  TrajectorySender(key, rx.endpoint, sender="y", to=rx.address, ctx=bare)]
         for i, other in enumerate(others):
             other.send(TREE, i + 1, timeout_ms=0)
         if security == "curve":
@@ -109,7 +111,8 @@ def test_only_the_runs_credentials_get_a_message_through(security):
             spy.curve_publickey, spy.curve_secretkey = zmq.curve_keypair()
             spy.connect(rx.endpoint)
             spy.send_multipart([b"x" * 16, b"{}"])
-        tx = TrajectorySender(key, rx.endpoint, sender="actor-0", ctx=good.ctx, handshake=good.handshake)
+        tx = TrajectorySender(key, rx.endpoint, sender="actor-0", to=rx.address, ctx=good.ctx,
+                              handshake=good.handshake)
         assert tx.send(TREE, 3, timeout_ms=WAIT_MS)
         msg = rx.recv(WAIT_MS)
         assert msg is not None and msg.sender == "actor-0" and msg.version == 3
@@ -141,10 +144,46 @@ def test_address_allow_list_refuses_other_hosts_even_with_credentials():
     client = _client(key)
     try:
         rx = TrajectoryReceiver(key, TREE, ctx=server.ctx, handshake=server.handshake)
-        tx = TrajectorySender(key, rx.endpoint, sender="actor-0", ctx=client.ctx, handshake=client.handshake)
+        tx = TrajectorySender(key, rx.endpoint, sender="actor-0", to=rx.address, ctx=client.ctx,
+                              handshake=client.handshake)
         tx.send(TREE, 1)
         assert rx.recv(1000) is None
-        assert server.gatekeeper.refused["address"] >= 1 and server.gatekeeper.admitted == 0
+        # closed at accept by the kernel-side filter, before any handshake: the gatekeeper
+        # (Python, in the learner's process) never even heard of the connection
+        gk = server.gatekeeper
+        assert gk.admitted == 0 and not gk.refused
+        # its own check, the second layer, refuses the host too, and a tcp peer without
+        # an address (tcp peers always have one)
+        token = server.handshake._token
+        for address in (b"127.0.0.1", b""):
+            reply = gk._answer([b"1.0", b"7", b"tianjax.tcp", address, b"", b"PLAIN", b"tianjax", token])
+            assert reply[2] == b"400"
+        assert gk.refused == {"address": 2}
+        ipc = gk._answer([b"1.0", b"8", b"tianjax.ipc", b"", b"", b"PLAIN", b"tianjax", token])
+        other = gk._answer([b"1.0", b"9", b"elsewhere", b"", b"", b"PLAIN", b"tianjax", token])
+        assert ipc[2] == b"200" and other[2] == b"400" and gk.refused["domain"] == 1
+    finally:
+        client.close()
+        server.close()
+
+
+@pytest.mark.parametrize("security", ["mac", "curve"])
+def test_without_its_gatekeeper_a_server_admits_nobody(security):
+    """ZAP_ENFORCE_DOMAIN: a server whose ZAP handler is gone refuses every connection,
+    even one with the run's credentials (libzmq would otherwise admit a CURVE client that
+    knows the server key), and the learner's check sees the gatekeeper is gone."""
+    key = new_run_key()
+    server = SecureContext(key, security, server=True)
+    client = _client(key, security)
+    try:
+        rx = TrajectoryReceiver(key, TREE, ctx=server.ctx, handshake=server.handshake)
+        assert server.gatekeeper.alive
+        server.gatekeeper.close()
+        assert not server.gatekeeper.alive
+        tx = TrajectorySender(key, rx.endpoint, sender="actor-0", to=rx.address, ctx=client.ctx,
+                              handshake=client.handshake)
+        tx.send(TREE, 1, timeout_ms=0)
+        assert rx.recv(1500) is None and rx.accepted == 0
     finally:
         client.close()
         server.close()
@@ -162,7 +201,8 @@ def test_curve_actor_will_not_talk_to_a_squatter_without_the_key():
         pub = ParamPublisher(new_run_key(), ctx=squatter.ctx, handshake=squatter.handshake)
         sub = ParamSubscriber(key, pub.endpoint, TREE, ctx=actor.ctx, handshake=actor.handshake)
         rx = TrajectoryReceiver(key, TREE, ctx=squatter.ctx, handshake=squatter.handshake)
-        tx = TrajectorySender(key, rx.endpoint, sender="actor-0", ctx=actor.ctx, handshake=actor.handshake)
+        tx = TrajectorySender(key, rx.endpoint, sender="actor-0", to=rx.address, ctx=actor.ctx,
+                              handshake=actor.handshake)
         deadline = time.monotonic() + 1.5
         while time.monotonic() < deadline:
             pub.publish(1, TREE)
@@ -195,6 +235,256 @@ def test_oversized_subscription_disconnects_the_subscriber():
     finally:
         client.close()
         server.close()
+
+
+# ----------------------------------------------------------------------------- replays
+# What a holder of the PLAIN token (anyone who reads a network under `security: mac`) can
+# do: record genuine messages off the wire and send them again, elsewhere or later. The
+# messages are recorded here from real channels (this test holds the run key, as actors
+# do); the attacker, a separate process, gets only the recorded bytes and the token.
+TINY = ["num_actors=2", "num_envs=4", "rollout_len=8", "ppo.num_minibatches=1"]
+
+
+def _tiny_tree(template):
+    from tianjax.core.rollout import Episodes
+
+    batch_t = template[0]
+    T, B = batch_t.reward.shape
+    batch = type(batch_t)(*[np.zeros(x.shape, x.dtype) for x in batch_t])
+    return batch, Episodes(np.zeros((T, B), bool), np.zeros((T, B), np.float32),
+                           np.zeros((T, B), np.int32)), np.asarray(0, np.int64)
+
+
+def _hex(frames) -> list[str]:
+    return [bytes(f).hex() for f in frames]
+
+
+def _record(key, socket_type: int, send) -> list[bytes]:
+    """What a real channel puts on the wire: `send(endpoint)` makes a channel, which it
+    returns, send one message to a tap (a PLAIN server admitting the run's token), whose
+    frames are returned."""
+    net = SecureContext(key, "mac", server=True)
+    tap = net.ctx.socket(socket_type)
+    tap.linger = 0
+    net.handshake.server(tap)
+    endpoint = f"tcp://127.0.0.1:{tap.bind_to_random_port('tcp://127.0.0.1')}"
+    channel = None
+    try:
+        channel = send(endpoint)
+        assert tap.poll(WAIT_MS), "nothing recorded"
+        frames = tap.recv_multipart()
+        return frames[1:] if socket_type == zmq.ROUTER else frames  # (a ROUTER's routing id)
+    finally:
+        if channel is not None:
+            channel.close()
+        tap.close(linger=0)
+        net.close()
+
+
+def _replayer(tmp_path: Path, socket: str, messages, *, endpoint: str = "", token: bytes = b"") -> tuple:
+    n = len(list(tmp_path.glob("replay-*.json")))
+    spec = tmp_path / f"replay-{n}.json"
+    out = tmp_path / f"replay-{n}.out"
+    spec.write_text(json.dumps({"socket": socket, "endpoint": endpoint, "token": token.decode(),
+                                "messages": [_hex(m) for m in messages],
+                                "endpoint_out": str(tmp_path / f"replay-{n}.endpoint")}))
+    p = subprocess.Popen([sys.executable, ATTACKER, "replay", str(spec), "20", str(out)], cwd=REPO,
+                         stdin=subprocess.DEVNULL)
+    return p, out, tmp_path / f"replay-{n}.endpoint"
+
+
+def _replay(tmp_path, learner, channel: str, messages, pumped=None) -> dict:
+    """The attacker sends `messages` to `learner`'s `channel` port while it pumps, until it
+    has processed them all (accepted or rejected); returns that channel's rejected counts."""
+    rx = learner.traj_in if channel == "traj" else learner.control
+    before = rx.accepted + sum(rx.rejected.values())
+    p, out, _ = _replayer(tmp_path, "push" if channel == "traj" else "dealer", messages,
+                          endpoint=learner.endpoints[channel], token=learner.net.handshake._token)
+    try:
+        deadline = time.monotonic() + 30
+        while rx.accepted + sum(rx.rejected.values()) < before + len(messages):
+            assert time.monotonic() < deadline, dict(rx.rejected)
+            learner.pump(10)
+        assert p.wait(30) == 0 and json.loads(out.read_text())["sent"] == len(messages)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    return rx.rejected
+
+
+@pytest.fixture
+def own_incarnations(monkeypatch):
+    """Each Learner made here its own incarnation, as each learner process has."""
+    import secrets
+
+    import tianjax.runtime.learner.io as learner_io
+
+    monkeypatch.setattr(learner_io, "process_incarnation", lambda: secrets.token_hex(8))
+
+
+def test_recorded_register_and_trajectories_are_refused_by_a_restarted_learner_and_another(
+        tmp_path, own_incarnations):
+    from tianjax.config import load_config
+    from tianjax.launch.ports import HeldPorts
+    from tianjax.runtime.learner.learner import Learner
+    from tianjax.transport.channels import ControlClient
+
+    config = load_config(ASYNC_CFG, TINY)
+    key = new_run_key()
+    shake = Handshake(key, "mac")
+    ports = HeldPorts("127.0.0.1", "tcp")
+    learners = []
+
+    def learner(**kw):
+        learners.append(Learner(config, key, **kw))
+        return learners[-1]
+
+    try:
+        first = learner(endpoints=ports.endpoints, listen_fds={k: os.dup(v) for k, v in ports.fds.items()})
+        tree = _tiny_tree(first.template)
+        # actor-0's register and first trajectory for this learner incarnation, off the wire
+        def send_register(ep):
+            ch = ControlClient(key, ep, identity="actor-0", to=first.address, handshake=shake,
+                               incarnation="a" * 16)
+            assert ch.send({"type": "register", "actor": 0, "pid": 1})
+            return ch
+
+        def send_traj(ep):
+            ch = TrajectorySender(key, ep, sender="actor-0", to=first.address, handshake=shake,
+                                  incarnation="a" * 16)
+            assert ch.send(tree, 0, timeout_ms=WAIT_MS)
+            return ch
+
+        register, traj = _record(key, zmq.ROUTER, send_register), _record(key, zmq.PULL, send_traj)
+        # genuine: the learner they were for takes each once, and refuses it again
+        assert dict(_replay(tmp_path, first, "control", [register, register])) == {"replay": 1}
+        assert dict(_replay(tmp_path, first, "traj", [traj, traj])) == {"replay": 1}
+        assert b"actor-0" in first.actors and first.traj_in.accepted == 1
+        first.close()
+
+        # the learner restarts on the held ports (same key, a fresh guard): nothing recorded
+        # before is taken, neither the register nor the trajectories
+        restarted = learner(endpoints=ports.endpoints, listen_fds={k: os.dup(v) for k, v in ports.fds.items()})
+        assert restarted.address != first.address
+        assert dict(_replay(tmp_path, restarted, "control", [register])) == {"old_incarnation": 1}
+        assert dict(_replay(tmp_path, restarted, "traj", [traj, traj])) == {"old_incarnation": 2}
+        # nor by another learner of the run (a multi-host run's other process, same key;
+        # made in this process it has the same name, learner-0, so its reason is that of an
+        # earlier incarnation; one named learner-1 refuses it as "recipient", test_channels)
+        other = learner()
+        assert dict(_replay(tmp_path, other, "control", [register])) == {"old_incarnation": 1}
+        assert dict(_replay(tmp_path, other, "traj", [traj])) == {"old_incarnation": 1}
+        for lr, refused in ((restarted, {"old_incarnation": 3}), (other, {"old_incarnation": 2})):
+            assert lr.actors == {} and lr.traj_in.accepted == 0 and lr.control.accepted == 0
+            assert not lr.pool and lr.env_steps == 0 and lr.balance.produced == 0
+            summary = lr.report.summary(time.perf_counter(), 1.0)
+            assert summary["rejected_by_reason"] == refused
+    finally:
+        for lr in learners[1:]:
+            lr.close()
+        ports.close()
+
+
+def test_learner_control_is_refused_reflected_back_and_by_another_actor(tmp_path, own_incarnations):
+    from tianjax.config import load_config
+    from tianjax.runtime.learner.learner import Learner
+    from tianjax.transport.channels import ControlClient
+    from tianjax.transport.codec import decode_json
+
+    config = load_config(ASYNC_CFG, TINY)
+    key = new_run_key()
+    lr = Learner(config, key)
+    client = SecureContext(key, "mac", server=False)
+    net = dict(ctx=client.ctx, handshake=client.handshake)
+    p = None
+    try:
+        a = ControlClient(key, lr.endpoints["control"], identity="actor-0", to=lr.address,
+                          incarnation="a" * 16, **net)
+        assert a.send({"type": "register", "actor": 0, "pid": 1})
+        deadline = time.monotonic() + 30
+        while not a.socket.poll(10):  # the learner answers with credits
+            assert time.monotonic() < deadline
+            lr.pump(10)
+        credit = a.socket.recv_multipart()  # recorded off actor-0's connection
+        assert decode_json(credit, auth=lr.control._auth, kind="ctrl.down", max_bytes=1 << 16,
+                           to=a.address).body["type"] == "credit"
+        # reflected back to the learner: the wrong direction
+        assert dict(_replay(tmp_path, lr, "control", [credit])) == {"kind": 1}
+        assert lr.control.accepted == 1  # actor-0's register only
+        # handed to actor-1 by a peer it connects to (on a network: anyone on the path)
+        p, out, endpoint_file = _replayer(tmp_path, "router", [credit, credit])
+        deadline = time.monotonic() + 30
+        while not endpoint_file.exists():
+            assert time.monotonic() < deadline and p.poll() is None
+            time.sleep(0.05)
+        b = ControlClient(key, endpoint_file.read_text(), identity="actor-1", to=lr.address,
+                          incarnation="b" * 16, **net)
+        assert b.send({"type": "heartbeat", "actor": 1})
+        assert p.wait(30) == 0 and json.loads(out.read_text())["sent"] == 2
+        deadline = time.monotonic() + 10
+        while sum(b.rejected.values()) < 2:
+            assert time.monotonic() < deadline, dict(b.rejected)
+            assert b.recv(50) is None
+        assert dict(b.rejected) == {"recipient": 2} and b.accepted == 0
+        # and actor-0 after a restart (a new incarnation of the same actor) refuses it too
+        a2 = ControlClient(key, endpoint_file.read_text(), identity="actor-0", to=lr.address,
+                           incarnation="c" * 16, **net)
+        from tianjax.transport.codec import CodecError
+
+        with pytest.raises(CodecError) as e:
+            decode_json(credit, auth=lr.control._auth, kind="ctrl.down", max_bytes=1 << 16, to=a2.address)
+        assert e.value.reason == "old_incarnation"
+    finally:
+        if p is not None and p.poll() is None:
+            p.kill()
+            p.wait()
+        client.close()
+        lr.close()
+
+
+def test_a_flood_of_bad_messages_neither_holds_the_learner_nor_grows_it(tmp_path):
+    """A holder of the PLAIN token floods both ports with messages that fail their checks
+    (unsigned, of 64 small frames each, and tiny ones). Each receive handles a bounded
+    number of them, so the learner's loop and its receiver thread stay responsive: every
+    pump returns, the receiver stops when told, and memory stays bounded (the high-water
+    marks count whole messages, and every one is small)."""
+    from tianjax.config import load_config
+    from tianjax.runtime.learner.learner import Learner
+
+    lr = Learner(load_config(ASYNC_CFG, TINY), new_run_key())
+    out = tmp_path / "badflood.json"
+    env = dict(os.environ, HOSTILE_PLAIN_TOKEN=lr.net.handshake._token.decode())
+    p = subprocess.Popen([sys.executable, ATTACKER, "badflood", json.dumps(lr.endpoints), "8", str(out)],
+                         cwd=REPO, env=env, stdin=subprocess.DEVNULL)
+    me = psutil.Process()
+    try:
+        deadline = time.monotonic() + 30
+        while sum(lr.control.rejected.values()) < 1000 or sum(lr.traj_in.rejected.values()) < 1000:
+            assert time.monotonic() < deadline and p.poll() is None, (lr.control.rejected, lr.traj_in.rejected)
+            lr.pump(50)
+        rss0, peak, longest, stopped = me.memory_info().rss, 0, 0.0, None
+        while p.poll() is None:
+            t = time.monotonic()
+            lr.pump(50)
+            longest = max(longest, time.monotonic() - t)
+            peak = max(peak, me.memory_info().rss)
+            if stopped is None and time.monotonic() > deadline - 25:  # mid-flood
+                stopped = lr.rx.stop()  # the receiver thread sees its stop however much arrives
+                lr.rx.start()
+        assert p.wait(30) == 0 and json.loads(out.read_text())["sent"] > 0
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        lr.close()
+    print(f"bad-message flood: {sum(lr.control.rejected.values())} control and "
+          f"{sum(lr.traj_in.rejected.values())} trajectory messages rejected; longest pump {longest:.2f} s, "
+          f"RSS {rss0 / 2**20:.0f} -> peak {peak / 2**20:.0f} MiB")
+    assert stopped is True
+    assert longest < 5.0  # (a pump waits 50 ms; the bound is for a loaded machine)
+    assert peak - rss0 < 128 << 20
+    assert lr.traj_in.accepted == 0 and lr.control.accepted == 0 and not lr.pool
 
 
 # ----------------------------------------------------------------------------- whole runs
@@ -414,7 +704,9 @@ def test_held_ports_are_served_by_each_learner_and_never_free(transport):
         endpoint = ports.endpoints["traj"]
         if transport == "ipc":
             assert endpoint == f"ipc://{private.path}/traj.ipc"
-        tx = TrajectorySender(key, endpoint, sender="actor-0", ctx=client.ctx, handshake=client.handshake)
+        # (every receiver this process makes has the same default address)
+        tx = TrajectorySender(key, endpoint, sender="actor-0", to=address("learner", process_incarnation()),
+                              ctx=client.ctx, handshake=client.handshake)
         for version in (1, 2):  # two learner incarnations on the same held socket
             # (each learner process gets its own copy of the descriptor: so does this one)
             rx = TrajectoryReceiver(key, TREE, endpoint=endpoint, use_fd=os.dup(ports.fds["traj"]),

@@ -99,9 +99,11 @@ def test_wrong_key_and_unsigned_trajectories_are_rejected_by_reason(learners):
     try:
         # the connection credentials (not the run key): past the handshake, to the MACs
         shake = learner.net.handshake
-        wrong_key = TrajectorySender(new_run_key(), learner.endpoints["traj"], sender="actor-0", hwm=100, ctx=ctx,
+        wrong_key = TrajectorySender(new_run_key(), learner.endpoints["traj"], sender="actor-0",
+                                     to=learner.address, hwm=100, ctx=ctx,
                                      handshake=shake)
-        zero_tag = TrajectorySender(InsecureNoAuth(), learner.endpoints["traj"], sender="actor-0", hwm=100, ctx=ctx,
+        zero_tag = TrajectorySender(InsecureNoAuth(), learner.endpoints["traj"], sender="actor-0",
+                                    to=learner.address, hwm=100, ctx=ctx,
                                     handshake=shake)
         raw = ctx.socket(zmq.PUSH)
         raw.linger, raw.sndtimeo = 0, SEND_MS
@@ -112,7 +114,7 @@ def test_wrong_key_and_unsigned_trajectories_are_rejected_by_reason(learners):
             assert zero_tag.send(_tree(learner.template, rng), version=0, timeout_ms=SEND_MS)
             # with the right key, then the tag taken off: header and leaves only
             frames = encode(_tree(learner.template, rng), auth=MessageAuth(key), kind="traj", version=0,
-                            sender="actor-0", seq=i + 1)
+                            sender="actor-0", seq=i + 1, to=learner.address)
             raw.send_multipart(frames[1:])
         _pump_until(learner, base_accepted + sum(base_rejected.values()) + 3 * n)
     finally:
@@ -139,16 +141,16 @@ def test_a_second_run_cannot_inject_into_the_first(learners):
     try:
         # run B's actor-0, pointed at run A: real channels, run B's key and handshake
         shake_b = b.net.handshake
-        into_a = TrajectorySender(key_b, a.endpoints["traj"], sender="actor-0", hwm=100, ctx=ctx,
+        into_a = TrajectorySender(key_b, a.endpoints["traj"], sender="actor-0", to=a.address, hwm=100, ctx=ctx,
                                   handshake=shake_b)
-        ctl_a = ControlClient(key_b, a.endpoints["control"], identity="actor-0", ctx=ctx, handshake=shake_b)
+        ctl_a = ControlClient(key_b, a.endpoints["control"], identity="actor-0", to=a.address, ctx=ctx, handshake=shake_b)
         params_a = ParamSubscriber(key_b, a.endpoints["params"],
                                    ParamsMessage(to_host(a.state.params), np.zeros((), np.int64)),
                                    ctx=ctx, handshake=shake_b)
         # the same, pointed at its own run B
-        into_b = TrajectorySender(key_b, b.endpoints["traj"], sender="actor-0", hwm=100, ctx=ctx,
+        into_b = TrajectorySender(key_b, b.endpoints["traj"], sender="actor-0", to=b.address, hwm=100, ctx=ctx,
                                   handshake=shake_b)
-        ctl_b = ControlClient(key_b, b.endpoints["control"], identity="actor-0", ctx=ctx, handshake=shake_b)
+        ctl_b = ControlClient(key_b, b.endpoints["control"], identity="actor-0", to=b.address, ctx=ctx, handshake=shake_b)
         params_b = ParamSubscriber(key_b, b.endpoints["params"],
                                    ParamsMessage(to_host(b.state.params), np.zeros((), np.int64)),
                                    ctx=ctx, handshake=shake_b)
@@ -222,3 +224,34 @@ def test_run_key_is_never_written_to_the_run_dir(tmp_path, monkeypatch):
         data = path.read_bytes()
         for needle in needles:
             assert needle not in data, f"the run key is in {path.relative_to(run_dir)}"
+
+
+def test_mac_beyond_loopback_warns_what_an_observer_can_do(capsys):
+    from tianjax.transport.security import secure_context
+
+    for overrides, warned in ((["runtime.bind_host=0.0.0.0", "runtime.security=mac"], True),
+                              (["runtime.bind_host=127.0.0.1", "runtime.security=mac"], False),
+                              (["runtime.bind_host=0.0.0.0", "runtime.security=curve"], False)):
+        rt = load_config(CONFIG, TINY + overrides).runtime
+        for server in (True, False):
+            secure_context(new_run_key(), rt, server=server).close()
+            err = capsys.readouterr().err
+            assert ("beyond loopback" in err) == (warned and server), (overrides, server, err)
+    secure_context(new_run_key(), load_config(CONFIG, TINY + ["runtime.bind_host=0.0.0.0",
+                                                              "runtime.security=mac"]).runtime, server=True).close()
+    err = capsys.readouterr().err
+    assert "reads the connection token and every parameter and trajectory in clear" in err
+    assert "runtime.security: curve" in err and err.count("\n") == 1  # one line
+
+
+def test_a_learner_whose_gatekeeper_dies_stops_with_one_line():
+    from tianjax.runtime.learner.io import GatekeeperStopped
+
+    learner = Learner(load_config(CONFIG, TINY), new_run_key())
+    try:
+        learner.io.check()  # alive: nothing to say
+        learner.net.gatekeeper.close()
+        with pytest.raises(GatekeeperStopped, match="gatekeeper stopped; no actor can connect"):
+            learner.run()
+    finally:
+        learner.close()

@@ -7,18 +7,22 @@ A checkpoint is one orbax step directory under `<run_dir>/checkpoints/` holding 
   the actors' env states and the replay buffer; in the distributed runtime the replay
   buffer when `checkpoint.replay` is set);
 - `meta`: JSON with the host-side counters (env steps, updates, wall-clock time so far,
-  the episode tracker, ...) and a SHA-256 digest of every array in `state`.
+  the episode tracker, ...) and a SHA-256 digest of every array in `state` and of the
+  meta's own counters (a changed count fails the check as a changed array does).
 
 Orbax writes each step to a temporary directory and renames it when complete, so a run
 that crashes mid-save leaves no step that looks whole. On top of that, restore checks the
 digest: a latest checkpoint that was truncated or corrupted afterwards is skipped with a
-warning, and the one before it is used. Typed PRNG keys are stored as their raw key data
+warning, and the one before it is used. A learner resuming (`move_aside`) also renames
+such a step out of the way (`<step>.unreadable-<n>`, kept for a look), so that when the run
+reaches that step again its save writes it, instead of taking it for done. Typed PRNG keys are stored as their raw key data
 and rewrapped on restore. Nothing here is jitted or pure: this is the runtime shell.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import warnings
@@ -69,14 +73,27 @@ def _path_name(path) -> str:
     return "/".join(parts)
 
 
-def digest(tree) -> str:
-    """SHA-256 over every leaf's path, dtype, shape and bytes, in path order."""
+DIGEST_COVERS = "state+meta"  # what a checkpoint's digest covers (older ones: the state only)
+
+
+def _meta_bytes(meta: dict) -> bytes:
+    """The meta as canonical JSON, its digest fields left out (the same before it is
+    written and after it is read back: JSON keys are strings, tuples are lists)."""
+    plain = json.loads(json.dumps({k: v for k, v in meta.items() if k not in ("digest", "digest_covers")}))
+    return json.dumps(plain, sort_keys=True, separators=(",", ":")).encode()
+
+
+def digest(tree, meta: dict | None = None) -> str:
+    """SHA-256 over every leaf's path, dtype, shape and bytes, in path order, then over
+    `meta` (its counters) if given."""
     h = hashlib.sha256()
     leaves = jax.tree_util.tree_flatten_with_path(_unkey(tree))[0]
     for name, leaf in sorted(((_path_name(p), x) for p, x in leaves), key=lambda t: t[0]):
         a = np.ascontiguousarray(_host_leaf(leaf))
         h.update(f"{name}:{a.dtype.str}{a.shape}".encode())
         h.update(a.tobytes())
+    if meta is not None:
+        h.update(b"meta:" + _meta_bytes(meta))
     return h.hexdigest()
 
 
@@ -109,7 +126,8 @@ class Checkpointer:
     def save(self, step: int, state, meta: dict) -> None:
         if step in self._mgr.all_steps():
             return  # already saved (a final save right after a periodic one)
-        meta = dict(meta, step=int(step), digest=digest(state))
+        meta = dict(meta, step=int(step), digest_covers=DIGEST_COVERS)
+        meta["digest"] = digest(state, meta)
         held = HeldStderr()
         try:
             with quiet_loggers(("absl", "asyncio")), held:  # orbax's threads log each failure with a traceback
@@ -231,17 +249,21 @@ def restore_step(run_dir: str, step: int, template=None) -> tuple[int, Any, dict
     return restore_latest(run_dir, template, only=step)
 
 
-def restore_latest(run_dir: str, template=None, only: int | None = None) -> tuple[int, Any, dict]:
+def restore_latest(run_dir: str, template=None, only: int | None = None,
+                   move_aside: bool = False) -> tuple[int, Any, dict]:
     """(step, state, meta) of the newest checkpoint under run_dir that reads back whole.
 
     `template` is a state pytree of the right structure, shapes, dtypes and shardings
     (e.g. a freshly initialised state); the restored arrays take its shardings and its
     PRNG keys are rewrapped. Without one, the state comes back as nested dicts of arrays
     as saved (keys as raw key data): enough to read the parameters. A step that fails to
-    read, or whose arrays do not match their recorded digest, is skipped with a warning
-    and the previous one tried.
+    read, or whose arrays (or counters) do not match their recorded digest, is skipped
+    with a warning and the previous one tried; with `move_aside` (a learner that will
+    write here again) it is renamed `<step>.unreadable-<n>`, so that a later save of that
+    step writes it.
     """
     mgr = _open(run_dir)
+    unreadable = []
     try:
         steps = sorted(mgr.all_steps(), reverse=True)
         if only is not None:
@@ -259,11 +281,14 @@ def restore_latest(run_dir: str, template=None, only: int | None = None) -> tupl
                 state, meta = got.state, dict(got.meta)
                 if template is not None:
                     state = _rekey(state, template)
-                if meta.get("digest") != digest(state):
-                    raise CheckpointError("its arrays do not match the digest recorded when it was written")
+                covers_meta = meta.get("digest_covers") == DIGEST_COVERS
+                if meta.get("digest") != digest(state, meta if covers_meta else None):
+                    raise CheckpointError("its arrays or counters do not match the digest recorded when it "
+                                          "was written")
             except Exception as e:  # noqa: BLE001 - any unreadable step: fall back to the previous
                 reason = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
                 problems.append(f"step {step}: {reason}")
+                unreadable.append(step)
                 if step != steps[-1]:
                     warnings.warn(f"checkpoint step {step} in {mgr.directory} is unreadable ({reason}); "
                                   "falling back to the previous one", RuntimeWarning, stacklevel=2)
@@ -272,6 +297,21 @@ def restore_latest(run_dir: str, template=None, only: int | None = None) -> tupl
         raise CheckpointError(f"resume: no checkpoint in '{run_dir}' could be read ({'; '.join(problems)})")
     finally:
         mgr.close()
+        if move_aside:
+            for step in unreadable:
+                _move_aside(checkpoint_dir(run_dir), step)
+
+
+def _move_aside(directory: str, step: int) -> None:
+    path = os.path.join(directory, str(step))
+    if not os.path.isdir(path):
+        return
+    n = 0
+    while os.path.exists(f"{path}.unreadable-{n}"):
+        n += 1
+    os.rename(path, f"{path}.unreadable-{n}")
+    warnings.warn(f"checkpoint step {step} moved aside to {path}.unreadable-{n}: a save of that step "
+                  "writes it again", RuntimeWarning, stacklevel=3)
 
 
 __all__ = ["CheckpointError", "Checkpointer", "checkpoint_dir", "digest", "has_checkpoint", "read_meta", "restore_latest",

@@ -8,9 +8,11 @@ Two shapes:
   tianjax.launch.supervisor); a crash of the learner is a crash of the run, whose last
   checkpoint stays whole (orbax renames a step into place only when it is complete).
 - `runtime.restart_learner: true`: this process only supervises. The learner is a child
-  process too (`python -m tianjax.launch.role learner`); when it dies it is started again,
-  up to `runtime.max_learner_restarts` times, from its newest checkpoint and on the same
-  endpoints, and the running actors follow it (they take its versions and register again).
+  process too (`python -m tianjax.launch.role learner`); when it dies, killed or of an
+  exception (a learner tells its actors to stop only at the run's end), it is started
+  again, up to `runtime.max_learner_restarts` times, from its newest checkpoint and on the
+  same endpoints, and the running actors follow it (they take its versions and register
+  with its new incarnation).
   This process binds the learner's listening sockets and holds them for the whole run
   (tianjax.launch.ports), so no other process can take the ports while the learner is down.
 

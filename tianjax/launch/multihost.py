@@ -65,7 +65,10 @@ def _key(key_file: str | None):
 
     if key_file is None and not os.environ.get(KEY_ENV):
         raise ConfigError(f"launch: no run key: pass --key-file FILE or set {KEY_ENV} (the same on every process)")
-    return load_key(key_file)
+    try:
+        return load_key(key_file)
+    except (ValueError, PermissionError, FileNotFoundError) as e:  # a bad key, or a file others may read
+        raise ConfigError(f"launch: {e}") from None
 
 
 def run_learner(config: Config, *, coordinator: str | None, num_processes: int | None,

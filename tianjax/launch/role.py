@@ -101,10 +101,22 @@ def _run_learner(args, config) -> int:
             _event("silent", actors=silent)
         return False
 
+    ended = False
     try:
-        out = learner.run(should_stop, t_start=t_start)
+        out = learner.run(should_stop, t_start=t_start)  # (an interrupt returns too)
+        ended = True
     finally:
-        learner.stop_actors()
+        # NOTE: the actors hear "stop" only when the run ends, finished or interrupted,
+        # never when this learner dies of an exception (a full disk at a checkpoint, an
+        # XLA out-of-memory, a stall): then the launcher starts another learner, and the
+        # same actors follow it (they register with its incarnation when its parameters
+        # arrive); if it gives up instead, it stops them itself. The alternative, a
+        # supervisor that keeps actors alive through a restart, would have to tell an
+        # actor told to stop (exit 0, as at the run's end) from one that should go on,
+        # and would pay every actor's start-up again; this way no actor is asked to stop
+        # when it should not.
+        if ended:
+            learner.stop_actors()
         learner.close()
         progress.close()
         logger.close()

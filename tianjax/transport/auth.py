@@ -26,6 +26,10 @@ forgery needs either the run key (HMAC) or a GMAC forgery under an unknown one-t
 
 Keys never appear in logs: `RunKey` hides its bytes in repr, and refuses to be pickled.
 Pass a key to another process through the environment (`KEY_ENV`, hex) or a key file.
+A key is exactly 32 random bytes, written as 64 hex digits; nothing else is taken (a
+passphrase is not a key). `load_key` refuses a key file that its group or others may read,
+and removes the variable from the environment once read, so that nothing the process
+starts afterwards (an env's subprocess) inherits it.
 """
 
 from __future__ import annotations
@@ -41,7 +45,6 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 KEY_ENV = "TIANJAX_RUN_KEY"
 KEY_BYTES = 32
-MIN_KEY_BYTES = 16
 TAG_BYTES = 16
 
 _LABEL = b"tianjax.mac.v1"
@@ -62,8 +65,8 @@ class RunKey:
 
     def __init__(self, key: bytes):
         key = bytes(key)
-        if len(key) < MIN_KEY_BYTES:
-            raise ValueError(f"a run key needs at least {MIN_KEY_BYTES} bytes, got {len(key)}")
+        if len(key) != KEY_BYTES:
+            raise ValueError(f"a run key is {KEY_BYTES} bytes, got {len(key)}")
         self._key = key
 
     @property
@@ -105,12 +108,13 @@ def new_run_key() -> RunKey:
 def _parse_key_bytes(raw: bytes, where: str) -> RunKey:
     text = raw.strip()
     try:
-        # hex first: a raw 32-byte key that happens to be 64 hex digits is a 2**-64 event
-        key = bytes.fromhex(text.decode("ascii"))
+        key = bytes.fromhex(text.decode("ascii")) if len(text) == 2 * KEY_BYTES else b""
     except (UnicodeDecodeError, ValueError):
-        key = raw
-    if len(key) < MIN_KEY_BYTES:
-        raise ValueError(f"the run key in {where} is too short (need >= {MIN_KEY_BYTES} bytes)")
+        key = b""
+    if len(key) != KEY_BYTES:
+        # (the message never shows what was found: it may be a secret of some other kind)
+        raise ValueError(f"the run key in {where} is not {2 * KEY_BYTES} hex digits ({KEY_BYTES} random "
+                         "bytes; write one with tianjax.transport.write_key_file)")
     return RunKey(key)
 
 
@@ -118,16 +122,22 @@ def load_key(source: str | os.PathLike | None = None) -> RunKey:
     """Reads a run key.
 
     `source` is None (read the environment variable `KEY_ENV`), "env:NAME" (read variable
-    NAME), or a path to a file holding the key as hex or as raw bytes. Errors name where
-    the key was looked for, never the key.
+    NAME, then remove it from the environment), or a path to a file holding the key as 64
+    hex digits, readable by its owner only. Errors name where the key was looked for,
+    never the key.
     """
     if source is None or (isinstance(source, str) and source.startswith("env:")):
         name = KEY_ENV if source is None else source[4:]
-        value = os.environ.get(name)
+        value = os.environ.pop(name, None)
         if not value:
             raise KeyError(f"no run key: environment variable {name} is not set")
         return _parse_key_bytes(value.encode(), f"${name}")
     with open(source, "rb") as f:
+        mode = os.fstat(f.fileno()).st_mode
+        if mode & 0o077:
+            raise PermissionError(f"the run key file {os.fspath(source)} may be read by its group or others "
+                                  f"(mode {mode & 0o777:o}): make it readable by its owner only "
+                                  f"(chmod 600 {os.fspath(source)})")
         return _parse_key_bytes(f.read(), os.fspath(source))
 
 

@@ -9,20 +9,34 @@ is
 where each leaf frame is the raw bytes of one C-contiguous array, handed to
 `send_multipart(copy=False)` as a view (no copy on the sender), and rebuilt on the
 receiver with `np.frombuffer` over the received `zmq.Frame` (no copy either). The header
-holds a magic string and protocol number, the kind ("params", "traj", "ctrl"), a schema
-hash, the run version, the sender, a sequence number, a random nonce, each leaf's dtype
-and shape, and the total payload bytes. The tag is `auth.MessageAuth` over header and
-leaves.
+holds a magic string and protocol number, the kind ("params", "traj", and the control
+directions "ctrl.up", actor to learner, and "ctrl.down", learner to actor), a schema hash,
+the run version, the sender, the sender's incarnation, the recipient, a sequence number,
+a random nonce, each leaf's dtype and shape, and the total payload bytes. The tag is
+`auth.MessageAuth` over header and leaves.
+
+Binding. A message is good for one recipient, one direction and one incarnation of its
+sender, so a recorded one cannot be spent anywhere else:
+
+- `inc`: a random id each process draws when it starts (`sockets.process_incarnation`).
+  Sequence numbers count from 0 per (sender, incarnation), with no clock involved.
+- `to`: the recipient, "name@incarnation" ("learner-0@9f..", "actor-3@1c..") or "*" for
+  the parameter broadcast. An actor addresses the learner incarnation whose parameters it
+  follows (it registers with it), so nothing sent to a learner before its restart is
+  taken by the restarted one, nor by another learner of a multi-host run.
+- the kind names the direction, so a learner's message to an actor reflected back to the
+  learner is refused as the wrong kind.
 
 The receiver never trusts the message for structure: it rebuilds the tree from its own
 `TreeSpec` (treedef, dtypes and shapes from an example tree), and only checks the header
 against it. Every failed check raises `CodecError(reason)` with one of `REASONS`, in this
 order: size (summed frame lengths, before anything is read), auth (the tag, before the
-header is parsed), header (JSON, magic, field types), kind, truncated (fewer leaf frames
+header is parsed), header (JSON, magic, field types), kind, recipient (`to`: "recipient",
+or "old_incarnation" for an earlier incarnation of this recipient), truncated (fewer leaf frames
 than the header lists), schema / dtype / shape (the header's leaves against the
 template), truncated / size (each leaf frame's length), schema (the structure hash).
-Replays are caught by a `ReplayGuard` after everything else has passed, so a bad message
-cannot advance it. A rejection names the problem, never echoes the message at length.
+Replays (and messages of a superseded incarnation: "incarnation") are caught by a
+`ReplayGuard` after everything else has passed, so a bad message cannot advance it. A rejection names the problem, never echoes the message at length.
 """
 
 from __future__ import annotations
@@ -40,10 +54,11 @@ from jax import tree_util
 from tianjax.transport.auth import Authenticator, TAG_BYTES
 
 MAGIC = "tianjax"
-PROTOCOL = 1
-KINDS = ("params", "traj", "ctrl")
+PROTOCOL = 2
+KINDS = ("params", "traj", "ctrl.up", "ctrl.down")
+BROADCAST = "*"  # the recipient of parameter messages: every actor of the run
 REASONS = frozenset({"auth", "truncated", "schema", "dtype", "shape", "size", "replay",
-                     "header", "kind"})
+                     "header", "kind", "recipient", "old_incarnation", "incarnation"})
 MAX_HEADER_BYTES = 1 << 20  # JSON for ~10k leaves; bigger headers are refused unparsed
 
 
@@ -67,6 +82,13 @@ class Message(NamedTuple):
     tree: Any
     body: dict | None
     nbytes: int  # payload bytes (leaf frames)
+    inc: str = ""  # the sender's incarnation
+    to: str = ""  # the recipient it was addressed to
+
+    @property
+    def source(self) -> str:
+        """The sender's address: "name@incarnation"."""
+        return f"{self.sender}@{self.inc}"
 
 
 class LeafSpec(NamedTuple):
@@ -159,11 +181,12 @@ def _layout(treedef, paths, names, shapes, batch_dims) -> tuple[str, str]:
     return out
 
 
-def _header(kind: str, schema: str, version: int, sender: str, seq: int, leaves_json: str,
-            nbytes: int, body: dict | None = None) -> bytes:
+def _header(kind: str, schema: str, version: int, sender: str, inc: str, to: str, seq: int,
+            leaves_json: str, nbytes: int, body: dict | None = None) -> bytes:
     # json.dumps for every string that comes from a caller, so nothing can break the quoting
     text = (f'{{"m":"{MAGIC}","p":{PROTOCOL},"kind":{json.dumps(kind)},"schema":{json.dumps(schema)},'
-            f'"version":{int(version)},"sender":{json.dumps(str(sender))},"seq":{int(seq)},'
+            f'"version":{int(version)},"sender":{json.dumps(str(sender))},"inc":{json.dumps(str(inc))},'
+            f'"to":{json.dumps(str(to))},"seq":{int(seq)},'
             f'"nonce":"{os.urandom(16).hex()}","leaves":{leaves_json},"nbytes":{int(nbytes)}')
     if body is not None:
         text += ',"body":' + json.dumps(body, separators=(",", ":"))
@@ -171,9 +194,10 @@ def _header(kind: str, schema: str, version: int, sender: str, seq: int, leaves_
 
 
 def encode(tree: Any, *, auth: Authenticator, kind: str, version: int, sender: str, seq: int,
-           batch_dims: int = 0) -> list:
-    """Frames for `tree` (numpy or jax arrays, any pytree). Leaf frames are views of the
-    arrays: the caller must not write to them in place until ZeroMQ has sent them."""
+           inc: str = "", to: str = "", batch_dims: int = 0) -> list:
+    """Frames for `tree` (numpy or jax arrays, any pytree), from `sender` (incarnation
+    `inc`) to `to`. Leaf frames are views of the arrays: the caller must not write to them
+    in place until ZeroMQ has sent them."""
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
     leaves, treedef, paths = _leaf_paths(tree)
@@ -189,16 +213,16 @@ def encode(tree: Any, *, auth: Authenticator, kind: str, version: int, sender: s
         names.append(_dtype_name(a.dtype))
         shapes.append(a.shape)
     schema, leaves_json = _layout(treedef, paths, tuple(names), tuple(shapes), batch_dims)
-    header = _header(kind, schema, version, sender, seq, leaves_json, sum(v.nbytes for v in views))
+    header = _header(kind, schema, version, sender, inc, to, seq, leaves_json, sum(v.nbytes for v in views))
     return [auth.tag(header, views), header, *views]
 
 
 def encode_json(body: dict, *, auth: Authenticator, kind: str, sender: str, seq: int,
-                version: int = 0) -> list:
+                inc: str = "", to: str = "", version: int = 0) -> list:
     """Frames for a small JSON-able dict (control messages): it rides in the header."""
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
-    header = _header(kind, "", version, sender, seq, "[]", 0, body=body)
+    header = _header(kind, "", version, sender, inc, to, seq, "[]", 0, body=body)
     return [auth.tag(header, []), header]
 
 
@@ -216,6 +240,7 @@ def _parse_header(buf) -> dict:
         raise CodecError("header", "bad magic or protocol")
     if not (type(h.get("kind")) is str and type(h.get("schema")) is str
             and _is_int(h.get("version")) and type(h.get("sender")) is str
+            and type(h.get("inc")) is str and type(h.get("to")) is str
             and _is_int(h.get("seq")) and _is_int(h.get("nbytes"))
             and type(h.get("leaves")) is list):
         raise CodecError("header", "missing or mistyped field")
@@ -237,7 +262,8 @@ def _buf(frame):
     return getattr(frame, "buffer", frame)
 
 
-def _authenticate(frames: Sequence, auth: Authenticator, max_bytes: int, kind: str) -> tuple[dict, list]:
+def _authenticate(frames: Sequence, auth: Authenticator, max_bytes: int, kind: str,
+                  to: str | None) -> tuple[dict, list]:
     if len(frames) < 2:
         raise CodecError("truncated", f"{len(frames)} frames")
     bufs = [_buf(f) for f in frames]
@@ -251,16 +277,23 @@ def _authenticate(frames: Sequence, auth: Authenticator, max_bytes: int, kind: s
     h = _parse_header(bufs[1])
     if h["kind"] != kind:
         raise CodecError("kind", f"expected {kind}, got {h['kind'][:16]}")
+    if to is not None and h["to"] != to:
+        # for an earlier incarnation of this very recipient (sent before it restarted, or
+        # replayed since): told apart from a message for someone else
+        earlier = h["to"].rpartition("@")[0] == to.rpartition("@")[0]
+        raise CodecError("old_incarnation" if earlier else "recipient", f"addressed to {h['to'][:64]}")
     if len(frames) - 2 != len(h["leaves"]):
         raise CodecError("truncated", f"{len(frames) - 2} leaf frames for {len(h['leaves'])} leaves")
     return h, bufs
 
 
 def decode(frames: Sequence, *, auth: Authenticator, spec: TreeSpec, kind: str,
-           max_bytes: int) -> Message:
+           max_bytes: int, to: str | None = None) -> Message:
     """Checks and rebuilds a tree message. Frames are `zmq.Frame`s (recv copy=False) or
-    buffers. Raises CodecError; the replay check is the caller's (see ReplayGuard)."""
-    h, bufs = _authenticate(frames, auth, max_bytes, kind)
+    buffers. `to`: the recipient this receiver is (None: not checked, for tests of the
+    codec alone; every channel gives it). Raises CodecError; the replay check is the
+    caller's (see ReplayGuard)."""
+    h, bufs = _authenticate(frames, auth, max_bytes, kind, to)
     leaf_bufs = bufs[2:]
     if spec.batch_dims == 0 and h["leaves"] == spec.header_leaves:
         # fast path: exactly the template's dtypes and shapes (the spec's own ints are used)
@@ -282,7 +315,7 @@ def decode(frames: Sequence, *, auth: Authenticator, spec: TreeSpec, kind: str,
     if h["nbytes"] != nbytes:
         raise CodecError("header", "nbytes disagrees with the leaves")
     return Message(h["kind"], h["sender"], h["seq"], h["version"],
-                   tree_util.tree_unflatten(spec.treedef, arrays), None, nbytes)
+                   tree_util.tree_unflatten(spec.treedef, arrays), None, nbytes, h["inc"], h["to"])
 
 
 def _check_against(spec: TreeSpec, leaves: list) -> list[tuple[int, ...]]:
@@ -306,25 +339,42 @@ def _check_against(spec: TreeSpec, leaves: list) -> list[tuple[int, ...]]:
     return shapes
 
 
-def decode_json(frames: Sequence, *, auth: Authenticator, kind: str, max_bytes: int) -> Message:
+def decode_json(frames: Sequence, *, auth: Authenticator, kind: str, max_bytes: int,
+                to: str | None = None) -> Message:
     """Checks a control message; its body must be a JSON object with a string "type"."""
-    h, _ = _authenticate(frames, auth, max_bytes, kind)
+    h, _ = _authenticate(frames, auth, max_bytes, kind, to)
     body = h.get("body")
     if h["leaves"] or type(body) is not dict or type(body.get("type")) is not str:
         raise CodecError("header", "control body must be an object with a string 'type'")
-    return Message(h["kind"], h["sender"], h["seq"], h["version"], None, body, 0)
+    return Message(h["kind"], h["sender"], h["seq"], h["version"], None, body, 0, h["inc"], h["to"])
 
 
 class ReplayGuard:
-    """Per-sender sequence numbers must strictly increase. Senders start their counter at
-    the wall clock in ns, so a restarted sender with the same id continues upward."""
+    """Per sender, one live incarnation whose sequence numbers must strictly increase
+    (senders count from 0 in each incarnation; no clock). The first message of a new
+    incarnation of a sender (a restarted process) retires the one before: its messages
+    are refused from then on ("incarnation"), however they are numbered.
+
+    NOTE: only messages that passed every other check reach the guard (authenticated, and
+    addressed to this receiver), so its entries are the real peers that sent to it: one
+    per sender name, plus one retired id per restart.
+    """
 
     def __init__(self):
-        self._last: dict[str, int] = {}
+        self._live: dict[str, tuple[str, int]] = {}  # sender -> (incarnation, newest seq)
+        self._retired: set[tuple[str, str]] = set()
 
     def check(self, msg: Message) -> None:
-        """Raises CodecError("replay") or records msg.seq as the sender's newest."""
-        last = self._last.get(msg.sender)
-        if last is not None and msg.seq <= last:
-            raise CodecError("replay", f"{msg.sender[:32]} seq {msg.seq} <= {last}")
-        self._last[msg.sender] = msg.seq
+        """Raises CodecError("replay" or "incarnation"), or records msg.seq as the newest
+        of the sender's incarnation."""
+        live = self._live.get(msg.sender)
+        if live is not None and live[0] == msg.inc:
+            if msg.seq <= live[1]:
+                raise CodecError("replay", f"{msg.sender[:32]} seq {msg.seq} <= {live[1]}")
+        elif (msg.sender, msg.inc) in self._retired:
+            raise CodecError("incarnation", f"{msg.sender[:32]}: a superseded incarnation")
+        elif live is not None:
+            self._retired.add((msg.sender, live[0]))
+        if msg.seq < 0:
+            raise CodecError("replay", f"{msg.sender[:32]} seq {msg.seq} < 0")
+        self._live[msg.sender] = (msg.inc, msg.seq)

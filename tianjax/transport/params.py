@@ -10,13 +10,29 @@ import zmq
 
 from tianjax.transport import envelope
 from tianjax.transport.auth import as_authenticator
-from tianjax.transport.codec import CodecError, ReplayGuard, TreeSpec, decode, encode
-from tianjax.transport.security import Handshake, SUBSCRIPTION_MAX_BYTES
-from tianjax.transport.sockets import (DEFAULT_HOST, Key, _Channel, _deadline, _default_max_bytes, _first_seq, _remaining_ms)
+from tianjax.transport.codec import BROADCAST, CodecError, ReplayGuard, TreeSpec, decode, encode
+from tianjax.transport.security import SUBSCRIPTION_MAX_BYTES, Handshake
+from tianjax.transport.sockets import (
+    DEFAULT_HOST,
+    Key,
+    _Channel,
+    _deadline,
+    _default_max_bytes,
+    _remaining_ms,
+    address,
+    process_incarnation,
+)
 
 
 class ParamPublisher(_Channel):
     """Learner side: publishes (version, params) to every subscribed actor.
+
+    Subscriptions are the publisher's to approve (an XPUB with ZMQ_XPUB_MANUAL): the only
+    one taken is the empty topic (everything), which is what every subscriber of ours
+    asks for; any other is counted in `subscriptions_refused` and never stored, so a peer
+    past the handshake cannot make the socket keep an unbounded set of topics.
+    `serve_subscriptions()` reads the ones queued (publish() does it first); the thread
+    that owns the socket calls it while idle too.
 
     A message goes out as one frame (tianjax.transport.envelope: the subscriber conflates, and
     ZeroMQ conflates single frames only), packed by one copy, so the caller may reuse the
@@ -31,20 +47,39 @@ class ParamPublisher(_Channel):
                  transport: Literal["tcp", "ipc"] = "tcp", sender: str = "learner",
                  hwm: int = 8, batch_dims: int = 0, ctx: zmq.Context | None = None,
                  handshake: Handshake | None = None, ipc_dir: str | None = None,
-                 use_fd: int | None = None):
+                 use_fd: int | None = None, incarnation: str | None = None):
         # what a PUB receives are subscriptions: tiny, so an oversized one is refused unread
-        super().__init__(zmq.PUB, ctx, SUBSCRIPTION_MAX_BYTES, handshake)
+        super().__init__(zmq.XPUB, ctx, SUBSCRIPTION_MAX_BYTES, handshake)
+        self.socket.setsockopt(zmq.XPUB_MANUAL, 1)
+        self.subscriptions = 0
+        self.subscriptions_refused = 0
         self._auth = as_authenticator(key)
         self.sender = sender
+        self.incarnation = incarnation or process_incarnation()
+        self.address = address(sender, self.incarnation)  # what actors address the learner as
         self.batch_dims = batch_dims
-        self._seq = _first_seq()
+        self._seq = -1
         self.socket.sndhwm = hwm
         self._bind(endpoint, host, transport, ipc_dir, use_fd)
 
+    def serve_subscriptions(self, limit: int = 1024) -> None:
+        """Approves the empty-topic subscriptions queued (at most `limit`), refuses others."""
+        for _ in range(limit):
+            try:
+                msg = self.socket.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            if msg == b"\x01":  # subscribe to the empty topic: applies to the peer it came from
+                self.socket.setsockopt(zmq.SUBSCRIBE, b"")
+                self.subscriptions += 1
+            elif msg[:1] != b"\x00":  # (an unsubscribe needs nothing: nothing else is stored)
+                self.subscriptions_refused += 1
+
     def publish(self, version: int, params: Any) -> None:
+        self.serve_subscriptions()
         self._seq += 1
-        frames = encode(params, auth=self._auth, kind="params", version=version,
-                        sender=self.sender, seq=self._seq, batch_dims=self.batch_dims)
+        frames = encode(params, auth=self._auth, kind="params", version=version, sender=self.sender,
+                        seq=self._seq, inc=self.incarnation, to=BROADCAST, batch_dims=self.batch_dims)
         self.socket.send(envelope.pack(frames), copy=False)  # PUB never blocks
 
 
@@ -54,8 +89,9 @@ class ParamSubscriber(_Channel):
     `template` is an example params tree (arrays or ShapeDtypeStructs) or a TreeSpec.
     Counters: `accepted`, `rejected` (by reason), `stale` (valid but not newer than the
     version held), `skipped` (older messages behind a newer valid one, never verified).
-    A restarted learner publishes under a new sender name (its incarnation); its first
-    valid message is taken whatever its version (a resumed learner goes on from its last
+    `source` is the address ("name@incarnation") of the learner whose version is held: the
+    one an actor registers with and addresses. A restarted learner is a new incarnation;
+    its first valid message is taken whatever its version (a resumed learner goes on from its last
     checkpoint, which may be behind what the subscriber held), and `source_changes`
     counts such restarts. With `same_version`, a newer message of the version held is
     handed out too (the learner republishes a version when what rides with it, such as its
@@ -87,7 +123,7 @@ class ParamSubscriber(_Channel):
         self.socket.setsockopt(zmq.SUBSCRIBE, b"")
         self._connect(endpoint)
         self.version = -1
-        self.source: str | None = None  # the sender (learner incarnation) of `version`
+        self.source: str | None = None  # the address (learner incarnation) of `version`
         self.source_changes = 0
         self.accepted = 0
         self.stale = 0
@@ -113,18 +149,18 @@ class ParamSubscriber(_Channel):
         for i in range(len(raws) - 1, -1, -1):
             try:
                 msg = decode(envelope.unpack(raws[i].buffer), auth=self._auth, spec=self.spec,
-                             kind="params", max_bytes=self.max_bytes)
+                             kind="params", max_bytes=self.max_bytes, to=BROADCAST)
                 self._guard.check(msg)
             except CodecError as e:
                 self.rejected[e.reason] += 1
                 continue
             older = msg.version < self.version or (msg.version == self.version and not self.same_version)
-            if older and msg.sender == self.source:
+            if older and msg.source == self.source:
                 self.stale += 1
                 continue
-            if self.source is not None and msg.sender != self.source:
+            if self.source is not None and msg.source != self.source:
                 self.source_changes += 1  # a restarted learner: its count is the one to follow
-            self.source = msg.sender
+            self.source = msg.source
             self.accepted += 1
             self.skipped += i
             self.version = msg.version

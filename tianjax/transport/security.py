@@ -10,7 +10,10 @@ section 3, leaves this to the deployment; a shared machine or a network cannot):
     runtime.security: mac    ZeroMQ PLAIN with a token derived from the run key. Cheap (no
                              per-byte cost). The token travels in clear: on loopback only
                              root can read it; on a network an eavesdropper who reads it
-                             can connect, but still can neither inject (MACs) nor forge.
+                             can connect, and still can neither inject, forge nor replay
+                             (MACs; every message is bound to one recipient, direction and
+                             sender incarnation, see codec.py), but can cost the learner
+                             memory (ZeroMQ caps frames, not messages) and CPU.
                              Parameters and trajectories travel in clear.
     runtime.security: curve  CurveZMQ (Curve25519 + XSalsa20-Poly1305) with a server key
                              pair and a client key pair derived from the run key: the
@@ -27,6 +30,16 @@ of the MAC keys in `auth`):
     client secret  = HMAC(run_key, "tianjax.curve.client.v1")
     public keys    = Curve25519 base-point multiples of the secrets (zmq.curve_public)
 
+Fail closed. Every server socket sets ZAP_ENFORCE_DOMAIN: without a live ZAP handler
+libzmq would admit any CURVE client that knows the server's public key (and, unenforced,
+treats a missing handler as consent), so a gatekeeper that died would open the door; with
+it, no handler means no connection, and the learner stops with one line when its
+gatekeeper is gone (`Gatekeeper.alive`). The ZAP domain names the transport ("tianjax.tcp",
+"tianjax.ipc"): a tcp peer must come with its address, and `allow_hosts` is enforced on
+it twice, by the kernel-side accept filter (ZMQ_TCP_ACCEPT_FILTER: a refused host's
+connection is closed at accept, before any handshake or Python code runs) and by the
+gatekeeper. ipc peers have no address; their socket's private directory guards them.
+
 Bounds on what an unauthenticated peer costs: every receiving socket has ZeroMQ's
 `maxmsgsize` (a larger frame disconnects its sender before it is buffered), a binding
 PUB accepts subscriptions of at most `SUBSCRIPTION_MAX_BYTES`, a handshake not finished
@@ -41,6 +54,7 @@ import collections
 import hashlib
 import hmac
 import ipaddress
+import sys
 import threading
 from typing import Literal
 
@@ -89,18 +103,23 @@ def limit_frames(socket: zmq.Socket, max_bytes: int) -> None:
     socket.setsockopt(zmq.HANDSHAKE_IVL, HANDSHAKE_MS)
 
 
+DOMAIN_TCP, DOMAIN_IPC = b"tianjax.tcp", b"tianjax.ipc"
+
+
 class Handshake:
     """The connection credentials of one run, derived from its key. `server(socket)` and
     `client(socket)` configure a socket before it binds or connects; `admits` is the ZAP
-    handler's check. Holds secrets: its repr hides them and it refuses to be pickled."""
+    handler's check. `allow`: the only hosts a tcp server admits (empty: any with the
+    credentials). Holds secrets: its repr hides them and it refuses to be pickled."""
 
-    __slots__ = ("security", "_token", "_server_secret", "_client_secret", "server_public",
+    __slots__ = ("security", "allow", "_token", "_server_secret", "_client_secret", "server_public",
                  "client_public")
 
-    def __init__(self, run_key: RunKey | bytes, security: Security):
+    def __init__(self, run_key: RunKey | bytes, security: Security, allow: tuple[str, ...] = ()):
         if security not in SECURITY_LEVELS:
             raise ValueError(f"security must be one of {SECURITY_LEVELS}, got {security!r}")
         self.security = security
+        self.allow = tuple(str(ipaddress.ip_address(a)) for a in allow)
         self._token = _prf(run_key, b"tianjax.plain.v1")[:16].hex().encode()
         self._server_secret = self._client_secret = b""
         self.server_public = self.client_public = b""
@@ -112,8 +131,15 @@ class Handshake:
             self.server_public = zmq.curve_public(self._server_secret)
             self.client_public = zmq.curve_public(self._client_secret)
 
-    def server(self, socket: zmq.Socket) -> None:
-        socket.setsockopt(zmq.ZAP_DOMAIN, b"tianjax")
+    def server(self, socket: zmq.Socket, ipc: bool = False) -> None:
+        """Before the socket binds (`ipc`: to an ipc endpoint)."""
+        socket.setsockopt(zmq.ZAP_DOMAIN, DOMAIN_IPC if ipc else DOMAIN_TCP)
+        socket.setsockopt(zmq.ZAP_ENFORCE_DOMAIN, 1)  # no live handler: no connection
+        if not ipc:
+            for host in self.allow:
+                if ":" in host:
+                    socket.ipv6 = True  # (the filter parses an IPv6 address only then)
+                socket.setsockopt(zmq.TCP_ACCEPT_FILTER, host.encode())
         if self.security == "curve":
             socket.setsockopt(zmq.CURVE_SERVER, 1)
             socket.setsockopt(zmq.CURVE_SECRETKEY, self._server_secret)
@@ -156,16 +182,17 @@ class Gatekeeper:
     """The ZAP handler of one ZeroMQ context: a thread that admits a connection only if its
     handshake carries this run's credentials and, when `allow` is not empty, it comes from
     one of those addresses. Counts: `admitted`, `refused[reason]` (reason: "address",
-    "mechanism", "credentials").
+    "domain", "mechanism", "credentials"). `alive` is False once its thread has stopped
+    (closed, or failed: `error`); with ZAP_ENFORCE_DOMAIN nothing is admitted then.
 
     NOTE: libzmq asks the handler of the socket's own context, so there is one Gatekeeper
     per context, started before any server socket binds (a PLAIN server with no handler
     would admit anyone) and closed before the context is terminated.
     """
 
-    def __init__(self, ctx: zmq.Context, handshake: Handshake, allow: tuple[str, ...] = ()):
+    def __init__(self, ctx: zmq.Context, handshake: Handshake, allow: tuple[str, ...] | None = None):
         self.handshake = handshake
-        self.allow = frozenset(str(ipaddress.ip_address(a)) for a in allow)
+        self.allow = frozenset(str(ipaddress.ip_address(a)) for a in (handshake.allow if allow is None else allow))
         self.admitted = 0
         self.refused: collections.Counter = collections.Counter()
         self._ctx = ctx
@@ -193,22 +220,44 @@ class Gatekeeper:
                 if not sock.poll(_ZAP_POLL_MS):
                     continue
                 request = sock.recv_multipart()
-                sock.send_multipart(self._answer(request))
+                try:
+                    reply = self._answer(request)
+                except Exception:  # noqa: BLE001 - a request it cannot read is refused, not fatal
+                    self.refused["malformed"] += 1
+                    reply = [b"1.0", request[1] if len(request) > 1 else b"", b"500", b"malformed", b"", b""]
+                sock.send_multipart(reply)
+        except BaseException as e:  # noqa: BLE001 - the learner sees it through `alive`
+            self.error = e
         finally:
             sock.close(linger=0)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    @property
+    def error(self) -> BaseException | None:
+        return self._error
+
+    @error.setter
+    def error(self, e: BaseException) -> None:
+        self._error = e
 
     def _answer(self, request: list[bytes]) -> list[bytes]:
         if len(request) < 6:
             return [b"1.0", request[1] if len(request) > 1 else b"", b"500", b"malformed", b"", b""]
-        version, request_id, _domain, address, _identity, mechanism, *credentials = request
+        version, request_id, domain, address, _identity, mechanism, *credentials = request
         why = None
-        if self.allow and address:  # ipc peers have no address: the socket's directory guards them
+        if domain == DOMAIN_TCP:
+            # a tcp peer always has an address: none is refused, as is one not allowed
             try:
                 host = str(ipaddress.ip_address(address.decode("ascii", "replace")))
             except ValueError:
                 host = ""
-            if host not in self.allow:
+            if not host or (self.allow and host not in self.allow):
                 why = "address"
+        elif domain != DOMAIN_IPC:  # (ipc peers have no address: their directory guards them)
+            why = "domain"
         why = why or self.handshake.admits(mechanism, credentials)
         if why is None:
             self.admitted += 1
@@ -230,13 +279,13 @@ class SecureContext:
 
     def __init__(self, run_key: RunKey | bytes, security: Security, *, server: bool,
                  allow: tuple[str, ...] = (), io_threads: int | None = None):
-        self.handshake = Handshake(run_key, security)
+        self.handshake = Handshake(run_key, security, allow)
         self.io_threads = io_threads or (2 if security == "curve" else 1)
         self.ctx = zmq.Context(io_threads=self.io_threads)
         self.gatekeeper: Gatekeeper | None = None
         if server:
             try:
-                self.gatekeeper = Gatekeeper(self.ctx, self.handshake, allow)
+                self.gatekeeper = Gatekeeper(self.ctx, self.handshake)
             except BaseException:
                 self.ctx.destroy(linger=0)
                 raise
@@ -247,9 +296,20 @@ class SecureContext:
         self.ctx.destroy(linger=0)
 
 
+MAC_OFF_LOOPBACK = (
+    "tianjax: warning: runtime.security is mac and the learner binds to {host}, beyond loopback: anyone "
+    "who can observe that network reads the connection token and every parameter and trajectory in "
+    "clear; with the token they can connect to the learner's ports and make it spend memory and CPU "
+    "on messages it then rejects (only the per-message MACs stop them from injecting or replaying "
+    "anything). Use runtime.security: curve off loopback.")
+
+
 def secure_context(run_key: RunKey | bytes, runtime, *, server: bool) -> SecureContext:
-    """The SecureContext a role's `runtime` config section asks for."""
+    """The SecureContext a role's `runtime` config section asks for (a learner binding
+    beyond loopback under `mac` is warned what an observer of its network can do)."""
     security = resolve_security(runtime.security, runtime.bind_host)
+    if server and security == "mac" and not is_loopback(runtime.bind_host):
+        print(MAC_OFF_LOOPBACK.format(host=runtime.bind_host), file=sys.stderr, flush=True)
     return SecureContext(run_key, security, server=server, allow=tuple(runtime.allow_hosts),
                          io_threads=runtime.io_threads)
 

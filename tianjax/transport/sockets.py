@@ -7,7 +7,6 @@ from __future__ import annotations
 import errno
 import os
 import secrets
-import tempfile
 import time
 from typing import Literal
 
@@ -19,6 +18,10 @@ from tianjax.transport.security import Handshake, limit_frames
 
 DEFAULT_HOST = "127.0.0.1"
 CONTROL_MAX_BYTES = 1 << 16
+# NOTE: a receive handles at most this many rejections before it returns (None), and checks
+# its deadline after each one: a steady stream of bad messages must not keep a role inside
+# one call, where it cannot see its stop flag or serve anything else.
+MAX_REJECTED_PER_CALL = 64
 Key = RunKey | bytes | Authenticator
 
 
@@ -40,10 +43,31 @@ def _bind_or_oserror(socket: zmq.Socket, endpoint: str) -> None:
         raise
 
 
-def _first_seq() -> int:
-    # NOTE: receivers demand strictly increasing seqs per sender; starting at the clock
-    # lets a restarted sender (same id) continue upward instead of being taken for a replay.
-    return time.time_ns()
+_incarnation: str | None = None
+
+
+def process_incarnation() -> str:
+    """This process's incarnation: 16 random hex digits drawn once per process (and again
+    in a forked child). Every message a channel sends carries it; sequence numbers count
+    from 0 within it, so a restarted process (a new incarnation) needs no clock to be
+    told apart from a replay of its predecessor."""
+    global _incarnation
+    if _incarnation is None:
+        _incarnation = secrets.token_hex(8)
+    return _incarnation
+
+
+def _forget_incarnation() -> None:
+    global _incarnation
+    _incarnation = None
+
+
+os.register_at_fork(after_in_child=_forget_incarnation)
+
+
+def address(name: str, incarnation: str) -> str:
+    """A recipient as messages name it: "name@incarnation"."""
+    return f"{name}@{incarnation}"
 
 
 class _Channel:
@@ -71,7 +95,8 @@ class _Channel:
     def _bind(self, endpoint: str | None, host: str, transport: Literal["tcp", "ipc"],
               ipc_dir: str | None = None, use_fd: int | None = None) -> None:
         if self.handshake is not None:
-            self.handshake.server(self.socket)
+            ipc = endpoint.startswith("ipc://") if endpoint is not None else transport == "ipc"
+            self.handshake.server(self.socket, ipc=ipc)
         if use_fd is not None:
             # a listening socket bound and held by the launcher (see tianjax.launch.ports):
             # it owns the port or ipc path, so nothing here unlinks it
@@ -82,8 +107,12 @@ class _Channel:
             self.endpoint = endpoint
             return
         if endpoint is None and transport == "ipc":
+            # NOTE: never the shared temporary directory: any local user could connect to
+            # (or replace) a socket there. The launcher makes a private one (mode 0700)
+            if ipc_dir is None:
+                raise ValueError("ipc sockets need a private directory (ipc_dir, mode 0700): none was given")
             name = f"tianjax-{os.getpid()}-{secrets.token_hex(6)}.ipc"
-            endpoint = "ipc://" + os.path.join(ipc_dir or tempfile.gettempdir(), name)
+            endpoint = "ipc://" + os.path.join(ipc_dir, name)
         if endpoint is None:
             if ":" in host:  # an IPv6 address
                 self.socket.ipv6 = True
@@ -99,8 +128,11 @@ class _Channel:
 
     def _recv_valid(self, timeout_ms: int | None, valid):
         """The first message `valid(frames)` accepts within timeout_ms, or None. Messages it
-        refuses (CodecError) are dropped and counted in `rejected` by reason, never raised."""
+        refuses (CodecError) are dropped and counted in `rejected` by reason, never raised;
+        after MAX_REJECTED_PER_CALL of them, or once the deadline has passed, it returns
+        None (even with timeout_ms None), and the caller looks again when it likes."""
         deadline = _deadline(timeout_ms)
+        refused = 0
         while True:
             try:
                 frames = self.socket.recv_multipart(zmq.NOBLOCK, copy=False)
@@ -113,6 +145,9 @@ class _Channel:
                 result = valid(frames)
             except CodecError as e:
                 self.rejected[e.reason] += 1
+                refused += 1
+                if refused >= MAX_REJECTED_PER_CALL or (deadline is not None and time.monotonic() >= deadline):
+                    return None
                 continue
             self.accepted += 1
             return result

@@ -56,8 +56,9 @@ def rig():
     ctx = zmq.Context()
     try:
         shake = learner.net.handshake  # the run's own credentials
-        ctl = ControlClient(key, learner.endpoints["control"], identity="actor-0", ctx=ctx, handshake=shake)
-        traj = TrajectorySender(key, learner.endpoints["traj"], sender="actor-0", hwm=100, ctx=ctx,
+        ctl = ControlClient(key, learner.endpoints["control"], identity="actor-0", to=learner.address, ctx=ctx,
+                            handshake=shake)
+        traj = TrajectorySender(key, learner.endpoints["traj"], sender="actor-0", to=learner.address, hwm=100, ctx=ctx,
                                 handshake=shake)
         yield learner, ctl, traj
     finally:

@@ -149,7 +149,7 @@ class Rig:
     def encode(self, tree=None, *, auth=None, kind="traj", sender="fuzz", seq=None, version=0) -> list[bytes]:
         tree = self.tree() if tree is None else tree
         frames = encode(tree, auth=auth or self.auth, kind=kind, version=version, sender=sender,
-                        seq=self.next_seq() if seq is None else seq)
+                        seq=self.next_seq() if seq is None else seq, to=self.learner.address)
         return [bytes(f) for f in frames]
 
     def resign(self, frames: list[bytes]) -> list[bytes]:
@@ -193,9 +193,10 @@ class Rig:
         self._send(self.dealer, frames)
         self.ctrl_bad[reason] += 1
 
-    def ctrl_encode(self, body: dict, *, auth=None, kind="ctrl", sender="probe", seq=None) -> list[bytes]:
+    def ctrl_encode(self, body: dict, *, auth=None, kind="ctrl.up", sender="probe", seq=None) -> list[bytes]:
         return [bytes(f) for f in encode_json(body, auth=auth or self.auth, kind=kind, sender=sender,
-                                              seq=self.next_seq() if seq is None else seq)]
+                                              seq=self.next_seq() if seq is None else seq,
+                                              to=self.learner.address)]
 
     def good_ctrl(self) -> list[bytes]:
         frames = self.ctrl_encode({"type": "heartbeat", "actor": 0, "credits": 1})
@@ -344,7 +345,13 @@ def _corrupt_traj(r: Rig, name: str, rng) -> None:
         "json_huge_int": lambda: (r.resign([good[0], good[1][:-1] + b',"x":1' + b"0" * 5000 + b"}",
                                             *good[2:]]), "header"),
         "bad_magic": lambda: (r.reheader(good, lambda h: h.update(m="tianjaX")), "header"),
-        "bad_protocol": lambda: (r.reheader(good, lambda h: h.update(p=2)), "header"),
+        "bad_protocol": lambda: (r.reheader(good, lambda h: h.update(p=1)), "header"),
+        "inc_missing": lambda: (r.reheader(good, lambda h: h.pop("inc")), "header"),
+        # signed, for another learner or this one's incarnation before a restart
+        "to_another_learner": lambda: (r.reheader(good, lambda h: h.update(to="learner-1" + h["to"][9:])),
+                                       "recipient"),
+        "to_an_old_incarnation": lambda: (r.reheader(good, lambda h: h.update(to="learner-0@" + "0" * 16)),
+                                          "old_incarnation"),
         "seq_string": lambda: (r.reheader(good, lambda h: h.update(seq=str(h["seq"]))), "header"),
         "seq_missing": lambda: (r.reheader(good, lambda h: h.pop("seq")), "header"),
         "version_float": lambda: (r.reheader(good, lambda h: h.update(version=0.5)), "header"),
@@ -370,7 +377,8 @@ TRAJ_CORRUPTIONS = ["mac_bitflip", "mac_truncated", "mac_empty", "no_signature",
                     "schema_hash", "header_dtype", "header_shape", "header_negative_dim", "tree_dtype",
                     "tree_shape", "tree_structure", "tree_extra_leaf", "kind_params", "kind_ctrl",
                     "pickle_signed", "not_json", "json_not_object", "json_deep", "json_huge_int",
-                    "bad_magic", "bad_protocol", "seq_string", "seq_missing", "version_float",
+                    "bad_magic", "bad_protocol", "inc_missing", "to_another_learner",
+                    "to_an_old_incarnation", "seq_string", "seq_missing", "version_float",
                     "nbytes_wrong", "leaves_mistyped", "replay_exact", "replay_old_seq"]
 
 
@@ -394,6 +402,10 @@ def _corrupt_ctrl(r: Rig, name: str, rng) -> None:
         "pickle_signed": lambda: (r.resign([good[0], payload]), "header"),
         "oversized": lambda: ([*good, bytes(CONTROL_MAX_BYTES)], "size"),
         "kind_traj": lambda: (r.ctrl_encode({"type": "register", "actor": 0}, kind="traj"), "kind"),
+        # a learner-to-actor message reflected back to the learner
+        "kind_down": lambda: (r.ctrl_encode({"type": "credit", "n": 1}, kind="ctrl.down"), "kind"),
+        "to_an_old_incarnation": lambda: (r.reheader(good, lambda h: h.update(to="learner-0@" + "0" * 16)),
+                                          "old_incarnation"),
         "not_json": lambda: (r.resign([good[0], b"\x80" + rng.bytes(32)]), "header"),
         "body_list": lambda: (r.reheader(good, body([1, 2])), "header"),
         "body_missing": lambda: (r.reheader(good, lambda h: h.pop("body")), "header"),
@@ -413,7 +425,7 @@ def _corrupt_ctrl(r: Rig, name: str, rng) -> None:
 
 CTRL_CORRUPTIONS = ["mac_bitflip", "header_bitflip", "no_signature", "no_signature_padded", "wrong_key",
                     "insecure_no_auth", "pickle_unsigned", "pickle_signed", "oversized", "kind_traj",
-                    "not_json", "body_list", "body_missing", "body_no_type", "body_type_int", "with_leaves",
+                    "kind_down", "to_an_old_incarnation", "not_json", "body_list", "body_missing", "body_no_type", "body_type_int", "with_leaves",
                     "leaves_without_frames", "replay_exact"]
 
 

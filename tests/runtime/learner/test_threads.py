@@ -47,7 +47,7 @@ def _take_all(rx, n):
 
 def test_the_receiver_reads_checks_and_hands_over_in_order(ctx):
     with TrajectoryReceiver(KEY, TREE, ctx=ctx) as channel, \
-            TrajectorySender(KEY, channel.endpoint, sender="actor-0", ctx=ctx) as tx:
+            TrajectorySender(KEY, channel.endpoint, sender="actor-0", to=channel.address, ctx=ctx) as tx:
         rx = Receiver(channel, ctx, max_ready=8)
         rx.start()
         try:
@@ -67,7 +67,7 @@ def test_the_receiver_reads_checks_and_hands_over_in_order(ctx):
 
 def test_the_receiver_reads_no_further_than_the_learner_has_room(ctx):
     with TrajectoryReceiver(KEY, TREE, ctx=ctx, hwm=100) as channel, \
-            TrajectorySender(KEY, channel.endpoint, sender="actor-0", hwm=100, ctx=ctx) as tx:
+            TrajectorySender(KEY, channel.endpoint, sender="actor-0", to=channel.address, hwm=100, ctx=ctx) as tx:
         rx = Receiver(channel, ctx, max_ready=2)
         try:
             rx.set_room(False)
@@ -90,8 +90,8 @@ def test_the_receiver_reads_no_further_than_the_learner_has_room(ctx):
 
 def test_the_receiver_counts_what_it_rejects(ctx):
     with TrajectoryReceiver(KEY, TREE, ctx=ctx) as channel, \
-            TrajectorySender(RunKey(bytes(32)), channel.endpoint, sender="intruder", ctx=ctx) as bad, \
-            TrajectorySender(KEY, channel.endpoint, sender="actor-0", ctx=ctx) as good:
+            TrajectorySender(RunKey(bytes(32)), channel.endpoint, sender="intruder", to=channel.address, ctx=ctx) as bad, \
+            TrajectorySender(KEY, channel.endpoint, sender="actor-0", to=channel.address, ctx=ctx) as good:
         rx = Receiver(channel, ctx)
         rx.start()
         try:
@@ -221,3 +221,17 @@ def test_inflight_keeps_at_most_its_limit_unread(monkeypatch):
     finally:
         gate.set()
         inflight.close()
+
+
+def test_check_finite_covers_every_inexact_dtype():
+    """bfloat16 and float8 are not numpy floating types: a NaN in one must still count."""
+    import ml_dtypes
+
+    from tianjax.runtime.learner.receiver import check_finite
+
+    for dtype in (np.float16, np.float32, np.float64, ml_dtypes.bfloat16, ml_dtypes.float8_e5m2, np.complex64):
+        for bad in (np.nan, np.inf, -np.inf):
+            tree = {"ok": np.zeros(3, np.int32), "x": np.array([0.0, bad, 1.0]).astype(dtype)}
+            assert not check_finite(tree), (dtype, bad)
+        assert check_finite({"x": np.array([0.0, 1.5, -2.0]).astype(dtype)}), dtype
+    assert check_finite({"i": np.array([2**31 - 1], np.int32), "b": np.array([True])})

@@ -89,6 +89,8 @@ class Actor:
     # ------------------------------------------------------------------ waiting, politely
     def _beat(self) -> None:
         now = time.monotonic()
+        if self.control.to is None:
+            return  # no learner heard yet: nobody to address
         if now - self._last_beat >= self.config.runtime.heartbeat_s:
             self.control.send({"type": "heartbeat", "actor": self.actor_id, "version": self.version,
                                "env_steps": self.env_steps, "credits": self.credits, "sent": self.sent,
@@ -129,13 +131,17 @@ class Actor:
             self.global_steps = int(message.env_steps)
         if newest is None:
             return False
-        if self.params_in.source_changes > self._learner_restarts:
-            # the learner restarted (from its last checkpoint): its credits and version
-            # count start afresh, so register again and follow its versions from here
-            self._learner_restarts = self.params_in.source_changes
+        if self.params_in.source != self.control.to:
+            # the first learner heard, or a restarted one (from its last checkpoint): every
+            # message goes to that incarnation from now on (a learner takes no other's), and
+            # a restarted one's credits and version count start afresh, so register again
+            # and follow its versions from here
+            if self.control.to is not None:
+                self._learner_restarts += 1
+                self.learner_restarted = True
+            self.control.to = self.traj_out.to = self.params_in.source
             self.credits = 0
             self.sent = 0
-            self.learner_restarted = True
             self.control.send({"type": "register", "actor": self.actor_id, "pid": os.getpid()})
         return True
 
@@ -172,18 +178,24 @@ class Actor:
                 raise ActorStopped(f"no word from the learner for {timeout:.0f} s")
             poller.poll(timeout=int(1000 * self.config.runtime.heartbeat_s))
 
-    def _send(self, rollout, acted_at: int) -> None:
+    def _send(self, rollout, acted_at: int) -> bool:
+        """Sends a rollout to the learner that granted its credit. False if that learner
+        was replaced meanwhile (its credit went with it: the rollout is dropped)."""
         poll_ms = int(1000 * self.config.runtime.heartbeat_s)
         message = (rollout.batch, rollout.episodes, np.asarray(acted_at, np.int64))
+        granted_by = self.traj_out.to
         while not self.traj_out.send(message, self.version, timeout_ms=poll_ms):
             # the learner is not reading (its pool is full): wait, but stay alive and stoppable
             self._check_control()
             self._beat()
             if self.config.mode == "async":
                 self._take_newest()
+            if self.traj_out.to != granted_by:
+                return False
             timeout = self.config.runtime.heartbeat_timeout_s
             if time.monotonic() - self._last_heard > timeout:
                 raise ActorStopped(f"the learner took nothing and said nothing for {timeout:.0f} s")
+        return True
 
     # ------------------------------------------------------------------ the loop
     def _timed(self, key: str, fn, *args):
@@ -195,8 +207,9 @@ class Actor:
 
     def run(self) -> int:
         self._t0, self._cpu0 = time.perf_counter(), time.process_time()
-        self.control.send({"type": "register", "actor": self.actor_id, "pid": os.getpid()})
         try:
+            # it registers with the learner whose parameters it first receives (the
+            # parameters name that learner's incarnation, see _take_newest)
             # the learner may still be starting (compiling, joining a multi-host mesh)
             self._last_heard = time.monotonic()
             self._timed("waiting_params", self._wait_for_version, 0, self.config.runtime.connect_timeout_s)
@@ -210,9 +223,9 @@ class Actor:
                 rollout = self._timed("acting", self.source, self.params, self.version, acted_at)
                 self.env_steps += self.source.steps_per_call
                 sent_with = self.version
-                self._timed("sending", self._send, rollout, acted_at)
-                self.credits -= 1
-                self.sent += 1
+                if self._timed("sending", self._send, rollout, acted_at):
+                    self.credits -= 1
+                    self.sent += 1
                 self._beat()
                 if self.config.mode == "sync":
                     self._timed("waiting_params", self._wait_for_version, sent_with + 1)

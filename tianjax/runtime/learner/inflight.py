@@ -19,6 +19,7 @@ often the loop looks.
 from __future__ import annotations
 
 import collections
+import sys
 import threading
 import time
 from typing import Any
@@ -84,13 +85,18 @@ class InFlight:
     def pending(self) -> int:
         return self._unresolved
 
-    def close(self) -> None:
-        """Reads back what is in flight, then joins the thread."""
+    def close(self, timeout_s: float = 300.0) -> None:
+        """Reads back what is in flight, then joins the thread, waiting at most timeout_s
+        (the updates in flight must finish first: a large model's may take long); a thread
+        still reading then is left to end with the process, with a warning."""
         with self._cv:
             thread, self._stop = self._thread, True
             self._cv.notify_all()
         if thread is not None:
-            thread.join()
+            thread.join(timeout_s)
+            if thread.is_alive():
+                print(f"tianjax: warning: the update read-back thread did not stop within {timeout_s:g} s",
+                      file=sys.stderr, flush=True)
         self._thread = None
 
     def _raise(self) -> None:

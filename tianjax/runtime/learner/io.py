@@ -8,20 +8,25 @@ many peers connect.
 
 from __future__ import annotations
 
-import os
 from typing import Callable
 
 import jax
 import numpy as np
 
 from tianjax.config import Config
+from tianjax.errors import RunFailed
 from tianjax.runtime.learner.inflight import snapshot, to_host
 from tianjax.runtime.learner.publisher import Publisher
 from tianjax.runtime.learner.receiver import Receiver
 from tianjax.runtime.process.resources import FdReserve, raise_fd_limit
 from tianjax.transport.channels import ControlServer, ParamPublisher, TrajectoryReceiver
 from tianjax.transport.security import secure_context
+from tianjax.transport.sockets import address, process_incarnation
 from tianjax.core.types import ParamsMessage
+
+
+class GatekeeperStopped(RunFailed):
+    """The ZAP handler's thread died: nothing can be admitted any more."""
 
 
 class LearnerIO:
@@ -42,13 +47,19 @@ class LearnerIO:
         self.net = secure_context(run_key, rt, server=True)
         net = dict(ctx=self.net.ctx, handshake=self.net.handshake, host=host, transport=rt.transport,
                    ipc_dir=ipc_dir)
-        # the sender name is this incarnation's: actors follow a restarted learner's versions
+        # one name per learner process, and this process's incarnation on all three sockets:
+        # actors take the address from the parameters, register with it and send only to
+        # it, and nothing addressed to another learner, or to this one before a restart, is
+        # taken (transport/codec.py)
+        name, inc = f"learner-{jax.process_index()}", process_incarnation()
+        self.address = address(name, inc)
         self.params_pub = ParamPublisher(run_key, endpoint=ep.get("params"), **net, use_fd=fds.get("params"),
-                                         sender=f"learner-{jax.process_index()}-{os.urandom(4).hex()}")
+                                         sender=name, incarnation=inc)
         self.traj_in = TrajectoryReceiver(run_key, template, endpoint=ep.get("traj"), **net,
-                                          use_fd=fds.get("traj"),
+                                          use_fd=fds.get("traj"), name=name, incarnation=inc,
                                           hwm=rt.recv_hwm, max_bytes=int(rt.max_message_mb * 2**20))
-        self.control = ControlServer(run_key, endpoint=ep.get("control"), **net, use_fd=fds.get("control"))
+        self.control = ControlServer(run_key, endpoint=ep.get("control"), **net, use_fd=fds.get("control"),
+                                     sender=name, incarnation=inc)
         # checks and decodes trajectories on its own thread while updates run, and (one
         # process, one device) starts their copies to the device there
         self.rx = Receiver(self.traj_in, self.net.ctx, place=place)
@@ -80,6 +91,15 @@ class LearnerIO:
         _, version, params = self._offered
         self.publisher.offer(version, ParamsMessage(params, np.asarray(env_steps, np.int64)))
 
+    def check(self) -> None:
+        """Raises GatekeeperStopped if the gatekeeper's thread is gone (every server socket
+        then refuses all connections: the run cannot take a new or restarted actor)."""
+        gk = self.net.gatekeeper
+        if gk is not None and not gk.alive:
+            why = f": {type(gk.error).__name__}: {gk.error}" if gk.error is not None else ""
+            raise GatekeeperStopped(f"the learner's connection gatekeeper stopped{why}; no actor can connect, "
+                                    "so the learner stops")
+
     def stop_threads(self) -> None:
         """Joins the receiver and publisher threads (the publisher sends what it holds first)."""
         self.rx.stop()
@@ -98,4 +118,4 @@ class LearnerIO:
         self.fd_reserve.close()
 
 
-__all__ = ["LearnerIO"]
+__all__ = ["GatekeeperStopped", "LearnerIO"]

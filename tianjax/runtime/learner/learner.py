@@ -29,6 +29,7 @@ metrics, checkpoints, result (tianjax.runtime.runners.recorder).
 
 from __future__ import annotations
 
+import collections
 import time
 from typing import Callable
 
@@ -107,7 +108,10 @@ class Learner:
         unit = config.steps_per_update if self.algo.buffer == "onpolicy" else self.traj_steps
         self.budget = config.total_env_steps // unit * unit
         self.n_updates = self.budget // config.steps_per_update  # on-policy: fresh batches
-        self.fresh_updates = 0
+        self.fresh_updates = 0  # fresh batches taken (the loop's count: a skipped one too)
+        self._counted: collections.deque = collections.deque()  # fresh samples of each update in flight
+        self.skipped_fresh_samples = 0  # fresh samples of updates skipped for non-finite gradients
+        self.resume_unlearned_samples = 0  # pooled at the checkpoint resumed from: acted again
         self.recorder = RunRecorder(config, logger, progress)
         self.tracker = self.recorder.tracker
         self.ingress = Ingress(config, self.control, self.rx, self.balance, self.controller, budget=self.budget,
@@ -149,6 +153,11 @@ class Learner:
         return self.io.endpoints
 
     @property
+    def address(self) -> str:
+        """This learner incarnation's address: what actors' messages must be addressed to."""
+        return self.io.address
+
+    @property
     def state_version(self) -> int:
         return int(self._version_cache)
 
@@ -182,9 +191,14 @@ class Learner:
 
     def _absorb(self, finished: list[dict]) -> None:
         """Takes in the read-back metrics of finished updates: a skipped one (non-finite
-        gradients, the state kept) did not advance the version."""
+        gradients, the state kept) did not advance the version, and learned nothing: the
+        fresh samples it was counted with are taken back (and counted as skipped)."""
         for m in finished:
-            self._version_cache -= int(m["update_skipped"])
+            fresh = self._counted.popleft() if self._counted else 0
+            if int(m["update_skipped"]):
+                self._version_cache -= 1
+                self.balance.fresh -= fresh
+                self.skipped_fresh_samples += fresh
             self._pending.append(m)
 
     def settle(self) -> None:
@@ -249,6 +263,7 @@ class Learner:
         busy = False
         while not self.finished() and not should_stop():
             shutdown.check()
+            self.io.check()  # (its gatekeeper: fail closed, and say so)
             # NOTE: block (until a message or 50 ms) only when the last pass found no work;
             # right after an update more may be waiting in the pool. While an update runs,
             # look again within 5 ms: when it ends, a reuse pass may be due.
@@ -295,17 +310,19 @@ class Learner:
         # async mode; at once in sync mode, where the versions must match exactly)
         self._version_cache = version + 1
         self._dispatches += 1
+        # counted at dispatch, taken back if its read-back says it was skipped (_absorb);
+        # off-policy, a sample is fresh when it enters the buffer, not when it is replayed
+        reuse = choice.reuse
+        fresh = 0 if reuse or self.replay else int(taus.size)
+        self.balance.consumed_batch(taus, taus.size, time.perf_counter(), reuse=reuse, fresh=fresh)
+        self.fresh_updates += not reuse
+        self.controller.consumed(float(taus.sum()), int(taus.size))
+        self._counted.append(fresh)
         self.inflight.add(metrics, t_update)
         if exact:
             self.settle()
         else:
             self._absorb(self.inflight.take())
-        # off-policy, a sample is fresh when it enters the buffer, not when it is replayed
-        reuse = choice.reuse
-        self.balance.consumed_batch(taus, taus.size, time.perf_counter(), reuse=reuse,
-                                    fresh=0 if reuse or self.replay else taus.size)
-        self.fresh_updates += not reuse
-        self.controller.consumed(float(taus.sum()), int(taus.size))
 
     # ------------------------------------------------------------------ records and checkpoints
     def _record(self) -> None:
@@ -331,18 +348,27 @@ class Learner:
         self.ingress.env_steps = int(meta["env_steps"])
         self.fresh_updates = int(meta["fresh_updates"])
         self.balance.load_state_dict(meta["balance"])
+        self.resume_unlearned_samples = int(meta.get("unlearned_samples", 0))
         self._version_cache = int(to_host(self.state.version))
 
     def save_checkpoint(self, now: float) -> None:
         rec = self.recorder
         if rec.saver is None:
             return
-        counters = dict(updates=self.state_version, env_steps=self.env_steps, fresh_updates=self.fresh_updates)
+        # NOTE: the pool is not saved: its trajectories were admitted (counted in env_steps
+        # and the budget) but not learned from, so the counts saved leave them out. A run
+        # resumed from here acts them again instead of ending short of its fresh budget;
+        # `unlearned_samples` says how many that was (the summary reports it)
+        pooled = 0 if self.replay is not None else len(self.pool) * self.traj_steps
+        counters = dict(updates=self.state_version, env_steps=self.env_steps - pooled,
+                        fresh_updates=self.fresh_updates, unlearned_samples=pooled)
+        balance = self.balance.state_dict()
+        balance["produced"] -= pooled
         replay = self.replay.counters() if self.replay else dict(learned=0, replay_added=0, replay_earned=0.0)
         with self.io.fd_reserve.released():
             # the run's wall time so far (elapsed() already goes on from a resumed run's)
             rec.save(self.state_version, self._checkpoint_tree(), now, counters,
-                     dict(balance=self.balance.state_dict(), **replay))
+                     dict(balance=balance, **replay))
 
     def result(self) -> RunOutcome:
         now = time.perf_counter()
@@ -350,7 +376,13 @@ class Learner:
             params=to_host(self.state.params), algo=self.algo, env=None, env_steps=self.env_steps,
             updates=self.state_version, skipped_updates=int(to_host(self.state.skipped_updates)),
             compile_time_s=self.compile_time_s, interrupted=self.interrupted, now=now,
-            extra_summary=self.report.summary(now, self.recorder.session_time(now)))
+            extra_summary={**self.report.summary(now, self.recorder.session_time(now)),
+                           "learner_incarnation": self.address,
+                           # fresh samples of updates skipped for non-finite gradients
+                           # (not counted as fresh), and pooled samples the checkpoint this
+                           # run resumed from left out (acted again)
+                           "skipped_fresh_samples": self.skipped_fresh_samples,
+                           "resume_unlearned_samples": self.resume_unlearned_samples})
 
     # ------------------------------------------------------------------ shutdown
     def stop_actors(self, error: str | None = None) -> None:

@@ -13,6 +13,7 @@ sends what is still held first.
 
 from __future__ import annotations
 
+import sys
 import threading
 from typing import Any
 
@@ -20,6 +21,9 @@ import numpy as np
 
 from tianjax.runtime.learner.inflight import to_host
 from tianjax.transport.channels import ParamPublisher
+
+
+_SERVE_S = 0.1  # how often an idle publisher reads the subscriptions that arrived
 
 
 class Publisher:
@@ -57,25 +61,41 @@ class Publisher:
                 self._thread.start()
             self._cv.notify()
 
-    def stop(self) -> None:
-        """Sends what is held, then joins the thread."""
+    def stop(self, timeout_s: float = 60.0) -> bool:
+        """Sends what is held, then joins the thread (waiting at most timeout_s: a send
+        never blocks, but the host copy of what is held may still be under way). False,
+        with a warning, if the thread did not stop (a daemon: it ends with the process)."""
         with self._cv:
             thread, self._stop = self._thread, True
             self._cv.notify()
         if thread is not None:
-            thread.join()
+            thread.join(timeout_s)
+            if thread.is_alive():
+                print(f"tianjax: warning: the parameter publisher thread did not stop within {timeout_s:g} s",
+                      file=sys.stderr, flush=True)
+                return False
         with self._cv:
             self._thread = None
+        return True
 
     def _run(self) -> None:
         try:
             while True:
                 with self._cv:
-                    while self._slot is None and not self._stop:
-                        self._cv.wait()
+                    if self._slot is None and not self._stop:
+                        self._cv.wait(_SERVE_S)
                     if self._slot is None:
-                        return
-                    (version, tree), self._slot = self._slot, None
+                        if self._stop:
+                            return
+                        item = None
+                    else:
+                        item, self._slot = self._slot, None
+                if item is None:
+                    # NOTE: the socket takes only the subscriptions this thread approves
+                    # (XPUB_MANUAL), queued until it reads them: read them while idle too
+                    self.channel.serve_subscriptions()
+                    continue
+                version, tree = item
                 tree = to_host(tree)  # waits for the device-to-host copies, if any
                 if self._stamp is not None:
                     tree = self._stamp(tree)

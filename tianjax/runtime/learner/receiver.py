@@ -20,26 +20,31 @@ from __future__ import annotations
 
 import collections
 import itertools
+import sys
 import threading
 from typing import Any, Callable
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import zmq
 
 from tianjax.transport.channels import TrajectoryReceiver
 
 _POLL_MS = 50  # how often the thread looks at its stop flag while nothing arrives
+JOIN_S = 10.0  # the thread sees its stop within a receive (a bounded one, see sockets.py)
 _ids = itertools.count()
 
 
 def check_finite(batch) -> bool:
     """Every floating field must be finite: observations and rewards, the behaviour
     log-probs, values and bootstrap values the losses use, and the episode returns the
-    tracker averages (NaN/inf trajectories are dropped and counted, never learned from)."""
+    tracker averages (NaN/inf trajectories are dropped and counted, never learned from).
+    Every inexact dtype counts, bfloat16 and the float8s too (numpy does not take them
+    for floating) and complex ones."""
     for x in jax.tree.leaves(batch):
         x = np.asarray(x)
-        if np.issubdtype(x.dtype, np.floating) and not np.isfinite(x).all():
+        if jnp.issubdtype(x.dtype, jnp.inexact) and not np.isfinite(x).all():
             return False
     return True
 
@@ -80,14 +85,21 @@ class Receiver:
             self._thread = threading.Thread(target=self._run, name="tianjax-receiver", daemon=True)
             self._thread.start()
 
-    def stop(self) -> None:
-        """Joins the thread; the socket belongs to the caller's thread again."""
+    def stop(self) -> bool:
+        """Joins the thread (waiting at most JOIN_S); the socket belongs to the caller's
+        thread again. False, with a warning, if the thread did not stop (it is a daemon: it
+        ends with the process)."""
         if self._thread is not None:
             self._stop.set()
             self._room.set()
             self._space.set()
-            self._thread.join()
+            self._thread.join(JOIN_S)
+            if self._thread.is_alive():
+                print(f"tianjax: warning: the trajectory receiver thread did not stop within {JOIN_S:g} s",
+                      file=sys.stderr, flush=True)
+                return False
             self._thread = None
+        return True
 
     @property
     def running(self) -> bool:
@@ -136,7 +148,8 @@ class Receiver:
         return self._room.is_set() and not self._ready and self._idle
 
     def close(self) -> None:
-        self.stop()
+        if not self.stop():
+            return  # its sockets stay with the thread (the context's end closes them)
         self.wake.close(linger=0)
         self._signal.close(linger=0)
 

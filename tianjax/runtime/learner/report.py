@@ -101,7 +101,10 @@ class LearnerReport:
         return out
 
     def summary(self, now: float, train_time: float) -> dict:
-        """The run's extra summary (summary.json)."""
+        """The run's extra summary (summary.json). The keys in PER_INCARNATION count what
+        this learner process saw since it started (a restarted or resumed learner's start
+        afresh; the summary lists them under "counted_since_learner_start"); the rest,
+        the balance's counts included, go on across checkpoints."""
         stats = self.balance.staleness_stats()
         rejected = collections.Counter(self.traj_in.rejected) + collections.Counter(self.control.rejected)
         return {
@@ -129,7 +132,14 @@ class LearnerReport:
             "learner_cpu_s": self.train_cpu_s,
             **(times := self.ingress.actor_time_summary()),
             **pace(self.rates(max(train_time, 1e-9))["learner_busy_fraction"], times["actor_time_s"]),
+            "counted_since_learner_start": list(PER_INCARNATION),
         }
 
 
-__all__ = ["LearnerReport"]
+# summary keys that count from this learner process's start, not across checkpoints
+PER_INCARNATION = ("dropped_nonfinite", "trajectories_received", "trajectories_written_off", "rejected_messages",
+                   "rejected_by_reason", "handshakes_refused", "learner_cpu_s", "actor_time_s",
+                   "actor_wait_fraction", "skipped_fresh_samples", "trajectories_by_actor", "pace_set_by",
+                   "actor_credit_wait_fraction", "learner_idle_fraction")
+
+__all__ = ["PER_INCARNATION", "LearnerReport"]

@@ -31,6 +31,28 @@ from tianjax.runtime.runners.outcome import RunOutcome
 from tianjax.runtime.runners.recorder import RunRecorder, sample_rates
 
 
+# A chunk is one compiled program: the host reads the device once per chunk, so records
+# (about 200 a run) are cut from a chunk's stacked outputs, not one chunk each. Chunks
+# stay short enough for a responsive progress line, Ctrl-C and checkpoint cadence.
+CHUNKS_PER_RUN = 16
+
+
+def chunk_iterations(n_iters: int, every: int) -> int:
+    """Iterations per compiled chunk: the largest multiple of `every` (the iterations per
+    record) that divides `n_iters` and is at most n_iters / CHUNKS_PER_RUN, so that every
+    chunk has one size (a second size compiles a second program); `every` at least."""
+    if n_iters <= every:
+        return max(1, n_iters)
+    best = every
+    for m in range(1, n_iters // every + 1):
+        size = m * every
+        if size > max(every, n_iters // CHUNKS_PER_RUN):
+            break
+        if n_iters % size == 0:
+            best = size
+    return best
+
+
 def run_fused(config: Config, logger: RunLogger, progress: Progress, env=None) -> RunOutcome:
     """Trains `config` in fused mode. Returns a dict with params, tracker stats and timings."""
     t_start = time.perf_counter()
@@ -41,7 +63,8 @@ def run_fused(config: Config, logger: RunLogger, progress: Progress, env=None) -
     S, B, T = config.num_seeds, config.num_envs, config.rollout_len
     per_iter = B * T
     n_iters = config.total_env_steps // per_iter  # never more steps than the budget
-    chunk = min(config.log_interval, n_iters)
+    every = min(config.log_interval, n_iters)  # iterations per record
+    chunk = chunk_iterations(n_iters, every)  # iterations per compiled program
 
     keys = jax.random.split(jax.random.key(config.seed), S)
     if S == 1:
@@ -77,7 +100,7 @@ def run_fused(config: Config, logger: RunLogger, progress: Progress, env=None) -
     remaining = n_iters - done_iters
     if remaining > 0:
         compiled_chunk(min(chunk, remaining))
-        if remaining % chunk:  # a shorter last chunk (choose log_every dividing the updates to avoid it)
+        if remaining % chunk:  # a shorter last chunk (chunk_iterations avoids it where it can)
             compiled_chunk(remaining % chunk)
     compile_time = time.perf_counter() - t_compile
     rec.training(time.perf_counter(), env_steps)
@@ -89,21 +112,31 @@ def run_fused(config: Config, logger: RunLogger, progress: Progress, env=None) -
                                                    episodes.won if wins else None))
         return n, time.perf_counter(), metrics, done, rets, won
 
+    last_ready = None  # when the previous chunk's outputs were ready
+
     def record(n, now, metrics, done, rets, won):
-        """Host-side bookkeeping of a finished chunk of n iterations (its outputs fetched)."""
-        nonlocal env_steps
+        """Host-side bookkeeping of a finished chunk of n iterations (its outputs fetched):
+        one record per `every` iterations, each stamped with a time interpolated between
+        the previous chunk's end and this one's (the chunk ran them at an even pace)."""
+        nonlocal env_steps, last_ready
         if S == 1:
             done, rets = done[None], rets[None]
             won = None if won is None else won[None]
-        for s in range(S):
-            rec.add_rollout(done[s], rets[s], env_steps, now, won=None if won is None else won[s], seed=s)
-        env_steps += n * per_iter
+        start = rec.t_train if last_ready is None else last_ready
+        last_ready = now
         metrics = dict(metrics)
-        updates = int(metrics.pop("version")[..., -1].max())
-        fields = {k: float(np.mean(v)) for k, v in metrics.items()}
-        if algo.schedules is not None:
-            fields.update({k: float(v) for k, v in algo.schedules(env_steps).items()})
-        rec.record(env_steps, updates, now, fields=fields)
+        versions = metrics.pop("version")
+        for g0 in range(0, n, every):
+            g1 = min(n, g0 + every)
+            at = start + (now - start) * g1 / n
+            for s in range(S):
+                rec.add_rollout(done[s][g0:g1], rets[s][g0:g1], env_steps, at,
+                                won=None if won is None else won[s][g0:g1], seed=s)
+            env_steps += (g1 - g0) * per_iter
+            fields = {k: float(np.mean(v[..., g0:g1])) for k, v in metrics.items()}
+            if algo.schedules is not None:
+                fields.update({k: float(v) for k, v in algo.schedules(env_steps).items()})
+            rec.record(env_steps, int(versions[..., g1 - 1].max()), at, fields=fields)
 
     def save() -> None:
         rec.save(done_iters * updates_per_iter, state, time.perf_counter(),

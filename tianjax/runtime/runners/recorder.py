@@ -130,7 +130,12 @@ class RunRecorder:
     def resume(self, template):
         """(tree, meta) of config.resume's newest readable checkpoint; the clock, the
         trackers and `resumed_from` go on from it."""
-        step, tree, meta = ckpt.restore_latest(self.config.resume, template)
+        # an unreadable newest step of the directory this run goes on writing to is moved
+        # aside (by one process of a multi-process run), so that this run's save of that
+        # step writes it rather than taking it for done
+        resume = self.config.resume
+        ours = self.logger is not None and os.path.abspath(self.logger.run_dir) == os.path.abspath(resume)
+        step, tree, meta = ckpt.restore_latest(resume, template, move_aside=ours and jax.process_index() == 0)
         ckpt.check_compatible(meta, self.config, self.config.resume)
         self.wall_offset = float(meta["wall_time_s"])
         for tracker, state in zip(self.trackers, meta["trackers"] if self.per_seed else [meta["tracker"]]):
