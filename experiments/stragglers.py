@@ -1,13 +1,12 @@
 """Stragglers: sync against async when one of 3 actors steps an env k times slower.
 
-    python experiments/stragglers.py [--k 1 2 4 8] [--repeats 3] [--step-ms 0.125]
+    python experiments/stragglers.py [--k 1 2 4 8] [--repeats 3] [--step-ms 2]
 
 PPO on host CartPole (configs/ppo_cartpole_async.yaml: 16 envs x 32 steps per trajectory,
-a learner batch of 3 trajectories) with 3 actor processes. The env is SlowCartPole-v1
-(experiments/slow_cartpole.py, registered by this experiment and named as gymnasium's own
-`module:EnvId`): every env step sleeps `--step-ms` (16 envs: 16 times that per vector
-step), and actor 0's k times as much. The actor learns its index from the seed tianjax
-gives its envs; the script checks each actor's log line for the factor it stepped at.
+a learner batch of 3 trajectories) with 3 actor processes. The env is
+tianjax/LatencyCartPole-v1 (tianjax/envs/latency.py) with a fixed delay: every vector step
+sleeps `--step-ms`, and actor 0's k times as much (`slow_actors: [0]`, `slow_factor: k`).
+The script checks each actor's log line for the factor it stepped at.
 
 Sync waits for all 3 actors before every update, so the straggler sets its pace; async
 (the adaptive balance controller, `balance.mode: adaptive`) learns from whichever
@@ -37,19 +36,20 @@ import os
 import re
 import tempfile
 
-import slow_cartpole
 from _runs import fmt, median, run
+
+from tianjax.envs.latency import CARTPOLE_ID
 
 CONFIG = "configs/ppo_cartpole_async.yaml"
 NUM_ACTORS = 3
 SLOW_ACTOR = 0
-_LINE = re.compile(r"slow_cartpole: actor (\d+) steps at ([0-9.]+)x")
+_LINE = re.compile(r"latency: actor (\d+) steps at ([0-9.]+)x")
 
 
 def overrides(k: float, step_ms: float, steps: int, mode: str, seed: int) -> list[str]:
-    return [f"env=slow_cartpole:{slow_cartpole.ENV_ID}", "env_backend=gymnasium", f"num_actors={NUM_ACTORS}",
-            f"env_options.step_cost_s={step_ms / 1e3}", f"env_options.slow_actor={SLOW_ACTOR}",
-            f"env_options.slowdown={k}", f"total_env_steps={steps}", "log_every=1",
+    return [f"env={CARTPOLE_ID}", "env_backend=gymnasium", f"num_actors={NUM_ACTORS}",
+            f"env_options.step_ms={step_ms}", f"env_options.slow_actors=[{SLOW_ACTOR}]",
+            f"env_options.slow_factor={k}", f"total_env_steps={steps}", "log_every=1",
             f"mode={mode}", f"seed={seed}"]
 
 
@@ -62,7 +62,7 @@ def check_slowdown(run_dir: str, k: float) -> None:
         want = k if a == SLOW_ACTOR else 1.0
         if found.get(a) != want:
             raise SystemExit(f"stragglers: actor {a} should step at {want:g}x, its log says {found or 'nothing'} "
-                             f"({path}): did the actor seeds change (slow_cartpole.ACTOR_SEED_STRIDE)?")
+                             f"({path})")
 
 
 def measure(k: float, step_ms: float, steps: int, mode: str, seed: int) -> dict:
@@ -103,7 +103,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--k", type=float, nargs="+", default=[1, 2, 4, 8], help="slowdown of actor 0's env")
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--step-ms", type=float, default=0.125, help="sleep per env step (ms) of a normal actor")
+    ap.add_argument("--step-ms", type=float, default=2.0, help="sleep per vector step (ms) of a normal actor")
     ap.add_argument("--steps", type=int, default=150_000, help="total_env_steps of each run")
     args = ap.parse_args()
     table = {}
@@ -118,9 +118,8 @@ def main():
                       f"tau {r['tau']:.2f}", flush=True)
         table[k] = {mode: summarise(rs) for mode, rs in runs.items()}
 
-    vec_ms = args.step_ms * 16
-    print(f"\nPPO, host CartPole ({slow_cartpole.ENV_ID}), {NUM_ACTORS} actors x 16 envs; a normal env step sleeps "
-          f"{args.step_ms:g} ms ({vec_ms:g} ms per vector step), actor {SLOW_ACTOR}'s k times that; "
+    print(f"\nPPO, host CartPole ({CARTPOLE_ID}), {NUM_ACTORS} actors x 16 envs; a normal vector step sleeps "
+          f"{args.step_ms:g} ms, actor {SLOW_ACTOR}'s k times that; "
           f"{args.steps:,} env steps; medians of {args.repeats}")
     print(f"{'k':>3} {'mode':<6}{'conv. s':>9}{'start-up s':>12}{'steps to 475':>14}{'fresh/s':>10}"
           f"{'reached':>9}{'tau mean':>10}")

@@ -49,13 +49,12 @@ def test_ppo_loss_known_values(jit):
     assert float(m["clip_frac"]) == pytest.approx(0.5)
 
 
-def test_ppo_loss_weights_reweight_samples_and_the_advantage_statistics():
+def test_ppo_loss_weights_reweight_samples_and_takes_the_advantages_as_stored():
     loss_fn = make_loss(_stub_apply, clip_eps=0.2, clip_value=True, vf_coef=0.5, ent_coef=0.0)
-    _, m = loss_fn(PARAMS, BATCH._replace(weight=jnp.array([1.5, 0.5])))
-    # weighted mean (1.5 - 0.5) / 2 = 0.5; weighted var (1.5 * 0.25 + 0.5 * 2.25) / 2 = 0.75
-    a1, a2 = 0.5 / math.sqrt(0.75), -1.5 / math.sqrt(0.75)
-    pg1, pg2 = -min(2 * a1, 1.2 * a1), -(1.0 * a2)  # ratios 2 (clipped at 1.2) and 1
-    assert float(m["policy_loss"]) == pytest.approx((1.5 * pg1 + 0.5 * pg2) / 2, abs=1e-5)
+    batch = BATCH._replace(weight=jnp.array([1.5, 0.5]), advantage=jnp.array([2.0, -0.5]))
+    _, m = loss_fn(PARAMS, batch)
+    # no renormalisation inside the loss: -min(2 * 2, 1.2 * 2) = -2.4 and -(1 * -0.5) = 0.5
+    assert float(m["policy_loss"]) == pytest.approx((1.5 * -2.4 + 0.5 * 0.5) / 2, abs=1e-6)
     assert float(m["value_loss"]) == pytest.approx(0.5 * (1.5 * 0.64 + 0.5 * 0.09) / 2, abs=1e-6)
 
 
@@ -150,6 +149,13 @@ def _linear_apply(params, obs):
     return obs @ params["W"], obs @ params["u"]
 
 
+def _wnorm(x, w):
+    """(x - mean_w x) / std_w x, in float64, by its formula."""
+    x, w = np.asarray(x, np.float64), np.asarray(w, np.float64)
+    mean = (w * x).sum() / w.sum()
+    return (x - mean) / (np.sqrt((w * (x - mean) ** 2).sum() / w.sum()) + 1e-8)
+
+
 def _decoupled_case(rho_bar=1.0):
     cfg = load_config(None, ["num_envs=2", "rollout_len=3", "total_env_steps=6", "ppo.num_minibatches=1",
                              "staleness.schedule=polynomial", "staleness.power=1.0",
@@ -189,9 +195,8 @@ def test_decoupled_gradient_at_theta0_is_the_once_corrected_policy_gradient(rho_
     w = (1.0 + tau) ** -1.0 * np.minimum(rho_bar, rho.reshape(-1))
     w = w * len(w) / w.sum()
     np.testing.assert_allclose(flat.weight, w, rtol=1e-5)
-    a = np.asarray(flat.advantage, np.float64)
-    mean = (w * a).sum() / w.sum()
-    a_hat = (a - mean) / (np.sqrt((w * (a - mean) ** 2).sum() / w.sum()) + 1e-8)
+    a_hat = np.asarray(flat.advantage, np.float64)  # normalised with w by make_batch (pinned below)
+    assert abs((w * a_hat).sum() / w.sum()) < 1e-5 and (w * a_hat ** 2).sum() / w.sum() == pytest.approx(1, rel=1e-4)
     s = np.asarray(traj.obs, np.float64).reshape(6, 2)
     pi0 = np.asarray(jax.nn.softmax(traj.obs @ params["W"]), np.float64).reshape(6, 3)
     onehot = np.eye(3)[np.asarray(traj.action).reshape(-1)]
@@ -238,8 +243,8 @@ def test_decoupled_loss_equals_plain_ppo_when_mu_is_pi0_and_nothing_is_stale():
     logits, v = _linear_apply(theta, flat.obs)
     logp = np.take_along_axis(np.asarray(jax.nn.log_softmax(logits)), np.asarray(flat.action)[:, None], -1)[:, 0]
     r = np.exp(logp - logp0.reshape(-1))
-    a = np.asarray(flat.advantage)
-    a = (a - a.mean()) / (a.std() + 1e-8)
+    a = np.asarray(flat.advantage)  # normalised over the batch (every weight 1: the plain way)
+    np.testing.assert_allclose([a.mean(), a.std()], [0.0, 1.0], atol=1e-5)
     pg = -np.minimum(r * a, np.clip(r, 0.8, 1.2) * a).mean()
     v_old = np.asarray(v0).reshape(-1)
     vc = v_old + np.clip(np.asarray(v) - v_old, -0.2, 0.2)
@@ -262,7 +267,7 @@ def test_gae_uses_the_learners_critic_throughout():
     boot = jnp.zeros((3, 2)).at[1, 0].set(final[0] @ u)  # V_0(final obs), not the actor's 99
     adv, target = advantages(traj, v0, traj.last_obs @ u, boot, cfg.ppo.gamma, cfg.ppo.gae_lambda)
     np.testing.assert_allclose(batch.prox_value, v0, rtol=1e-6)
-    np.testing.assert_allclose(batch.advantage, adv, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(batch.advantage, _wnorm(adv, batch.weight), rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(batch.target, target, rtol=1e-5, atol=1e-6)
 
 
@@ -276,13 +281,15 @@ def test_truncated_traces_cut_gae_by_the_later_steps_ratio_and_vanish_when_mu_is
     g, lam = cfg.ppo.gamma, cfg.ppo.gae_lambda
     # by hand, per env: A_2 = delta_2; A_s = delta_s + g lam min(1, rho_{s+1}) A_{s+1}
     r = np.asarray(traj.reward, np.float64)
+    by_hand = np.zeros((3, 2))
     for b in range(2):
         v_next = np.append(v0[1:, b], last[b])
         delta = r[:, b] + g * v_next - v0[:, b]
         a2 = delta[2]
         a1 = delta[1] + g * lam * min(1.0, rho[2, b]) * a2
         a0 = delta[0] + g * lam * min(1.0, rho[1, b]) * a1
-        np.testing.assert_allclose(np.asarray(batch.advantage)[:, b], [a0, a1, a2], rtol=1e-5, atol=1e-6)
+        by_hand[:, b] = [a0, a1, a2]
+    np.testing.assert_allclose(batch.advantage, _wnorm(by_hand, batch.weight), rtol=1e-4, atol=1e-5)
     # mu = pi_0: every trace is whole, and the batch is plain GAE's
     logp0 = np.take_along_axis(np.asarray(jax.nn.log_softmax(traj.obs @ params["W"])),
                                np.asarray(traj.action)[..., None], axis=-1)[..., 0]
@@ -297,12 +304,10 @@ def test_behaviour_clip_zeroes_exactly_the_samples_the_textbook_clip_stops_at_th
     plain = make_batch(_linear_apply, cfg, state, traj, correct_staleness=True)
     clipped = make_batch(_linear_apply, cfg_b, state, traj, correct_staleness=True)
     # by hand: pi_0 has moved past [0.8, 1.2] from mu in the direction of the sample's
-    # weighted-normalised advantage; those samples lose their weight, the others keep it
-    # (no renormalisation: the step shrinks as the textbook loss's does)
+    # batch-normalised advantage (as stored); those samples lose their weight, the others
+    # keep it (no renormalisation: the step shrinks as the textbook loss's does)
     w = np.asarray(plain.weight, np.float64)
-    a = np.asarray(plain.advantage, np.float64)
-    mean = (w * a).sum() / w.sum()
-    a_hat = a - mean
+    a_hat = np.asarray(plain.advantage, np.float64)
     moved = ((a_hat > 0) & (rho > 1.2)) | ((a_hat < 0) & (rho < 0.8))
     assert 0 < moved.sum() < moved.size  # the case has both kinds
     np.testing.assert_allclose(clipped.weight, np.where(moved, 0.0, w), rtol=1e-6)
@@ -317,9 +322,7 @@ def test_behaviour_clip_zeroes_exactly_the_samples_the_textbook_clip_stops_at_th
     onehot = np.eye(3)[np.asarray(traj.action).reshape(-1)]
     grad_logp = s[:, :, None] * (onehot - pi0)[:, None, :]
     wk = np.asarray(flat.weight, np.float64)
-    ak = np.asarray(flat.advantage, np.float64)
-    mk = (wk * ak).sum() / wk.sum()
-    ak = (ak - mk) / (np.sqrt((wk * (ak - mk) ** 2).sum() / wk.sum()) + 1e-8)
+    ak = np.asarray(flat.advantage, np.float64)  # as stored: not renormalised over the kept
     expected = -np.einsum("i,i,ijk->jk", wk, ak, grad_logp) / 6
     np.testing.assert_allclose(grad, expected, rtol=1e-4, atol=1e-6)
     # with mu = pi_0 nothing has moved: the batch is the decoupled one, unchanged
@@ -328,3 +331,64 @@ def test_behaviour_clip_zeroes_exactly_the_samples_the_textbook_clip_stops_at_th
     on = traj._replace(behaviour_log_prob=jnp.asarray(logp0))
     chex.assert_trees_all_close(make_batch(_linear_apply, cfg_b, state, on, correct_staleness=True),
                                 make_batch(_linear_apply, cfg, state, on, correct_staleness=True), atol=1e-6)
+
+
+def test_advantages_are_normalised_once_over_the_batch_before_the_mask_and_the_loss_keeps_them():
+    cfg, params, traj, state, rho = _decoupled_case()
+    cfg = dataclasses.replace(cfg, ppo=dataclasses.replace(cfg.ppo, behaviour_clip=True))
+    batch = make_batch(_linear_apply, cfg, state, traj, correct_staleness=True)
+    # GAE by hand with V_0 = obs . u (no episode ends in the case), the weights by hand
+    g, lam = cfg.ppo.gamma, cfg.ppo.gae_lambda
+    v0 = np.asarray(traj.obs @ params["u"], np.float64)
+    last = np.asarray(traj.last_obs @ params["u"], np.float64)
+    r = np.asarray(traj.reward, np.float64)
+    gae = np.zeros((3, 2))
+    for b in range(2):
+        acc = 0.0
+        for t in (2, 1, 0):
+            v_next = last[b] if t == 2 else v0[t + 1, b]
+            acc = r[t, b] + g * v_next - v0[t, b] + g * lam * acc
+            gae[t, b] = acc
+    tau = np.array([[3, 0], [1, 0], [5, 0]], np.float64)
+    w = (1.0 + tau) ** -1.0 * np.minimum(1.0, rho)
+    w = w * w.size / w.sum()
+    a_hat = _wnorm(gae, w)  # over all 6 samples, with the weights, before any mask
+    moved = ((a_hat > 0) & (rho > 1.2)) | ((a_hat < 0) & (rho < 0.8))
+    assert 0 < moved.sum() < moved.size
+    np.testing.assert_allclose(batch.advantage, a_hat, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(batch.weight, np.where(moved, 0.0, w), rtol=1e-5)
+    np.testing.assert_allclose(batch.target, gae + v0, rtol=1e-5, atol=1e-5)  # before normalisation
+
+    # a minibatch of three samples, one of them dropped: the loss's gradient is the formula's
+    # with the stored advantages, at theta_0 and away from it
+    flat = jax.tree.map(lambda x: x.reshape((6,) + x.shape[2:]), batch)
+    idx = np.array([0, 2, 3])
+    mb = jax.tree.map(lambda x: x[idx], flat)
+    kw = np.asarray(mb.weight, np.float64)
+    assert (kw == 0).sum() == 1
+    loss_fn = make_loss(_linear_apply, clip_eps=0.2, clip_value=True, vf_coef=0.0, ent_coef=0.0)
+    grad0 = jax.grad(lambda p: loss_fn(p, mb)[0])(params)["W"]
+    s = np.asarray(traj.obs, np.float64).reshape(6, 2)[idx]
+    pi0 = np.asarray(jax.nn.softmax(traj.obs @ params["W"]), np.float64).reshape(6, 3)[idx]
+    onehot = np.eye(3)[np.asarray(traj.action).reshape(-1)[idx]]
+    grad_logp = s[:, :, None] * (onehot - pi0)[:, None, :]
+    ak = a_hat.reshape(-1)[idx]
+    expected = -np.einsum("i,i,ijk->jk", kw, ak, grad_logp) / 3
+    np.testing.assert_allclose(grad0, expected, rtol=1e-4, atol=1e-6)
+    # renormalising over the minibatch's kept samples (what the mask is not decided on) differs
+    kept = kw > 0
+    renorm = ak.copy()
+    renorm[kept] = _wnorm(ak[kept], kw[kept])
+    assert np.abs(-np.einsum("i,i,ijk->jk", kw, renorm, grad_logp) / 3 - expected).max() > 1e-2
+
+    def formula(p):
+        logits = mb.obs @ p["W"]
+        logp = jnp.take_along_axis(jax.nn.log_softmax(logits), mb.action[:, None], -1)[:, 0]
+        ratio = jnp.exp(logp - mb.prox_log_prob)
+        a = jnp.asarray(ak, jnp.float32)
+        return jnp.mean(jnp.asarray(kw, jnp.float32)
+                        * -jnp.minimum(ratio * a, jnp.clip(ratio, 0.8, 1.2) * a))
+
+    theta = jax.tree.map(lambda x: x + 0.05, params)
+    np.testing.assert_allclose(jax.grad(lambda p: loss_fn(p, mb)[0])(theta)["W"], jax.grad(formula)(theta)["W"],
+                               rtol=1e-4, atol=1e-6)

@@ -12,13 +12,30 @@ and pi_theta, the policy being optimised. The objective over a batch of N sample
 
     r_i = pi_theta(a_i|s_i) / pi_0(a_i|s_i)                   (trust region around pi_0)
     w_i = normalise( w(tau_i) * min(rho_bar, pi_0(a_i|s_i) / mu(a_i|s_i)) )    (no gradient)
-    A_i = GAE over the trajectory with the learner's current critic V_0 throughout
+    A_i = normalise_w( GAE_i ), computed once per batch, before any minibatch or mask:
+          GAE over the trajectory with the learner's current critic V_0 throughout
           (V_0(s_t), V_0(s_T) and V_0 of the final observation where a time limit cut an
-          episode), normalised with the weights: (A - mean_w A) / std_w A; with
-          `ppo.truncated_traces`, A_s = delta_s + gamma lambda c_{s+1} A_{s+1} with
-          c = min(1, pi_0/mu), so that mu's later actions count only as far as pi_0 would
-          take them (returns.traced_gae; A_s itself is reweighted once, by w_s),
-    G_i = A_i (before normalisation) + V_0(s_i)
+          episode), then (GAE - mean_w GAE) / std_w GAE over the whole [T, B] batch with the
+          weights w_i; with `ppo.truncated_traces`, GAE_s = delta_s + gamma lambda c_{s+1}
+          GAE_{s+1} with c = min(1, pi_0/mu), so that mu's later actions count only as far
+          as pi_0 would take them (returns.traced_gae; A_s itself is reweighted once, by w_s),
+    G_i = GAE_i (before normalisation) + V_0(s_i)
+
+The batch stores A_i already normalised, and the loss uses it as stored: a minibatch does
+not renormalise over its own samples, so what the behaviour mask below is decided on and
+what the loss multiplies are the same numbers.
+
+The bias of the defaults (set in config/runtime.py StalenessConfig and config/algos.py
+PPOConfig). `staleness.rho_bar = 1`: the weight min(1, pi_0/mu) cuts the ratio where pi_0
+favours an action more than mu did, so such a sample counts as if pi_0 = mu; the corrected
+gradient is that of a policy between mu and pi_0, biased towards mu the more the two differ
+(V-trace's argument), in exchange for weights bounded by 1. `staleness.normalise` on: the
+weights are rescaled to mean 1 (self-normalised importance sampling), consistent but biased
+by O(1/N) on a finite batch, and the step no longer shrinks with the mass the truncation
+removed. GAE is not off-policy corrected (`ppo.truncated_traces` off): A_s sums the TD errors
+of mu's later actions at full weight, so a stale trajectory's advantage estimates what mu's
+continuation is worth under V_0, not pi_0's; the bias grows with tau and vanishes when
+mu = pi_0 (fused and sync modes).
 
 Why this form. The gradient of the clipped term at theta = theta_0 is
 -(1/N) sum_i w_i A_i grad log pi_theta(a_i|s_i): the importance correction from mu to pi_0
@@ -33,13 +50,13 @@ mu in the direction of its advantage is dropped:
 
     w_i <- w_i * (1 - m_i),   m_i = [A_i > 0 and pi_0/mu > 1 + eps] or [A_i < 0 and pi_0/mu < 1 - eps]
 
-(A_i weighted-normalised; applied after the normalisation, so the step shrinks with the
-share dropped). These are exactly the samples the textbook clip, centred on mu, gives no
-gradient at the first step. At high staleness mu's advantages keep pointing where the
-learner has already gone: the updates between mu and pi_0 acted on samples of the same
-era, and without a reference to mu each stale batch pushes further (measured in
-experiments/reproduce.md, section 5). The trust region of the epochs stays around pi_0;
-where mu = pi_0 no sample is dropped.
+(A_i the stored, batch-normalised advantage; the weights are not renormalised after the
+mask, and neither are the advantages, so the step shrinks with the share dropped). These
+are exactly the samples the textbook clip, centred on mu, gives no gradient at the first
+step. At high staleness mu's advantages keep pointing where the learner has already gone:
+the updates between mu and pi_0 acted on samples of the same era, and without a reference
+to mu each stale batch pushes further (measured in experiments/reproduce.md, section 5).
+The trust region of the epochs stays around pi_0; where mu = pi_0 no sample is dropped.
 
 Equivalence: with tau = 0 and mu = pi_0 (fused mode) every w_i = 1, pi_0 = mu and V_0 = the
 behaviour critic, so the loss is plain PPO's; `correct_staleness=False` builds exactly
@@ -74,7 +91,7 @@ class PPOBatch(NamedTuple):
     action: jax.Array
     prox_log_prob: jax.Array  # [N] log pi_0(a|s): the proximal policy of the clip
     prox_value: jax.Array  # [N] V_0(s): the centre of the value clip
-    advantage: jax.Array  # [N] GAE with V_0 (normalised in the loss, with the weights)
+    advantage: jax.Array  # [N] GAE with V_0, normalised once over the whole batch with the weights
     target: jax.Array  # [N] value target G = advantage + V_0
     weight: jax.Array  # [N] w(tau) * min(rho_bar, pi_0 / mu), normalised (1 when fresh)
 
@@ -95,7 +112,7 @@ def make_loss(apply_fn, *, clip_eps: float, clip_value: bool, vf_coef: float, en
         dist, value = apply_fn(params, batch.obs)
         log_prob = D.log_prob(dist, batch.action)
         w = jax.lax.stop_gradient(batch.weight)
-        adv = weighted_normalise(batch.advantage, w)
+        adv = batch.advantage  # normalised once over the batch by make_batch, never per minibatch
         log_ratio = log_prob - batch.prox_log_prob
         ratio = jnp.exp(log_ratio)
         pg = -jnp.minimum(ratio * adv, jnp.clip(ratio, 1 - clip_eps, 1 + clip_eps) * adv)
@@ -140,15 +157,13 @@ def advantages(traj: Trajectory, values: jax.Array, last_value: jax.Array, boots
     return adv, adv + v_tm1
 
 
-def already_moved(adv: jax.Array, w: jax.Array, log_pi0: jax.Array, log_mu: jax.Array,
-                  clip_eps: float) -> jax.Array:
+def already_moved(adv: jax.Array, log_pi0: jax.Array, log_mu: jax.Array, clip_eps: float) -> jax.Array:
     """1.0 where pi_0 has already moved past the clip range from mu in the direction of the
-    sample's (weighted-normalised) advantage: A > 0 and pi_0/mu > 1 + eps, or A < 0 and
-    pi_0/mu < 1 - eps; else 0.0. These are the samples the textbook clip (centred on mu)
+    sample's (batch-normalised, as stored) advantage: A > 0 and pi_0/mu > 1 + eps, or A < 0
+    and pi_0/mu < 1 - eps; else 0.0. These are the samples the textbook clip (centred on mu)
     gives no gradient at the first step: the learner has acted on what they say."""
-    a = weighted_normalise(adv, w)
     r0 = jnp.exp(log_pi0 - log_mu)
-    return (((a > 0) & (r0 > 1 + clip_eps)) | ((a < 0) & (r0 < 1 - clip_eps))).astype(jnp.float32)
+    return (((adv > 0) & (r0 > 1 + clip_eps)) | ((adv < 0) & (r0 < 1 - clip_eps))).astype(jnp.float32)
 
 
 def make_batch(apply_fn, config: Config, state: LearnerState, traj: Trajectory, *,
@@ -158,6 +173,8 @@ def make_batch(apply_fn, config: Config, state: LearnerState, traj: Trajectory, 
     Corrected: pi_0 and V_0 are recomputed for every sample (one forward pass over the
     batch), the truncation bootstraps with V_0 of the stored final observations, and the
     weights are w(tau) * min(rho_bar, pi_0 / mu), normalised over the kept samples.
+    In both, the advantages are normalised once here, over the whole batch with its weights
+    (before the behaviour mask), and stored so: the loss uses them as they are.
     Plain: the behaviour log-probs and values stand in for pi_0 and V_0 (fused mode, where
     they are the same numbers) and every weight is 1.
     """
@@ -180,10 +197,13 @@ def make_batch(apply_fn, config: Config, state: LearnerState, traj: Trajectory, 
         traces = None
     sg = jax.lax.stop_gradient
     adv, target = advantages(traj, v0, last_v0, boot, cfg.gamma, cfg.gae_lambda, traces)
+    # once, over the whole batch, before the mask: the mask below and the loss see the same
+    # advantages, and dropping samples changes neither the others' weights nor their advantages
+    adv = weighted_normalise(adv, w)
     if correct_staleness and cfg.behaviour_clip:
-        # after the normalisation: the samples left keep their weights, so the step shrinks
-        # with the share the learner has already acted on, as the textbook one does
-        w = w * (1.0 - already_moved(adv, w, log_pi0, traj.behaviour_log_prob, cfg.clip_eps))
+        # the samples left keep their weights, so the step shrinks with the share the learner
+        # has already acted on, as the textbook one does
+        w = w * (1.0 - already_moved(adv, log_pi0, traj.behaviour_log_prob, cfg.clip_eps))
     return PPOBatch(traj.obs, traj.action, sg(log_pi0), sg(v0), sg(adv), sg(target), sg(w))
 
 

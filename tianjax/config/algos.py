@@ -47,7 +47,9 @@ class PPOConfig:
     ent_coef: float = 0.01
     max_grad_norm: float = 0.5
     # corrected (async) batches: GAE's trace through each later step is cut by
-    # min(1, pi_0/mu) of that step's action (no effect where mu = pi_0)
+    # min(1, pi_0/mu) of that step's action (no effect where mu = pi_0). Off by default, so
+    # GAE is not off-policy corrected: a stale trajectory's advantage values mu's later
+    # actions, a bias that grows with staleness (see tianjax/algos/ppo.py)
     truncated_traces: bool = False
     # corrected batches: a sample whose pi_0 has already moved past the clip range from mu
     # in the direction of its advantage gets weight 0 (the textbook clip at the first step)

@@ -20,8 +20,13 @@ class StalenessConfig:
     kappa: float = 8.0
     tau0: int = 4
     max_staleness: int | None = None  # samples older than this are dropped (null: keep all)
-    rho_bar: float = 1.0  # PPO: weight also by min(rho_bar, pi / mu) (IMPALA: V-trace clips)
-    normalise: bool = True  # rescale weights to mean 1 over the kept samples of a batch
+    # PPO: weight also by min(rho_bar, pi / mu) (IMPALA: V-trace clips). The default 1 is
+    # biased towards mu where pi_0 favours an action more than mu did (the ratio is cut
+    # there), for weights bounded by 1; see tianjax/algos/ppo.py
+    rho_bar: float = 1.0
+    # rescale weights to mean 1 over the kept samples of a batch (self-normalised: biased by
+    # O(1/N), and the step does not shrink with the mass the truncation removed)
+    normalise: bool = True
 
     def __post_init__(self):
         _check(self.power >= 0, "staleness.power", f"must be >= 0, got {self.power}")

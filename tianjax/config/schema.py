@@ -49,7 +49,10 @@ class Config:
     env_backend: Literal["gymnax", "envpool", "gymnasium", "jaxmarl", "brax"] = "gymnax"
     # host envs: keyword arguments for envpool.make / gymnasium.make_vec (e.g. Atari's
     # episodic_life, reward_clip, stack_num; max_episode_steps); brax: episode_length,
-    # backend and the env's constructor arguments (tianjax.envs.brax_env)
+    # backend and the env's constructor arguments (tianjax.envs.brax_env); checked against
+    # the env's signature where it has one (a misspelt option is an error naming it).
+    # tianjax/LatencyCartPole-v1, tianjax/LatencyLunarLander-v2 (gymnasium): step_ms, sigma,
+    # hiccup_p, hiccup_ms, slow_actors, slow_factor (tianjax.envs.latency)
     env_options: dict[str, Any] = field(default_factory=dict)
     mode: Literal["fused", "sync", "async"] = "fused"
     seed: int = 0

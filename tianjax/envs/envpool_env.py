@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from tianjax.config import ConfigError
-from tianjax.envs.host_api import HostStep, _obs_space, _prepare_actions, other_backend_hint
+from tianjax.envs.host_api import HostStep, _obs_space, _prepare_actions, check_options, other_backend_hint
 from tianjax.envs.spaces import action_spec
 
 
@@ -40,7 +40,13 @@ class EnvpoolEnv:
     """
 
     def __init__(self, env_id: str, num_envs: int, seed: int = 0, **kwargs: Any):
+        import envpool
+
         check_env_id(env_id)
+        # tianjax sets the batch and the seeds itself; every other key of the task's config
+        # is an option (a misspelt one: one line naming it)
+        ours = {"num_envs", "batch_size", "seed"}
+        check_options(env_id, kwargs, set(envpool.make_spec(env_id)._config_keys) - ours)
         self.name = env_id
         self.num_envs = int(num_envs)
         self._kwargs = dict(kwargs)

@@ -7,8 +7,26 @@ from typing import Any
 import numpy as np
 
 from tianjax.config import ConfigError
-from tianjax.envs.host_api import HostStep, _obs_space, _prepare_actions, other_backend_hint
+from tianjax.envs.host_api import (HostStep, _obs_space, _prepare_actions, accepted_options, check_options,
+                                   other_backend_hint)
 from tianjax.envs.spaces import action_spec
+
+
+# what gymnasium's make / make_vec take themselves, besides the env's own arguments
+_MAKE_OPTIONS = ("max_episode_steps", "disable_env_checker")
+
+
+def _entry_point(fn):
+    """The callable behind a spec's entry point (None where it cannot be loaded: gymnasium
+    then says why, when it builds the env)."""
+    if isinstance(fn, str):
+        from gymnasium.envs.registration import load_env_creator
+
+        try:
+            return load_env_creator(fn)
+        except Exception:  # noqa: BLE001 (a user module may raise anything on import)
+            return None
+    return fn
 
 
 def check_env_id(env_id: str) -> None:
@@ -22,6 +40,8 @@ def check_env_id(env_id: str) -> None:
             import importlib
 
             importlib.import_module(module)
+        elif bare_id.startswith("tianjax/"):
+            import tianjax.envs.latency  # noqa: F401 (registers the tianjax/ ids)
         gym.spec(bare_id)
     except Exception as e:  # noqa: BLE001 (a user module may raise anything on import)
         reason = (str(e).strip().splitlines() or [type(e).__name__])[0].rstrip(". ")
@@ -38,21 +58,39 @@ class GymnasiumVectorEnv:
     """A gymnasium vector env (`gymnasium.make_vec`, SAME_STEP auto-reset).
 
     Any registered id works, including one the user registered (or a "module:Env-v0" id
-    that gymnasium imports). Extra keyword arguments go to the env (e.g.
-    `max_episode_steps`); `vectorization_mode` is "sync" (one process) by default.
+    that gymnasium imports), and tianjax's own "tianjax/..." ids (tianjax.envs.latency).
+    Extra keyword arguments go to the env (e.g. `max_episode_steps`), checked against its
+    entry point's signature where it has one, so that a misspelt option is one line naming
+    it. `vectorization_mode` None: "sync" (one process), or the env's own vector entry
+    point where it registered only that (it must auto-reset SAME_STEP).
     """
 
-    def __init__(self, env_id: str, num_envs: int, seed: int = 0, vectorization_mode: str = "sync",
+    def __init__(self, env_id: str, num_envs: int, seed: int = 0, vectorization_mode: str | None = None,
                  **kwargs: Any):
         import gymnasium as gym
 
         check_env_id(env_id)
+        spec = gym.spec(env_id.rpartition(":")[2])
         self.name = env_id
         self.num_envs = int(num_envs)
         self._seed = int(seed)
-        self._env = gym.make_vec(env_id, num_envs=self.num_envs, vectorization_mode=vectorization_mode,
-                                 vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
-                                 **kwargs)
+        same_step = gym.vector.AutoresetMode.SAME_STEP
+        # the env's own vectoriser where asked, or where it has nothing else (tianjax's latency
+        # envs); gymnasium's own (CartPole's) auto-reset NEXT_STEP, so otherwise "sync"
+        own = spec.vector_entry_point is not None and (
+            vectorization_mode == "vector_entry_point" or (vectorization_mode is None and spec.entry_point is None))
+        fn = _entry_point(spec.vector_entry_point if own else spec.entry_point)
+        accepted = accepted_options(fn)
+        check_options(env_id, kwargs, None if accepted is None else accepted - {"num_envs"} | set(_MAKE_OPTIONS))
+        if own:
+            self._env = gym.make_vec(env_id, num_envs=self.num_envs, vectorization_mode="vector_entry_point",
+                                     **kwargs)
+            if self._env.metadata.get("autoreset_mode") != same_step:
+                raise ConfigError(f"config key 'env': '{env_id}''s vector entry point does not auto-reset "
+                                  "SAME_STEP; set env_options.vectorization_mode: sync")
+        else:
+            self._env = gym.make_vec(env_id, num_envs=self.num_envs, vectorization_mode=vectorization_mode or "sync",
+                                     vector_kwargs={"autoreset_mode": same_step}, **kwargs)
         self.obs_shape, self.obs_dtype = _obs_space(self._env.single_observation_space, env_id)
         space = self._env.single_action_space
         self.action_spec = action_spec(space, env_id)

@@ -4,12 +4,19 @@ docstring of tianjax.envs.factory."""
 
 from __future__ import annotations
 
+import difflib
+import inspect
+import os
 from typing import NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 
 from tianjax.config import ConfigError
 from tianjax.core.types import ActionSpec
+
+# the environment variable the launcher sets in each actor process to that actor's index, so
+# that a host env can model per-actor behaviour (tianjax/envs/latency.py: slow actors)
+ACTOR_INDEX_ENV = "TIANJAX_ACTOR_INDEX"
 
 
 class HostStep(NamedTuple):
@@ -122,3 +129,32 @@ def other_backend_hint(env_id: str, backend: str) -> str:
     mode = "mode: fused, or sync/async with actors" if other in ("gymnax", "brax") else "mode: sync or async"
     article = "an" if other[0] in "aeiou" else "a"
     return f", but it is {article} {other} env: set env_backend: {other} ({mode})"
+
+
+# ----------------------------------------------------------------------------- options
+
+
+def accepted_options(fn) -> set[str] | None:
+    """The keyword arguments an env's entry point (a class or a function) takes, or None
+    where it cannot tell (it takes **kwargs, or has no signature)."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind == p.VAR_KEYWORD for p in params):
+        return None
+    return {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+
+
+def check_options(env_id: str, given, accepted: set[str] | None) -> None:
+    """A ConfigError naming the first option of `given` that the env does not take."""
+    if accepted is None:
+        return
+    for key in sorted(given):
+        if key not in accepted:
+            close = difflib.get_close_matches(key, sorted(accepted), n=3)
+            # of equally close names, the one that shares the longest start with it
+            close.sort(key=lambda c: -len(os.path.commonprefix([c, key])))
+            hint = f"; did you mean '{close[0]}'?" if close else ""
+            raise ConfigError(f"config key 'env_options.{key}': '{env_id}' takes no option '{key}'{hint} "
+                              f"(it takes: {', '.join(sorted(accepted))})")

@@ -57,6 +57,9 @@ def _startup_failed(args, e: BaseException) -> int:
 
 
 def _run_actor(args, raw_config: dict) -> int:
+    from tianjax.envs.host_api import ACTOR_INDEX_ENV
+
+    os.environ[ACTOR_INDEX_ENV] = str(args.actor_id)  # which actor this process's envs serve
     from tianjax.config import load_config
     from tianjax.runtime.process import compile_cache
     from tianjax.runtime.actor.actor import Actor

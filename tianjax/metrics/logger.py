@@ -117,7 +117,7 @@ def format_summary(summary: dict) -> str:
 
     keys = ["mode", "algo", "env", "env_steps", "updates", "wall_time_s", "compile_time_s",
             "env_steps_per_s", "samples_fresh_per_s", "samples_consumed_per_s", "reuse_fraction",
-            "learner_busy_fraction",
+            "learner_busy_fraction", "actor_wait_fraction", "pace_set_by",
             "replay_ratio", "episodes", "final_return", "target_return", "final_win_rate", "target_win_rate",
             "convergence_time_s", "convergence_env_steps", "eval_return", "eval_win_rate", "skipped_updates",
             "actor_restarts", "learner_restarts", "rejected_messages", "interrupted", "run_dir"]

@@ -19,7 +19,6 @@ import numbers
 import os
 
 import numpy as np
-from tensorboardX import SummaryWriter
 
 HIST_KEY = "staleness_hist"
 
@@ -96,6 +95,10 @@ class TensorBoardWriter:
         # NOTE: event files are named by the second they were opened and the host; a run
         # resumed within the same second would overwrite the last file, so number them.
         n = sum(1 for f in os.listdir(self.log_dir) if ".tfevents." in f)
+        # NOTE: imported here, not at the top: every process that imports tianjax (each actor
+        # too) would otherwise load tensorboardX and protobuf, and only the learner writes
+        from tensorboardX import SummaryWriter
+
         self._writer = SummaryWriter(self.log_dir, flush_secs=flush_secs, filename_suffix=f".{n}")
 
     def write(self, record: dict) -> None:

@@ -73,6 +73,10 @@ class Ingress:
         self.lag_max = 0  # since the last record: max (env steps admitted - that count) on arrival
         self.dropped_nonfinite = 0
         self.written_off = 0  # trajectories taken as lost on the way (their slots handed back)
+        # actor id -> valid trajectories received from it (every process of that id, a
+        # restarted one's too), and what its newest heartbeat said it had sent and stepped
+        self.received_by_actor: collections.Counter = collections.Counter()
+        self.reported_by_actor: dict[int, dict] = {}
         self._poller = None
 
     # ------------------------------------------------------------------ credits
@@ -145,6 +149,8 @@ class Ingress:
             info["accounted"] += 1
             info["outstanding"] -= 1
             info["last_traj"] = now
+            if count(info.get("actor")) is not None:
+                self.received_by_actor[info["actor"]] += 1
         if not finite:
             self.dropped_nonfinite += 1
             self.grant(ident)
@@ -198,6 +204,9 @@ class Ingress:
             info.update(accounted=(sent or 0) if kind == "heartbeat" else 0, claim=None)
         if (times := actor_times(msg.get("time_s"))) is not None:
             self.actor_time_s[ident] = times
+        if kind == "heartbeat" and count(info.get("actor")) is not None and sent is not None:
+            steps = count(msg.get("env_steps"))
+            self.reported_by_actor[info["actor"]] = {"sent": sent, "env_steps": steps}
         # a sync actor waits for the next version after each trajectory: one slot is all it
         # uses, and more would let the first actors take a small budget from the others
         if new or replaced:
@@ -232,6 +241,13 @@ class Ingress:
                 total[k] += times[k]
         waited = total["waiting_credit"] + total["waiting_params"] + total["sending"]
         return {"actor_time_s": total, "actor_wait_fraction": waited / total["wall"] if total["wall"] else None}
+
+    def actor_counts(self) -> dict:
+        """Per actor id: trajectories received from it, and what its newest heartbeat (at most
+        `runtime.heartbeat_s` old, from its current process) said it had sent and stepped."""
+        ids = sorted(set(self.received_by_actor) | set(self.reported_by_actor))
+        return {str(a): {"received": self.received_by_actor.get(a, 0), **self.reported_by_actor.get(a, {})}
+                for a in ids}
 
     def pump(self, timeout_ms: int) -> int:
         """Waits up to timeout_ms for control messages and trajectories and takes in what

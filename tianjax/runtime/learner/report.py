@@ -23,6 +23,20 @@ from tianjax.runtime.learner.ingress import Ingress
 from tianjax.runtime.learner.batches.replay import ReplayBatches
 
 
+def pace(learner_busy: float, actor_time_s: dict) -> dict:
+    """Which side set the pace: the learner when the actors waited for credits (the learner
+    behind, holding their slots) for a larger share of their time than the learner waited
+    for data (idle, no batch ready); else the actors. With both shares, so a reader can
+    see by how much."""
+    wall = actor_time_s.get("wall") or 0.0
+    credit_wait = actor_time_s.get("waiting_credit", 0.0) / wall if wall else None
+    if credit_wait is None:
+        return {"pace_set_by": None, "actor_credit_wait_fraction": None}
+    idle = 1.0 - learner_busy
+    return {"pace_set_by": "learner" if credit_wait > idle else "actors",
+            "actor_credit_wait_fraction": credit_wait, "learner_idle_fraction": idle}
+
+
 class LearnerReport:
     """`channels`: the trajectory and control channels (their accepted and rejected
     counts); `gatekeeper`: the handshake's (its refusals)."""
@@ -106,6 +120,8 @@ class LearnerReport:
             "trajectories_received": self.traj_in.accepted,
             # said sent by an actor, never come: their slots were handed back (the ingress)
             "trajectories_written_off": self.ingress.written_off,
+            # per actor id: received, and sent / env steps as its newest heartbeat said
+            "trajectories_by_actor": self.ingress.actor_counts(),
             "rejected_messages": sum(rejected.values()),
             "rejected_by_reason": dict(rejected),
             # connections refused at the handshake (no run credentials), by reason
@@ -114,7 +130,8 @@ class LearnerReport:
             "learner_devices": self.devices,
             # where the time went: this process's CPU seconds while training, and the actors'
             "learner_cpu_s": self.train_cpu_s,
-            **self.ingress.actor_time_summary(),
+            **(times := self.ingress.actor_time_summary()),
+            **pace(self.rates(max(train_time, 1e-9))["learner_busy_fraction"], times["actor_time_s"]),
             "counted_since_learner_start": list(PER_INCARNATION),
         }
 
@@ -122,6 +139,7 @@ class LearnerReport:
 # summary keys that count from this learner process's start, not across checkpoints
 PER_INCARNATION = ("dropped_nonfinite", "trajectories_received", "trajectories_written_off", "rejected_messages",
                    "rejected_by_reason", "handshakes_refused", "learner_cpu_s", "actor_time_s",
-                   "actor_wait_fraction", "skipped_fresh_samples")
+                   "actor_wait_fraction", "skipped_fresh_samples", "trajectories_by_actor", "pace_set_by",
+                   "actor_credit_wait_fraction", "learner_idle_fraction")
 
 __all__ = ["PER_INCARNATION", "LearnerReport"]
