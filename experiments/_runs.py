@@ -27,3 +27,14 @@ def median(values):
 
 def fmt(v, spec=",.0f"):
     return "-" if v is None else format(v, spec)
+
+
+def summarise(runs: list[dict]) -> dict:
+    """Medians of each measured key over repeats, and how many of them reached the target."""
+    out = {key: median([r[key] for r in runs]) for key in runs[0]}
+    out["reached"] = sum(r["conv"] is not None for r in runs)
+    return out
+
+
+def ratio(num, den):
+    return num / den if num and den else None

@@ -35,7 +35,7 @@ import os
 import sys
 import tempfile
 
-from _runs import fmt, median, run
+from _runs import fmt, median, ratio, run, summarise
 
 CONFIG = "configs/ppo_latency_async.yaml"
 CASES = {
@@ -65,16 +65,6 @@ def measure(case: str, n: int, mode: str, seed: int, steps: int, extra: list[str
         "wait": s.get("actor_wait_fraction"),
         "final": s["final_return"],
     }
-
-
-def summarise(runs: list[dict]) -> dict:
-    out = {key: median([r[key] for r in runs]) for key in runs[0]}
-    out["reached"] = sum(r["conv"] is not None for r in runs)
-    return out
-
-
-def ratio(num, den):
-    return num / den if num and den else None
 
 
 def main():

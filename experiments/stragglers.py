@@ -36,7 +36,7 @@ import os
 import re
 import tempfile
 
-from _runs import fmt, median, run
+from _runs import fmt, median, ratio, run, summarise
 
 from tianjax.envs.latency import CARTPOLE_ID
 
@@ -87,16 +87,6 @@ def measure(k: float, step_ms: float, steps: int, mode: str, seed: int) -> dict:
         "tau": s["staleness_mean"],
         "final": s["final_return"],
     }
-
-
-def summarise(runs: list[dict]) -> dict:
-    out = {key: median([r[key] for r in runs]) for key in runs[0]}
-    out["reached"] = sum(r["conv"] is not None for r in runs)
-    return out
-
-
-def ratio(num, den):
-    return num / den if num and den else None
 
 
 def main():

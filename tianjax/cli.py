@@ -200,7 +200,7 @@ def _add_sweep(sub) -> None:
     s.add_argument("config", help="a fused config (YAML)")
     s.add_argument("assignments", nargs="*", metavar="key=v1,v2,...",
                    help="a comma-separated value list is a grid axis; a single value overrides every point")
-    s.add_argument("--out", help="the sweep directory (default runs/sweep_<algo>_<env>_<time>)")
+    s.add_argument("--out", help="the sweep directory (default runs/<algo>_<env>_sweep_<time>)")
 
 
 def _sweep(args) -> int:

@@ -16,7 +16,7 @@ the budget) are separate groups, one program each, run one after another. Every 
 seeds are the keys `tianjax train` would use for that config (seed, num_seeds), so a point
 reproduces the separate run of its config.
 
-Written under the sweep directory (`--out`, default runs/sweep_<algo>_<env>_<time>):
+Written under the sweep directory (`--out`, default runs/<algo>_<env>_sweep_<time>):
 - one run directory per point: config.yaml, metrics.jsonl (every log_every updates: env
   steps over all seeds, updates, the mean return of the episodes finished in that
   interval, the update metrics averaged over the interval and the seeds), summary.json,
@@ -44,6 +44,7 @@ import numpy as np
 
 from tianjax.config import Config, ConfigError, load_config, parse_override
 from tianjax.fused_train import final_return, make_train, sweepable
+from tianjax.metrics.logger import default_run_dir
 
 
 class Point(NamedTuple):
@@ -241,15 +242,6 @@ def _write_point(point: Point, run, group_info: dict, run_dir: str) -> PointResu
     return PointResult(point.name, run_dir, per_seed, mean, std, point.group)
 
 
-def _default_dir(config: Config) -> str:
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    base = os.path.join("runs", f"sweep_{config.algo}_{config.env}_{stamp}")
-    path, i = base, 1
-    while os.path.exists(path):
-        path, i = f"{base}-{i}", i + 1
-    return path
-
-
 def table(result: SweepResult) -> str:
     """The points ranked by final return, as a markdown table."""
     lines = ["| rank | point | final return | std over seeds | min | max | group | run |",
@@ -270,7 +262,7 @@ def run_sweep(source, args: Sequence[str] = (), *, out: str | None = None, verbo
     points = make_points(source, args)
     base = points[0].config
     compile_cache.enable(base.compile_cache)
-    sweep_dir = os.path.abspath(out or _default_dir(base))
+    sweep_dir = os.path.abspath(out or default_run_dir(base, kind="sweep"))
     os.makedirs(sweep_dir, exist_ok=True)
     n_groups = max(p.group for p in points) + 1
     say = print if verbose else (lambda *a, **k: None)

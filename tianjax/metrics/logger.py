@@ -54,9 +54,10 @@ def read_metrics(run_dir: str) -> list[dict]:
     return out
 
 
-def default_run_dir(config: Config) -> str:
+def default_run_dir(config: Config, kind: str | None = None) -> str:
+    """runs/<algo>_<env>_<kind, default the mode>_<time>, made unique with -1, -2, ..."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    base = os.path.join("runs", f"{config.algo}_{config.env}_{config.mode}_{stamp}")
+    base = os.path.join("runs", f"{config.algo}_{config.env}_{kind or config.mode}_{stamp}")
     path, i = base, 1
     while os.path.exists(path):
         path, i = f"{base}-{i}", i + 1
