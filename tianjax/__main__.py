@@ -4,4 +4,5 @@ import sys
 
 from tianjax.cli import main
 
-sys.exit(main())
+if __name__ == "__main__":  # importing the module (tools that import every module) runs nothing
+    sys.exit(main())

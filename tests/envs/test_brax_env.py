@@ -137,7 +137,7 @@ def test_missing_brax_says_how_to_install_it(tmp_path):
     assert proc.returncode == 2, proc.stderr[-2000:]
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
-    assert "config key 'env_backend'" in lines[0] and "pip install -e .[brax]" in lines[0]
+    assert "config key 'env_backend'" in lines[0] and 'pip install -e ".[brax]"' in lines[0]
 
 
 def test_module_colon_env_id_imports_the_module_that_registers_it(tmp_path, monkeypatch):
