@@ -54,7 +54,8 @@ def chunk_iterations(n_iters: int, every: int) -> int:
 
 
 def run_fused(config: Config, logger: RunLogger, progress: Progress, env=None) -> RunOutcome:
-    """Trains `config` in fused mode. Returns a dict with params, tracker stats and timings."""
+    """Trains `config` in fused mode; the RunOutcome holds the params, the episode stats and
+    the timings."""
     t_start = time.perf_counter()
     env = env if env is not None else make_jax_env(config.env_backend, config.env, config.env_options)
     algo = make_algorithm(config, env.obs_shape, env.action_spec, correct_staleness=False,
