@@ -28,6 +28,53 @@ def test_fused_iterations_count_steps_and_versions():
     assert metrics["loss"].shape == (3,)
 
 
+def test_skipped_iterations_leave_the_state_and_give_zero_outputs():
+    """run(state, 5, num_valid=3) is run(state, 3), then two iterations that change nothing
+    and output zeros: one program for chunks of any length up to 5."""
+    cfg = load_config("configs/ppo_cartpole.yaml", ["num_envs=2", "rollout_len=8", "total_env_steps=64"])
+    env = make_gymnax(cfg.env)
+    algo = make_algorithm(cfg, env.obs_shape, env.action_spec, correct_staleness=False)
+    init, run = make_fused(cfg, env, algo)
+    s0 = init(jax.random.key(0))
+    plain, (m3, e3) = jax.jit(run, static_argnums=1)(s0, 3)
+    masked, (m5, e5) = jax.jit(run, static_argnums=1)(s0, 5, np.int32(3))
+    for a, b in zip(jax.tree.leaves((plain.learner.params, plain.actor.obs)),
+                    jax.tree.leaves((masked.learner.params, masked.actor.obs))):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert int(masked.learner.version) == 3
+    np.testing.assert_array_equal(m5["loss"][:3], m3["loss"])
+    assert not np.any(m5["loss"][3:]) and not np.any(e5.done[3:]) and int(masked.env_steps) == 3 * 16
+
+
+def test_chunks_cover_the_run_in_about_16_whatever_it_divides_into():
+    from tianjax.runtime.runners.fused import chunk_iterations
+
+    assert chunk_iterations(976, 4) == 64  # 976 = 15 x 64 + 16: 16 chunks (976 = 16 x 61 has no multiple of 4)
+    assert chunk_iterations(244, 1) == 16  # 15 x 16 + 4
+    assert chunk_iterations(1953, 9) == 126  # 15 x 126 + 63
+    assert chunk_iterations(32, 4) == 4  # at least one record per chunk
+    assert chunk_iterations(3, 4) == 3  # a run shorter than a record: one chunk
+    assert chunk_iterations(100, 50) == 50
+
+
+def test_train_with_a_short_last_chunk_is_the_core_run(tmp_path):
+    """17 iterations in chunks of 2 (the last runs 1 of its 2): the parameters of one
+    uninterrupted core scan, and a record per iteration."""
+    over = ["num_envs=2", "rollout_len=8", f"total_env_steps={17 * 16}", "log_every=1", "eval_episodes=0"]
+    cfg = load_config("configs/ppo_cartpole.yaml", over)
+    env = make_gymnax(cfg.env)
+    algo = make_algorithm(cfg, env.obs_shape, env.action_spec, correct_staleness=False)
+    init, run = make_fused(cfg, env, algo)
+    core, _ = jax.jit(run, static_argnums=1)(jax.jit(init)(jax.random.split(jax.random.key(0), 1)[0]), 17)
+    result = tianjax.train("configs/ppo_cartpole.yaml", over, run_dir=str(tmp_path / "run"), progress=False,
+                           verbose=False)
+    assert result.summary["updates"] == 17 and result.summary["env_steps"] == 17 * 16
+    for a, b in zip(jax.tree.leaves(core.learner.params), jax.tree.leaves(result.params)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+    rows = [json.loads(x) for x in open(f"{result.run_dir}/metrics.jsonl")]
+    assert [r["env_steps"] for r in rows] == [16 * (i + 1) for i in range(17)]
+
+
 def test_python_api_writes_run_dir_and_seeds_run_side_by_side(tmp_path):
     result = tianjax.train("configs/ppo_cartpole.yaml", ["total_env_steps=8192", "num_seeds=2", "log_every=4",
                                                          "eval_episodes=0"],

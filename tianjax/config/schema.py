@@ -178,8 +178,8 @@ class Config:
     @property
     def log_interval(self) -> int:
         """Updates between metrics records: log_every, or (null) the budget's updates / 200,
-        moved to a divisor of the fused loop's iterations where one is near (a shorter last
-        chunk would compile a second program)."""
+        moved to a divisor of the fused loop's iterations where one is near (so that the
+        last record covers as many updates as the others)."""
         if self.log_every is not None:
             return self.log_every
         n = self.planned_updates

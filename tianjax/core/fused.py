@@ -32,7 +32,8 @@ class FusedState(NamedTuple):
 
 
 def make_fused(config: Config, env: Env, algo: Algorithm):
-    """Returns (init(key) -> FusedState, run(state, num_iterations) -> (state, (metrics, episodes)))."""
+    """Returns (init(key) -> FusedState, run(state, num_iterations, num_valid=None) ->
+    (state, (metrics, episodes)))."""
     B, T = config.num_envs, config.rollout_len
     rollout_init, rollout = make_rollout(env, algo, B, T)
     replay = algo.buffer in ("replay", "sequences")
@@ -64,12 +65,27 @@ def make_fused(config: Config, env: Env, algo: Algorithm):
 
     iteration = replay_iteration if replay else onpolicy_iteration
 
-    def run(state: FusedState, num_iterations: int):
-        def body(s, _):
+    def run(state: FusedState, num_iterations: int, num_valid: jax.Array | None = None):
+        """Scans `num_iterations` iterations. With `num_valid` (an int32 scalar, traced),
+        only the first num_valid of them run: the rest leave the state as it is and give
+        zero outputs, so one compiled program serves chunks of any length up to
+        num_iterations (a skipped iteration costs one conditional)."""
+
+        def body(s, i):
             s, metrics, episodes = iteration(s)
             return s, (dict(metrics, version=s.learner.version), episodes)
 
-        return jax.lax.scan(body, state, None, length=num_iterations)
+        if num_valid is None:
+            return jax.lax.scan(body, state, None, length=num_iterations)
+        out_shape = jax.eval_shape(body, state, 0)[1]
+
+        def skip(s, i):
+            return s, jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), out_shape)
+
+        def maybe(s, i):
+            return jax.lax.cond(i < num_valid, body, skip, s, i)
+
+        return jax.lax.scan(maybe, state, jnp.arange(num_iterations))
 
     return init, run
 

@@ -38,19 +38,14 @@ CHUNKS_PER_RUN = 16
 
 
 def chunk_iterations(n_iters: int, every: int) -> int:
-    """Iterations per compiled chunk: the largest multiple of `every` (the iterations per
-    record) that divides `n_iters` and is at most n_iters / CHUNKS_PER_RUN, so that every
-    chunk has one size (a second size compiles a second program); `every` at least."""
+    """Iterations per compiled chunk: the smallest multiple of `every` (the iterations per
+    record) that covers the run in CHUNKS_PER_RUN chunks; `every` at least, the run at
+    most. The last chunk may run fewer: the same program skips its tail (make_fused's
+    num_valid), so no second size is compiled."""
     if n_iters <= every:
         return max(1, n_iters)
-    best = every
-    for m in range(1, n_iters // every + 1):
-        size = m * every
-        if size > max(every, n_iters // CHUNKS_PER_RUN):
-            break
-        if n_iters % size == 0:
-            best = size
-    return best
+    per_chunk = -(-n_iters // CHUNKS_PER_RUN)
+    return min(every * -(-per_chunk // every), n_iters)
 
 
 def run_fused(config: Config, logger: RunLogger, progress: Progress, env=None) -> RunOutcome:
@@ -89,21 +84,27 @@ def run_fused(config: Config, logger: RunLogger, progress: Progress, env=None) -
     # labelled by updates scheduled (iterations x updates per iteration): unique and
     # increasing even while DQN's version waits for learning_starts
     rec.open_checkpoints(logger.run_dir, start=done_iters * updates_per_iter)
-    compiled = {}
+    # one program for every chunk: where the chunks do not divide what is left (a budget
+    # or a resume point off the chunk grid), each takes how many of its iterations run
+    masked = (n_iters - done_iters) % chunk != 0
 
-    def compiled_chunk(n: int):
-        if n not in compiled:
-            fn = partial(run, num_iterations=n)
-            compiled[n] = jax.jit(fn if S == 1 else jax.vmap(fn), donate_argnums=0).lower(state).compile()
-        return compiled[n]
+    def compile_chunk():
+        if masked:
+            def fn(state, num_valid):
+                return run(state, chunk, num_valid)
+
+            fn = jax.vmap(fn, in_axes=(0, None)) if S > 1 else fn
+            return jax.jit(fn, donate_argnums=0).lower(state, jnp.int32(chunk)).compile()
+        fn = partial(run, num_iterations=chunk)
+        return jax.jit(fn if S == 1 else jax.vmap(fn), donate_argnums=0).lower(state).compile()
 
     t_compile = time.perf_counter()
-    remaining = n_iters - done_iters
-    if remaining > 0:
-        compiled_chunk(min(chunk, remaining))
-        if remaining % chunk:  # a shorter last chunk (chunk_iterations avoids it where it can)
-            compiled_chunk(remaining % chunk)
+    program = compile_chunk() if done_iters < n_iters else None
     compile_time = time.perf_counter() - t_compile
+
+    def run_chunk(state, n):
+        return program(state, jnp.int32(n)) if masked else program(state)
+
     rec.training(time.perf_counter(), env_steps)
 
     def fetch(n, metrics, episodes):
@@ -159,7 +160,7 @@ def run_fused(config: Config, logger: RunLogger, progress: Progress, env=None) -
             # the chunk donates the state: keep its result; and a chunk's outputs are
             # fetched and recorded whole (a stop waits for them; check() then stops the run)
             with shutdown.critical():
-                state, outputs = compiled_chunk(n)(state)
+                state, outputs = run_chunk(state, n)
                 done_iters += n
                 if pending is not None:
                     record(*pending)
