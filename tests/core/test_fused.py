@@ -46,20 +46,29 @@ def test_skipped_iterations_leave_the_state_and_give_zero_outputs():
     assert not np.any(m5["loss"][3:]) and not np.any(e5.done[3:]) and int(masked.env_steps) == 3 * 16
 
 
-def test_chunks_cover_the_run_in_about_16_whatever_it_divides_into():
-    from tianjax.runtime.runners.fused import chunk_iterations
+def test_chunks_aim_at_two_seconds_in_whole_records_growing_at_most_fourfold():
+    from tianjax.runtime.runners.fused import chunk_capacity, next_chunk
 
-    assert chunk_iterations(976, 4) == 64  # 976 = 15 x 64 + 16: 16 chunks (976 = 16 x 61 has no multiple of 4)
-    assert chunk_iterations(244, 1) == 16  # 15 x 16 + 4
-    assert chunk_iterations(1953, 9) == 126  # 15 x 126 + 63
-    assert chunk_iterations(32, 4) == 4  # at least one record per chunk
-    assert chunk_iterations(3, 4) == 3  # a run shorter than a record: one chunk
-    assert chunk_iterations(100, 50) == 50
+    # capacity: the run, or the whole records whose outputs fit 64 MiB; a record at least
+    assert chunk_capacity(976, 4, 5_000) == 976
+    assert chunk_capacity(10**6, 4, 1 << 20) == 64  # 64 iterations of 1 MiB each
+    assert chunk_capacity(10**6, 5, 1 << 20) == 60  # whole records only
+    assert chunk_capacity(10**6, 100, 1 << 20) == 100  # one record, even over the bound
+    assert chunk_capacity(3, 4, 10) == 3
+    # next: 2 s at the last chunk's pace, in whole records, at most 4x and the capacity
+    assert next_chunk(4, 0.016, 4, 976) == 16  # 250 it/s would be 500: 4x growth caps it
+    assert next_chunk(64, 0.256, 4, 976) == 256  # 500, capped at 4x
+    assert next_chunk(256, 1.024, 4, 976) == 500  # 2 s at 250 it/s
+    assert next_chunk(256, 1.0, 3, 976) == 510  # 512, down to whole records of 3
+    assert next_chunk(500, 2.0, 4, 300) == 300  # the capacity
+    assert next_chunk(10, 50.0, 4, 976) == 4  # slower than a record per 2 s: one record
+    assert next_chunk(2, 0.001, 4, 3) == 3  # capacity below a record (a run of 3)
 
 
 def test_train_with_a_short_last_chunk_is_the_core_run(tmp_path):
-    """17 iterations in chunks of 2 (the last runs 1 of its 2): the parameters of one
-    uninterrupted core scan, and a record per iteration."""
+    """17 iterations in chunks of 1, 4 and 12 (the pace lets each grow fourfold; the last
+    runs what is left of the program's 17): the parameters of one uninterrupted core scan,
+    and a record per iteration."""
     over = ["num_envs=2", "rollout_len=8", f"total_env_steps={17 * 16}", "log_every=1", "eval_episodes=0"]
     cfg = load_config("configs/ppo_cartpole.yaml", over)
     env = make_gymnax(cfg.env)

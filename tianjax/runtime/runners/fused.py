@@ -31,21 +31,34 @@ from tianjax.runtime.runners.outcome import RunOutcome
 from tianjax.runtime.runners.recorder import RunRecorder, sample_rates
 
 
-# A chunk is one compiled program: the host reads the device once per chunk, so records
-# (about 200 a run) are cut from a chunk's stacked outputs, not one chunk each. Chunks
-# stay short enough for a responsive progress line, Ctrl-C and checkpoint cadence.
-CHUNKS_PER_RUN = 16
+# A chunk is one call of the one compiled program: the host reads the device once per
+# chunk, so records (about 200 a run) are cut from a chunk's stacked outputs. Chunks aim at
+# CHUNK_SECONDS of wall time, so that the progress line moves, Ctrl-C is answered and
+# checkpoints are due that often however long the run, while a short run is a handful of
+# calls (each call costs the host a dispatch and a read).
+CHUNK_SECONDS = 2.0
+GROWTH = 4  # a chunk is at most this many times the one before (the first ones measure the pace)
+MAX_CHUNK_OUTPUT_BYTES = 64 << 20  # the stacked outputs of one chunk (episodes, metrics)
 
 
-def chunk_iterations(n_iters: int, every: int) -> int:
-    """Iterations per compiled chunk: the smallest multiple of `every` (the iterations per
-    record) that covers the run in CHUNKS_PER_RUN chunks; `every` at least, the run at
-    most. The last chunk may run fewer: the same program skips its tail (make_fused's
-    num_valid), so no second size is compiled."""
-    if n_iters <= every:
+def chunk_capacity(n_iters: int, every: int, output_bytes_per_iter: int) -> int:
+    """Iterations the compiled chunk program holds (what its outputs are stacked over):
+    the whole run, or the whole records whose outputs fit MAX_CHUNK_OUTPUT_BYTES; one
+    record at least. A chunk runs any number of them up to this (make_fused's num_valid)."""
+    fit = max(1, MAX_CHUNK_OUTPUT_BYTES // max(output_bytes_per_iter, 1))
+    if fit >= n_iters:
         return max(1, n_iters)
-    per_chunk = -(-n_iters // CHUNKS_PER_RUN)
-    return min(every * -(-per_chunk // every), n_iters)
+    return max(fit - fit % every, min(every, n_iters))
+
+
+def next_chunk(n_prev: int, seconds_prev: float, every: int, capacity: int) -> int:
+    """Iterations of the next chunk: the whole records that take about CHUNK_SECONDS at the
+    pace of the previous chunk (n_prev iterations in seconds_prev), at most GROWTH times
+    n_prev and `capacity`, one record at least."""
+    rate = n_prev / max(seconds_prev, 1e-6)
+    n = min(int(rate * CHUNK_SECONDS), GROWTH * n_prev, capacity)
+    n -= n % every
+    return max(n, min(every, capacity))
 
 
 def run_fused(config: Config, logger: RunLogger, progress: Progress, env=None) -> RunOutcome:
@@ -60,7 +73,6 @@ def run_fused(config: Config, logger: RunLogger, progress: Progress, env=None) -
     per_iter = B * T
     n_iters = config.total_env_steps // per_iter  # never more steps than the budget
     every = min(config.log_interval, n_iters)  # iterations per record
-    chunk = chunk_iterations(n_iters, every)  # iterations per compiled program
 
     keys = jax.random.split(jax.random.key(config.seed), S)
     if S == 1:
@@ -84,26 +96,20 @@ def run_fused(config: Config, logger: RunLogger, progress: Progress, env=None) -
     # labelled by updates scheduled (iterations x updates per iteration): unique and
     # increasing even while DQN's version waits for learning_starts
     rec.open_checkpoints(logger.run_dir, start=done_iters * updates_per_iter)
-    # one program for every chunk: where the chunks do not divide what is left (a budget
-    # or a resume point off the chunk grid), each takes how many of its iterations run
-    masked = (n_iters - done_iters) % chunk != 0
+    # one program for every chunk: it holds `capacity` iterations and runs the first n
+    def chunk_fn(state, num_valid):
+        return run(state, capacity, num_valid)
 
-    def compile_chunk():
-        if masked:
-            def fn(state, num_valid):
-                return run(state, chunk, num_valid)
-
-            fn = jax.vmap(fn, in_axes=(0, None)) if S > 1 else fn
-            return jax.jit(fn, donate_argnums=0).lower(state, jnp.int32(chunk)).compile()
-        fn = partial(run, num_iterations=chunk)
-        return jax.jit(fn if S == 1 else jax.vmap(fn), donate_argnums=0).lower(state).compile()
+    one_iter = jax.eval_shape(partial(run, num_iterations=1), state if S == 1 else
+                              jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), state))[1]
+    capacity = chunk_capacity(n_iters, every, S * sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(one_iter)))
 
     t_compile = time.perf_counter()
-    program = compile_chunk() if done_iters < n_iters else None
+    program = None
+    if done_iters < n_iters:
+        fn = jax.vmap(chunk_fn, in_axes=(0, None)) if S > 1 else chunk_fn
+        program = jax.jit(fn, donate_argnums=0).lower(state, jnp.int32(capacity)).compile()
     compile_time = time.perf_counter() - t_compile
-
-    def run_chunk(state, n):
-        return program(state, jnp.int32(n)) if masked else program(state)
 
     rec.training(time.perf_counter(), env_steps)
 
@@ -152,19 +158,32 @@ def run_fused(config: Config, logger: RunLogger, progress: Progress, env=None) -
     # time (two on XLA:CPU, jax 0.10, were seen to deadlock: every thread idle, the outputs
     # never ready), and the host reads the device once per chunk. A checkpoint is taken
     # before the next dispatch, which donates the state buffers.
+    def to_checkpoint(done: int) -> int:
+        """Iterations up to the first record boundary at or after the next multiple of
+        checkpoint.every updates (no limit without periodic checkpoints)."""
+        ck = config.checkpoint.every
+        if ck <= 0:
+            return n_iters
+        updates = ck - (done * updates_per_iter) % ck
+        iters = -(-updates // updates_per_iter)
+        return max(every, -(-iters // every) * every)
+
     pending, interrupted, completed = None, False, False
+    n = min(every, capacity)  # the first chunk: one record, to measure the pace
     try:
         while done_iters < n_iters:
             shutdown.check()
-            n = min(chunk, n_iters - done_iters)
+            n = min(n, n_iters - done_iters, to_checkpoint(done_iters))
             # the chunk donates the state: keep its result; and a chunk's outputs are
             # fetched and recorded whole (a stop waits for them; check() then stops the run)
             with shutdown.critical():
-                state, outputs = run_chunk(state, n)
+                t_dispatch = time.perf_counter()
+                state, outputs = program(state, jnp.int32(n))
                 done_iters += n
                 if pending is not None:
                     record(*pending)
                 pending = fetch(n, *outputs)
+                n = next_chunk(n, pending[1] - t_dispatch, every, capacity)
                 if rec.due(done_iters * updates_per_iter):
                     record(*pending)
                     pending = None
