@@ -31,6 +31,7 @@ import sys
 import time
 from pathlib import Path
 
+import jax
 import numpy as np
 import psutil
 import pytest
@@ -487,6 +488,92 @@ def test_a_flood_of_bad_messages_neither_holds_the_learner_nor_grows_it(tmp_path
     assert lr.traj_in.accepted == 0 and lr.control.accepted == 0 and not lr.pool
 
 
+# ----------------------------------------------------------------------------- connection limit
+HELD_S = 1.0  # a connection open this long was not refused: the limit ends one within a moment
+
+
+def _connections(ps: psutil.Process, ports: dict) -> dict:
+    """port name -> the set of (local, remote) of its established tcp connections from
+    127.0.0.1 that process `ps` holds (accepted: one still in the listen backlog is not held)."""
+    by_port = {port: name for name, port in ports.items()}
+    out: dict = {name: set() for name in ports}
+    for c in ps.net_connections(kind="tcp"):
+        if c.status == psutil.CONN_ESTABLISHED and c.raddr and c.laddr.port in by_port and c.raddr.ip == "127.0.0.1":
+            out[by_port[c.laddr.port]].add((tuple(c.laddr), tuple(c.raddr)))
+    return out
+
+
+def test_one_host_never_holds_more_than_its_limit_of_connections(tmp_path):
+    """runtime.max_connections_per_host: a separate process holding the PLAIN token (what
+    an observer of a network under `mac` holds) opens as many connections as it can to
+    each of a learner's three ports, ZeroMQ sockets that pass the handshake and would
+    stay, and raw silent ones. From 127.0.0.1 the learner holds at most the limit on each
+    socket (one over it lives only until the limit's thread ends it), counts each it
+    ended in summary.json's handshakes_refused, and once the attacker is gone an actor
+    connects to all three sockets and gets its messages through."""
+    from tianjax.config import load_config
+    from tianjax.runtime.learner.learner import Learner
+    from tianjax.transport.channels import ControlClient
+    from tianjax.core.types import ParamsMessage
+    from tianjax.transport.connections import PER_HOST_LIMIT
+
+    limit, per_kind = 3, 12
+    key = new_run_key()
+    lr = Learner(load_config(ASYNC_CFG, [*TINY, f"runtime.max_connections_per_host={limit}"]), key)
+    ports = {name: int(e.rsplit(":", 1)[1]) for name, e in lr.endpoints.items()}
+    out = tmp_path / "hold.json"
+    env = dict(os.environ, HOSTILE_PLAIN_TOKEN=lr.net.handshake._token.decode())
+    p = subprocess.Popen([sys.executable, ATTACKER, "hold", json.dumps(lr.endpoints), "8", str(out), str(per_kind)],
+                         cwd=REPO, env=env, stdin=subprocess.DEVNULL)
+    me = psutil.Process()
+    first_seen: dict = {}
+    held_max = dict.fromkeys(ports, 0)
+    open_max = dict.fromkeys(ports, 0)
+    client = None
+    try:
+        while p.poll() is None:
+            now = time.monotonic()
+            conns = _connections(me, ports)
+            live = set().union(*conns.values())
+            first_seen = {c: first_seen.get(c, now) for c in live}
+            for name, cs in conns.items():
+                open_max[name] = max(open_max[name], len(cs))
+                held_max[name] = max(held_max[name], sum(now - first_seen[c] >= HELD_S for c in cs))
+            lr.pump(20)
+        assert p.wait(30) == 0
+        report = json.loads(out.read_text())
+        refused = lr.net.refused[PER_HOST_LIMIT]
+        print(f"connection limit {limit}: held at most {held_max}, open at a sample at most {open_max}; "
+              f"{refused} connections ended over the limit; attacker {report}")
+        assert held_max == dict.fromkeys(ports, limit), held_max  # full, and never more
+        assert report["raw_closed_by_learner"] > 0 and refused > 0
+        assert lr.report.summary(time.perf_counter(), 1.0)["handshakes_refused"][PER_HOST_LIMIT] >= refused
+
+        # the attacker is gone: its slots are free again, on every socket
+        client = SecureContext(key, "mac", server=False)
+        net = dict(ctx=client.ctx, handshake=client.handshake)
+        control = ControlClient(key, lr.endpoints["control"], identity="actor-0", to=lr.address, **net)
+        traj = TrajectorySender(key, lr.endpoints["traj"], sender="actor-0", to=lr.address, **net)
+        template = ParamsMessage(jax.tree.map(np.asarray, lr.state.params), np.zeros((), np.int64))
+        sub = ParamSubscriber(key, lr.endpoints["params"], template, **net)
+        assert control.send({"type": "register", "actor": 0, "pid": os.getpid()})
+        assert traj.send(_tiny_tree(lr.template), 0, timeout_ms=WAIT_MS)
+        got, deadline = None, time.monotonic() + 30
+        while b"actor-0" not in lr.actors or lr.traj_in.accepted == 0 or got is None:
+            assert time.monotonic() < deadline, (lr.actors, lr.traj_in.accepted, got, dict(lr.net.refused))
+            lr.pump(20)
+            lr.publish()
+            got = got or sub.latest(20)
+        assert got[0] == lr.state_version
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        if client is not None:
+            client.close()
+        lr.close()
+
+
 # ----------------------------------------------------------------------------- whole runs
 class _Run:
     """`tianjax train` as a subprocess, with its resource use sampled."""
@@ -684,6 +771,17 @@ def test_security_config_keys_are_checked():
         load_config(ASYNC_CFG, ["runtime.security=tls"])
     with pytest.raises(ConfigError, match="runtime.io_threads"):
         load_config(ASYNC_CFG, ["runtime.io_threads=0"])
+    # by default, room for every actor of the run on one host and some restarts; 0: none
+    assert load_config(ASYNC_CFG, ["num_actors=5"]).max_connections_per_host == 5 + 8
+    assert load_config(ASYNC_CFG, ["runtime.max_connections_per_host=0"]).max_connections_per_host == 0
+    for bad in ("-1", "2.5", "many"):
+        with pytest.raises(ConfigError, match="runtime.max_connections_per_host"):
+            load_config(ASYNC_CFG, [f"runtime.max_connections_per_host={bad}"])
+    unlimited = SecureContext(new_run_key(), "mac", server=True, max_connections_per_host=0)
+    try:
+        assert unlimited.limit is None and unlimited.gatekeeper is not None
+    finally:
+        unlimited.close()
 
 
 @pytest.mark.parametrize("transport", ["tcp", "ipc"])
