@@ -25,12 +25,14 @@ socket's private directory guards them).
 from __future__ import annotations
 
 import collections
+import functools
 import ipaddress
 import itertools
 import os
 import socket as _socket
 import sys
 import threading
+import time
 from contextlib import contextmanager
 from typing import NamedTuple
 
@@ -42,12 +44,17 @@ _EVENTS = zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED | zmq.EVENT_MONITOR_STOPPE
 _POLL_MS = 100  # how often the thread looks at its stop flag and for new sockets
 _EVENTS_PER_PASS = 256  # events read from one socket's monitor before the next's
 _JOIN_S = 5.0
+# NOTE: a look at a host's counted connections costs a system call each; under a flood that
+# keeps the host over the limit it would run for every new connection, so it runs at most
+# this often per socket (in between, a connection whose end is still unreported holds its
+# slot until the report is read: the safe side)
+_SWEEP_S = 1.0
 _ids = itertools.count()
 
 
 class _Conn(NamedTuple):
     host: str
-    ends: tuple  # (peer address, local address): what the descriptor named when it was counted
+    inode: tuple  # (device, inode) of the connection's socket: what the descriptor named then
     refused: bool
 
 
@@ -58,6 +65,7 @@ class _Watched:
         self.monitor = monitor
         self.conns: dict[int, _Conn] = {}
         self.per_host: collections.Counter = collections.Counter()
+        self.next_sweep = 0.0  # (monotonic) when a host over the limit is looked at again
 
     def add(self, fd: int, conn: _Conn) -> None:
         self.drop(fd)
@@ -81,6 +89,7 @@ def _host(address: str) -> str:
     return str(ip)
 
 
+@functools.lru_cache(maxsize=64)
 def _port(endpoint: str) -> int | None:
     try:
         return int(endpoint.rsplit(":", 1)[1])
@@ -114,11 +123,13 @@ def _captured(fd: int):
         sock.close()
 
 
-def _ends(sock: _socket.socket) -> tuple | None:
+def _inode(fd: int) -> tuple | None:
+    """(device, inode) of what `fd` names now (a socket's are its own while it is open), or None."""
     try:
-        return sock.getpeername()[:2], sock.getsockname()[:2]
-    except OSError:  # no longer connected
+        st = os.fstat(fd)
+    except OSError:
         return None
+    return st.st_dev, st.st_ino
 
 
 class ConnectionLimit:
@@ -127,21 +138,22 @@ class ConnectionLimit:
     as they are accepted. Counts: `refused[PER_HOST_LIMIT]`. `alive` is False once its
     thread has stopped (closed, or failed: `error`).
 
-    NOTE on descriptor reuse: libzmq reports a connection by its descriptor, and by the
-    time the thread reads the report the descriptor may name another connection (libzmq
-    closes a descriptor right after reporting its disconnection, and the kernel hands
+    NOTE on descriptor reuse: libzmq reports a connection by its descriptor's number, and
+    by the time the thread reads the report the number may name something else (libzmq
+    closes a descriptor right after reporting the connection's end, and the kernel gives
     the number to the next accept or file). So the thread duplicates the descriptor
-    first (the duplicate holds whatever connection it names now), and counts or ends
-    that one only if it is a tcp connection to this socket's own port; it counts by
-    (descriptor, both ends), so the later report of the same connection does not count
-    it twice; and before it ends a connection for a host over the limit it looks at
-    each of that host's counted connections again and forgets those whose descriptor no
-    longer names them (a report of their end not read yet). What remains: between a
-    connection's end and the read of its report, a new one of the same host can be
-    refused although a slot is free (the safe side), and, when a descriptor is reused
-    before its first connection's acceptance is read, the second is counted from that
-    first report and, after the first one's disconnection report, not again until its
-    own acceptance report is read, so for that moment the host holds one more than the
+    first (the duplicate holds whatever connection it names now, so a shutdown can only
+    reach that one), and counts or ends it only if it is a tcp connection to this
+    socket's port. Counts are kept by (descriptor, socket inode): a second report of the
+    same connection is not counted again. Before it ends a connection of a host over the
+    limit, it looks again at that host's counted connections (at most every _SWEEP_S)
+    and forgets those whose descriptor no longer names their socket (a report of their
+    end not read yet; or, should libzmq ever end one without a report, never to come).
+    What remains: until a connection's end is read, a new one of its host may be ended
+    although a slot is free (the safe side); and when a number is reused before its
+    first connection's acceptance is read, the second connection is counted from that
+    report, forgotten at the first one's end report, and counted again at its own
+    acceptance report: between those two reports its host may hold one more than the
     limit.
     """
 
@@ -222,17 +234,23 @@ class ConnectionLimit:
         return True
 
     def _accepted(self, w: _Watched, fd: int, endpoint: str) -> None:
-        port = _port(endpoint)
         with _captured(fd) as sock:
-            ends = sock and _ends(sock)
-            if ends is None or ends[1][1] != port:
+            if sock is None:
                 return  # gone already, or the descriptor names something else now
+            inode = _inode(sock.fileno())
             old = w.conns.get(fd)
-            if old is not None and old.ends == ends:
+            if old is not None and old.inode == inode:
                 return  # counted (or refused) already, from an earlier report
-            host = _host(ends[0][0])
-            w.add(fd, _Conn(host, ends, refused=False))
-            if w.per_host[host] > self.max_per_host:
+            try:
+                peer, local = sock.getpeername(), sock.getsockname()
+            except OSError:
+                return  # no longer connected
+            if local[1] != _port(endpoint):
+                return  # a connection to another port: not (any more) the one reported
+            host = _host(peer[0])
+            w.add(fd, _Conn(host, inode, refused=False))
+            if w.per_host[host] > self.max_per_host and time.monotonic() >= w.next_sweep:
+                w.next_sweep = time.monotonic() + _SWEEP_S
                 self._forget_gone(w, host, fd)
             if w.per_host[host] <= self.max_per_host:
                 return
@@ -240,18 +258,16 @@ class ConnectionLimit:
                 sock.shutdown(_socket.SHUT_RDWR)  # ends the connection; libzmq sees it and closes it
             except OSError:
                 pass  # it ended on its own meanwhile
-            w.add(fd, _Conn(host, ends, refused=True))
+            w.add(fd, _Conn(host, inode, refused=True))
             self.refused[PER_HOST_LIMIT] += 1
 
     @staticmethod
     def _forget_gone(w: _Watched, host: str, keep: int) -> None:
-        """Forgets `host`'s counted connections whose descriptor no longer names them."""
+        """Forgets `host`'s counted connections whose descriptor no longer names them (a
+        look at the descriptor's inode: the report of their end is still unread)."""
         for fd, conn in list(w.conns.items()):
-            if fd == keep or conn.host != host or conn.refused:
-                continue
-            with _captured(fd) as sock:
-                if sock is None or _ends(sock) != conn.ends:
-                    w.drop(fd)
+            if fd != keep and conn.host == host and not conn.refused and _inode(fd) != conn.inode:
+                w.drop(fd)
 
     def close(self) -> None:
         self._stop.set()
