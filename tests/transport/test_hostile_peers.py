@@ -3,7 +3,8 @@
 The fast tests check each layer on its own with real channels: the handshake admits only
 the run's credentials (PLAIN token under `mac`, derived CURVE keys under `curve`, and
 the address allow-list), a client under `curve` will not talk to a server without the
-run's key (a squatter), and an oversized subscription or frame disconnects its sender.
+run's key (a squatter), an oversized subscription or frame disconnects its sender, and
+one host holds at most `runtime.max_connections_per_host` connections on each socket.
 
 The slow tests run `tianjax train` (a learner and two actor processes) while a separate
 attacker process (tests/transport/hostile_peer.py) attacks it, and check that the run still reaches
@@ -17,7 +18,10 @@ its target with these bounds:
 - memory: the learner's RSS grows by less than 256 MiB over the attack (16 frames of
   64 MiB buffered whole would be 1 GiB; 1000 subscriptions of 64 KiB, 64 MiB);
 - confidentiality under `curve`: a subscriber without the run key receives nothing;
-- a squatter waiting for a restarted learner's ports never gets them, nor any byte.
+- a squatter waiting for a restarted learner's ports never gets them, nor any byte;
+- a holder of the PLAIN token flooding bad messages neither keeps the run from its
+  target nor grows the learner past the same bound, and a SIGTERM under that flood
+  ends every process of the run within 10 s.
 """
 
 from __future__ import annotations
@@ -522,9 +526,9 @@ def test_one_host_never_holds_more_than_its_limit_of_connections(tmp_path):
     ended in summary.json's handshakes_refused, and once the attacker is gone an actor
     connects to all three sockets and gets its messages through."""
     from tianjax.config import load_config
+    from tianjax.core.types import ParamsMessage
     from tianjax.runtime.learner.learner import Learner
     from tianjax.transport.channels import ControlClient
-    from tianjax.core.types import ParamsMessage
     from tianjax.transport.connections import PER_HOST_LIMIT
 
     limit, per_kind = 3, 12
