@@ -13,10 +13,16 @@ Attacks (each until SECONDS have passed, then a JSON report is written to OUT):
   own with a guessed server key) subscribing with 64 KiB topics to the parameter port;
   counts what they receive.
 - squat: binds the given ports the moment they are free and records what arrives.
+- hold: holds as many connections to every port as it can, `--connections` of each kind
+  per port: ZeroMQ sockets with the PLAIN token (env HOSTILE_PLAIN_TOKEN: they pass the
+  handshake and stay; libzmq reconnects one the learner ends, every 100 ms), and, from
+  a moment later, raw silent TCP connections (reopened as the learner closes them).
+  Reports how many raw ones it opened and the learner closed.
 - badflood: with the PLAIN token (env HOSTILE_PLAIN_TOKEN, as read off a network under
   `security: mac`) but not the run key, floods the trajectory and control ports with
   messages that fail their checks: unsigned ones of 64 small frames (each under any
-  frame cap), and tiny ones.
+  frame cap), and tiny ones; until SECONDS have passed or the run (pid EXTRA, if given)
+  has ended.
 - replay: sends messages recorded off the wire, byte for byte, holding what an observer of
   a network under `security: mac` holds (the PLAIN token, never the run key): to a
   learner's port (`push`, `dealer`), or, as a peer an actor connects to (`router`), to the
@@ -302,7 +308,65 @@ def replay(spec: dict, seconds: float) -> dict:
     return stats
 
 
-def badflood(endpoints: dict, seconds: float) -> dict:
+def hold(endpoints: dict, seconds: float, connections: int) -> dict:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    ctx = zmq.Context()
+    token = os.environ["HOSTILE_PLAIN_TOKEN"].encode()
+    kinds = {"params": zmq.SUB, "traj": zmq.PUSH, "control": zmq.DEALER}
+    socks = []
+    for name, endpoint in endpoints.items():
+        for _ in range(connections):
+            z = ctx.socket(kinds[name])
+            z.linger = 0
+            z.plain_username, z.plain_password = b"tianjax", token
+            if kinds[name] == zmq.SUB:
+                z.setsockopt(zmq.SUBSCRIBE, b"")
+            z.connect(endpoint)
+            socks.append(z)
+    time.sleep(min(1.0, seconds / 4))  # they take the slots first; the raw ones try for them after
+    targets = [_hostport(e) for e in endpoints.values()]
+    raw: dict[socket.socket, tuple] = {}  # open raw connection -> its target
+    sel = selectors.DefaultSelector()
+    stats = {"zmq_sockets": len(socks), "raw_opened": 0, "raw_closed_by_learner": 0}
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        for target in targets:
+            for _ in range(connections - sum(t == target for t in raw.values())):
+                r = socket.socket()
+                r.settimeout(0.1)
+                try:
+                    r.connect(target)
+                except OSError:
+                    r.close()
+                    continue
+                r.setblocking(False)
+                raw[r] = target
+                sel.register(r, selectors.EVENT_READ)
+                stats["raw_opened"] += 1
+        for key, _ in sel.select(timeout=0.05):
+            r = key.fileobj
+            try:
+                if r.recv(65536):
+                    continue  # the learner's greeting
+            except BlockingIOError:
+                continue
+            except OSError:
+                pass
+            stats["raw_closed_by_learner"] += 1
+            sel.unregister(r)
+            del raw[r]
+            r.close()
+    for r in raw:
+        r.close()
+    for z in socks:
+        z.close(linger=0)
+    ctx.destroy(linger=0)
+    return stats
+
+
+def badflood(endpoints: dict, seconds: float, run_pid: int = 0) -> dict:
+    """(Stops when the run, `run_pid` if given, has ended.)"""
     ctx = zmq.Context()
     token = os.environ["HOSTILE_PLAIN_TOKEN"].encode()
     socks = []
@@ -316,7 +380,11 @@ def badflood(endpoints: dict, seconds: float) -> dict:
     small = [os.urandom(900) for _ in range(64)]
     stats = {"sent": 0}
     end = time.monotonic() + seconds
+    n = 0
     while time.monotonic() < end:
+        n += 1
+        if run_pid and n % 64 == 0 and not _running(run_pid):
+            break
         for s in socks:
             for parts in (small, [os.urandom(16), b'{"m":"tianjax"}'], [b"x"]):
                 try:
@@ -339,8 +407,10 @@ def main() -> int:
             report = replay(json.load(f), seconds)
     elif attack == "flood":
         report = flood(endpoints, seconds, extra or 1000)
+    elif attack == "hold":
+        report = hold(endpoints, seconds, extra or 20)
     elif attack == "badflood":
-        report = badflood(endpoints, seconds)
+        report = badflood(endpoints, seconds, extra)
     elif attack == "frames":
         report = frames(endpoints, seconds)
     elif attack == "subscribe":

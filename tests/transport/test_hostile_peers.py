@@ -3,7 +3,8 @@
 The fast tests check each layer on its own with real channels: the handshake admits only
 the run's credentials (PLAIN token under `mac`, derived CURVE keys under `curve`, and
 the address allow-list), a client under `curve` will not talk to a server without the
-run's key (a squatter), and an oversized subscription or frame disconnects its sender.
+run's key (a squatter), an oversized subscription or frame disconnects its sender, and
+one host holds at most `runtime.max_connections_per_host` connections on each socket.
 
 The slow tests run `tianjax train` (a learner and two actor processes) while a separate
 attacker process (tests/transport/hostile_peer.py) attacks it, and check that the run still reaches
@@ -17,7 +18,10 @@ its target with these bounds:
 - memory: the learner's RSS grows by less than 256 MiB over the attack (16 frames of
   64 MiB buffered whole would be 1 GiB; 1000 subscriptions of 64 KiB, 64 MiB);
 - confidentiality under `curve`: a subscriber without the run key receives nothing;
-- a squatter waiting for a restarted learner's ports never gets them, nor any byte.
+- a squatter waiting for a restarted learner's ports never gets them, nor any byte;
+- a holder of the PLAIN token flooding bad messages neither keeps the run from its
+  target nor grows the learner past the same bound, and a SIGTERM under that flood
+  ends every process of the run within 10 s.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import sys
 import time
 from pathlib import Path
 
+import jax
 import numpy as np
 import psutil
 import pytest
@@ -48,6 +53,7 @@ ATTACKER = str(REPO / "tests" / "transport" / "hostile_peer.py")
 TREE = {"w": np.arange(12, dtype=np.float32)}
 WAIT_MS = 5000
 RSS_GROWTH_BOUND = 256 << 20
+FLOODERS = 3  # bad-message flooders against a whole run, each a process with a connection per port
 
 
 # ----------------------------------------------------------------------------- handshakes
@@ -487,6 +493,100 @@ def test_a_flood_of_bad_messages_neither_holds_the_learner_nor_grows_it(tmp_path
     assert lr.traj_in.accepted == 0 and lr.control.accepted == 0 and not lr.pool
 
 
+# ----------------------------------------------------------------------------- connection limit
+HELD_S = 1.0  # a connection open this long was not refused: the limit ends one within a moment
+
+
+def _connections(ports: dict) -> dict:
+    """port name -> the set of (local, remote) of the tcp connections from 127.0.0.1 that
+    this process holds on that port (accepted: one in the listen backlog is not held).
+    Read off its own descriptors: /proc/net/tcp lists every connection of the machine,
+    and after a while of this attack, tens of thousands of closed ones."""
+    from tianjax.transport.connections import _captured
+
+    by_port = {port: name for name, port in ports.items()}
+    out: dict = {name: set() for name in ports}
+    for fd in os.listdir("/proc/self/fd"):
+        with _captured(int(fd)) as sock:
+            try:
+                local, remote = sock.getsockname()[:2], sock.getpeername()[:2]
+            except (AttributeError, OSError):  # not a tcp socket (None), or not connected
+                continue
+        if local[1] in by_port and remote[0] == "127.0.0.1":
+            out[by_port[local[1]]].add((local, remote))
+    return out
+
+
+def test_one_host_never_holds_more_than_its_limit_of_connections(tmp_path):
+    """runtime.max_connections_per_host: a separate process holding the PLAIN token (what
+    an observer of a network under `mac` holds) opens as many connections as it can to
+    each of a learner's three ports, ZeroMQ sockets that pass the handshake and would
+    stay, and raw silent ones. From 127.0.0.1 the learner holds at most the limit on each
+    socket (one over it lives only until the limit's thread ends it), counts each it
+    ended in summary.json's handshakes_refused, and once the attacker is gone an actor
+    connects to all three sockets and gets its messages through."""
+    from tianjax.config import load_config
+    from tianjax.core.types import ParamsMessage
+    from tianjax.runtime.learner.learner import Learner
+    from tianjax.transport.channels import ControlClient
+    from tianjax.transport.connections import PER_HOST_LIMIT
+
+    limit, per_kind = 3, 12
+    key = new_run_key()
+    lr = Learner(load_config(ASYNC_CFG, [*TINY, f"runtime.max_connections_per_host={limit}"]), key)
+    ports = {name: int(e.rsplit(":", 1)[1]) for name, e in lr.endpoints.items()}
+    out = tmp_path / "hold.json"
+    env = dict(os.environ, HOSTILE_PLAIN_TOKEN=lr.net.handshake._token.decode())
+    p = subprocess.Popen([sys.executable, ATTACKER, "hold", json.dumps(lr.endpoints), "8", str(out), str(per_kind)],
+                         cwd=REPO, env=env, stdin=subprocess.DEVNULL)
+    first_seen: dict = {}
+    held_max = dict.fromkeys(ports, 0)
+    open_max = dict.fromkeys(ports, 0)
+    client = None
+    try:
+        while p.poll() is None:
+            now = time.monotonic()
+            conns = _connections(ports)
+            live = set().union(*conns.values())
+            first_seen = {c: first_seen.get(c, now) for c in live}
+            for name, cs in conns.items():
+                open_max[name] = max(open_max[name], len(cs))
+                held_max[name] = max(held_max[name], sum(now - first_seen[c] >= HELD_S for c in cs))
+            lr.pump(20)
+        assert p.wait(30) == 0
+        report = json.loads(out.read_text())
+        refused = lr.net.refused[PER_HOST_LIMIT]
+        print(f"connection limit {limit}: held at most {held_max}, open at a sample at most {open_max}; "
+              f"{refused} connections ended over the limit; attacker {report}")
+        assert held_max == dict.fromkeys(ports, limit), held_max  # full, and never more
+        assert report["raw_closed_by_learner"] > 0 and refused > 0
+        assert lr.report.summary(time.perf_counter(), 1.0)["handshakes_refused"][PER_HOST_LIMIT] >= refused
+
+        # the attacker is gone: its slots are free again, on every socket
+        client = SecureContext(key, "mac", server=False)
+        net = dict(ctx=client.ctx, handshake=client.handshake)
+        control = ControlClient(key, lr.endpoints["control"], identity="actor-0", to=lr.address, **net)
+        traj = TrajectorySender(key, lr.endpoints["traj"], sender="actor-0", to=lr.address, **net)
+        template = ParamsMessage(jax.tree.map(np.asarray, lr.state.params), np.zeros((), np.int64))
+        sub = ParamSubscriber(key, lr.endpoints["params"], template, **net)
+        assert control.send({"type": "register", "actor": 0, "pid": os.getpid()})
+        assert traj.send(_tiny_tree(lr.template), 0, timeout_ms=WAIT_MS)
+        got, deadline = None, time.monotonic() + 30
+        while b"actor-0" not in lr.actors or lr.traj_in.accepted == 0 or got is None:
+            assert time.monotonic() < deadline, (lr.actors, lr.traj_in.accepted, got, dict(lr.net.refused))
+            lr.pump(20)
+            lr.publish()
+            got = got or sub.latest(20)
+        assert got[0] == lr.state_version
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        if client is not None:
+            client.close()
+        lr.close()
+
+
 # ----------------------------------------------------------------------------- whole runs
 class _Run:
     """`tianjax train` as a subprocess, with its resource use sampled."""
@@ -536,10 +636,11 @@ class _Run:
             assert time.monotonic() < deadline, f"no {n} updates; " + self.stderr()
             time.sleep(0.2)
 
-    def attack(self, kind: str, endpoints: dict, seconds: float, extra: int = 0) -> Path:
+    def attack(self, kind: str, endpoints: dict, seconds: float, extra: int = 0, env: dict | None = None) -> Path:
         out = self.tmp / f"{kind}-{len(self.attackers)}.json"
         p = subprocess.Popen([sys.executable, ATTACKER, kind, json.dumps(endpoints), str(seconds), str(out),
-                              str(extra)], cwd=REPO, stdin=subprocess.DEVNULL, start_new_session=True)
+                              str(extra)], cwd=REPO, stdin=subprocess.DEVNULL, start_new_session=True,
+                             env=dict(os.environ, **(env or {})))
         self.attackers.append(p)
         return out
 
@@ -558,6 +659,35 @@ class _Run:
             time.sleep(0.1)
         assert all(a.returncode == 0 for a in self.attackers)
         return peak_rss, peak_fds
+
+    def plain_token(self) -> str:
+        """The run's PLAIN token, what an observer of its network reads off any handshake
+        under `mac`. Read here from an actor's starting environment (its own user may
+        read /proc/PID/environ), and passed to an attacker as the token only: the
+        attacker never holds the run key."""
+        from tianjax.transport.auth import KEY_ENV, RunKey
+
+        for p in self.ps.children(recursive=True):
+            try:
+                env = p.environ()
+            except psutil.Error:
+                continue
+            if env.get(KEY_ENV):
+                return Handshake(RunKey(bytes.fromhex(env[KEY_ENV])), "mac")._token.decode()
+        raise AssertionError("no process of the run holds the run key")
+
+    def processes(self) -> list[psutil.Process]:
+        """The launcher and every process it started."""
+        return [self.ps, *self.ps.children(recursive=True)]
+
+    def strays(self) -> list[psutil.Process]:
+        """Processes still running whose command line names this run's directory (any
+        the launcher started, even one started after a look at its children)."""
+        out = []
+        for p in psutil.process_iter(["cmdline"]):
+            if p.pid != os.getpid() and str(self.run_dir) in " ".join(p.info["cmdline"] or ()) and not _exited(p):
+                out.append(p)
+        return out
 
     def wait(self, timeout: float = 300.0) -> int:
         try:
@@ -673,6 +803,88 @@ def test_squatter_never_gets_a_restarted_learners_ports(run_factory):
     assert report == {"bound": [], "connections": 0, "bytes": 0}, report
 
 
+def _exited(p: psutil.Process) -> bool:
+    try:
+        return p.status() == psutil.STATUS_ZOMBIE  # (exited; its parent has not reaped it yet)
+    except psutil.NoSuchProcess:
+        return True
+
+
+@pytest.mark.slow
+def test_run_reaches_target_under_a_token_holders_flood_of_bad_messages(run_factory):
+    """Separate processes holding the PLAIN token (not the run key) flood the trajectory
+    and control ports with messages that fail their checks (64 small frames, and tiny
+    ones) from the moment the run is learning until it ends: the run reaches its target,
+    the learner's memory stays bounded, and every rejection is counted by reason."""
+    from tianjax.transport.codec import REASONS
+
+    run = run_factory()
+    endpoints = run.actor_endpoints()
+    token = run.plain_token()
+    run.wait_updates(5)  # compiled and learning: what it holds now is its working size
+    rss0, _ = run.sample()
+    floods = [run.attack("badflood", endpoints, 600.0, run.proc.pid, env={"HOSTILE_PLAIN_TOKEN": token})
+              for _ in range(FLOODERS)]
+    peak_rss, _ = run.sample_until_attackers_end(timeout=600.0)
+    assert run.wait() == 0, run.stderr()
+    s = run.summary()
+    sent = sum(json.loads(f.read_text())["sent"] for f in floods)
+    print(f"token-holder flood: {sent} messages sent, {s['rejected_messages']} rejected "
+          f"{s['rejected_by_reason']}; learner RSS {rss0 / 2**20:.0f} -> peak {peak_rss / 2**20:.0f} MiB; "
+          f"convergence {s['convergence_time_s']} s")
+    assert s["convergence_time_s"] is not None, s  # reached its target (475)
+    assert "Traceback" not in run.stderr()
+    assert peak_rss - rss0 < RSS_GROWTH_BOUND, (peak_rss - rss0) / 2**20
+    # counted by reason, every one a reason the codec names (none slipped through: an
+    # accepted one would have been learned from, or crashed the role)
+    by_reason = s["rejected_by_reason"]
+    assert sent > 0 and by_reason and set(by_reason) <= set(REASONS), by_reason
+    assert sum(by_reason.values()) == s["rejected_messages"] > 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("to", ["group", "launcher"])
+def test_sigterm_under_a_flood_of_bad_messages_ends_every_process_of_the_run(run_factory, to):
+    """The same flood, and a SIGTERM once the run has made some updates: to the
+    launcher's process group (a Ctrl-C in a terminal, `kill -TERM -PGID`) or to the
+    launcher alone (`kill PID`). Every process of the run has exited within 10 s of it:
+    no receive that misses its stop, no join without a bound (the launcher's stop of its
+    actors and the final checkpoint included)."""
+    run = run_factory("total_env_steps=5000000")  # a budget it does not spend here
+    endpoints = run.actor_endpoints()
+    token = run.plain_token()
+    floods = [run.attack("badflood", endpoints, 600.0, run.proc.pid, env={"HOSTILE_PLAIN_TOKEN": token})
+              for _ in range(FLOODERS)]
+    run.wait_updates(10)  # learning while flooded
+    procs = run.processes()
+    assert len(procs) >= 3, procs  # the launcher (the learner) and its two actors
+    assert {p.pid for p in run.strays()} >= {p.pid for p in procs}  # (what finds a survivor, below)
+    t0 = time.monotonic()
+    if to == "group":
+        os.killpg(run.proc.pid, signal.SIGTERM)
+    else:
+        run.proc.send_signal(signal.SIGTERM)
+    took: dict = {}
+    while len(took) < len(procs) and time.monotonic() - t0 < 60:
+        run.proc.poll()  # (reaps the launcher)
+        for p in procs:
+            if p.pid not in took and _exited(p):
+                took[p.pid] = time.monotonic() - t0
+        time.sleep(0.02)
+    survivors = [p for p in procs if p.pid not in took] + run.strays()
+    slowest = max(took.values(), default=0.0)
+    print(f"SIGTERM to the {to} under a bad-message flood: every process exited within {slowest:.2f} s "
+          f"(each: {sorted(round(t, 2) for t in took.values())})")
+    assert not survivors and len(took) == len(procs), (survivors, took)
+    assert slowest <= 10.0, took
+    assert run.wait() == 130, run.stderr()  # the CLI's stop by signal
+    assert "Traceback" not in run.stderr()
+    s = run.summary()
+    assert s["interrupted"] is True and s["rejected_messages"] > 0, s
+    run.sample_until_attackers_end(timeout=60.0)  # the flood stops once the run is gone
+    assert all(json.loads(f.read_text())["sent"] > 0 for f in floods)
+
+
 def test_security_config_keys_are_checked():
     from tianjax.config import ConfigError, load_config
 
@@ -684,6 +896,17 @@ def test_security_config_keys_are_checked():
         load_config(ASYNC_CFG, ["runtime.security=tls"])
     with pytest.raises(ConfigError, match="runtime.io_threads"):
         load_config(ASYNC_CFG, ["runtime.io_threads=0"])
+    # by default, room for every actor of the run on one host and some restarts; 0: none
+    assert load_config(ASYNC_CFG, ["num_actors=5"]).max_connections_per_host == 5 + 8
+    assert load_config(ASYNC_CFG, ["runtime.max_connections_per_host=0"]).max_connections_per_host == 0
+    for bad in ("-1", "2.5", "many"):
+        with pytest.raises(ConfigError, match="runtime.max_connections_per_host"):
+            load_config(ASYNC_CFG, [f"runtime.max_connections_per_host={bad}"])
+    unlimited = SecureContext(new_run_key(), "mac", server=True, max_connections_per_host=0)
+    try:
+        assert unlimited.limit is None and unlimited.gatekeeper is not None
+    finally:
+        unlimited.close()
 
 
 @pytest.mark.parametrize("transport", ["tcp", "ipc"])

@@ -61,6 +61,9 @@ class RuntimeConfig:
     allow_hosts: tuple[str, ...] = ()  # IP addresses allowed to connect to the learner (empty: any
     # holding the run's credentials)
     io_threads: int | None = None  # ZeroMQ I/O threads of the learner (null: 2 with curve, else 1)
+    max_connections_per_host: int | None = None  # tcp connections one host may hold on each of
+    # the learner's sockets; more are ended as they are accepted (null: num_actors + 8, every
+    # actor of the run on one host and its restarts; 0: no limit)
     heartbeat_s: float = 1.0  # actor -> learner heartbeat period
     heartbeat_timeout_s: float = 120.0  # silence after which a peer counts as lost (a learner
     # is silent during an update: raise this for updates that take minutes, e.g. CNNs on CPU)
@@ -95,6 +98,8 @@ class RuntimeConfig:
             except ValueError:
                 _check(False, f"runtime.allow_hosts[{i}]", f"must be an IP address, got {host!r}")
         _check(self.io_threads is None or self.io_threads >= 1, "runtime.io_threads", "must be >= 1 or null")
+        _check(self.max_connections_per_host is None or self.max_connections_per_host >= 0,
+               "runtime.max_connections_per_host", "must be >= 0 (0: no limit) or null")
         _check(self.learner_devices is None or self.learner_devices >= 1, "runtime.learner_devices",
                "must be >= 1 or null")
         _check(self.actor_threads >= 1, "runtime.actor_threads", "must be >= 1")

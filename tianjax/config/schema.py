@@ -137,6 +137,14 @@ class Config:
         return self.runtime.batch_trajectories or self.num_actors
 
     @property
+    def max_connections_per_host(self) -> int:
+        """runtime.max_connections_per_host, or (null) room for every actor of a learner
+        process on one host (each holds one connection per socket) and 8 more for
+        restarted actors whose old connection is not closed yet; 0: no limit."""
+        limit = self.runtime.max_connections_per_host
+        return self.num_actors + 8 if limit is None else limit
+
+    @property
     def balance_adaptive(self) -> bool:
         """Whether the balance controller moves its actions (balance.mode; null: async)."""
         mode = self.balance.mode or ("adaptive" if self.mode == "async" else "fixed")

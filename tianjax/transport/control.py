@@ -13,6 +13,7 @@ import zmq
 
 from tianjax.transport.auth import as_authenticator
 from tianjax.transport.codec import CodecError, ReplayGuard, decode_json, encode_json
+from tianjax.transport.connections import ConnectionLimit
 from tianjax.transport.sockets import CONTROL_MAX_BYTES, DEFAULT_HOST, Key, _Channel, address, process_incarnation
 from tianjax.transport.security import Handshake
 
@@ -29,7 +30,8 @@ class ControlServer(_Channel):
                  transport: Literal["tcp", "ipc"] = "tcp", sender: str = "learner",
                  max_bytes: int = CONTROL_MAX_BYTES, ctx: zmq.Context | None = None,
                  handshake: Handshake | None = None, ipc_dir: str | None = None,
-                 use_fd: int | None = None, incarnation: str | None = None):
+                 use_fd: int | None = None, incarnation: str | None = None,
+                 limit: ConnectionLimit | None = None):
         super().__init__(zmq.ROUTER, ctx, max_bytes, handshake)
         self._auth = as_authenticator(key)
         self.sender = sender
@@ -39,7 +41,7 @@ class ControlServer(_Channel):
         self._seq = -1
         # unknown routes raise instead of vanishing
         self.socket.setsockopt(zmq.ROUTER_MANDATORY, 1)
-        self._bind(endpoint, host, transport, ipc_dir, use_fd)
+        self._bind(endpoint, host, transport, ipc_dir, use_fd, limit)
         self._routes: dict[bytes, tuple[bytes, str]] = {}  # name -> (routing id, incarnation)
         self.peers: dict[bytes, float] = {}  # identity -> monotonic time last heard
         self.accepted = 0

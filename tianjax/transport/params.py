@@ -11,6 +11,7 @@ import zmq
 from tianjax.transport import envelope
 from tianjax.transport.auth import as_authenticator
 from tianjax.transport.codec import BROADCAST, CodecError, ReplayGuard, TreeSpec, decode, encode
+from tianjax.transport.connections import ConnectionLimit
 from tianjax.transport.security import SUBSCRIPTION_MAX_BYTES, Handshake
 from tianjax.transport.sockets import (
     DEFAULT_HOST,
@@ -47,7 +48,8 @@ class ParamPublisher(_Channel):
                  transport: Literal["tcp", "ipc"] = "tcp", sender: str = "learner",
                  hwm: int = 8, batch_dims: int = 0, ctx: zmq.Context | None = None,
                  handshake: Handshake | None = None, ipc_dir: str | None = None,
-                 use_fd: int | None = None, incarnation: str | None = None):
+                 use_fd: int | None = None, incarnation: str | None = None,
+                 limit: ConnectionLimit | None = None):
         # what a PUB receives are subscriptions: tiny, so an oversized one is refused unread
         super().__init__(zmq.XPUB, ctx, SUBSCRIPTION_MAX_BYTES, handshake)
         self.socket.setsockopt(zmq.XPUB_MANUAL, 1)
@@ -60,7 +62,7 @@ class ParamPublisher(_Channel):
         self.batch_dims = batch_dims
         self._seq = -1
         self.socket.sndhwm = hwm
-        self._bind(endpoint, host, transport, ipc_dir, use_fd)
+        self._bind(endpoint, host, transport, ipc_dir, use_fd, limit)
 
     def serve_subscriptions(self, limit: int = 1024) -> None:
         """Approves the empty-topic subscriptions queued (at most `limit`), refuses others."""

@@ -45,7 +45,13 @@ Bounds on what an unauthenticated peer costs: every receiving socket has ZeroMQ'
 PUB accepts subscriptions of at most `SUBSCRIPTION_MAX_BYTES`, a handshake not finished
 within `HANDSHAKE_MS` closes the connection, and a refused handshake closes it at once;
 so a peer without the run key holds a descriptor for at most HANDSHAKE_MS and never gets
-a frame into the learner.
+a frame into the learner. How many connections one host holds on each server socket at
+once, with credentials or without, is bounded by `runtime.max_connections_per_host`
+(`SecureContext.limit`, tianjax.transport.connections): one over it is ended as soon as
+it is accepted and counted as refused ("per_host_limit"), those within it are never
+touched. It bounds a host, not a peer with many addresses, and on a shared host (on
+loopback: every local user) a peer that fills the host's slots first makes a new actor
+connection from there wait for one to free.
 """
 
 from __future__ import annotations
@@ -62,6 +68,7 @@ import zmq
 from zmq.utils import z85
 
 from tianjax.transport.auth import RunKey
+from tianjax.transport.connections import ConnectionLimit
 
 Security = Literal["mac", "curve"]
 SECURITY_LEVELS = ("mac", "curve")
@@ -274,23 +281,41 @@ class Gatekeeper:
 
 class SecureContext:
     """A role's own ZeroMQ context, with the run's handshake and, on the learner (the side
-    that binds), the gatekeeper that checks it. `io_threads`: CurveZMQ encrypts in the I/O
-    threads, so curve gets two by default (one is the limit otherwise)."""
+    that binds), the gatekeeper that checks it and, with `max_connections_per_host` (0: no
+    limit), the per-host connection limit its server sockets are given (`limit`, see
+    tianjax.transport.connections). `io_threads`: CurveZMQ encrypts in the I/O threads,
+    so curve gets two by default (one is the limit otherwise)."""
 
     def __init__(self, run_key: RunKey | bytes, security: Security, *, server: bool,
-                 allow: tuple[str, ...] = (), io_threads: int | None = None):
+                 allow: tuple[str, ...] = (), io_threads: int | None = None,
+                 max_connections_per_host: int = 0):
         self.handshake = Handshake(run_key, security, allow)
         self.io_threads = io_threads or (2 if security == "curve" else 1)
         self.ctx = zmq.Context(io_threads=self.io_threads)
         self.gatekeeper: Gatekeeper | None = None
+        self.limit: ConnectionLimit | None = None
         if server:
             try:
                 self.gatekeeper = Gatekeeper(self.ctx, self.handshake)
+                if max_connections_per_host:
+                    self.limit = ConnectionLimit(self.ctx, max_connections_per_host)
             except BaseException:
-                self.ctx.destroy(linger=0)
+                self.close()
                 raise
 
+    @property
+    def refused(self) -> collections.Counter:
+        """Connections refused, by reason: at the handshake (the gatekeeper's reasons) and
+        over the per-host limit ("per_host_limit")."""
+        out: collections.Counter = collections.Counter()
+        for part in (self.gatekeeper, self.limit):
+            if part is not None:
+                out.update(dict(part.refused))
+        return out
+
     def close(self) -> None:
+        if self.limit is not None:
+            self.limit.close()
         if self.gatekeeper is not None:
             self.gatekeeper.close()
         self.ctx.destroy(linger=0)
@@ -304,14 +329,16 @@ MAC_OFF_LOOPBACK = (
     "anything). Use runtime.security: curve off loopback.")
 
 
-def secure_context(run_key: RunKey | bytes, runtime, *, server: bool) -> SecureContext:
+def secure_context(run_key: RunKey | bytes, runtime, *, server: bool,
+                   max_connections_per_host: int = 0) -> SecureContext:
     """The SecureContext a role's `runtime` config section asks for (a learner binding
-    beyond loopback under `mac` is warned what an observer of its network can do)."""
+    beyond loopback under `mac` is warned what an observer of its network can do);
+    `max_connections_per_host`: as resolved by the config (Config.max_connections_per_host)."""
     security = resolve_security(runtime.security, runtime.bind_host)
     if server and security == "mac" and not is_loopback(runtime.bind_host):
         print(MAC_OFF_LOOPBACK.format(host=runtime.bind_host), file=sys.stderr, flush=True)
     return SecureContext(run_key, security, server=server, allow=tuple(runtime.allow_hosts),
-                         io_threads=runtime.io_threads)
+                         io_threads=runtime.io_threads, max_connections_per_host=max_connections_per_host)
 
 
 __all__ = ["HANDSHAKE_MS", "SECURITY_LEVELS", "SUBSCRIPTION_MAX_BYTES", "Gatekeeper", "Handshake",

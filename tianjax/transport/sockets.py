@@ -14,6 +14,7 @@ import zmq
 
 from tianjax.transport.auth import Authenticator, RunKey
 from tianjax.transport.codec import CodecError, MAX_HEADER_BYTES, TreeSpec
+from tianjax.transport.connections import ConnectionLimit
 from tianjax.transport.security import Handshake, limit_frames
 
 DEFAULT_HOST = "127.0.0.1"
@@ -93,10 +94,15 @@ class _Channel:
         self.endpoint = endpoint
 
     def _bind(self, endpoint: str | None, host: str, transport: Literal["tcp", "ipc"],
-              ipc_dir: str | None = None, use_fd: int | None = None) -> None:
+              ipc_dir: str | None = None, use_fd: int | None = None,
+              limit: ConnectionLimit | None = None) -> None:
+        """`limit`: the per-host connection limit to hold the socket to (tcp only: ipc
+        peers have no host), set up before the bind so that it sees every connection."""
+        ipc = endpoint.startswith("ipc://") if endpoint is not None else transport == "ipc"
         if self.handshake is not None:
-            ipc = endpoint.startswith("ipc://") if endpoint is not None else transport == "ipc"
             self.handshake.server(self.socket, ipc=ipc)
+        if limit is not None and not ipc:
+            limit.watch(self.socket)
         if use_fd is not None:
             # a listening socket bound and held by the launcher (see tianjax.launch.ports):
             # it owns the port or ipc path, so nothing here unlinks it

@@ -10,6 +10,7 @@ import zmq
 
 from tianjax.transport.auth import as_authenticator
 from tianjax.transport.codec import Message, ReplayGuard, TreeSpec, decode, encode
+from tianjax.transport.connections import ConnectionLimit
 from tianjax.transport.security import SENDER_MAX_BYTES, Handshake
 from tianjax.transport.sockets import DEFAULT_HOST, Key, _Channel, _default_max_bytes, address, process_incarnation
 
@@ -68,7 +69,7 @@ class TrajectoryReceiver(_Channel):
                  hwm: int = 4, max_bytes: int | None = None, batch_dims: int = 0,
                  ctx: zmq.Context | None = None, handshake: Handshake | None = None,
                  ipc_dir: str | None = None, use_fd: int | None = None, name: str = "learner",
-                 incarnation: str | None = None):
+                 incarnation: str | None = None, limit: ConnectionLimit | None = None):
         spec = template if isinstance(template, TreeSpec) else TreeSpec(template, batch_dims=batch_dims)
         # never above the exact size a template without batch dims fixes
         max_bytes = min(max_bytes or (1 << 62), _default_max_bytes(spec))
@@ -77,7 +78,7 @@ class TrajectoryReceiver(_Channel):
         self.spec = spec
         self.max_bytes = max_bytes
         self.socket.rcvhwm = hwm
-        self._bind(endpoint, host, transport, ipc_dir, use_fd)
+        self._bind(endpoint, host, transport, ipc_dir, use_fd, limit)
         self.accepted = 0
         self.rejected: collections.Counter = collections.Counter()
         self._guard = ReplayGuard()

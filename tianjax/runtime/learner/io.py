@@ -26,7 +26,8 @@ from tianjax.core.types import ParamsMessage
 
 
 class GatekeeperStopped(RunFailed):
-    """The ZAP handler's thread died: nothing can be admitted any more."""
+    """The ZAP handler's thread died (nothing can be admitted any more), or the
+    connection limit's (nothing bounds one host's connections any more)."""
 
 
 class LearnerIO:
@@ -43,10 +44,12 @@ class LearnerIO:
         # keep a reserve for checkpoints (see tianjax.runtime.process.resources)
         raise_fd_limit()
         self.fd_reserve = FdReserve()
-        # its own context: the gatekeeper (ZAP handler) admits only this run's peers
-        self.net = secure_context(run_key, rt, server=True)
+        # its own context: the gatekeeper (ZAP handler) admits only this run's peers, and
+        # each host may hold only so many connections on each socket
+        self.net = secure_context(run_key, rt, server=True,
+                                  max_connections_per_host=config.max_connections_per_host)
         net = dict(ctx=self.net.ctx, handshake=self.net.handshake, host=host, transport=rt.transport,
-                   ipc_dir=ipc_dir)
+                   ipc_dir=ipc_dir, limit=self.net.limit)
         # one name per learner process, and this process's incarnation on all three sockets:
         # actors take the address from the parameters, register with it and send only to
         # it, and nothing addressed to another learner, or to this one before a restart, is
@@ -93,12 +96,14 @@ class LearnerIO:
 
     def check(self) -> None:
         """Raises GatekeeperStopped if the gatekeeper's thread is gone (every server socket
-        then refuses all connections: the run cannot take a new or restarted actor)."""
-        gk = self.net.gatekeeper
-        if gk is not None and not gk.alive:
-            why = f": {type(gk.error).__name__}: {gk.error}" if gk.error is not None else ""
-            raise GatekeeperStopped(f"the learner's connection gatekeeper stopped{why}; no actor can connect, "
-                                    "so the learner stops")
+        then refuses all connections: the run cannot take a new or restarted actor), or the
+        connection limit's (connections would go uncounted, and its reports would pile up)."""
+        for part, what, consequence in (
+                (self.net.gatekeeper, "connection gatekeeper", "no actor can connect"),
+                (self.net.limit, "connection-limit thread", "connections from one host are no longer bounded")):
+            if part is not None and not part.alive:
+                why = f": {type(part.error).__name__}: {part.error}" if part.error is not None else ""
+                raise GatekeeperStopped(f"the learner's {what} stopped{why}; {consequence}, so the learner stops")
 
     def stop_threads(self) -> None:
         """Joins the receiver and publisher threads (the publisher sends what it holds first)."""

@@ -120,7 +120,7 @@ class Learner:
         self.pool, self.actors = self.ingress.pool, self.ingress.actors
         self.batches = self._batch_strategy()
         self.report = LearnerReport(config, self.algo, self.ingress, self.balance, self.controller, self.inflight,
-                                    self.replay, (self.traj_in, self.control), self.net.gatekeeper,
+                                    self.replay, (self.traj_in, self.control), self.net,
                                     int(self.mesh.devices.size))
         # says so while no actor has registered (a multi-host launch sets which flags)
         self.watch = ArrivalWatch(rt.connect_timeout_s, rt.heartbeat_timeout_s)

@@ -39,15 +39,15 @@ def pace(learner_busy: float, actor_time_s: dict) -> dict:
 
 class LearnerReport:
     """`channels`: the trajectory and control channels (their accepted and rejected
-    counts); `gatekeeper`: the handshake's (its refusals)."""
+    counts); `net`: the learner's SecureContext (the connections it refused)."""
 
     def __init__(self, config: Config, algo: Algorithm, ingress: Ingress, balance: BalanceController,
                  controller: AdaptiveBalance, inflight: InFlight, replay: ReplayBatches | None,
-                 channels: tuple, gatekeeper, devices: int):
+                 channels: tuple, net, devices: int):
         self.config, self.algo, self.ingress, self.balance = config, algo, ingress, balance
         self.controller, self.inflight, self.replay = controller, inflight, replay
         self.traj_in, self.control = channels
-        self.gatekeeper, self.devices = gatekeeper, devices
+        self.net, self.devices = net, devices
         self._counts0 = (0, 0)  # samples consumed and fresh when this session began
         self.train_cpu_s: float | None = None  # this process's CPU seconds while training
 
@@ -124,8 +124,9 @@ class LearnerReport:
             "trajectories_by_actor": self.ingress.actor_counts(),
             "rejected_messages": sum(rejected.values()),
             "rejected_by_reason": dict(rejected),
-            # connections refused at the handshake (no run credentials), by reason
-            "handshakes_refused": dict(self.gatekeeper.refused),
+            # connections refused, by reason: at the handshake (no run credentials), or
+            # at accept for a host over runtime.max_connections_per_host ("per_host_limit")
+            "handshakes_refused": dict(self.net.refused),
             "balance": {**self.balance.metrics(now), **self.controller.metrics()},
             "learner_devices": self.devices,
             # where the time went: this process's CPU seconds while training, and the actors'

@@ -1,0 +1,120 @@
+"""The per-host connection limit (tianjax.transport.connections) on its own: what its
+thread does with a report of an accepted connection, over real loopback connections.
+
+libzmq reports a connection by its descriptor's number, and by the time the thread reads
+the report the number may name something else. These tests hand the thread's handler
+descriptors as such a late report would find them; the limit against a separate attacker
+process is tests/transport/test_hostile_peers.py's."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import pytest
+import zmq
+
+from tianjax.transport.connections import PER_HOST_LIMIT, ConnectionLimit, _Watched
+
+
+@pytest.fixture
+def limit():
+    ctx = zmq.Context()
+    lim = ConnectionLimit(ctx, 1)
+    try:
+        yield lim
+    finally:
+        lim.close()
+        ctx.destroy(linger=0)
+
+
+class _Listener:
+    """A plain listening socket on loopback and what it accepted; closed by close()."""
+
+    def __init__(self):
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.endpoint = f"tcp://127.0.0.1:{self.port}"
+        self.open: list[socket.socket] = []
+
+    def connect(self) -> tuple[socket.socket, socket.socket]:
+        """(client, server side) of a new connection."""
+        client = socket.create_connection(("127.0.0.1", self.port))
+        server, _ = self.sock.accept()
+        self.open += [client, server]
+        return client, server
+
+    def close(self) -> None:
+        for s in [*self.open, self.sock]:
+            s.close()
+
+
+def _ended(client: socket.socket, wait_s: float) -> bool:
+    """Whether the other side ended the connection (seen within wait_s)."""
+    client.settimeout(wait_s)
+    try:
+        return client.recv(1) == b""
+    except ConnectionResetError:
+        return True
+    except TimeoutError:
+        return False
+
+
+def test_a_host_over_its_limit_has_its_new_connection_ended_and_counted(limit):
+    ours = _Listener()
+    try:
+        w = _Watched(monitor=None)
+        c1, s1 = ours.connect()
+        limit._accepted(w, s1.fileno(), ours.endpoint)
+        limit._accepted(w, s1.fileno(), ours.endpoint)  # the same connection, reported again
+        assert dict(w.per_host) == {"127.0.0.1": 1} and not limit.refused
+        c2, s2 = ours.connect()
+        limit._accepted(w, s2.fileno(), ours.endpoint)
+        assert limit.refused == {PER_HOST_LIMIT: 1} and dict(w.per_host) == {"127.0.0.1": 1}
+        assert _ended(c2, 2.0)
+        assert not _ended(c1, 0.2)  # the one within the limit is untouched
+        # its disconnection frees the slot
+        w.drop(s1.fileno())
+        c3, s3 = ours.connect()
+        limit._accepted(w, s3.fileno(), ours.endpoint)
+        assert limit.refused == {PER_HOST_LIMIT: 1} and not _ended(c3, 0.2)
+    finally:
+        ours.close()
+
+
+def test_a_descriptor_that_names_something_else_by_now_is_left_alone(limit, tmp_path):
+    ours, other = _Listener(), _Listener()
+    try:
+        w = _Watched(monitor=None)
+        c1, s1 = ours.connect()
+        limit._accepted(w, s1.fileno(), ours.endpoint)
+        # a file, a connection to another port (say another learner socket's, or an
+        # outgoing one), and a number no longer open: neither counted nor ended
+        with open(tmp_path / "f", "w") as f:
+            limit._accepted(w, f.fileno(), ours.endpoint)
+        c2, s2 = other.connect()
+        limit._accepted(w, s2.fileno(), ours.endpoint)
+        closed = os.dup(0)
+        os.close(closed)
+        limit._accepted(w, closed, ours.endpoint)
+        assert dict(w.per_host) == {"127.0.0.1": 1} and not limit.refused
+        assert not _ended(c2, 0.2)
+        # a counted connection that ended without its report read yet (its number closed,
+        # maybe reused) does not hold the host's slot against a new one
+        s1.close()
+        c3, s3 = ours.connect()
+        limit._accepted(w, s3.fileno(), ours.endpoint)
+        assert not limit.refused and not _ended(c3, 0.2)
+        assert dict(w.per_host) == {"127.0.0.1": 1}
+    finally:
+        ours.close()
+        other.close()
+
+
+def test_a_limit_below_one_is_refused():
+    ctx = zmq.Context()
+    try:
+        with pytest.raises(ValueError, match="max_per_host"):
+            ConnectionLimit(ctx, 0)
+    finally:
+        ctx.destroy(linger=0)
