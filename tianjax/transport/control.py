@@ -17,6 +17,8 @@ from tianjax.transport.connections import ConnectionLimit
 from tianjax.transport.sockets import CONTROL_MAX_BYTES, DEFAULT_HOST, Key, _Channel, address, process_incarnation
 from tianjax.transport.security import Handshake
 
+CONTROL_RCVHWM = 64
+
 
 class ControlServer(_Channel):
     """Learner side of control. Clients are addressed by their authenticated sender name
@@ -41,6 +43,10 @@ class ControlServer(_Channel):
         self._seq = -1
         # unknown routes raise instead of vanishing
         self.socket.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        # NOTE: what one connection may have queued unread, in messages (libzmq's default is
+        # 1000). An actor sends a register and a heartbeat a second; a flooding holder of
+        # the PLAIN token, 64-frame messages of ~60 KB: about 27 MiB per connection at 1000
+        self.socket.rcvhwm = CONTROL_RCVHWM
         self._bind(endpoint, host, transport, ipc_dir, use_fd, limit)
         self._routes: dict[bytes, tuple[bytes, str]] = {}  # name -> (routing id, incarnation)
         self.peers: dict[bytes, float] = {}  # identity -> monotonic time last heard
