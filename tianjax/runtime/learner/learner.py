@@ -288,7 +288,7 @@ class Learner:
             received = self.pump(0 if busy else 5 if self.inflight.pending else 50)
             now = time.perf_counter()
             self.watch.check(now, received, len(self.actors), started=self.env_steps != self.recorder.env_steps0)
-            self.ingress.steer(now)
+            self.ingress.steer(now, self.inflight.busy_s)
             # NOTE: a batch is taken (its credits handed back) only while at most QUEUED
             # updates are dispatched and unread: one runs, one waits behind it on the device,
             # so the device never waits for this loop between two updates, and a batch is
