@@ -56,13 +56,20 @@ from tianjax.envs.factory import env_spec
 from tianjax.runtime.learner.watchdog import ArrivalWatch
 
 
-# updates dispatched behind the running one. One: when an update ends the next is already
+# Updates dispatched behind the running one. One: when an update ends the next is already
 # on the device, so the learner does not idle between them, and the loop takes the batch
 # after it (handing its credits back) when the running one ends. With a window of one batch
 # (k trajectories), the actors then have about two updates' time to deliver the batch after
 # next, and its samples are about two updates stale when learned from (one for the update
 # it waits behind, one for the parameters it was acted with, published as an update ends).
 # More would add staleness, never busy time, while the actors keep up.
+# NOTE: where a learner-bound run's idle time came from with a window of one batch (the
+# 256x256 CartPole run, experiments/reproduce.md section 11): not from the window, since a
+# batch was already taken one update ahead; the loop waited for the running update in a
+# device read (the staleness of the next batch), so it dispatched that batch only after the
+# update ended (about 3 ms of idle device per update); the first batch's join compiled when
+# it was taken (0.2 to 0.4 s); and a batch was late only where the actors took longer than
+# two updates to deliver it.
 QUEUED = 1
 # at most this long before a take for the parameters of the update that just ended to go
 # out (a few ms for a small network's MAC; a large one's must not hold the credits back long)
