@@ -7,8 +7,8 @@ class decides. Every `period_s` it compares the mean staleness tau of the sample
 decision with `balance.target_staleness` and moves one of its actions, within bounds:
 
 - `window`: trajectories all actors together may have in flight or pooled (credits), from
-  one batch (k) to the bound per actor times the actors; below one per actor, the last
-  actors wait (fresher samples, fewer produced). With a
+  one batch (k; two where the reserve below applies) to the bound per actor times the
+  actors; below one per actor, the last actors wait (fresher samples, fewer produced). With a
   learner that cannot keep up, the pool holds the whole window and a trajectory waits about
   window / k updates (k trajectories per batch), so tau ~ window / k: the step is
   proportional, dW = round(gain * k * (target - tau)), at least 1;

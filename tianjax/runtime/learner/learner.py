@@ -67,9 +67,9 @@ from tianjax.runtime.learner.watchdog import ArrivalWatch
 # 256x256 CartPole run, experiments/reproduce.md section 11): not from the window, since a
 # batch was already taken one update ahead; the loop waited for the running update in a
 # device read (the staleness of the next batch), so it dispatched that batch only after the
-# update ended (about 3 ms of idle device per update); the first batch's join compiled when
-# it was taken (0.2 to 0.4 s); and a batch was late only where the actors took longer than
-# two updates to deliver it.
+# update ended (about 2 ms of idle device per update); the first batch's join and that
+# staleness op compiled when it was taken (0.6 s); and a batch was late only where the
+# actors took longer than two updates to deliver it.
 QUEUED = 1
 # at most this long before a take for the parameters of the update that just ended to go
 # out (a few ms for a small network's MAC; a large one's must not hold the credits back long)
