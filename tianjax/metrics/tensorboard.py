@@ -37,6 +37,8 @@ TAGS = {
     "balance_window": "balance/credit_window",
     "balance_publish_every": "balance/publish_every",
     "balance_max_reuse": "balance/max_reuse",
+    "balance_learner_bound": "balance/learner_bound",
+    "balance_reserve": "balance/reserve",
     "balance_target_replay_ratio": "balance/target_replay_ratio",
     "balance_replay_ratio_measured": "balance/replay_ratio_measured",
     "lr": "schedules/lr",

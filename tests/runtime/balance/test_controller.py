@@ -296,3 +296,91 @@ def test_replay_ratio_stays_within_tolerance_and_actors_run_as_fast_as_it_allows
     production = plant.produced / 30.0
     expected = min(speed, capacity_share * speed / 0.9)
     assert production >= 0.9 * expected, (production, expected)
+
+
+# ----------------------------------------------------------------------------- the reserve
+def learner_bound_tau(actions: Actions, k: int) -> float:
+    """A learner-bound runtime's mean staleness, as measured in the 256x256 CartPole run
+    (experiments/reproduce.md, section 11): credits come back when a batch is taken, one
+    update before it can run, so a window of one batch gives tau = 2 (one update waiting
+    behind the running one, one for the parameters, published as an update ends); each
+    further batch in the window waits one update more; publishing every p updates adds
+    (p - 1) / 2; reuse adds nothing (a fresh batch always waits, so no reuse pass runs)."""
+    return actions.window / k + 1 + (actions.publish_every - 1) / 2
+
+
+def periods(ctl, k, n, bound=True):
+    """`n` one-second periods of the learner-bound runtime; per period the learner busy
+    0.95 s and the actors 0.4 s of their 2 s waiting for a credit (learner-bound), or busy
+    0.5 s and waiting 0.1 s (the actors the slower side). Returns (window, publish_every,
+    tau measured) after each decision."""
+    busy, wait, wall = 0.0, 0.0, 0.0
+    ctl.decide(0.0, busy_s=busy, credit_wait_s=wait, actor_wall_s=wall)
+    out = []
+    for j in range(1, n + 1):
+        tau = learner_bound_tau(ctl.actions, k)
+        ctl.consumed(tau_sum=tau * 4, samples=4)
+        busy, wait, wall = busy + (0.95 if bound else 0.5), wait + (0.4 if bound else 0.1), wall + 2.0
+        ctl.decide(float(j), busy_s=busy, credit_wait_s=wait, actor_wall_s=wall)
+        out.append((ctl.actions.window, ctl.actions.publish_every, tau))
+    return out
+
+
+def test_a_learner_bound_run_keeps_a_batch_in_reserve_paid_for_by_publish_every():
+    # k = 2, 2 actors x 4 credits (window 2..8), publish every 3 at most, target 3 (dead band
+    # 0.45). Period 1: tau(8, 3) = 6; the reserve fits (tau at a window of 4, 6 - 2, less the
+    # 1 that publishing every 3 adds, is 3): the window falls by 0.5 x 2 x 3 = 3 to 5. Period
+    # 2: tau 4.5, error 1.5 > the 1 publish_every adds: down by 2, stopped at the reserve (4).
+    # Then publish_every pays for it: tau 4 -> 3.5 -> 3, on target, 2 batches in the window
+    ctl = controller(3.0, n=2, k=2, credits=4, publish=3, reuse=0)
+    assert periods(ctl, 2, 6) == [(5, 3, 6.0), (4, 3, 4.5), (4, 2, 4.0), (4, 1, 3.5), (4, 1, 3.0), (4, 1, 3.0)]
+    assert ctl.learner_bound and ctl.reserve
+    assert abs(learner_bound_tau(ctl.actions, 2) - 3.0) <= 0.25 * 3.0
+    m = ctl.metrics()
+    assert m["balance_learner_bound"] == 1.0 and m["balance_reserve"] == 1.0
+
+
+def test_without_the_learner_bound_the_window_goes_below_two_batches():
+    # the same timeline with the actors the slower side (their credit wait 0.05 of their time
+    # against the learner idle 0.5): no reserve; period 2 takes the window to 3, and
+    # publish_every falls once: tau(3, 2) = 3
+    ctl = controller(3.0, n=2, k=2, credits=4, publish=3, reuse=0)
+    assert periods(ctl, 2, 4, bound=False) == [(5, 3, 6.0), (3, 3, 4.5), (3, 2, 3.5), (3, 2, 3.0)]
+    assert ctl.learner_bound is False and not ctl.reserve
+    assert ctl.metrics()["balance_reserve"] == 0.0
+
+
+def test_at_target_two_with_nothing_to_give_the_reserve_is_left_out():
+    # configs/ppo_cartpole_async.yaml: k = 2, 2 actors x 2 credits, publish every 1, no reuse,
+    # target 2. tau at 2 batches is 3 (50% over the target) and no other knob can take it
+    # off: the set-point comes first, the window falls to one batch and stays there
+    ctl = controller(2.0, n=2, k=2, credits=2, publish=1, reuse=0)
+    assert periods(ctl, 2, 4) == [(3, 1, 3.0), (2, 1, 2.5), (2, 1, 2.0), (2, 1, 2.0)]
+    assert ctl.learner_bound and not ctl.reserve and ctl.moves == 2
+
+
+def test_on_target_with_room_for_it_the_window_takes_the_reserve():
+    # target 2.8 (dead band 0.42): at a window of 3, tau 2.5 is on target, and a window of 4
+    # would give 3.0, still within it: the window rises to 4 and stays
+    ctl = controller(2.8, n=2, k=2, credits=4, publish=1, reuse=0)
+    ctl.actions = Actions(3, 1, 0)
+    assert periods(ctl, 2, 3) == [(4, 1, 2.5), (4, 1, 3.0), (4, 1, 3.0)]
+    assert ctl.last_action == "hold" and ctl.moves == 1 and ctl.reserve
+
+
+def test_the_pace_is_measured_per_period_and_kept_when_a_period_measures_none():
+    ctl = controller(2.0, n=2, k=2)
+    ctl.decide(0.0, busy_s=10.0, credit_wait_s=5.0, actor_wall_s=20.0)
+    assert ctl.learner_bound is None and math.isnan(ctl.metrics()["balance_learner_bound"])
+    # idle 1 - 0.9 / 1 = 0.1 < waiting 0.8 / 2 = 0.4: the learner
+    ctl.decide(1.0, busy_s=10.9, credit_wait_s=5.8, actor_wall_s=22.0)
+    assert ctl.learner_bound is True
+    # no heartbeat this period (the actors' wall time did not advance): unchanged
+    ctl.decide(2.0, busy_s=11.0, credit_wait_s=5.8, actor_wall_s=22.0)
+    assert ctl.learner_bound is True
+    # idle 0.7 > waiting 0.1 / 2: the actors
+    ctl.decide(3.0, busy_s=11.3, credit_wait_s=5.9, actor_wall_s=24.0)
+    assert ctl.learner_bound is False
+    # an actor restarted (its counts from 0): nothing measured, unchanged
+    ctl.decide(4.0, busy_s=12.3, credit_wait_s=1.0, actor_wall_s=3.0)
+    assert ctl.learner_bound is False

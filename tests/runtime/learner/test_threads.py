@@ -3,6 +3,7 @@ they stop reading (back-pressure), what they send, and that a version never goes
 
 from __future__ import annotations
 
+import threading
 import time
 
 import numpy as np
@@ -235,3 +236,86 @@ def test_check_finite_covers_every_inexact_dtype():
             assert not check_finite(tree), (dtype, bad)
         assert check_finite({"x": np.array([0.0, 1.5, -2.0]).astype(dtype)}), dtype
     assert check_finite({"i": np.array([2**31 - 1], np.int32), "b": np.array([True])})
+
+
+class _Pending:
+    """A version whose value is being computed until `done` is set (as a device snapshot's
+    is while its update runs): is_ready() says so, and reading it waits for it."""
+
+    def __init__(self, value: int):
+        self.value, self.done = value, threading.Event()
+
+    def is_ready(self) -> bool:
+        return self.done.is_set()
+
+    def __array__(self, dtype=None, copy=None):
+        self.done.wait()
+        return np.asarray(self.value, dtype)
+
+
+def test_a_version_still_computed_never_displaces_an_earlier_one(ctx):
+    """With an update queued behind the running one the learner offers the parameters of
+    both: the running one's (1) go out when it ends, not one update later with the queued
+    one's (2). Version 0 stands for the publication the thread is waiting on meanwhile."""
+    with ParamPublisher(KEY, ctx=ctx) as channel, ParamSubscriber(KEY, channel.endpoint, TREE, ctx=ctx) as sub:
+        pub = Publisher(channel)
+        try:
+            deadline = time.monotonic() + WAIT_S
+            while sub.latest(20) is None:
+                assert time.monotonic() < deadline
+                pub.offer(-1, TREE)
+            v0, v1, v2 = _Pending(0), _Pending(1), _Pending(2)
+            pub.offer(v0, TREE)
+            _wait(lambda: not pub._held, "the thread takes version 0")
+            pub.offer(v1, {"obs": TREE["obs"] + 1, "act": TREE["act"]})
+            pub.offer(v2, {"obs": TREE["obs"] + 2, "act": TREE["act"]})
+            v1.done.set()  # the running update ends (its successor still runs)
+            assert not pub.wait_sent(1, 0.0)  # the thread still waits on version 0
+            v0.done.set()
+            assert pub.wait_sent(1, WAIT_S)
+            got = sub.latest(1000)
+            while got is not None and got[0] < 1:
+                got = sub.latest(1000)
+            assert got is not None and got[0] == 1
+            np.testing.assert_array_equal(got[1]["obs"], TREE["obs"] + 1)
+            v2.done.set()
+            assert pub.wait_sent(2, WAIT_S) and sub.latest(1000)[0] == 2
+        finally:
+            for v in (v0, v1, v2):
+                v.done.set()
+            pub.stop()
+
+
+def test_a_computed_offer_supersedes_those_before_it(ctx):
+    """Offers already computed while the thread was busy: only the newest goes out."""
+    with ParamPublisher(KEY, ctx=ctx) as channel, ParamSubscriber(KEY, channel.endpoint, TREE, ctx=ctx) as sub:
+        pub = Publisher(channel)
+        try:
+            deadline = time.monotonic() + WAIT_S
+            while sub.latest(20) is None:
+                assert time.monotonic() < deadline
+                pub.offer(-1, TREE)
+            gate = _Pending(0)
+            pub.offer(gate, TREE)
+            _wait(lambda: not pub._held, "the thread takes version 0")
+            sent = pub.sent
+            for v in (1, 2, 3):
+                pub.offer(v, {"obs": TREE["obs"] + v, "act": TREE["act"]})
+            gate.done.set()
+            assert pub.wait_sent(3, WAIT_S)
+            assert pub.sent == sent + 2  # version 0, then 3 (1 and 2 superseded)
+        finally:
+            gate.done.set()
+            pub.stop()
+
+
+def test_wait_sent_gives_up_at_its_timeout_and_at_once_without_a_thread(ctx):
+    with ParamPublisher(KEY, ctx=ctx) as channel:
+        pub = Publisher(channel)
+        assert not pub.wait_sent(0, 10.0)  # nothing offered: no thread to send it
+        try:
+            pub.offer(4, TREE)
+            assert pub.wait_sent(4, WAIT_S) and pub.wait_sent(3, 0.0)
+            assert not pub.wait_sent(5, 0.05)  # never offered
+        finally:
+            pub.stop()

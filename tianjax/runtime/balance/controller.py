@@ -7,8 +7,8 @@ class decides. Every `period_s` it compares the mean staleness tau of the sample
 decision with `balance.target_staleness` and moves one of its actions, within bounds:
 
 - `window`: trajectories all actors together may have in flight or pooled (credits), from
-  one batch (k) to the bound per actor times the actors; below one per actor, the last
-  actors wait (fresher samples, fewer produced). With a
+  one batch (k; two where the reserve below applies) to the bound per actor times the
+  actors; below one per actor, the last actors wait (fresher samples, fewer produced). With a
   learner that cannot keep up, the pool holds the whole window and a trajectory waits about
   window / k updates (k trajectories per batch), so tau ~ window / k: the step is
   proportional, dW = round(gain * k * (target - tau)), at least 1;
@@ -22,6 +22,23 @@ the learner would otherwise idle), then publish_every. Inside a dead band around
 target nothing moves; after a move the next decision waits a whole period, so the samples
 it measures were mostly made under the new setting (no oscillation from acting on stale
 measurements).
+
+The reserve. Which side sets the pace is measured every period by `pace`: the learner when
+the actors waited for credits (their heartbeats' `waiting_credit` over their wall time) for
+a larger share of the period than the learner was idle (no update running). While the
+learner is the slower side, the window's floor is two batches (2k) instead of one, if the
+set-point has room for it: tau at 2k less what publish_every can take off stays within the
+dead band above the target. The window then stops at 2k on the way down, publish_every
+pays for the extra batch, and on target with room for it the window rises to 2k; where
+there is no room the set-point comes first and the floor stays k. Why a second batch, and
+why it costs an update: the learner takes a batch (handing its credits back) one update
+before it can run (tianjax.runtime.learner.learner, QUEUED), so with a window of k the
+actors have about two updates' time to deliver the batch after next, and its samples are
+about 2 updates old when learned from; with 2k they have three updates' time, at tau about
+3. In a learner-bound run the learner idles only when the actors miss that deadline, so
+the reserve is worth its update of staleness where their delivery time varies by more
+than an update (a loaded machine); at the shipped target 2 with publish_every 1 it never
+fits (tau 3 is 50% over the target and nothing else can take it off).
 
 Off-policy (DQN) the set-point is `balance.target_replay_ratio` (samples learned per
 sample produced), held within `replay_tolerance` (5%, so that a run ends within 10% of
@@ -46,6 +63,13 @@ Pure: no sockets, threads or clocks; the caller passes `now` (seconds).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+
+def pace(credit_wait: float, learner_idle: float) -> bool:
+    """Whether the learner is the slower side: the actors waited for credits (the learner
+    behind, holding their slots) for a larger share of their time than the learner waited
+    for data (idle, no batch ready). Shares of wall time, over the same stretch of it."""
+    return credit_wait > learner_idle
 
 
 @dataclass(frozen=True)
@@ -95,6 +119,9 @@ class AdaptiveBalance:
     _tau_n: int = 0
     _measured: float = float("nan")
     _calm: int = 0  # off-policy: decisions in a row at which the learner kept up
+    learner_bound: bool | None = None  # the pace, as of the newest period that measured it
+    reserve: bool = False  # on-policy: the window's floor is two batches (see decide)
+    _pace_at: tuple | None = None  # (busy_s, credit_wait_s, actor_wall_s, now) at the last decision
 
     def __post_init__(self):
         self.actions = Actions(self.max_credits_per_actor * max(self.n_actors, 1),
@@ -116,16 +143,22 @@ class AdaptiveBalance:
 
     # ------------------------------------------------------------------ decisions
     def decide(self, now: float, production_rate: float = 0.0, consumption_rate: float = 0.0,
-               throttled: bool = False) -> Actions:
+               throttled: bool = False, busy_s: float | None = None, credit_wait_s: float | None = None,
+               actor_wall_s: float | None = None) -> Actions:
         """The actions from now on. Moves at most once per `period_s`. Off-policy,
-        `throttled` says the runtime is holding actors' credits back (the learner behind)."""
+        `throttled` says the runtime is holding actors' credits back (the learner behind).
+        On-policy, the pace (see `pace`): `busy_s`, the learner's seconds with an update
+        running, and `credit_wait_s` of `actor_wall_s`, the actors' seconds waiting for a
+        credit of their wall time (summed over actors), all counted from any fixed start."""
         if self._last_decision is None:
             self._last_decision = now
+            self._pace_at = (busy_s, credit_wait_s, actor_wall_s, now)
             return self.actions
         if now - self._last_decision < self.period_s:
             return self.actions
         self._last_decision = now
         self.decisions += 1
+        self._measure_pace(now, busy_s, credit_wait_s, actor_wall_s)
         tau_n, tau_sum = self._tau_n, self._tau_sum
         self._tau_sum, self._tau_n = 0.0, 0
         self.last_action = "hold"
@@ -139,20 +172,23 @@ class AdaptiveBalance:
         tau = tau_sum / tau_n
         self._measured = tau
         error = self.target_staleness - tau  # > 0: fresher than asked
-        if abs(error) <= max(self.deadband * self.target_staleness, 0.05):
-            return self.actions
         a = self.actions
+        floor = self._reserve_floor(tau)
+        if abs(error) <= max(self.deadband * self.target_staleness, 0.05):
+            if a.window < floor:  # on target, and room for the reserve: take it
+                self._set("reserve_up", window=floor)
+            return self.actions
         step = max(1, round(self.gain * self.batch_trajectories * abs(error)))
         # what publish_every and reuse can take off at most: a larger error needs the window
         small = (a.publish_every - 1) / 2 + a.max_reuse
-        if error < 0 and -error > small and a.window > self._clip_window(0):
-            self._set("window_down", window=self._clip_window(a.window - step))
-        elif error < 0:  # too stale, by less than the small knobs add
+        if error < 0 and -error > small and a.window > floor:
+            self._set("window_down", window=max(floor, self._clip_window(a.window - step)))
+        elif error < 0:  # too stale, by less than the small knobs add (or the reserve held)
             if a.publish_every > 1:
                 self._set("publish_every_down", publish_every=a.publish_every - 1)
             elif a.max_reuse > 0:
                 self._set("reuse_down", max_reuse=a.max_reuse - 1)
-            elif a.window > self._clip_window(0):
+            elif a.window > self._clip_window(0):  # below the reserve: the set-point comes first
                 self._set("window_down", window=self._clip_window(a.window - step))
         else:  # fresher than needed: spend the slack on throughput
             if a.window < self._clip_window(10**9):
@@ -162,6 +198,34 @@ class AdaptiveBalance:
             elif a.publish_every < self.max_publish_every:
                 self._set("publish_every_up", publish_every=a.publish_every + 1)
         return self.actions
+
+    def _measure_pace(self, now: float, busy_s, credit_wait_s, actor_wall_s) -> None:
+        """`learner_bound` from this period's shares (see `pace`); unchanged when the
+        period measured none (no update finished, no heartbeat, an actor restarted)."""
+        before, self._pace_at = self._pace_at, (busy_s, credit_wait_s, actor_wall_s, now)
+        if before is None or None in before or None in (busy_s, credit_wait_s, actor_wall_s):
+            return
+        wall = actor_wall_s - before[2]
+        wait = credit_wait_s - before[1]
+        span = now - before[3]
+        if wall <= 0 or wait < 0 or span <= 0:
+            return
+        idle = min(max(1.0 - (busy_s - before[0]) / span, 0.0), 1.0)
+        self.learner_bound = pace(wait / wall, idle)
+
+    def _reserve_floor(self, tau: float) -> int:
+        """The window's floor: one batch (k), or two (the reserve) while the learner is
+        the slower side and the set-point has room for it: tau at a window of 2k (about
+        one update per batch more than at k: tau ~ window / k), less what publish_every can
+        take off, within the dead band above the target. (Reuse cannot: with the learner
+        behind, a fresh batch always waits, and no reuse pass runs.)"""
+        base, k = self._clip_window(0), self.batch_trajectories
+        two = self._clip_window(2 * k)
+        a = self.actions
+        at_two = tau + (two - a.window) / max(k, 1) - (a.publish_every - 1) / 2
+        self.reserve = bool(self.learner_bound) and two > base and (
+            at_two <= self.target_staleness * (1 + self.deadband))
+        return two if self.reserve else base
 
     def _decide_replay(self, p: float, c: float, throttled: bool) -> None:
         if p <= 0 or c <= 0:
@@ -209,7 +273,11 @@ class AdaptiveBalance:
                "balance_credits_per_actor": a.window / max(self.n_actors, 1),
                "balance_publish_every": a.publish_every,
                "balance_max_reuse": a.max_reuse,
-               "balance_moves": self.moves}
+               "balance_moves": self.moves,
+               # the pace as the controller last measured it (1: the learner, 0: the
+               # actors, nan: not yet), and whether the window keeps a batch in reserve
+               "balance_learner_bound": float("nan") if self.learner_bound is None else float(self.learner_bound),
+               "balance_reserve": float(self.reserve)}
         if self.target_replay_ratio is not None:
             out["balance_target_replay_ratio"] = self.target_replay_ratio
             out["balance_replay_ratio_measured"] = self._measured

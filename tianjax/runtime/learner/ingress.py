@@ -118,18 +118,22 @@ class Ingress:
         while self.held and self.replay.owed() <= slack:
             self.grant(self.held.popleft())
 
-    def steer(self, now: float) -> None:
+    def steer(self, now: float, busy_s: float | None = None) -> None:
         """Hands back the replay credits held while the learner was behind, as far as it has
         caught up; then asks the controller for its actions (it moves at most once a
         period) and applies a move: the reuse budget at once, a larger window by granting
-        the new slots."""
+        the new slots. `busy_s`: the learner's seconds with an update running so far, which
+        with the actors' credit waits (their heartbeats) says which side sets the pace."""
         if self.held:
             self.release_held()
         controller, balance = self.controller, self.balance
         moves, decided = controller.moves, controller.decisions
         throttled = self.replay is not None and self.replay.throttled
+        times = self.actor_time_summary()["actor_time_s"] if self.actor_time_s else None
         actions = controller.decide(now, balance.production_rate(now), balance.consumption_rate(now),
-                                    throttled=throttled)
+                                    throttled=throttled, busy_s=busy_s,
+                                    credit_wait_s=times and times["waiting_credit"],
+                                    actor_wall_s=times and times["wall"])
         if self.replay is not None and controller.decisions != decided:
             self.replay.throttled = False  # a new period
         if controller.moves == moves:

@@ -36,7 +36,6 @@ from typing import Callable
 import jax
 import numpy as np
 
-from tianjax.core import staleness as S
 from tianjax.algos import make_algorithm
 from tianjax.config import Config
 from tianjax.metrics import Progress, RunLogger
@@ -55,6 +54,26 @@ from tianjax.runtime.learner.sharded_update import ShardedUpdate
 from tianjax.runtime.actor.sources import batch_template
 from tianjax.envs.factory import env_spec
 from tianjax.runtime.learner.watchdog import ArrivalWatch
+
+
+# Updates dispatched behind the running one. One: when an update ends the next is already
+# on the device, so the learner does not idle between them, and the loop takes the batch
+# after it (handing its credits back) when the running one ends. With a window of one batch
+# (k trajectories), the actors then have about two updates' time to deliver the batch after
+# next, and its samples are about two updates stale when learned from (one for the update
+# it waits behind, one for the parameters it was acted with, published as an update ends).
+# More would add staleness, never busy time, while the actors keep up.
+# NOTE: where a learner-bound run's idle time came from with a window of one batch (the
+# 256x256 CartPole run, experiments/reproduce.md section 11): not from the window, since a
+# batch was already taken one update ahead; the loop waited for the running update in a
+# device read (the staleness of the next batch), so it dispatched that batch only after the
+# update ended (about 2 ms of idle device per update); the first batch's join and that
+# staleness op compiled when it was taken (0.6 s); and a batch was late only where the
+# actors took longer than two updates to deliver it.
+QUEUED = 1
+# at most this long before a take for the parameters of the update that just ended to go
+# out (a few ms for a small network's MAC; a large one's must not hold the credits back long)
+PUBLISH_WAIT_S = 0.02
 
 
 class Learner:
@@ -88,7 +107,7 @@ class Learner:
                             endpoints, ipc_dir, listen_fds)
         self.net, self.traj_in, self.control, self.rx = self.io.net, self.io.traj_in, self.io.control, self.io.rx
         # updates run while the loop goes on; a third thread reads their results back
-        self.inflight = InFlight(limit=2)
+        self.inflight = InFlight(limit=QUEUED + 1)
         self._dispatches = 0  # updates dispatched by this session
         self._pending: list[dict] = []  # read-back metrics of finished updates, not yet logged
         self.balance = BalanceController(config.staleness.max_staleness, rt.max_pool,
@@ -125,6 +144,10 @@ class Learner:
         # says so while no actor has registered (a multi-host launch sets which flags)
         self.watch = ArrivalWatch(rt.connect_timeout_s, rt.heartbeat_timeout_s)
         self._published_steps = 0  # the env-step count the last publication carried
+        # versions offered to the publisher, newest last (no more than can be unread), and
+        # the newest one seen sent
+        self._offered: collections.deque = collections.deque(maxlen=QUEUED + 2)
+        self._sent_seen = -1
         self._version_cache = int(to_host(self.state.version))
         self.interrupted = False
         self.checkpoint_root = checkpoint_root or (logger.run_dir if logger is not None else None)
@@ -187,6 +210,8 @@ class Learner:
     def publish(self) -> None:
         """Offers the newest parameters to the actors (see LearnerIO.publish)."""
         self._published_steps = self.env_steps
+        if not self._offered or self._offered[-1] != self.state_version:
+            self._offered.append(self.state_version)
         self.io.publish(self.state, self._dispatches, self.state_version, self.env_steps)
 
     def _absorb(self, finished: list[dict]) -> None:
@@ -270,8 +295,18 @@ class Learner:
             received = self.pump(0 if busy else 5 if self.inflight.pending else 50)
             now = time.perf_counter()
             self.watch.check(now, received, len(self.actors), started=self.env_steps != self.recorder.env_steps0)
-            self.ingress.steer(now)
-            choice = self.batches.next(self.state_version, busy=bool(self.inflight.pending))
+            self.ingress.steer(now, self.inflight.busy_s)
+            # NOTE: a batch is taken (its credits handed back) only while at most QUEUED
+            # updates are dispatched and unread: one runs, one waits behind it on the device,
+            # so the device never waits for this loop between two updates, and a batch is
+            # taken no earlier than one update before it can run. And only once the
+            # parameters of the update that just ended have gone out, so that the credits it
+            # hands back are acted with them (see QUEUED)
+            ahead = self.inflight.pending
+            choice = None
+            if ahead <= QUEUED:
+                self._await_publication(self.state_version - ahead)
+                choice = self.batches.next(self.state_version, busy=bool(ahead))
             busy = choice is not None
             if choice is None:
                 # slow joiners and restarted actors catch up; actor-side schedules (epsilon)
@@ -297,11 +332,24 @@ class Learner:
         self.recorder.end_training(time.perf_counter())
         self.report.train_cpu_s = time.process_time() - cpu0
 
+    def _await_publication(self, done: int) -> None:
+        """Waits (at most PUBLISH_WAIT_S) until the newest parameters offered for a version
+        the device has finished (`done`: the version after the last update read back) have
+        been sent."""
+        want = max((v for v in self._offered if v <= done), default=None)
+        if want is not None and want > self._sent_seen:
+            # once per version, sent or not (a skipped update's snapshot carries the
+            # version before it: the one wanted never goes out)
+            self.io.publisher.wait_sent(want, PUBLISH_WAIT_S)
+            self._sent_seen = want
+
     def _learn(self, choice: Choice, exact: bool) -> None:
         """Dispatches one update on `choice` and counts what it consumed."""
         batch = None if choice.batch is None else self.sgd.global_batch(choice.batch)
         version = self.state_version
-        taus = np.asarray(S.staleness(version, choice.behaviour))
+        # NOTE: on the host, from the host copy of the behaviour versions: a device op here
+        # would wait for the running update, and the loop with it
+        taus = np.maximum(version - np.asarray(choice.behaviour, np.int64), 0)
         t_update = time.perf_counter()
         # (inside the loop's critical section: the update donates the state)
         self.state, metrics = self.sgd(self.state, batch, choice.reuse)

@@ -17,23 +17,23 @@ import numpy as np
 from tianjax.algos.base import Algorithm
 from tianjax.config import Config
 from tianjax.runtime.balance.limits import BalanceController
-from tianjax.runtime.balance.controller import AdaptiveBalance
+from tianjax.runtime.balance.controller import AdaptiveBalance, pace as learner_sets_pace
 from tianjax.runtime.learner.inflight import InFlight, to_host
 from tianjax.runtime.learner.ingress import Ingress
 from tianjax.runtime.learner.batches.replay import ReplayBatches
 
 
 def pace(learner_busy: float, actor_time_s: dict) -> dict:
-    """Which side set the pace: the learner when the actors waited for credits (the learner
-    behind, holding their slots) for a larger share of their time than the learner waited
-    for data (idle, no batch ready); else the actors. With both shares, so a reader can
-    see by how much."""
+    """Which side set the pace over the run (the rule the balance controller applies to each
+    of its periods, tianjax.runtime.balance.controller.pace): the learner when the actors
+    waited for credits for a larger share of their time than the learner waited for data;
+    else the actors. With both shares, so a reader can see by how much."""
     wall = actor_time_s.get("wall") or 0.0
     credit_wait = actor_time_s.get("waiting_credit", 0.0) / wall if wall else None
     if credit_wait is None:
         return {"pace_set_by": None, "actor_credit_wait_fraction": None}
     idle = 1.0 - learner_busy
-    return {"pace_set_by": "learner" if credit_wait > idle else "actors",
+    return {"pace_set_by": "learner" if learner_sets_pace(credit_wait, idle) else "actors",
             "actor_credit_wait_fraction": credit_wait, "learner_idle_fraction": idle}
 
 

@@ -27,7 +27,7 @@ from jax.sharding import PartitionSpec as P
 
 from tianjax.algos.base import Algorithm
 from tianjax.config import Config
-from tianjax.runtime.learner.batches.axes import batch_axis
+from tianjax.runtime.learner.batches.axes import batch_axis, concat_batches
 
 
 def learner_mesh(config: Config) -> Mesh:
@@ -58,6 +58,7 @@ class ShardedUpdate:
     def __init__(self, config: Config, algo: Algorithm, template, local_trajectories: int,
                  items=None, update: Callable | None = None):
         self.algo = algo
+        self._template, self._k = template, local_trajectories
         self.mesh = learner_mesh(config)
         self.replicated = NamedSharding(self.mesh, P())
         n_dev = self.mesh.devices.size
@@ -96,6 +97,7 @@ class ShardedUpdate:
 
     def compile(self, state) -> None:
         replicated, fresh = self.replicated, jax.ShapeDtypeStruct((), np.bool_)
+        self._compile_join()
         if not self.split:
             self.update = jax.jit(self._update, in_shardings=(replicated, self.batch_sharding, replicated),
                                   out_shardings=(replicated, replicated), donate_argnums=0).lower(
@@ -109,6 +111,17 @@ class ShardedUpdate:
         self._learn = jax.jit(self.algo.learn, in_shardings=(replicated, sharding, replicated),
                               out_shardings=(replicated, replicated), donate_argnums=0).lower(
             state, prepared, fresh).compile()
+
+    def _compile_join(self) -> None:
+        """Joins k placed trajectories of zeros once, so that the join's programs (one
+        concatenate per field: tianjax.runtime.learner.batches.axes) are compiled here and
+        not when the first batch is taken, with the learner idle and the actors' first
+        trajectories waiting."""
+        if self.replay or self._k < 2 or (place := self.placer()) is None:
+            return
+        zeros = jax.tree.map(lambda x: np.zeros(x.shape, x.dtype), self._template)
+        placed = place((zeros,))[0]
+        jax.block_until_ready(concat_batches([placed] * self._k))
 
     def __call__(self, state, batch, reuse: bool):
         """(state, metrics) after one update on a global batch (None: a split update's reuse
