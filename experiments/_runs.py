@@ -20,6 +20,20 @@ def run(config: str, overrides: list[str], keep_dir: str | None = None) -> dict:
     return dict(r.summary, metrics=r.metrics)
 
 
+def records_of(columns: dict) -> list[dict]:
+    """TrainResult.metrics (columns, NaN where a record lacked a number) back to records."""
+    n = len(next(iter(columns.values()), []))
+    out = []
+    for i in range(n):
+        rec = {}
+        for k, col in columns.items():
+            v = col[i]
+            v = v.item() if hasattr(v, "item") else v
+            rec[k] = None if isinstance(v, float) and v != v else v
+        out.append(rec)
+    return out
+
+
 def median(values):
     values = [v for v in values if v is not None]
     return statistics.median(values) if values else None
@@ -31,7 +45,9 @@ def fmt(v, spec=",.0f"):
 
 def summarise(runs: list[dict]) -> dict:
     """Medians of each measured key over repeats, and how many of them reached the target."""
-    out = {key: median([r[key] for r in runs]) for key in runs[0]}
+    numeric = [k for k in runs[0] if all(isinstance(r.get(k), (int, float, type(None))) and not isinstance(r.get(k), bool)
+                                         for r in runs)]
+    out = {key: median([r[key] for r in runs]) for key in numeric}
     out["reached"] = sum(r["conv"] is not None for r in runs)
     return out
 

@@ -1,7 +1,9 @@
 """The scaling curve: sync against async as latency-bound actors are added.
 
     python experiments/scaling.py [--actors 1 2 4 8 16 32] [--cases sigma0 sigma1 slow4]
-                                  [--repeats 3] [--steps 500000] [key=value ...]
+                                  [--repeats 3 | --seeds 1 2] [--steps 500000] [--out runs.jsonl]
+                                  [key=value ...]
+    python experiments/scaling.py --table runs.jsonl [more.jsonl ...]   # the table of stored runs
 
 configs/ppo_latency_async.yaml (async PPO on tianjax/LatencyCartPole-v1, 16 envs x 32
 steps per trajectory, a learner batch of one trajectory per actor, so that both modes
@@ -24,6 +26,12 @@ table gives medians of:
   wait: the share of the actors' wall time spent waiting (credits, parameters, a full socket);
 - reached: runs that reached 475 within the budget.
 
+Every run ends where it converges (`stop_at_target=true`): what comes after measures
+nothing here. `--out` appends each run, as it ends, to a JSON-lines file (the case, N,
+mode, seed and the figures above), so that a long study can be stopped and its table
+printed from what it kept (`--table`), and experiments/cluster_model.py can be checked
+against it.
+
 Below the table: async/sync fresh samples/s and sync/async convergence time per (case, N),
 and async's fresh samples/s against N x one actor's (the N = 1 async row of the same case).
 """
@@ -31,11 +39,12 @@ and async's fresh samples/s against N x one actor's (the N = 1 async row of the 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import tempfile
 
-from _runs import fmt, median, ratio, run, summarise
+from _runs import fmt, median, ratio, records_of, run, summarise
 
 CONFIG = "configs/ppo_latency_async.yaml"
 CASES = {
@@ -47,10 +56,10 @@ CASES = {
 
 def measure(case: str, n: int, mode: str, seed: int, steps: int, extra: list[str]) -> dict:
     overrides = [*CASES[case], f"num_actors={n}", f"mode={mode}", f"seed={seed}", f"total_env_steps={steps}",
-                 "log_every=1", *extra]
+                 "log_every=1", "stop_at_target=true", *extra]
     with tempfile.TemporaryDirectory() as d:
         s = run(CONFIG, overrides, keep_dir=os.path.join(d, "run"))
-    records = [r for r in s.pop("metrics") if r.get("updates")]
+    records = [r for r in records_of(s.pop("metrics")) if r.get("updates")]
     conv = s["convergence_time_s"]
     first = records[0]
     learning = [r for r in records if conv is None or r["wall_time_s"] <= conv]
@@ -64,6 +73,9 @@ def measure(case: str, n: int, mode: str, seed: int, steps: int, extra: list[str
         "busy": s["learner_busy_fraction"],
         "wait": s.get("actor_wait_fraction"),
         "final": s["final_return"],
+        "launch_to_first_update": first["wall_time_s"],
+        "env_steps": s["env_steps"],
+        "learner_cpu_s": s.get("learner_cpu_s"),
     }
 
 
@@ -72,35 +84,64 @@ def main():
     ap.add_argument("--actors", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32])
     ap.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--steps", type=int, default=500_000, help="total_env_steps of each run")
+    ap.add_argument("--seeds", type=int, nargs="+", help="these seeds instead of 0..repeats-1 (to add repeats "
+                    "to a stored study: --seeds 1 2 --out the same file)")
+    ap.add_argument("--steps", type=int, default=500_000, help="total_env_steps of each run (a cap: runs stop "
+                    "at convergence)")
+    ap.add_argument("--out", help="append every run to this JSON-lines file as it ends")
+    ap.add_argument("--table", nargs="+", metavar="JSONL", help="print the table of the runs stored in these "
+                    "files (no new runs)")
     ap.add_argument("overrides", nargs="*", help="more key=value overrides for every run")
     args = ap.parse_args()
-    table = {}
+    if args.table:
+        rows = []
+        for path in args.table:
+            with open(path) as f:
+                rows += [json.loads(line) for line in f if line.strip()]
+        print_table(rows)
+        return
+    rows = []
     for case in args.cases:
         for n in args.actors:
-            runs = {"sync": [], "async": []}
-            for i in range(args.repeats):
+            for i in args.seeds or range(args.repeats):
                 for mode in ("sync", "async"):
                     r = measure(case, n, mode, i, args.steps, args.overrides)
-                    runs[mode].append(r)
+                    r.update(case=case, n=n, mode=mode, seed=i, steps=args.steps, overrides=args.overrides)
+                    rows.append(r)
+                    if args.out:
+                        with open(args.out, "a") as f:
+                            f.write(json.dumps(r) + "\n")
                     print(f"{case} N={n} {mode:<5} seed {i}: fresh {fmt(r['fresh'])}/s, convergence "
                           f"{fmt(r['conv_launch'], '.1f')} s from launch ({fmt(r['conv'], '.1f')} s from the first "
                           f"update), tau {r['tau']:.2f}, busy {r['busy']:.2f}, wait {fmt(r['wait'], '.2f')}, "
                           f"final {r['final']:.0f}", file=sys.stderr, flush=True)
-            table[case, n] = {mode: summarise(rs) for mode, rs in runs.items()}
+    print_table(rows)
 
+
+def print_table(rows: list[dict]) -> None:
+    """Medians per (case, N, mode) of the runs in `rows`, then the ratios."""
+    table: dict = {}
+    for r in rows:
+        table.setdefault((r["case"], r["n"]), {}).setdefault(r["mode"], []).append(r)
+    table = {k: {mode: summarise(rs) | {"runs": len(rs)} for mode, rs in v.items()} for k, v in table.items()}
+    steps = sorted({r["steps"] for r in rows})
     print(f"\nPPO on tianjax/LatencyCartPole-v1 ({CONFIG}), 16 envs x 32 steps per trajectory and actor, "
-          f"{args.steps:,} env steps, medians of {args.repeats}, sync and async alternating")
+          f"budget {', '.join(f'{s:,}' for s in steps)} env steps (each run stops at 475), medians, sync and "
+          f"async alternating")
     print(f"{'case':<7}{'N':>3} {'mode':<6}{'fresh/s':>9}{'conv. launch':>13}{'conv. upd.':>11}{'tau':>6}"
           f"{'busy':>6}{'wait':>6}{'reached':>9}")
-    for (case, n), modes in table.items():
+    for (case, n), modes in sorted(table.items(), key=lambda kv: (list(CASES).index(kv[0][0]), kv[0][1])):
         for mode in ("sync", "async"):
+            if mode not in modes:
+                continue
             m = modes[mode]
             print(f"{case:<7}{n:>3} {mode:<6}{fmt(m['fresh']):>9}{fmt(m['conv_launch'], '.1f'):>13}"
                   f"{fmt(m['conv'], '.1f'):>11}{fmt(m['tau'], '.2f'):>6}{fmt(m['busy'], '.2f'):>6}"
-                  f"{fmt(m['wait'], '.2f'):>6}{m['reached']:>6}/{args.repeats:<2}")
+                  f"{fmt(m['wait'], '.2f'):>6}{m['reached']:>6}/{m['runs']:<2}")
     print()
-    for (case, n), modes in table.items():
+    for (case, n), modes in sorted(table.items(), key=lambda kv: (list(CASES).index(kv[0][0]), kv[0][1])):
+        if set(modes) != {"sync", "async"}:
+            continue
         s, a = modes["sync"], modes["async"]
         one = table.get((case, 1), {}).get("async", {}).get("fresh")
         eff = ratio(a["fresh"], n * one) if one else None

@@ -36,7 +36,7 @@ import os
 import re
 import tempfile
 
-from _runs import fmt, median, ratio, run, summarise
+from _runs import fmt, median, ratio, records_of, run, summarise
 
 from tianjax.envs.latency import CARTPOLE_ID
 
@@ -71,7 +71,7 @@ def measure(k: float, step_ms: float, steps: int, mode: str, seed: int) -> dict:
         run_dir = os.path.join(d, "run")
         s = run(CONFIG, overrides(k, step_ms, steps, mode, seed), keep_dir=run_dir)
         check_slowdown(run_dir, k)
-    records = [r for r in s.pop("metrics") if r.get("updates")]
+    records = [r for r in records_of(s.pop("metrics")) if r.get("updates")]
     first, startup, conv = records[0], records[0]["wall_time_s"], s["convergence_time_s"]
     # the rate while learning to 475: the last batches of an async run's budget wait for
     # the straggler's trajectories in flight, a tail that would dilute it

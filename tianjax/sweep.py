@@ -128,6 +128,9 @@ def make_points(source, args: Sequence[str]) -> list[Point]:
     if base.mode != "fused":
         raise ConfigError(f"config key 'mode': tianjax sweep runs fused configs, got mode '{base.mode}' "
                           "(sweep sync or async runs one after another with tianjax train)")
+    if base.stop_at_target:
+        raise ConfigError("config key 'stop_at_target': a sweep trains every point to its budget in one "
+                          "program (it reports each point's convergence time); set it false")
     vmapped = {k for k, _ in axes if all(k in sweepable(p.config) for p in points)}
     groups: dict[tuple, int] = {}
     out = []

@@ -211,6 +211,9 @@ def _train(config: Config, env, progress, verbose, saved: bool = True) -> TrainR
         if eval_win_rate is not None:
             summary["eval_win_rate"] = eval_win_rate
     summary["interrupted"] = bool(out.interrupted)  # stopped by Ctrl-C / SIGTERM
+    # ended early by stop_at_target (not by the budget, nor a signal)
+    summary["stopped_at_target"] = bool(config.stop_at_target and out.convergence_time_s is not None
+                                        and not out.interrupted and out.env_steps < config.total_env_steps)
     if out.resumed_from_step is not None:
         summary["resumed_from_step"] = out.resumed_from_step
     summary.update(out.extra_summary)

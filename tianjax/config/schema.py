@@ -61,6 +61,9 @@ class Config:
     target_return: float | None = 475.0  # moving average (100 episodes) to call converged
     target_win_rate: float | None = None  # envs that report wins (SMAX): the win rate of the
     # last 100 episodes to call converged, in place of target_return (null: use target_return)
+    # true: end the run (checkpoint and summary as at the budget's end) once it has converged,
+    # instead of spending the rest of total_env_steps (single-process runs)
+    stop_at_target: bool = False
     run_dir: str | None = None  # default: runs/<algo>_<env>_<timestamp>
     num_actors: int = 1  # actor processes (sync/async); 0 = act inside the learner process (sync)
     num_envs: int = 4  # environments per actor
@@ -111,6 +114,8 @@ class Config:
         _check(self.eval_episodes >= 0, "eval_episodes", "must be >= 0")
         _check(self.target_win_rate is None or 0 <= self.target_win_rate <= 1, "target_win_rate",
                f"must be in [0, 1] or null, got {self.target_win_rate}")
+        _check(not self.stop_at_target or self.target_return is not None or self.target_win_rate is not None,
+               "stop_at_target", "needs a target: target_return or target_win_rate is null")
         _check(bool(self.env), "env", "must be a non-empty env id")
         _check_algorithm(self)
         _check(self.steps_per_update <= self.total_env_steps, "total_env_steps",

@@ -93,6 +93,10 @@ def run_learner(config: Config, *, coordinator: str | None, num_processes: int |
     else:
         jax.distributed.initialize(heartbeat_timeout_seconds=heartbeat)  # cluster auto-detection (SLURM, ...)
     index, count = jax.process_index(), jax.process_count()
+    if config.stop_at_target and count > 1:
+        # every learner must take the same number of collective updates, and each tracks
+        # the episodes of its own actors
+        raise ConfigError("stop_at_target: not supported in a multi-process run (set it false)")
     # NOTE: set after jax.distributed.initialize, which installs its own SIGTERM handling
     signal.signal(signal.SIGTERM, _terminate)
     signal.signal(signal.SIGINT, _terminate)

@@ -136,5 +136,7 @@ def format_summary(summary: dict) -> str:
         out.append(line)
         out.append(f"target {fmt(summary['target_return'])} reached after {fmt(verdict)} s"
                    if verdict is not None else f"target {fmt(summary['target_return'])} not reached")
+    if summary.get("stopped_at_target"):
+        out.append(f"stopped there (stop_at_target), at {fmt(summary['env_steps'])} env steps")
     out.append(line)
     return "\n".join(out)

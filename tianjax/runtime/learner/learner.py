@@ -286,7 +286,7 @@ class Learner:
         cpu0 = time.process_time()  # this process's CPU time, all its threads (XLA's too)
         self.watch.start(last_publish)
         busy = False
-        while not self.finished() and not should_stop():
+        while not self.finished() and not should_stop() and not self.recorder.stop_now():
             shutdown.check()
             self.io.check()  # (its gatekeeper: fail closed, and say so)
             # NOTE: block (until a message or 50 ms) only when the last pass found no work;

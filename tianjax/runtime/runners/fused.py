@@ -171,7 +171,9 @@ def run_fused(config: Config, logger: RunLogger, progress: Progress, env=None) -
     pending, interrupted, completed = None, False, False
     n = min(every, capacity)  # the first chunk: one record, to measure the pace
     try:
-        while done_iters < n_iters:
+        # (stop_at_target: the episodes of a chunk are counted while the next one runs, so
+        # the run ends one chunk, about CHUNK_SECONDS, after the one in which it converged)
+        while done_iters < n_iters and not rec.stop_now():
             shutdown.check()
             n = min(n, n_iters - done_iters, to_checkpoint(done_iters))
             # the chunk donates the state: keep its result; and a chunk's outputs are

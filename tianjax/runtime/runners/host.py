@@ -143,7 +143,7 @@ def _train(config: Config, logger: RunLogger, progress: Progress, env: HostEnv, 
     rec.training(time.perf_counter(), env_steps)
     interrupted = completed = False
     try:
-        while it < n_iters:
+        while it < n_iters and not rec.stop_now():
             shutdown.check()
             rollout = source(learner.params, version, env_steps)
             rec.add_rollout(rollout.episodes.done, rollout.episodes.returns, env_steps, time.perf_counter())

@@ -104,6 +104,15 @@ class RunRecorder:
         return float(np.mean([t.win_rate for t in self.trackers]))
 
     @property
+    def converged(self) -> bool:
+        """Every seed's tracker has reached the target."""
+        return all(t.converged for t in self.trackers)
+
+    def stop_now(self) -> bool:
+        """config.stop_at_target is set and the run has converged: end it here."""
+        return self.config.stop_at_target and self.converged
+
+    @property
     def episodes(self) -> int:
         return int(sum(t.episodes for t in self.trackers))
 
