@@ -42,3 +42,12 @@ def test_evaluate_agrees_across_its_inputs_and_with_train(trained):
         tianjax.evaluate(trained, episodes=0)
     with pytest.raises(ConfigError, match="does not exist"):
         tianjax.load(f"{trained.run_dir}/nope")
+
+
+def test_a_run_of_several_seeds_evaluates_each_and_says_so(tmp_path):
+    run = tianjax.train("configs/ppo_cartpole.yaml", ["total_env_steps=2048", "num_seeds=2", "num_envs=4",
+                                                      "rollout_len=64", "compile_cache=null"],
+                        run_dir=str(tmp_path / "run"), verbose=False, progress=False)
+    out = tianjax.evaluate(run.run_dir, episodes=3)
+    assert out.seeds == 2 and out.returns.shape == (6,)  # 3 episodes of each seed's policy
+    assert out.line().startswith(f"eval 3 episodes x 2 seeds (checkpoint step {run.summary['updates']}): mean ")

@@ -23,7 +23,7 @@ import numpy as np
 from tianjax.algos import Algorithm, make_algorithm
 from tianjax.config import Config, ConfigError
 from tianjax.networks.custom import use_network
-from tianjax.runtime.runners.eval import EvalResult, evaluate_policy, read_run
+from tianjax.runtime.runners.eval import EvalResult, evaluate_policy, policy_seeds, read_run
 
 
 class LoadedRun(NamedTuple):
@@ -91,7 +91,7 @@ def evaluate(run, episodes: int = 10, *, greedy: bool = True, seed: int | None =
         config, params, step, run_dir = loaded.config, loaded.params, loaded.step, loaded.run_dir
     with use_network(network):
         returns, won = evaluate_policy(config, params, episodes, greedy, seed, env=env)
-    return EvalResult(np.asarray(returns, np.float64), step, run_dir, won)
+    return EvalResult(np.asarray(returns, np.float64), step, run_dir, won, seeds=policy_seeds(config))
 
 
 __all__ = ["LoadedRun", "evaluate", "load"]

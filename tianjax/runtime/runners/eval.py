@@ -27,6 +27,7 @@ class EvalResult:
     step: int  # the checkpoint's step (updates)
     run_dir: str
     won: np.ndarray | None = None  # [episodes] bool, for envs that report wins (SMAX); else None
+    seeds: int = 1  # a fused run of num_seeds policies: `episodes` each, flattened in `returns`
 
     @property
     def win_rate(self) -> float | None:
@@ -36,7 +37,8 @@ class EvalResult:
     def line(self) -> str:
         r = self.returns
         wins = "" if self.won is None else f"  win rate {self.win_rate:.3f}"
-        return (f"eval {len(r)} episodes (checkpoint step {self.step}): mean {r.mean():.2f}  "
+        count = f"{len(r) // self.seeds} episodes x {self.seeds} seeds" if self.seeds > 1 else f"{len(r)} episodes"
+        return (f"eval {count} (checkpoint step {self.step}): mean {r.mean():.2f}  "
                 f"std {r.std():.2f}  min {r.min():.2f}  max {r.max():.2f}{wins}")
 
 
@@ -120,7 +122,12 @@ def evaluate_run(path: str, episodes: int = 10, greedy: bool = True, seed: int |
         raise ConfigError(f"eval: episodes must be >= 1, got {episodes}")
     run = read_run(path)
     returns, won = evaluate_policy(run.config, run.params, episodes, greedy, seed)
-    return EvalResult(returns, run.step, run.run_dir, won)
+    return EvalResult(returns, run.step, run.run_dir, won, seeds=policy_seeds(run.config))
+
+
+def policy_seeds(config: Config) -> int:
+    """The policies a run's checkpoint holds: num_seeds for a fused run, else one."""
+    return config.num_seeds if config.mode == "fused" else 1
 
 
 def evaluate_params(config: Config, params, episodes: int = 10, greedy: bool = True, seed: int | None = None,
