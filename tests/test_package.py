@@ -60,9 +60,16 @@ def test_dry_run_builds_everything_and_writes_nothing(capsys, tmp_path, monkeypa
     n_params = (4 * 64 + 64 + 64 * 64 + 64) * 2 + (64 * 2 + 2) + (64 + 1)
     assert f"parameters    {n_params:,}" in out
     assert "1 trajectory x 1,024 = 1,024 samples per update" in out
+    assert "network torso mlp)" in out  # `auto`, resolved for the observations
     assert list(tmp_path.iterdir()) == []
     assert main(["train", "ppo_cartpole", "--dry-run", "env=CartPol-v1"]) == 2
     assert "config key 'env'" in capsys.readouterr().err and list(tmp_path.iterdir()) == []
+
+
+def test_a_multi_agent_dry_run_names_the_torso_each_agent_gets(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", "ippo_mpe_spread", "--dry-run"]) == 0
+    assert "(ippo, network torso mlp)" in capsys.readouterr().out  # each agent sees a vector
 
 
 def test_a_missing_extra_is_one_line_naming_it():

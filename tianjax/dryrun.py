@@ -105,7 +105,15 @@ def _torso(config: Config, obs_shape, obs_dtype) -> str:
 
     if config.network.module:
         return config.network.module
+    from tianjax.networks.torsos import resolve_torso
+
+    per_agent = getattr(obs_shape, "obs", None)
+    if per_agent is not None:  # multi-agent (MAObs of shapes [N, D]): each agent's network sees [D]
+        try:
+            return resolve_torso(config.network.torso, tuple(per_agent)[1:])
+        except Exception:  # noqa: BLE001 (the algorithm's own checks name what is wrong)
+            return config.network.torso
     try:
         return resolve_network(config.network, obs_shape, obs_dtype).torso
-    except Exception:  # noqa: BLE001 (multi-agent shapes: the algorithm resolves its own)
+    except Exception:  # noqa: BLE001
         return config.network.torso
