@@ -190,3 +190,33 @@ def test_an_async_run_with_reuse_resumes_its_schedule_at_the_fresh_steps_learned
     # every update: 12 fresh batches, the rest reuse passes (counted on across the resumes)
     assert int(third.state.version) == 12 + third.balance.reused_batches
     assert float(learning_rate(third.state.opt_state)) == pytest.approx(lr0 * n / K / t2, rel=1e-4)
+
+
+def test_records_after_the_checkpoint_resumed_from_are_moved_aside(tmp_path):
+    """A run that died after its newest checkpoint wrote records past it: a resume does that
+    training again, so those records go to metrics.superseded.jsonl and metrics.jsonl holds
+    each update once, in order."""
+    import shutil
+
+    fused = str(REPO / "configs" / "ppo_cartpole.yaml")
+    common = ["num_envs=4", "rollout_len=32", "log_every=1", "checkpoint.every=8", "checkpoint.keep=10",
+              "target_return=null", "compile_cache=null"]
+    first = tianjax.train(fused, [*common, "total_env_steps=8192"], run_dir=str(tmp_path / "r"),
+                          progress=False, verbose=False)
+    root = os.path.join(first.run_dir, ckpt.CHECKPOINT_DIR)
+    steps = sorted(int(d) for d in os.listdir(root) if d.isdigit())
+    assert len(steps) >= 3
+    for step in steps[-2:]:  # as if it had died before saving these
+        shutil.rmtree(os.path.join(root, str(step)))
+    kept = steps[-3]
+    before = _records(first.run_dir)
+    later = [r for r in before if r["updates"] > kept]
+    assert later  # records past the checkpoint it will resume from
+
+    second = tianjax.train(fused, [*common, "total_env_steps=8192", f"resume={first.run_dir}"],
+                           progress=False, verbose=False)
+    assert second.summary["resumed_from_step"] == kept
+    updates = [r["updates"] for r in _records(first.run_dir)]
+    assert updates == sorted(set(updates)) and updates[-1] == second.summary["updates"]  # once each, in order
+    with open(os.path.join(first.run_dir, "metrics.superseded.jsonl")) as f:
+        assert [json.loads(line) for line in f] == later  # nothing lost: moved whole, in order

@@ -91,6 +91,39 @@ class RunLogger:
         self._loggers.summary(summary)
         return summary
 
+    def supersede_after(self, updates: int) -> int:
+        """A run resumed from the checkpoint at `updates` into this directory: the records
+        written after that checkpoint (by the run that went on from it, then died or was
+        stopped before its next save) describe training this run does again. They are
+        moved, whole and in order, to metrics.superseded.jsonl, so metrics.jsonl holds each
+        update once. Returns how many were moved."""
+        self._metrics.flush()
+        path = os.path.join(self.run_dir, "metrics.jsonl")
+        with open(path) as f:
+            lines = [line for line in f if line.strip()]
+        keep, moved = [], []
+        for line in lines:
+            try:
+                later = json.loads(line).get("updates", 0) > updates
+            except (ValueError, AttributeError, TypeError):
+                later = False  # a torn or foreign line stays where it is
+            (moved if later else keep).append(line)
+        if not moved:
+            return 0
+        with open(os.path.join(self.run_dir, "metrics.superseded.jsonl"), "a") as f:
+            f.writelines(moved)
+            f.flush()
+            os.fsync(f.fileno())
+        self._metrics.close()
+        tmp = path + ".tmp"
+        with open(tmp, "w") as f:
+            f.writelines(keep)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        self._metrics = open(path, "a")
+        return len(moved)
+
     def read_records(self) -> list[dict]:
         """The run's metrics records, from metrics.jsonl (a resumed run's include those of
         the runs before it). Not kept in memory while training: a run may last days."""
