@@ -34,6 +34,15 @@ def _wait(cond, what):
         time.sleep(0.005)
 
 
+def _subscribed(pub, sub, version=0):
+    """Offers `version` until the subscription has reached the publisher (a SUB socket
+    misses what was sent before it joined)."""
+    deadline = time.monotonic() + WAIT_S
+    while sub.latest(20) is None:
+        assert time.monotonic() < deadline, "the subscriber never joined"
+        pub.offer(version, TREE)
+
+
 def _take_all(rx, n):
     got = []
     deadline = time.monotonic() + WAIT_S
@@ -109,10 +118,7 @@ def test_the_publisher_sends_the_newest_and_never_goes_back(ctx):
     with ParamPublisher(KEY, ctx=ctx) as channel, ParamSubscriber(KEY, channel.endpoint, TREE, ctx=ctx) as sub:
         pub = Publisher(channel)
         try:
-            deadline = time.monotonic() + WAIT_S
-            while sub.latest(20) is None:  # until the subscription has reached the publisher
-                assert time.monotonic() < deadline
-                pub.offer(0, TREE)
+            _subscribed(pub, sub)
             for v in range(1, 30):
                 pub.offer(v, {"obs": TREE["obs"] + v, "act": TREE["act"]})
             pub.offer(3, TREE)  # older than what was offered: ignored
@@ -131,10 +137,7 @@ def test_the_publisher_sends_the_newest_and_never_goes_back(ctx):
 def test_the_publisher_sends_what_it_holds_before_it_stops(ctx):
     with ParamPublisher(KEY, ctx=ctx) as channel, ParamSubscriber(KEY, channel.endpoint, TREE, ctx=ctx) as sub:
         pub = Publisher(channel)
-        deadline = time.monotonic() + WAIT_S
-        while sub.latest(20) is None:
-            assert time.monotonic() < deadline
-            pub.offer(0, TREE)
+        _subscribed(pub, sub)
         pub.offer(1, {"obs": TREE["obs"] * 2, "act": TREE["act"]})
         pub.stop()
         sent = pub.sent
@@ -158,10 +161,7 @@ def test_the_publisher_sends_a_device_snapshot_under_its_device_version(ctx):
     with ParamPublisher(KEY, ctx=ctx) as channel, ParamSubscriber(KEY, channel.endpoint, TREE, ctx=ctx) as sub:
         pub = Publisher(channel)
         try:
-            deadline = time.monotonic() + WAIT_S
-            while sub.latest(20) is None:
-                assert time.monotonic() < deadline
-                pub.offer(0, TREE)
+            _subscribed(pub, sub)
             state = {"obs": jnp.asarray(TREE["obs"]) + 7, "act": jnp.asarray(TREE["act"])}
             version, params = snapshot((jnp.asarray(7, jnp.int32), state))
             assert params["obs"].unsafe_buffer_pointer() != state["obs"].unsafe_buffer_pointer()
@@ -260,10 +260,7 @@ def test_a_version_still_computed_never_displaces_an_earlier_one(ctx):
     with ParamPublisher(KEY, ctx=ctx) as channel, ParamSubscriber(KEY, channel.endpoint, TREE, ctx=ctx) as sub:
         pub = Publisher(channel)
         try:
-            deadline = time.monotonic() + WAIT_S
-            while sub.latest(20) is None:
-                assert time.monotonic() < deadline
-                pub.offer(-1, TREE)
+            _subscribed(pub, sub, -1)
             v0, v1, v2 = _Pending(0), _Pending(1), _Pending(2)
             pub.offer(v0, TREE)
             _wait(lambda: not pub._held, "the thread takes version 0")
@@ -291,10 +288,7 @@ def test_a_computed_offer_supersedes_those_before_it(ctx):
     with ParamPublisher(KEY, ctx=ctx) as channel, ParamSubscriber(KEY, channel.endpoint, TREE, ctx=ctx) as sub:
         pub = Publisher(channel)
         try:
-            deadline = time.monotonic() + WAIT_S
-            while sub.latest(20) is None:
-                assert time.monotonic() < deadline
-                pub.offer(-1, TREE)
+            _subscribed(pub, sub, -1)
             gate = _Pending(0)
             pub.offer(gate, TREE)
             _wait(lambda: not pub._held, "the thread takes version 0")
