@@ -251,6 +251,7 @@ class Costs:
     publish_fit_a_ms: float
     publish_fit_b_ms_per_sub: float
     update_cpu_ms: dict | None = None  # trajectories per batch -> CPU ms of one update (all its threads)
+    param_take_cpu_ms: float = 0.0  # an actor taking a newer version of the parameters (decode, check)
 
     @classmethod
     def load(cls, path: str) -> "Costs":
@@ -269,7 +270,8 @@ class Costs:
                    update_wall_ms={int(k): v for k, v in c["update_wall_ms"].items()},
                    update_cpu_over_wall=c.get("update_cpu_over_wall_median", 1.0),
                    publish_fit_a_ms=c["publish_fit_a_ms"], publish_fit_b_ms_per_sub=c["publish_fit_b_ms_per_sub"],
-                   update_cpu_ms=None if cpu is None else {int(k): v for k, v in cpu.items()})
+                   update_cpu_ms=None if cpu is None else {int(k): v for k, v in cpu.items()},
+                   param_take_cpu_ms=c.get("param_take_cpu_ms", 0.0))
 
     def update_ms(self, k: int) -> float:
         """Wall ms of an update on k trajectories (alone on the machine)."""
@@ -363,6 +365,7 @@ def simulate(s: Setup) -> dict:
     pool: collections.deque = collections.deque()
     queue: collections.deque = collections.deque()
     inflight = [0] * n  # trajectories acted, in flight or pooled, per actor (credits taken)
+    held = [0] * n  # the parameter version each actor holds
     waiting_since = [None] * n  # an actor's current wait (credit / parameters) began then
     credit_sig = [Signal() for _ in range(n)]
     param_sig, pool_sig, update_sig, publish_sig = Signal(), Signal(), Signal(), Signal()
@@ -392,6 +395,11 @@ def simulate(s: Setup) -> dict:
                     waiting_since[i] = None
             inflight[i] += 1
             version = st["published"]
+            if version != held[i]:  # a newer version waits: taken (decoded, checked) first
+                held[i] = version
+                if costs.param_take_cpu_ms:
+                    yield Cpu(host, costs.param_take_cpu_ms / 1e3)
+                version = st["published"]
             if shared:
                 for _ in range(s.rollout):
                     yield Cpu(host, step_s)

@@ -33,7 +33,8 @@ printed from what it kept (`--table`), and experiments/cluster_model.py can be c
 against it.
 
 Below the table: async/sync fresh samples/s and sync/async convergence time per (case, N),
-and async's fresh samples/s against N x one actor's (the N = 1 async row of the same case).
+and async's fresh samples/s against N x one actor's (the N = 1 async row of the same case;
+for slow4, N - 1 actors at sigma1's N = 1 pace plus one at a quarter of it).
 """
 
 from __future__ import annotations
@@ -76,6 +77,7 @@ def measure(case: str, n: int, mode: str, seed: int, steps: int, extra: list[str
         "launch_to_first_update": first["wall_time_s"],
         "env_steps": s["env_steps"],
         "learner_cpu_s": s.get("learner_cpu_s"),
+        "summary": s,  # summary.json whole (the actors' time split, updates, ...: the cluster model's inputs)
     }
 
 
@@ -143,8 +145,15 @@ def print_table(rows: list[dict]) -> None:
         if set(modes) != {"sync", "async"}:
             continue
         s, a = modes["sync"], modes["async"]
-        one = table.get((case, 1), {}).get("async", {}).get("fresh")
-        eff = ratio(a["fresh"], n * one) if one else None
+        # what N actors would make at one actor's pace (N = 1 async of the case; with one
+        # actor 4x slower, N - 1 at sigma1's pace and one at a quarter of it)
+        if case == "slow4":
+            one = table.get(("sigma1", 1), {}).get("async", {}).get("fresh")
+            ideal = None if one is None else one * (n - 1 + 1 / 4)
+        else:
+            one = table.get((case, 1), {}).get("async", {}).get("fresh")
+            ideal = None if one is None else one * n
+        eff = ratio(a["fresh"], ideal)
         print(f"{case} N={n}: async/sync fresh samples/s {fmt(ratio(a['fresh'], s['fresh']), '.2f')}, "
               f"sync/async convergence time {fmt(ratio(s['conv_launch'], a['conv_launch']), '.2f')} from launch "
               f"({fmt(ratio(s['conv'], a['conv']), '.2f')} from the first update), async fresh/s vs N x one "
