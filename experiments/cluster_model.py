@@ -606,8 +606,10 @@ def predict(args) -> None:
         return args.gpu_update_ms + args.gpu_ms_per_traj * k / hosts + (args.allreduce_ms * steps if hosts > 1 else 0)
 
     print(f"Prediction: actors on hosts of their own (1 core each, {costs.act_cpu_ms_per_step:.2f} ms CPU per vector "
-          f"step as measured here), {lat.step_ms:g} ms sigma {lat.sigma:g} simulators with {lat.hiccup_p:.0%} hiccups "
-          f"of {lat.hiccup_ms:g} ms; learner on {hosts} GPU host(s), assumed update "
+          f"step as measured here), case {args.case}: {lat.step_ms:g} ms sigma {lat.sigma:g} simulators with "
+          f"{lat.hiccup_p:.0%} hiccups of {lat.hiccup_ms:g} ms"
+          + (f", actors {list(lat.slow_actors)} {lat.slow_factor:g}x slower" if lat.slow_actors else "")
+          + f"; learner on {hosts} GPU host(s), assumed update "
           f"{args.gpu_update_ms:g} ms + {args.gpu_ms_per_traj:g} ms per trajectory per host"
           + (f" + {steps} all-reduces of {args.allreduce_ms:g} ms" if hosts > 1 else "")
           + f"; async batch {args.async_batch or 'N'} trajectories; median of {args.seeds} seeds")
