@@ -552,7 +552,12 @@ def actor_cpu_ms_per_step(run: dict) -> float:
 def check(args) -> None:
     costs = Costs.load(args.costs)
     table = measured_table(args.runs)
-    print(f"The model against the measured scaling table ({', '.join(args.runs)}); costs from {args.costs}, "
+    def shown(path: str) -> str:  # the repository's files by their place in it
+        rel = os.path.relpath(os.path.abspath(path), os.path.dirname(HERE))
+        return path if rel.startswith("..") else rel
+
+    print(f"The model against the measured scaling table ({', '.join(map(shown, args.runs))}); costs from "
+          f"{shown(args.costs)}, "
           f"an actor's CPU per vector step {'as each row measured it' if args.actor_cpu == 'runs' else 'from it'}; "
           f"{args.cores:g} cores; model: median of {args.seeds} simulated seeds, the samples each row learned")
     print(f"{'case':<7}{'N':>3} {'mode':<6}{'runs':>5}{'fresh/s':>9}{'model':>9}{'error':>8}"
