@@ -171,14 +171,12 @@ class Host:
         self._last = 0.0
         self._token = 0
         self._ids = 0
-        self.core_seconds = 0.0  # used, for the utilisation
 
     def _advance(self) -> None:
         dt = self.eng.now - self._last
         if dt > 0:
             for job in self.jobs.values():
                 job[0] -= job[3] * dt
-                self.core_seconds += job[3] * dt
         self._last = self.eng.now
 
     def _share(self) -> None:

@@ -75,8 +75,6 @@ def measure(case: str, n: int, mode: str, seed: int, steps: int, extra: list[str
         "wait": s.get("actor_wait_fraction"),
         "final": s["final_return"],
         "launch_to_first_update": first["wall_time_s"],
-        "env_steps": s["env_steps"],
-        "learner_cpu_s": s.get("learner_cpu_s"),
         # summary.json whole (the actors' time split, updates, ...: the cluster model's
         # inputs), less the temporary run directory's path
         "summary": {k: v for k, v in s.items() if k != "run_dir"},

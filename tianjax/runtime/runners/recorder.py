@@ -48,7 +48,6 @@ class RunRecorder:
         self._wins = wins
         self.wall_offset = 0.0  # a resumed run's wall time before this session
         self.resumed_from: int | None = None
-        self.superseded_records = 0  # metrics records of a died continuation, moved aside on resume
         self.t_start = 0.0  # when this session began, less wall_offset
         self.t_train = 0.0
         self.env_steps0 = 0  # env steps when this session's training began
@@ -153,7 +152,7 @@ class RunRecorder:
         self.resumed_from = step
         if ours and jax.process_index() == 0:
             # (the version saved: a fused DQN's step label runs ahead of it during learning_starts)
-            self.superseded_records = self.logger.supersede_after(int(meta.get("updates", step)))
+            self.logger.supersede_after(int(meta.get("updates", step)))
         return tree, meta
 
     def open_checkpoints(self, root: str, start: int) -> None:
