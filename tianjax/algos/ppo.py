@@ -72,6 +72,7 @@ import jax
 import jax.numpy as jnp
 
 from tianjax.core import distributions as D
+from tianjax.core import shuffle
 from tianjax.core import staleness as S
 from tianjax.algos.base import Algorithm
 from tianjax.algos.common import sample_weights
@@ -254,7 +255,7 @@ def make(config: Config, obs_shape: tuple[int, ...], action_spec: ActionSpec, *,
 
         def epoch(carry, xs):
             key, epoch_lrs = xs
-            perm = jax.random.permutation(key, n)
+            perm = shuffle.permutation(key, n)  # uniform, as jax.random.permutation, and cheaper on CPU
             shuffled = jax.tree.map(
                 lambda x: jnp.take(x, perm, axis=0).reshape((cfg.num_minibatches, mb) + x.shape[1:]), flat)
 
