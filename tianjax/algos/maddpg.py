@@ -33,6 +33,7 @@ from tianjax.core.update import LearnerState, guarded, init_state, make_optimize
 from tianjax.networks import MLP
 from tianjax.core.types import ActionSpec
 from tianjax.core.types import Transition
+from tianjax.networks.dense import Dense
 
 
 class MADDPGParams(NamedTuple):
@@ -51,7 +52,7 @@ class Actor(nn.Module):
     @nn.compact
     def __call__(self, obs):
         h = MLP(self.hidden, self.activation)(obs.astype(jnp.float32))
-        x = nn.sigmoid(nn.Dense(len(self.low))(h))
+        x = nn.sigmoid(Dense(len(self.low))(h))
         return self.low + (self.high - self.low) * x
 
 
@@ -64,7 +65,7 @@ class Critic(nn.Module):
     @nn.compact
     def __call__(self, state, actions):
         x = jnp.concatenate([state, actions.reshape(actions.shape[:-2] + (-1,))], axis=-1)
-        return nn.Dense(1)(MLP(self.hidden, self.activation)(x))[..., 0]
+        return Dense(1)(MLP(self.hidden, self.activation)(x))[..., 0]
 
 
 def make_networks(config: Config, n: int, spec: ActionSpec):

@@ -48,6 +48,7 @@ from tianjax.core.types import MAObs
 from tianjax.core.update import LearnerState, guarded, init_state, make_optimizer
 from tianjax.core.types import ActionSpec
 from tianjax.core.types import Sequences
+from tianjax.networks.dense import Dense
 
 MASKED_Q = -1e9
 # NOTE: the agents' Q head and the mixer's state-conditioned biases start near zero. With
@@ -67,9 +68,9 @@ class AgentRNN(nn.Module):
 
     @nn.compact
     def __call__(self, h, x):
-        x = nn.relu(nn.Dense(self.hidden_dim)(x))
+        x = nn.relu(Dense(self.hidden_dim)(x))
         h, _ = nn.GRUCell(self.hidden_dim)(h, x)
-        return h, nn.Dense(self.num_actions, kernel_init=SMALL_INIT)(h)
+        return h, Dense(self.num_actions, kernel_init=SMALL_INIT)(h)
 
 
 class Mixer(nn.Module):
@@ -81,13 +82,13 @@ class Mixer(nn.Module):
     @nn.compact
     def __call__(self, q, s):
         n, e = q.shape[-1], self.embed_dim
-        w1_h = nn.relu(nn.Dense(self.hyper_hidden, name="hyper_w1_hidden")(s))
-        w1 = jnp.abs(nn.Dense(e * n, name="hyper_w1")(w1_h)).reshape(s.shape[:-1] + (n, e))
-        b1 = nn.Dense(e, kernel_init=nn.initializers.zeros, name="hyper_b1")(s)
-        w2_h = nn.relu(nn.Dense(self.hyper_hidden, name="hyper_w2_hidden")(s))
-        w2 = jnp.abs(nn.Dense(e, name="hyper_w2")(w2_h))
-        b2_h = nn.relu(nn.Dense(e, name="hyper_b2_hidden")(s))
-        b2 = nn.Dense(1, kernel_init=nn.initializers.zeros, name="hyper_b2")(b2_h)[..., 0]
+        w1_h = nn.relu(Dense(self.hyper_hidden, name="hyper_w1_hidden")(s))
+        w1 = jnp.abs(Dense(e * n, name="hyper_w1")(w1_h)).reshape(s.shape[:-1] + (n, e))
+        b1 = Dense(e, kernel_init=nn.initializers.zeros, name="hyper_b1")(s)
+        w2_h = nn.relu(Dense(self.hyper_hidden, name="hyper_w2_hidden")(s))
+        w2 = jnp.abs(Dense(e, name="hyper_w2")(w2_h))
+        b2_h = nn.relu(Dense(e, name="hyper_b2_hidden")(s))
+        b2 = Dense(1, kernel_init=nn.initializers.zeros, name="hyper_b2")(b2_h)[..., 0]
         h = nn.elu(jnp.einsum("...n,...ne->...e", q, w1) + b1)
         return jnp.sum(h * w2, axis=-1) + b2
 

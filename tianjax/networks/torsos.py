@@ -42,6 +42,7 @@ import numpy as np
 
 from tianjax.config import ConfigError, NetworkConfig
 from tianjax.networks.conv import Conv
+from tianjax.networks.dense import Dense
 
 _ACTIVATIONS: dict[str, Callable] = {"tanh": nn.tanh, "relu": nn.relu}
 TORSOS = ("auto", "mlp", "minatar_cnn", "nature_cnn", "impala_cnn")
@@ -117,7 +118,7 @@ class MLP(nn.Module):
     def __call__(self, x):
         act = _ACTIVATIONS[self.activation]
         for width in self.hidden:
-            x = act(nn.Dense(width, kernel_init=_ortho(np.sqrt(2)), bias_init=nn.initializers.zeros)(x))
+            x = act(Dense(width, kernel_init=_ortho(np.sqrt(2)), bias_init=nn.initializers.zeros)(x))
         return x
 
 
