@@ -1,7 +1,8 @@
 """Runs the fused trainer in jitted chunks, logging between them.
 
 Compilation is done ahead of time (lower + compile) so that compile time is reported apart
-from training time; the state buffers are donated so each chunk updates them in place.
+from training time. A large state (a replay buffer) is donated, so each chunk updates it in
+place; a small one is not (see DONATE_MIN_BYTES).
 
 Checkpoints hold the whole FusedState (learner, the envs' states and keys, and the replay
 buffer whatever `checkpoint.replay` says: the fused loop's learning_starts counts env
@@ -39,6 +40,12 @@ from tianjax.runtime.runners.recorder import RunRecorder, sample_rates
 CHUNK_SECONDS = 2.0
 GROWTH = 4  # a chunk is at most this many times the one before (the first ones measure the pace)
 MAX_CHUNK_OUTPUT_BYTES = 64 << 20  # the stacked outputs of one chunk (episodes, metrics)
+# NOTE: a state this large or larger is donated to each chunk (updated in place, never held
+# twice); a smaller one is copied. Donating PPO's state (under 1 MiB on CartPole) made the
+# chunks of a fused run 4 to 7% slower on XLA:CPU (jax 0.10, the same compiled program bar
+# its entry copies; experiments/reproduce.md, section 1), while a second copy of it costs
+# nothing that matters. A replay buffer of hundreds of MiB must not be held twice.
+DONATE_MIN_BYTES = 64 << 20
 
 
 def chunk_capacity(n_iters: int, every: int, output_bytes_per_iter: int) -> int:
@@ -59,6 +66,11 @@ def next_chunk(n_prev: int, seconds_prev: float, every: int, capacity: int) -> i
     n = min(int(rate * CHUNK_SECONDS), GROWTH * n_prev, capacity)
     n -= n % every
     return max(n, min(every, capacity))
+
+
+def state_bytes(state) -> int:
+    """Bytes of a (fused) state's arrays, keys included."""
+    return sum(int(getattr(x, "nbytes", 0)) for x in jax.tree.leaves(state))
 
 
 def run_fused(config: Config, logger: RunLogger, progress: Progress, env=None) -> RunOutcome:
@@ -108,7 +120,8 @@ def run_fused(config: Config, logger: RunLogger, progress: Progress, env=None) -
     program = None
     if done_iters < n_iters:
         fn = jax.vmap(chunk_fn, in_axes=(0, None)) if S > 1 else chunk_fn
-        program = jax.jit(fn, donate_argnums=0).lower(state, jnp.int32(capacity)).compile()
+        donate = 0 if state_bytes(state) >= DONATE_MIN_BYTES else ()
+        program = jax.jit(fn, donate_argnums=donate).lower(state, jnp.int32(capacity)).compile()
     compile_time = time.perf_counter() - t_compile
 
     rec.training(time.perf_counter(), env_steps)
@@ -157,7 +170,7 @@ def run_fused(config: Config, logger: RunLogger, progress: Progress, env=None) -
     # outputs are recorded, then this chunk's are fetched. One program is in flight at a
     # time (two on XLA:CPU, jax 0.10, were seen to deadlock: every thread idle, the outputs
     # never ready), and the host reads the device once per chunk. A checkpoint is taken
-    # before the next dispatch, which donates the state buffers.
+    # before the next dispatch, which may donate the state buffers.
     def to_checkpoint(done: int) -> int:
         """Iterations up to the first record boundary at or after the next multiple of
         checkpoint.every updates (no limit without periodic checkpoints)."""
@@ -176,7 +189,7 @@ def run_fused(config: Config, logger: RunLogger, progress: Progress, env=None) -
         while done_iters < n_iters and not rec.stop_now():
             shutdown.check()
             n = min(n, n_iters - done_iters, to_checkpoint(done_iters))
-            # the chunk donates the state: keep its result; and a chunk's outputs are
+            # the chunk may donate the state: keep its result; and a chunk's outputs are
             # fetched and recorded whole (a stop waits for them; check() then stops the run)
             with shutdown.critical():
                 t_dispatch = time.perf_counter()
@@ -201,9 +214,10 @@ def run_fused(config: Config, logger: RunLogger, progress: Progress, env=None) -
         if pending is not None:
             record(*pending)
     finally:
+        # training ends with the last chunk; the final save is timed apart (final_checkpoint_s)
+        rec.end_training(time.perf_counter())
         rec.final_checkpoint(save, allowed=completed or interrupted)  # not after an error
 
-    rec.end_training(time.perf_counter())
     return rec.result(
         params=state.learner.params, algo=algo, env=env, env_steps=env_steps,
         updates=int(np.asarray(state.learner.version).max()),

@@ -173,10 +173,11 @@ def _train(config: Config, logger: RunLogger, progress: Progress, env: HostEnv, 
     except KeyboardInterrupt:  # Ctrl-C / SIGTERM: checkpoint and report what was done
         interrupted = True
     finally:
-        # interrupted inside an update, its input was donated: then the last periodic one stands
+        # training ends with the last update; the final save is timed apart (final_checkpoint_s).
+        # Interrupted inside an update, its input was donated: then the last periodic one stands
+        rec.end_training(time.perf_counter())
         rec.final_checkpoint(save, tolerant=interrupted, allowed=completed or interrupted)
 
-    rec.end_training(time.perf_counter())
     train_time = rec.train_time
     return rec.result(
         params=learner.params, algo=algo, env=env, env_steps=env_steps, updates=int(learner.version),

@@ -6,7 +6,9 @@ checkpoint cadence with resume, and the result dict that train() turns into summ
 What each runner counts and measures is its own; how it is kept is here:
 
 - clock: `elapsed(now)` is the run's wall time, a resumed run's included (the checkpoint's
-  `wall_time_s` goes on); training time runs from `training()`, after compilation.
+  `wall_time_s` goes on); training time runs from `training()`, after compilation, to
+  `end_training()`, after the last update and before the final checkpoint, whose save is
+  timed apart (summary.json's `final_checkpoint_s`).
 - episodes: one EpisodeTracker, or one per seed (fused `num_seeds`; the return and win
   rate are their means, and a run has converged when its slowest seed has).
 - records: each opens with env_steps, updates, wall_time_s, env_steps_per_s (this
@@ -52,6 +54,7 @@ class RunRecorder:
         self.t_train = 0.0
         self.env_steps0 = 0  # env steps when this session's training began
         self.train_time: float | None = None
+        self.final_checkpoint_s: float | None = None  # the final save's wall time (None: none saved)
         self.saver: ckpt.Checkpointer | None = None
 
     # ------------------------------------------------------------------ clock
@@ -181,7 +184,9 @@ class RunRecorder:
             return
         try:
             if self.config.checkpoint.final and allowed:
+                t = time.perf_counter()
                 save()
+                self.final_checkpoint_s = time.perf_counter() - t
         except Exception as e:  # noqa: BLE001
             if not tolerant:
                 raise
@@ -224,7 +229,7 @@ class RunRecorder:
             convergence_time_s=None if any(c is None for c in conv) else max(conv),
             convergence_env_steps=None if any(c is None for c in conv_steps) else max(conv_steps),
             final_win_rate=self.win_rate if self.reports_wins else None,
-            extra_summary=extra_summary,
+            extra_summary=dict(extra_summary, final_checkpoint_s=self.final_checkpoint_s),
             final_return_per_seed=[t.moving_average for t in self.trackers] if self.per_seed and n > 1 else None,
         )
 
