@@ -23,7 +23,7 @@ processes on C cores, the CPU figures decide when the cores, not the simulator, 
 2. acting (`act_*`): the actor's `HostSource` (what `Actor.source(params, version,
    acted_at)` runs: `rollout_len` vector steps of the jitted policy and the env, and the
    truncation bootstrap) on the zero-delay env, compiled beforehand, in a process set up
-   as the launcher sets up an actor's (JAX on the CPU, one XLA thread). CPU and wall per
+   as an actor's (JAX on the CPU, one XLA thread, synchronous dispatch). CPU and wall per
    trajectory and per vector step, medians over trajectories: an actor's CPU demand, which
    with the env's delay gives its duty cycle. `actor_cpu_ms_per_step`: acting plus what
    sleeping adds per step (env_cpu_ms_per_step - env0_cpu_ms_per_step), an actor's CPU per
@@ -292,12 +292,15 @@ def _recv_json(sock: zmq.Socket) -> dict:
 
 def _peer(sync_endpoint: str) -> None:
     """The actor's side, in its own process: acting, and the other end of the transfer
-    and publish parts. Its JAX runs as the launcher sets an actor's (one XLA thread on the
-    CPU: tianjax.launch.supervisor), set before JAX starts its backend."""
+    and publish parts. Its JAX runs as an actor's does (one XLA thread on the CPU, set by
+    tianjax.launch.supervisor, and synchronous dispatch, by tianjax.launch.role), set
+    before JAX starts its backend."""
+    from tianjax.launch.role import actor_jax
     from tianjax.launch.supervisor import _ACTOR_XLA_FLAGS
 
     os.environ["JAX_PLATFORMS"] = "cpu"
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _ACTOR_XLA_FLAGS).strip()
+    actor_jax()
     import jax
 
     from tianjax.core.types import ParamsMessage

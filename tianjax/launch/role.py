@@ -56,9 +56,25 @@ def _startup_failed(args, e: BaseException) -> int:
     return STARTUP_FAILED
 
 
+def actor_jax() -> None:
+    """JAX as an actor process runs it; call before anything starts JAX's backend.
+
+    XLA:CPU runs each computation inline, on the calling thread, instead of handing it to
+    another thread and returning a future: an actor calls its small jitted policy once per
+    vector step and reads the result at once, so the hand-off overlaps nothing and only
+    costs CPU, in every actor process. The launcher's XLA_FLAGS (tianjax.launch.supervisor)
+    size the thread pools; this setting has no environment variable in JAX, so the actor's
+    own entry point makes it. The learner keeps JAX's default: its update overlaps the
+    receiver and publisher threads."""
+    import jax
+
+    jax.config.update("jax_cpu_enable_async_dispatch", False)
+
+
 def _run_actor(args, raw_config: dict) -> int:
     from tianjax.envs.host_api import ACTOR_INDEX_ENV
 
+    actor_jax()
     os.environ[ACTOR_INDEX_ENV] = str(args.actor_id)  # which actor this process's envs serve
     from tianjax.config import load_config
     from tianjax.runtime.process import compile_cache

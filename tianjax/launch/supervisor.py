@@ -32,7 +32,8 @@ from tianjax.config import Config
 from tianjax.launch.role import STARTUP_FAILED  # the actor could not start, and never will
 from tianjax.transport.auth import KEY_ENV
 
-# Actors share this machine's cores with the learner: one XLA thread pool each.
+# Actors share this machine's cores with the learner: one XLA thread pool each (and
+# synchronous dispatch, which the actor's entry point sets: tianjax.launch.role.actor_jax).
 _ACTOR_XLA_FLAGS = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
 
 
