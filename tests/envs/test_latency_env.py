@@ -10,6 +10,7 @@ import pytest
 from tianjax.config import ConfigError
 from tianjax.envs import latency as L
 from tianjax.envs.factory import make_host_env
+from tianjax.envs.vector_cartpole import CartPoleVectorEnv
 
 
 class FakeTime:
@@ -28,9 +29,7 @@ class FakeTime:
 
 def _vec(latency, actor, n=3, over=0.0):
     t = FakeTime(over)
-    base = gym.vector.SyncVectorEnv([lambda: gym.wrappers.TimeLimit(gym.envs.classic_control.CartPoleEnv(), 500)
-                                     for _ in range(n)], autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
-    return L.LatencyVectorEnv(base, latency, actor=actor, sleeper=L.Sleeper(t.clock, t.sleep)), t
+    return L.LatencyVectorEnv(CartPoleVectorEnv(n), latency, actor=actor, sleeper=L.Sleeper(t.clock, t.sleep)), t
 
 
 def test_fixed_delay_with_a_certain_hiccup_and_a_slow_factor():

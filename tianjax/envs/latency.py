@@ -13,9 +13,14 @@ own few microseconds per env. Sleeping models a simulator that is slow without l
 machine, so 32 actor processes are real and cost little CPU: what is measured is waiting,
 the dependency that async relaxes.
 
-    env: tianjax/LatencyCartPole-v1          # gymnasium's CartPole-v1 dynamics (500 steps)
+    env: tianjax/LatencyCartPole-v1          # gymnasium's CartPole-v1 dynamics (500 steps), in numpy
     env_backend: gymnasium
     env_options: {step_ms: 16, sigma: 1.0, hiccup_p: 0.01, hiccup_ms: 300, slow_actors: [0], slow_factor: 4}
+
+`tianjax/LatencyCartPole-v1` steps its B envs' dynamics as numpy arrays
+(tianjax.envs.vector_cartpole), so that the simulator's own CPU stays small beside the
+policy's in each of many actor processes; with `render_mode` set it is gymnasium's own
+CartPoleEnv, one env at a time.
 
 `tianjax/LatencyLunarLander-v2` has envpool's LunarLander-v2 dynamics (the task of
 configs/ppo_lunarlander_async.yaml, 1,000 steps), stepped through tianjax's envpool
@@ -45,6 +50,7 @@ import numpy as np
 
 from tianjax.config import ConfigError
 from tianjax.envs.host_api import ACTOR_INDEX_ENV
+from tianjax.envs.vector_cartpole import CartPoleVectorEnv
 
 CARTPOLE_ID = "tianjax/LatencyCartPole-v1"
 LUNARLANDER_ID = "tianjax/LatencyLunarLander-v2"
@@ -193,6 +199,10 @@ def _latency(options: dict) -> Latency:
 
 def _cartpole(num_envs: int = 1, **options) -> gym.vector.VectorEnv:
     latency = _latency(options)
+    if options.get("render_mode") is None:
+        options.pop("render_mode", None)
+        return LatencyVectorEnv(CartPoleVectorEnv(num_envs, **options), latency)
+    # rendering is gymnasium's CartPoleEnv's own: its envs, one by one
     from gymnasium.envs.classic_control import CartPoleEnv
 
     limit = options.pop("max_episode_steps", 500)
@@ -219,11 +229,9 @@ def _with_signature(fn, base_params: list[inspect.Parameter]):
 
 
 def _cartpole_params() -> list[inspect.Parameter]:
-    from gymnasium.envs.classic_control import CartPoleEnv
-
     kw = inspect.Parameter.KEYWORD_ONLY
-    return [*inspect.signature(CartPoleEnv).parameters.values(),
-            inspect.Parameter("max_episode_steps", kw, default=500)]
+    own = [p for name, p in inspect.signature(CartPoleVectorEnv).parameters.items() if name != "num_envs"]
+    return [*own, inspect.Parameter("render_mode", kw, default=None)]
 
 
 def _lunarlander_params() -> list[inspect.Parameter]:
