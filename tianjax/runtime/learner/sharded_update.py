@@ -147,14 +147,14 @@ class ShardedUpdate:
         batches) with several devices or processes, where a batch is split over them."""
         if jax.process_count() > 1 or self.mesh.devices.size > 1:
             return None
-        sharding = self.traj_sharding
-        names = type(sharding)._fields
+        names = [n for n in type(self.traj_sharding)._fields if n != "version"]
+        shardings = [getattr(self.traj_sharding, n) for n in names]
 
         def place(tree):
+            # one device_put over the fields: one dispatch for the whole trajectory, not one per field
             batch, *rest = tree
-            fields = [getattr(batch, n) if n == "version" else jax.device_put(getattr(batch, n), getattr(sharding, n))
-                      for n in names]
-            return (type(batch)(*fields), *rest)
+            placed = jax.device_put([getattr(batch, n) for n in names], shardings)
+            return (batch._replace(**dict(zip(names, placed))), *rest)
 
         return place
 
