@@ -228,7 +228,7 @@ def make(config: Config, obs_shape: tuple[int, ...], action_spec: ActionSpec, *,
     policy = policy or actor_critic(config, obs_shape, action_spec)
     apply_fn, value = policy.apply, policy.value
     num_updates = max(config.total_env_steps // config.steps_per_update, 1)
-    optimizer = make_optimizer(cfg.lr, cfg.max_grad_norm)
+    optimizer = make_optimizer(cfg.lr, cfg.max_grad_norm, cfg.lr_base_width)
     lr_at = lr_schedule(cfg.lr, cfg.anneal_lr, num_updates * config.steps_per_update)
     loss_fn = make_loss(apply_fn, clip_eps=cfg.clip_eps, clip_value=cfg.clip_value,
                         vf_coef=cfg.vf_coef, ent_coef=cfg.ent_coef)

@@ -54,9 +54,15 @@ class PPOConfig:
     # corrected batches: a sample whose pi_0 has already moved past the clip range from mu
     # in the direction of its advantage gets weight 0 (the textbook clip at the first step)
     behaviour_clip: bool = False
+    # lr is the rate of a dense layer this many inputs wide; a wider one's Adam step is
+    # scaled by lr_base_width / fan_in (tianjax.core.update.scale_by_fan_in); null: lr everywhere
+    lr_base_width: int | None = None
 
     def __post_init__(self):
         _check(self.lr > 0, "ppo.lr", f"must be > 0, got {self.lr}")
+        _check(self.lr_base_width is None or (isinstance(self.lr_base_width, int) and not isinstance(self.lr_base_width, bool)
+                                              and self.lr_base_width >= 1),
+               "ppo.lr_base_width", f"must be null or an int >= 1, got {self.lr_base_width!r}")
         _check(self.num_epochs >= 1, "ppo.num_epochs", f"must be >= 1, got {self.num_epochs}")
         _check(self.num_minibatches >= 1, "ppo.num_minibatches",
                f"must be >= 1, got {self.num_minibatches}")

@@ -43,14 +43,54 @@ class LearnerState(NamedTuple):
     fresh_steps: jax.Array | None = None  # int32 scalar: env steps of fresh batches learned from
 
 
-def _adam(learning_rate, max_grad_norm):
-    return optax.chain(optax.clip_by_global_norm(max_grad_norm), optax.adam(learning_rate, eps=1e-5))
+def fan_in_scale(shape: tuple[int, ...], base_width: int | None) -> float:
+    """The factor on a parameter's Adam step: base_width / fan_in for a dense kernel (2-D,
+    [fan_in, fan_out]) whose fan-in exceeds base_width, 1 for anything else (biases, the
+    input layer of a narrow observation, convolution kernels, or base_width None)."""
+    if base_width is None or len(shape) != 2 or shape[0] <= base_width:
+        return 1.0
+    return base_width / shape[0]
 
 
-def make_optimizer(lr: float, max_grad_norm: float) -> optax.GradientTransformation:
+def scale_by_fan_in(base_width: int | None) -> optax.GradientTransformation:
+    """Multiplies each update by `fan_in_scale` of its shape (a per-layer learning rate).
+
+    Adam moves every weight by about the learning rate whatever its gradient's scale, so a
+    layer's output moves with the number of weights feeding each unit: a 256-wide layer's
+    first step changes its pre-activations about 4x as much as a 64-wide one's at the same
+    learning rate. Scaled by base_width / fan_in, a learning rate tuned at base_width moves
+    a wider network's function as far per step (the hidden- and output-layer rule of
+    "maximal update" parametrisations for Adam, Yang et al. 2022)."""
+
+    def init(params):
+        return optax.EmptyState()
+
+    def update(updates, state, params=None):
+        def scale(u):
+            f = fan_in_scale(u.shape, base_width)
+            return u if f == 1.0 else u * jnp.asarray(f, u.dtype)
+
+        return jax.tree.map(scale, updates), state
+
+    return optax.GradientTransformation(init, update)
+
+
+def _adam(learning_rate, max_grad_norm, base_width=None):
+    parts = [optax.clip_by_global_norm(max_grad_norm), optax.adam(learning_rate, eps=1e-5)]
+    if base_width is not None:
+        parts.append(scale_by_fan_in(base_width))
+    return optax.chain(*parts)
+
+
+def make_optimizer(lr: float, max_grad_norm: float, base_width: int | None = None) -> optax.GradientTransformation:
     """Adam (eps 1e-5) after global-norm clipping, its learning rate a hyperparameter in the
-    optimizer state (optax.inject_hyperparams) that the update sets from progress."""
-    return optax.inject_hyperparams(_adam)(learning_rate=lr, max_grad_norm=max_grad_norm)
+    optimizer state (optax.inject_hyperparams) that the update sets from progress. With
+    `base_width`, `lr` is the rate of a layer base_width wide and wider dense layers take a
+    smaller step (scale_by_fan_in)."""
+    if base_width is None:
+        return optax.inject_hyperparams(_adam)(learning_rate=lr, max_grad_norm=max_grad_norm)
+    return optax.inject_hyperparams(_adam, static_args=("base_width",))(
+        learning_rate=lr, max_grad_norm=max_grad_norm, base_width=int(base_width))
 
 
 def learning_rate(opt_state) -> jax.Array:
