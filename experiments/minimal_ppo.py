@@ -64,7 +64,8 @@ def make_train(env_name="CartPole-v1", num_envs=4, num_steps=128, total_steps=50
                     jax.random.split(ke, num_envs), st, a, env_params)
                 return (st, obs2, key), (obs, a, r, term | trunc, lp, v)
 
-            (st, obs, key), tr = jax.lax.scan(step, (st, obs, key), None, num_steps)
+            with jax.named_scope("rollout"):  # (names for experiments/profile_fused.py only)
+                (st, obs, key), tr = jax.lax.scan(step, (st, obs, key), None, num_steps)
             o, a, r, d, lp, v = tr
             _, last_v = net.apply(params, obs)
 
@@ -75,15 +76,17 @@ def make_train(env_name="CartPole-v1", num_envs=4, num_steps=128, total_steps=50
                 adv = delta + gamma * lam * (1 - d_) * adv
                 return (adv, v_), adv
 
-            _, adv = jax.lax.scan(gae, (jnp.zeros_like(last_v), last_v), (r, d, v), reverse=True)
+            with jax.named_scope("advantages"):
+                _, adv = jax.lax.scan(gae, (jnp.zeros_like(last_v), last_v), (r, d, v), reverse=True)
             tgt = adv + v
 
             def epoch(c, _):
                 params, opt, key = c
                 key, kp = jax.random.split(key)
-                perm = jax.random.permutation(kp, batch)
-                data = jax.tree.map(lambda x: x.reshape((batch,) + x.shape[2:])[perm]
-                                    .reshape((minibatches, mb) + x.shape[2:]), (o, a, lp, v, adv, tgt))
+                with jax.named_scope("shuffle"):
+                    perm = jax.random.permutation(kp, batch)
+                    data = jax.tree.map(lambda x: x.reshape((batch,) + x.shape[2:])[perm]
+                                        .reshape((minibatches, mb) + x.shape[2:]), (o, a, lp, v, adv, tgt))
 
                 def mb_step(c, d):
                     params, opt = c
@@ -101,9 +104,12 @@ def make_train(env_name="CartPole-v1", num_envs=4, num_steps=128, total_steps=50
                         entropy = -(jnp.exp(logp) * logp).sum(-1).mean()
                         return pl + vf * vl - ent * entropy
 
-                    g = jax.grad(loss)(params)
-                    u, opt = tx.update(g, opt)
-                    return (optax.apply_updates(params, u), opt), None
+                    with jax.named_scope("loss"):
+                        g = jax.grad(loss)(params)
+                    with jax.named_scope("optimizer"):
+                        u, opt = tx.update(g, opt)
+                        params = optax.apply_updates(params, u)
+                    return (params, opt), None
 
                 (params, opt), _ = jax.lax.scan(mb_step, (params, opt), data)
                 return (params, opt, key), None

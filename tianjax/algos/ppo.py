@@ -255,9 +255,10 @@ def make(config: Config, obs_shape: tuple[int, ...], action_spec: ActionSpec, *,
 
         def epoch(carry, xs):
             key, epoch_lrs = xs
-            perm = shuffle.permutation(key, n)  # uniform, as jax.random.permutation, and cheaper on CPU
-            shuffled = jax.tree.map(
-                lambda x: jnp.take(x, perm, axis=0).reshape((cfg.num_minibatches, mb) + x.shape[1:]), flat)
+            with jax.named_scope("shuffle"):
+                perm = shuffle.permutation(key, n)  # uniform, as jax.random.permutation, and cheaper on CPU
+                shuffled = jax.tree.map(
+                    lambda x: jnp.take(x, perm, axis=0).reshape((cfg.num_minibatches, mb) + x.shape[1:]), flat)
 
             def minibatch(c, xs):
                 mbatch, lr = xs
@@ -280,7 +281,9 @@ def make(config: Config, obs_shape: tuple[int, ...], action_spec: ActionSpec, *,
 
     def update(state: LearnerState, traj: Trajectory, fresh=True):
         """One update on a [T, B] trajectory batch taken at state.params (pi_0)."""
-        return learn(state, prepare(state, traj), fresh)
+        with jax.named_scope("advantages"):
+            batch = prepare(state, traj)
+        return learn(state, batch, fresh)
 
     return Algorithm("ppo", "onpolicy", init, policy.act, value, policy.greedy, guarded(update), loss_fn,
                      policy.network, prepare=prepare, learn=guarded(learn))

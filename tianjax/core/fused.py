@@ -49,9 +49,12 @@ def make_fused(config: Config, env: Env, algo: Algorithm):
         return FusedState(learner, actor, jnp.zeros((), jnp.int32), rb)
 
     def onpolicy_iteration(state: FusedState):
-        actor, traj, episodes = rollout(state.learner.params, state.learner.version, state.actor,
-                                        state.env_steps)
-        learner, metrics = algo.update(state.learner, traj)
+        # (the named scopes only name the ops, for profiles: experiments/profile_fused.py)
+        with jax.named_scope("rollout"):
+            actor, traj, episodes = rollout(state.learner.params, state.learner.version, state.actor,
+                                            state.env_steps)
+        with jax.named_scope("update"):
+            learner, metrics = algo.update(state.learner, traj)
         return FusedState(learner, actor, state.env_steps + B * T, None), metrics, episodes
 
     replay_learn = make_replay_learn(config, algo)

@@ -150,9 +150,12 @@ def gradient_step(loss_fn: Callable[..., tuple[jax.Array, dict]], optimizer: opt
     of an optimizer made by make_optimizer for this step (None: keep it)."""
     if lr is not None:
         opt_state = with_learning_rate(opt_state, lr)
-    (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, *batch)
-    updates, opt_state = optimizer.update(grads, opt_state, params)
-    return optax.apply_updates(params, updates), opt_state, dict(metrics, loss=loss)
+    with jax.named_scope("loss"):
+        (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, *batch)
+    with jax.named_scope("optimizer"):
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        params = optax.apply_updates(params, updates)
+    return params, opt_state, dict(metrics, loss=loss)
 
 
 def guarded(update: Callable[..., tuple[LearnerState, dict]]):
