@@ -30,7 +30,7 @@ import tempfile
 import time
 
 import tianjax
-from tianjax.sweep import make_points, run_sweep
+from tianjax.sweep import make_points, run_sweep, use_cpu_cores
 
 
 def separate_runs(config: str, assignments: list[str], out: str) -> list[dict]:
@@ -56,6 +56,7 @@ def main():
     ap.add_argument("--separate", action="store_true", help="also train every point on its own (reference)")
     ap.add_argument("--out", help="the sweep directory (default: a temporary one)")
     args = ap.parse_args()
+    use_cpu_cores()  # as `tianjax sweep` does (the separate runs use one device each)
     assignments = list(args.assignments) + ["eval_episodes=0"]
     with tempfile.TemporaryDirectory() as tmp:
         out = args.out or os.path.join(tmp, "sweep")

@@ -75,3 +75,29 @@ def test_a_sweep_point_is_the_separate_run_of_its_config(tmp_path):
     ranked = result.ranked()
     assert ranked[0].final_return >= ranked[1].final_return
     assert md.index(ranked[0].name) < md.index(ranked[1].name)
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one core: one XLA:CPU device")
+def test_the_cli_splits_the_points_over_the_cores_and_gets_the_same_runs(tmp_path):
+    """`tianjax sweep` in a fresh process makes each core an XLA:CPU device and splits the
+    4 runs (2 points x 2 seeds) over them (2 devices on 2 or 3 cores); every point's
+    parameters equal the one-device sweep's (this process has one device)."""
+    import subprocess
+    import sys
+
+    small = ["total_env_steps=1024", "num_envs=2", "rollout_len=64", "log_every=4", "eval_episodes=0",
+             "ppo.lr=1e-3,3e-3", "num_seeds=2"]
+    proc = subprocess.run([sys.executable, "-m", "tianjax.cli", "sweep", CFG, *small, "--out", str(tmp_path / "cli")],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    cores = len(os.sched_getaffinity(0))
+    devices = max(k for k in range(1, min(4, cores) + 1) if 4 % k == 0)  # as many as split 4 evenly
+    assert f"on {devices} devices" in proc.stdout, proc.stdout
+    cli = json.load(open(tmp_path / "cli" / "sweep.json"))
+    assert cli["groups"][0]["devices"] == devices
+    here = run_sweep(CFG, small, out=str(tmp_path / "one"), verbose=False)
+    assert here.groups[0]["devices"] == len(jax.local_devices())
+    for p in here.points:
+        other = tianjax.load(os.path.join(tmp_path / "cli", os.path.basename(p.run_dir)))
+        for a, b in zip(jax.tree.leaves(tianjax.load(p.run_dir).params), jax.tree.leaves(other.params), strict=True):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-5)

@@ -204,8 +204,9 @@ def _add_sweep(sub) -> None:
 
 
 def _sweep(args) -> int:
-    from tianjax.sweep import run_sweep
+    from tianjax.sweep import run_sweep, use_cpu_cores
 
+    use_cpu_cores()  # a CPU host's cores as devices, each running its share of the points
     run_sweep(args.config, args.assignments, out=args.out)
     return 0
 

@@ -25,6 +25,13 @@ Written under the sweep directory (`--out`, default runs/<algo>_<env>_sweep_<tim
   seed's mean of its last 100 episodes), with its spread over seeds (std, min, max).
 Throughput is each group's env steps (all points and seeds) over its training time, compile
 time apart.
+
+The points and seeds of a group are independent runs, so their axis is split over the local
+devices (as many as divide it evenly): GPUs where there are several, and on a CPU host the
+cores, which `tianjax sweep` exposes as one XLA:CPU device each (`use_cpu_cores`, before
+JAX starts). One XLA:CPU device runs a vmapped group's matrix products one point after
+another, so on 2 cores the second device about doubles a group's speed. A Python caller
+gets what its process has: call `use_cpu_cores()` first thing to have the same.
 """
 
 from __future__ import annotations
@@ -42,9 +49,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
 from tianjax.config import Config, ConfigError, load_config, parse_override
 from tianjax.fused_train import final_return, make_train, sweepable
 from tianjax.metrics.logger import default_run_dir
+from tianjax.runtime.runners.fused import DONATE_MIN_BYTES, state_bytes
 
 
 class Point(NamedTuple):
@@ -140,6 +150,26 @@ def make_points(source, args: Sequence[str]) -> list[Point]:
     return out
 
 
+def use_cpu_cores(limit: int | None = None) -> int:
+    """One XLA:CPU device per core this process may run on (at most `limit`), so that a
+    sweep's points run side by side. Only before JAX has started its backends (a launcher's
+    first step; never at import): afterwards it changes nothing. Returns the CPU devices the
+    process will have."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    want = max(1, min(cores, limit or cores))
+    try:
+        jax.config.update("jax_num_cpu_devices", want)
+    except RuntimeError:  # the backend has started: it keeps its devices
+        return len(jax.devices("cpu"))
+    return want
+
+
+def _split(n: int, devices: list) -> list:
+    """The most devices (at most all) that split n runs evenly."""
+    d = max(k for k in range(1, min(n, len(devices)) + 1) if n % k == 0)
+    return devices[:d]
+
+
 def _seed_keys(config: Config) -> list:
     # the keys the fused runner gives each seed of this config
     return list(jax.random.split(jax.random.key(config.seed), config.num_seeds))
@@ -159,14 +189,20 @@ def _run_group(points: list[Point]) -> tuple[object, dict]:
     states = jax.tree.map(lambda *xs: jnp.stack(xs * len(points)), *seeds)
     hparams = {k: jnp.asarray(np.repeat([float(_value(p.config, k)) for p in points], S), jnp.float32)
                for k in keys}
+    # the runs' axis split over the devices: each runs its share of the vmap, nothing shared
+    devices = _split(len(points) * S, jax.local_devices())
+    shard = NamedSharding(Mesh(np.array(devices), ("runs",)), PartitionSpec("runs"))
+    states, hparams = jax.device_put((states, hparams), shard)
+    donate = 0 if state_bytes(states) >= DONATE_MIN_BYTES else ()  # as the fused runner does
     t0 = time.perf_counter()
-    program = jax.jit(jax.vmap(train_fn), donate_argnums=0).lower(states, hparams).compile()
+    program = jax.jit(jax.vmap(train_fn), in_shardings=shard, out_shardings=shard,
+                      donate_argnums=donate).lower(states, hparams).compile()
     t1 = time.perf_counter()
     run = jax.block_until_ready(program(states, hparams))
     t2 = time.perf_counter()
-    steps = len(points) * S * int(run.state.env_steps.reshape(-1)[0])
-    return run, dict(points=len(points), seeds=S, compile_time_s=t1 - t0, train_time_s=t2 - t1,
-                     env_steps=steps, env_steps_per_s=steps / max(t2 - t1, 1e-9))
+    steps = len(points) * S * int(np.asarray(run.state.env_steps).reshape(-1)[0])
+    return run, dict(points=len(points), seeds=S, devices=len(devices), compile_time_s=t1 - t0,
+                     train_time_s=t2 - t1, env_steps=steps, env_steps_per_s=steps / max(t2 - t1, 1e-9))
 
 
 def _value(config: Config, key: str):
@@ -283,7 +319,8 @@ def run_sweep(source, args: Sequence[str] = (), *, out: str | None = None, verbo
         for j, p in enumerate(members):
             part = jax.tree.map(lambda x: x[j * S:(j + 1) * S], run)
             results[p.index] = _write_point(p, part, info, os.path.join(sweep_dir, _name(p)))
-        say(f"  compiled in {info['compile_time_s']:.1f} s, trained {info['env_steps']:,} env steps in "
+        on = f" on {info['devices']} devices" if info["devices"] > 1 else ""
+        say(f"  compiled in {info['compile_time_s']:.1f} s, trained {info['env_steps']:,} env steps{on} in "
             f"{info['train_time_s']:.1f} s ({info['env_steps_per_s']:,.0f} env steps/s, all points and seeds)",
             flush=True)
     result = SweepResult(sweep_dir, results, groups)
@@ -300,4 +337,4 @@ def run_sweep(source, args: Sequence[str] = (), *, out: str | None = None, verbo
 
 
 __all__ = ["Point", "PointResult", "SweepResult", "make_points", "parse_args", "run_sweep", "split_values",
-           "table"]
+           "table", "use_cpu_cores"]
