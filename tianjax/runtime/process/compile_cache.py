@@ -7,6 +7,13 @@ apply to the user's own jits too, so it is off unless asked for.
 Re-running a config is the common case (tuning, seeds, resumes, sync vs async), and on a
 small CPU machine compilation is often most of a short run's wall time; with the cache a
 program compiled once is loaded in milliseconds by every later run and actor process.
+
+Actor processes are the exception to opt-in: tianjax starts them and nothing else runs
+there, and each would otherwise compile the same policy program. They use ACTOR_DEFAULT when
+neither the key nor the variable names a directory. Measured with 32 latency-bound actors
+(configs/ppo_latency_async.yaml, 2 cores): a run started in 44 s and each actor held 284 MiB
+RSS (140 MiB of its own) when every actor compiled; 14.5 s and 225 MiB (106) from the cache.
+"off", as the key or the variable, turns the cache off in actors too.
 """
 
 from __future__ import annotations
@@ -19,11 +26,24 @@ import jax
 ENV = "TIANJAX_COMPILE_CACHE"
 
 
-def enable(path: str | None) -> None:
-    path = path or os.environ.get(ENV) or None
-    if not path:
+OFF = "off"
+# the directory the test suite uses too; $XDG_CACHE_HOME moves it as it moves ~/.cache
+ACTOR_DEFAULT = os.path.join(os.environ.get("XDG_CACHE_HOME") or "~/.cache", "tianjax", "xla")
+
+
+def resolve(path: str | None, default: str | None = None) -> str | None:
+    """The cache directory a process uses: the config's key, else $TIANJAX_COMPILE_CACHE,
+    else `default`; None (no cache) when that is empty or "off"."""
+    path = path or os.environ.get(ENV) or default
+    if not path or path.strip().lower() == OFF:
+        return None
+    return os.path.expanduser(path)
+
+
+def enable(path: str | None, default: str | None = None) -> None:
+    path = resolve(path, default)
+    if path is None:
         return
-    path = os.path.expanduser(path)
     os.makedirs(path, exist_ok=True)
     jax.config.update("jax_compilation_cache_dir", path)
     # our programs are small: cache them all, not only those that took over a second
