@@ -51,3 +51,27 @@ def test_out_of_memory_is_one_line(capsys, monkeypatch):
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [("tianjax: error: RESOURCE_EXHAUSTED: Out of memory allocating 562002753792 bytes; "
                     "lower num_envs, rollout_len or the network size")]
+
+
+def _train_cli(tmp_path, env_extra: dict) -> None:
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TIANJAX_COMPILE_CACHE"}
+    env.update(env_extra)
+    out = subprocess.run([sys.executable, "-m", "tianjax", "train", CFG, "num_envs=2", "rollout_len=8",
+                          "total_env_steps=64", "ppo.num_minibatches=1", "target_return=null",
+                          f"run_dir={tmp_path / 'run'}", "--no-progress"],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+
+
+def test_train_cli_caches_its_programs_unless_told_off(tmp_path):
+    """`tianjax train` is a process of tianjax's own: without a key or variable it compiles
+    into the user cache directory ($XDG_CACHE_HOME/tianjax/xla), and "off" writes nothing."""
+    on, off = tmp_path / "on", tmp_path / "off"
+    _train_cli(on, {"XDG_CACHE_HOME": str(on / "cache")})
+    assert any((on / "cache" / "tianjax" / "xla").iterdir())
+    _train_cli(off, {"XDG_CACHE_HOME": str(off / "cache"), "TIANJAX_COMPILE_CACHE": "off"})
+    assert not (off / "cache").exists()

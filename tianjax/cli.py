@@ -26,11 +26,20 @@ def _sigterm(signum, frame):
     shutdown.request(signal.Signals(signum).name)
 
 
+def _own_compile_cache() -> None:
+    """A process of our own: re-runs (and the actors it starts) load their programs from the
+    compile cache unless the config or the variable names another directory, or "off"."""
+    from tianjax.runtime.process import compile_cache
+
+    os.environ.setdefault(compile_cache.ENV, compile_cache.DEFAULT)
+
+
 def _train(args) -> int:
     if args.dry_run:
         return _dry_run(args)
     from tianjax.train import train
 
+    _own_compile_cache()
     result = train(args.config, args.overrides, progress=None if not args.no_progress else False)
     if result.summary.get("interrupted"):
         print("tianjax: interrupted; the run directory has its summary and a final checkpoint "
@@ -207,6 +216,7 @@ def _sweep(args) -> int:
     from tianjax.sweep import run_sweep, use_cpu_cores
 
     use_cpu_cores()  # a CPU host's cores as devices, each running its share of the points
+    _own_compile_cache()
     run_sweep(args.config, args.assignments, out=args.out)
     return 0
 

@@ -29,4 +29,4 @@ def test_off_turns_it_off_even_where_a_default_applies(no_env, monkeypatch):
 
 def test_home_is_expanded(no_env):
     assert cc.resolve("~/c") == os.path.join(os.path.expanduser("~"), "c")
-    assert cc.ACTOR_DEFAULT.endswith(os.path.join("tianjax", "xla"))
+    assert cc.DEFAULT.endswith(os.path.join("tianjax", "xla"))

@@ -8,12 +8,14 @@ Re-running a config is the common case (tuning, seeds, resumes, sync vs async), 
 small CPU machine compilation is often most of a short run's wall time; with the cache a
 program compiled once is loaded in milliseconds by every later run and actor process.
 
-Actor processes are the exception to opt-in: tianjax starts them and nothing else runs
-there, and each would otherwise compile the same policy program. They use ACTOR_DEFAULT when
-neither the key nor the variable names a directory. Measured with 32 latency-bound actors
-(configs/ppo_latency_async.yaml, 2 cores): a run started in 44 s and each actor held 284 MiB
-RSS (140 MiB of its own) when every actor compiled; 14.5 s and 225 MiB (106) from the cache.
-"off", as the key or the variable, turns the cache off in actors too.
+The processes tianjax starts itself are the exception: `tianjax train` (and what it
+launches) and every actor process, where nothing but tianjax runs. They use DEFAULT when
+neither the key nor the variable names a directory: each actor would otherwise compile the
+same policy program, and every re-run of a config its programs. Measured with 32
+latency-bound actors (configs/ppo_latency_async.yaml, 2 cores): each actor held 284 MiB RSS
+(140 MiB of its own) when every actor compiled, 225 MiB (106) from the cache, and the
+learner's compile beside them took 44 s, 33 s with the actors' cache, 14.5 s with its own.
+"off", as the key or the variable, turns the cache off there too.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ ENV = "TIANJAX_COMPILE_CACHE"
 
 OFF = "off"
 # the directory the test suite uses too; $XDG_CACHE_HOME moves it as it moves ~/.cache
-ACTOR_DEFAULT = os.path.join(os.environ.get("XDG_CACHE_HOME") or "~/.cache", "tianjax", "xla")
+DEFAULT = os.path.join(os.environ.get("XDG_CACHE_HOME") or "~/.cache", "tianjax", "xla")
 
 
 def resolve(path: str | None, default: str | None = None) -> str | None:
