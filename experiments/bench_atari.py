@@ -155,7 +155,7 @@ def update_cost(cfg, repeats):
 def train_runs(steps, actors, skip_sync):
     common = [f"total_env_steps={steps}", f"num_actors={actors}", "target_return=null",
               "checkpoint.every=0", "checkpoint.final=false",
-              "compile_cache=null"]  # cold compiles: the second run would reuse the first's
+              "compile_cache=false"]  # cold compiles: the second run would reuse the first's
     out = {}
     for mode in ("async",) + (() if skip_sync else ("sync",)):
         out[mode] = run(CONFIG, common + [f"mode={mode}"])

@@ -28,7 +28,7 @@ def _sigterm(signum, frame):
 
 def _own_compile_cache() -> None:
     """A process of our own: re-runs (and the actors it starts) load their programs from the
-    compile cache unless the config or the variable names another directory, or "off"."""
+    compile cache unless the config or the variable names another directory, or none (false, "off")."""
     from tianjax.runtime.process import compile_cache
 
     os.environ.setdefault(compile_cache.ENV, compile_cache.DEFAULT)

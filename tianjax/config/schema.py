@@ -74,9 +74,10 @@ class Config:
     eval_episodes: int = 0  # greedy episodes at the end (0 = none)
     # JAX's persistent compilation cache, a directory (e.g. ~/.cache/tianjax/xla; null: off,
     # unless $TIANJAX_COMPILE_CACHE names one). Setting it changes process-wide JAX settings:
-    # every later jit of the process, yours included, is cached there. `tianjax train` and
-    # actor processes use ~/.cache/tianjax/xla when neither names one; "off" turns it off
-    compile_cache: str | None = None
+    # every later jit of the process, yours included, is cached there. true: ~/.cache/tianjax/xla.
+    # `tianjax train`, `tianjax sweep` and actor processes use that when neither names one;
+    # false (or the variable set to "off") turns it off there too
+    compile_cache: str | bool | None = None
     # Where records go besides metrics.jsonl (always written): tensorboard, wandb, console,
     # or your own "module:Class" (tianjax/metrics/loggers.py)
     loggers: tuple[str, ...] = ("tensorboard",)

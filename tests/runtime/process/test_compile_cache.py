@@ -21,10 +21,12 @@ def test_key_then_variable_then_default(no_env, monkeypatch, tmp_path):
 
 
 def test_off_turns_it_off_even_where_a_default_applies(no_env, monkeypatch):
+    assert cc.resolve(False, default="~/x") is None  # compile_cache: false
     assert cc.resolve("off", default="~/x") is None
     assert cc.resolve("OFF") is None
     monkeypatch.setenv(cc.ENV, "off")
     assert cc.resolve(None, default="~/x") is None
+    assert cc.resolve(True) == os.path.expanduser(cc.DEFAULT)  # compile_cache: true, the key wins
 
 
 def test_home_is_expanded(no_env):

@@ -15,7 +15,8 @@ same policy program, and every re-run of a config its programs. Measured with 32
 latency-bound actors (configs/ppo_latency_async.yaml, 2 cores): each actor held 284 MiB RSS
 (140 MiB of its own) when every actor compiled, 225 MiB (106) from the cache, and the
 learner's compile beside them took 44 s, 33 s with the actors' cache, 14.5 s with its own.
-"off", as the key or the variable, turns the cache off there too.
+`compile_cache: false` (or the variable set to "off") turns the cache off there too;
+`compile_cache: true` names DEFAULT, in tianjax.train() from Python as well.
 """
 
 from __future__ import annotations
@@ -33,16 +34,21 @@ OFF = "off"
 DEFAULT = os.path.join(os.environ.get("XDG_CACHE_HOME") or "~/.cache", "tianjax", "xla")
 
 
-def resolve(path: str | None, default: str | None = None) -> str | None:
-    """The cache directory a process uses: the config's key, else $TIANJAX_COMPILE_CACHE,
-    else `default`; None (no cache) when that is empty or "off"."""
+def resolve(path: str | bool | None, default: str | None = None) -> str | None:
+    """The cache directory a process uses: the config's key (a directory, true for DEFAULT,
+    false for none), else $TIANJAX_COMPILE_CACHE, else `default`; None (no cache) when
+    that is empty or "off"."""
+    if path is False:
+        return None
+    if path is True:
+        path = DEFAULT
     path = path or os.environ.get(ENV) or default
     if not path or path.strip().lower() == OFF:
         return None
     return os.path.expanduser(path)
 
 
-def enable(path: str | None, default: str | None = None) -> None:
+def enable(path: str | bool | None, default: str | None = None) -> None:
     path = resolve(path, default)
     if path is None:
         return
