@@ -54,7 +54,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from tianjax.config import Config, ConfigError, load_config, parse_override
 from tianjax.fused_train import final_return, make_train, sweepable
 from tianjax.metrics.logger import default_run_dir
-from tianjax.runtime.runners.fused import DONATE_MIN_BYTES, state_bytes
+from tianjax.runtime.runners.fused import donate_argnums
 
 
 class Point(NamedTuple):
@@ -193,10 +193,9 @@ def _run_group(points: list[Point]) -> tuple[object, dict]:
     devices = _split(len(points) * S, jax.local_devices())
     shard = NamedSharding(Mesh(np.array(devices), ("runs",)), PartitionSpec("runs"))
     states, hparams = jax.device_put((states, hparams), shard)
-    donate = 0 if state_bytes(states) >= DONATE_MIN_BYTES else ()  # as the fused runner does
     t0 = time.perf_counter()
     program = jax.jit(jax.vmap(train_fn), in_shardings=shard, out_shardings=shard,
-                      donate_argnums=donate).lower(states, hparams).compile()
+                      donate_argnums=donate_argnums(states)).lower(states, hparams).compile()
     t1 = time.perf_counter()
     run = jax.block_until_ready(program(states, hparams))
     t2 = time.perf_counter()

@@ -64,3 +64,16 @@ def test_other_products_go_to_lax():
     hi = jax.lax.Precision.HIGHEST
     np.testing.assert_array_equal(dot_general(a, w, (((2,), (0,)), ((), ())), precision=hi),
                                   jax.lax.dot_general(a, w, (((2,), (0,)), ((), ())), precision=hi))
+
+
+def test_dense_takes_its_weight_gradient_from_matmul():
+    """Dense's own product is routed to `matmul`: its backward pass lays x^T out behind an
+    optimization barrier, which flax's Dense's never does."""
+    x = jnp.ones((8, 4), jnp.float32)
+    params = Dense(3).init(jax.random.key(0), x)
+
+    def backward(module):
+        return str(jax.make_jaxpr(jax.grad(lambda p: jnp.sum(module.apply(p, x))))(params))
+
+    assert "optimization_barrier" in backward(Dense(3))
+    assert "optimization_barrier" not in backward(nn.Dense(3))

@@ -83,7 +83,7 @@ def _run_actor(args, raw_config: dict) -> int:
 
     try:
         config = load_config(raw_config)
-        # every actor compiles the same policy: load it from a cache unless told "off"
+        # every actor compiles the same policy: load it from a cache unless told not to
         compile_cache.enable(config.compile_cache, default=compile_cache.DEFAULT)
         actor = Actor(config, args.actor_id, json.loads(args.endpoints_json), load_key())
     except Exception as e:  # noqa: BLE001 (whatever stops the start-up stops it every time)

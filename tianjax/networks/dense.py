@@ -28,7 +28,6 @@ import jax
 from jax import lax
 
 
-
 @jax.custom_vjp
 def matmul(x: jax.Array, w: jax.Array) -> jax.Array:
     """x [..., F] @ w [F, O] -> [..., O], with the gradient described in the module docstring."""

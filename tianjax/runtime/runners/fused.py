@@ -68,9 +68,15 @@ def next_chunk(n_prev: int, seconds_prev: float, every: int, capacity: int) -> i
     return max(n, min(every, capacity))
 
 
-def state_bytes(state) -> int:
-    """Bytes of a (fused) state's arrays, keys included."""
-    return sum(int(getattr(x, "nbytes", 0)) for x in jax.tree.leaves(state))
+def tree_bytes(tree) -> int:
+    """Bytes of a tree's arrays (or of the arrays its shapes describe), keys included."""
+    return sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(tree))
+
+
+def donate_argnums(state) -> tuple[int, ...]:
+    """jit's donate_argnums for a program whose first argument is `state`: donated from
+    DONATE_MIN_BYTES up, not below."""
+    return (0,) if tree_bytes(state) >= DONATE_MIN_BYTES else ()
 
 
 def run_fused(config: Config, logger: RunLogger, progress: Progress, env=None) -> RunOutcome:
@@ -114,14 +120,13 @@ def run_fused(config: Config, logger: RunLogger, progress: Progress, env=None) -
 
     one_iter = jax.eval_shape(partial(run, num_iterations=1), state if S == 1 else
                               jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), state))[1]
-    capacity = chunk_capacity(n_iters, every, S * sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(one_iter)))
+    capacity = chunk_capacity(n_iters, every, S * tree_bytes(one_iter))
 
     t_compile = time.perf_counter()
     program = None
     if done_iters < n_iters:
         fn = jax.vmap(chunk_fn, in_axes=(0, None)) if S > 1 else chunk_fn
-        donate = 0 if state_bytes(state) >= DONATE_MIN_BYTES else ()
-        program = jax.jit(fn, donate_argnums=donate).lower(state, jnp.int32(capacity)).compile()
+        program = jax.jit(fn, donate_argnums=donate_argnums(state)).lower(state, jnp.int32(capacity)).compile()
     compile_time = time.perf_counter() - t_compile
 
     rec.training(time.perf_counter(), env_steps)
