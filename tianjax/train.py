@@ -164,9 +164,9 @@ def _train(config: Config, env, progress, verbose, saved: bool = True) -> TrainR
     t0 = time.perf_counter()
     try:
         out = runner(config, logger, bar)
-    except BaseException:
+    except BaseException as e:
         try:
-            logger.close()  # keep what was logged (TensorBoard queues events) when a run fails
+            logger.close(failing=e)  # keep what was logged (TensorBoard queues events) when a run fails
         except OSError:
             pass  # a full disk fails this too: the run's own error is the one to report
         raise

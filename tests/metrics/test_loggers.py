@@ -147,3 +147,42 @@ def test_wandb_offline_run_holds_the_records(tmp_path, monkeypatch):
     assert steps == [r["env_steps"] for r in records] == list(range(64, 2049, 64))
     assert all(h["loss"] == pytest.approx(r["loss"]) for h, r in zip(history, records))
     assert os.environ["WANDB_MODE"] == "offline"
+
+
+FULL_DISK_LOGGER = """
+import errno
+
+class FailsToClose:
+    def start(self, config, run_dir):
+        pass
+    def record(self, record):
+        pass
+    def summary(self, summary):
+        pass
+    def close(self):
+        raise OSError(errno.ENOSPC, "No space left on device")
+"""
+
+
+def test_a_logger_that_cannot_close_for_the_runs_own_reason_is_not_reported_twice(tmp_path, monkeypatch, capsys):
+    import errno
+
+    from tianjax.metrics.loggers import Loggers
+
+    (tmp_path / "full_disk_logs.py").write_text(textwrap.dedent(FULL_DISK_LOGGER))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    config = load_config("ppo_cartpole", ["loggers=[full_disk_logs:FailsToClose]"])
+
+    def closed_after(failing):
+        loggers = Loggers(config, str(tmp_path), config.loggers)
+        loggers.record({"env_steps": 1})
+        loggers.close(failing)
+        return capsys.readouterr().err
+
+    disk_full = RuntimeError("checkpoint failed")
+    disk_full.__cause__ = OSError(errno.ENOSPC, "No space left on device")
+    assert closed_after(disk_full) == ""  # the run's own error line says it
+    for failing in (None, ValueError("a NaN"), OSError(errno.EMFILE, "Too many open files")):
+        err = closed_after(failing)  # a finished run, or one failing for another reason: the logger's failure is news
+        assert err.count("\n") == 1 and "logger 'full_disk_logs:FailsToClose' failed in close (OSError:" in err, err
+    sys.modules.pop("full_disk_logs", None)

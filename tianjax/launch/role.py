@@ -136,7 +136,7 @@ def _run_learner(args, config) -> int:
             learner.stop_actors()
         learner.close()
         progress.close()
-        logger.close()
+        logger.close(failing=sys.exception())  # the error this learner dies of, if any
     from tianjax.metrics.logger import write_json_atomic
 
     write_json_atomic(os.path.join(args.run_dir, "learner_result.json"), out.to_json())

@@ -130,9 +130,14 @@ class RunLogger:
         self._metrics.flush()
         return read_metrics(self.run_dir)
 
-    def close(self) -> None:
-        self._metrics.close()
-        self._loggers.close()  # flushes what is queued (TensorBoard, W&B)
+    def close(self, failing: BaseException | None = None) -> None:
+        """Closes metrics.jsonl and the loggers (they flush what is queued: TensorBoard,
+        W&B), the loggers even when the file's last flush fails. `failing`: the error the
+        run ends with (see Loggers.close)."""
+        try:
+            self._metrics.close()
+        finally:
+            self._loggers.close(failing)
 
 
 def format_summary(summary: dict) -> str:

@@ -188,11 +188,18 @@ class Loggers:
     def summary(self, summary: dict) -> None:
         self._each("summary", summary)
 
-    def close(self) -> None:
+    def close(self, failing: BaseException | None = None) -> None:
+        """Closes each logger. `failing`: the error the run ends with; a logger that fails
+        to close for the same resource (a full disk: its last events could not be written
+        either) is not reported, the run's own error line says it."""
+        from tianjax.checkpoint.errors import resource_errno
+
+        cause = None if failing is None else resource_errno(failing)
         if self._started:
             for name, logger in self._live:
                 try:
                     logger.close()
                 except Exception as e:  # noqa: BLE001
-                    self._warn(name, "close", e)
+                    if cause is None or resource_errno(e) != cause:
+                        self._warn(name, "close", e)
         self._live = []
