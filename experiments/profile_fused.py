@@ -56,7 +56,7 @@ _NAME = re.compile(r'op_name="([^"]*)"')
 
 def programs(num_envs: int, iterations: int) -> dict:
     total = iterations * num_envs * 128
-    cfg = tianjax.load_config("configs/ppo_cartpole.yaml", [f"num_envs={num_envs}", f"total_env_steps={total}"])
+    cfg = tianjax.load_config("ppo_cartpole", [f"num_envs={num_envs}", f"total_env_steps={total}"])
     env = make_gymnax(cfg.env)
     algo = make_algorithm(cfg, env.obs_shape, env.action_spec, correct_staleness=False)
     init, run = make_fused(cfg, env, algo)

@@ -87,10 +87,8 @@ def make_optimizer(lr: float, max_grad_norm: float, base_width: int | None = Non
     optimizer state (optax.inject_hyperparams) that the update sets from progress. With
     `base_width`, `lr` is the rate of a layer base_width wide and wider dense layers take a
     smaller step (scale_by_fan_in)."""
-    if base_width is None:
-        return optax.inject_hyperparams(_adam)(learning_rate=lr, max_grad_norm=max_grad_norm)
     return optax.inject_hyperparams(_adam, static_args=("base_width",))(
-        learning_rate=lr, max_grad_norm=max_grad_norm, base_width=int(base_width))
+        learning_rate=lr, max_grad_norm=max_grad_norm, base_width=base_width)
 
 
 def learning_rate(opt_state) -> jax.Array:
