@@ -231,6 +231,9 @@ def test_a_learner_that_raises_at_a_checkpoint_is_restarted_and_the_run_reaches_
         assert "the learner process exited with code 1; restarting it (1/2)" in err, err
         # the learner's own error: a full disk (tmpfs) or a refused write (read-only)
         assert os.strerror(errno.ENOSPC) in err or os.strerror(errno.EACCES) in err, err
+        # ... said on the launcher's line (the learner's stderr passes only tianjax's lines then)
+        restart = next(line for line in err.splitlines() if "restarting it (1/2)" in line)
+        assert "; it failed with OSError: [Errno" in restart, err
         s = read_summary(run_dir)
         assert s["learner_restarts"] == 1 and s["actor_restarts"] == 0, s
         assert s["convergence_time_s"] is not None, s  # reached its target (475)

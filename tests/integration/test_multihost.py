@@ -124,7 +124,8 @@ def test_a_killed_learner_ends_every_process_nonzero_with_one_line(tmp_path, pro
     env, learners, actors = _start_readme_run(tmp_path, procs, f"runtime.heartbeat_timeout_s={timeout}")
     wait_for(lambda: updates_logged(tmp_path / "run" / "learner-0") >= 10
              or any(p.poll() is not None for p in learners), 240, what="10 updates")
-    assert all(p.poll() is None for p in [*learners, *actors])
+    ended = [p for p in [*learners, *actors] if p.poll() is not None]
+    assert not ended, [(p.log_name, p.returncode, procs.stderr(p)[-2000:]) for p in ended]
     learners[victim].send_signal(signal.SIGKILL)  # the whole process group stays: its host is gone
     killed_at = time.monotonic()
     survivor = learners[1 - victim]

@@ -103,7 +103,8 @@ def run_local(config: Config, logger: RunLogger, progress: Progress) -> RunOutco
 
 # ----------------------------------------------------------------------------- learner process
 class _LearnerProcess:
-    """The learner as a child process; its stdout carries one JSON event per line."""
+    """The learner as a child process; its stdout carries one JSON event per line (tianjax.launch.role:
+    "endpoints", "silent" actors, and "failed" with the exception it exits with)."""
 
     def __init__(self, config: Config, run_dir: str, run_key: bytes, ports: HeldPorts, ipc_dir: str | None):
         env = dict(os.environ)
@@ -120,13 +121,27 @@ class _LearnerProcess:
         self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL,
                                      pass_fds=tuple(ports.fds.values()))
         self._buf = b""
+        self.failure: str | None = None  # the exception it reported before exiting, in one line
 
     def events(self, timeout_s: float) -> list[dict]:
         """Events printed since the last call (waits up to timeout_s for the first)."""
-        out = []
         ready, _, _ = select.select([self.proc.stdout], [], [], timeout_s)
-        if ready:
+        return self._parse(os.read(self.proc.stdout.fileno(), 1 << 16)) if ready else []
+
+    def rest(self) -> list[dict]:
+        """The events of an exited learner not read yet: its stdout to the end (a last line
+        without a newline too), never waiting."""
+        out = []
+        while select.select([self.proc.stdout], [], [], 0)[0]:
             chunk = os.read(self.proc.stdout.fileno(), 1 << 16)
+            if not chunk:
+                break
+            out += self._parse(chunk)
+        return out + (self._parse(b"\n") if self._buf else [])
+
+    def _parse(self, chunk: bytes) -> list[dict]:
+        out = []
+        if chunk:
             self._buf += chunk
             *lines, self._buf = self._buf.split(b"\n")
             for line in lines:
@@ -135,6 +150,8 @@ class _LearnerProcess:
                 except ValueError:
                     event = None
                 if isinstance(event, dict) and "tianjax_event" in event:
+                    if event["tianjax_event"] == "failed":
+                        self.failure = str(event.get("error"))
                     out.append(event)
                 else:  # anything else the learner printed goes on to our stdout
                     print(line.decode(errors="replace"), flush=True)
@@ -183,17 +200,18 @@ def _run_with_learner_process(config: Config, logger: RunLogger, progress: Progr
             events = learner.events(0.1)
             code = learner.poll()
             if code is not None:
-                events += learner.events(0.0)
+                events += learner.rest()
                 if code == 0:
                     break
+                why = f"; it failed with {learner.failure}" if learner.failure else ""
                 if code in (130, 143) or not config.runtime.restart_learner or \
                         learner_restarts >= config.runtime.max_learner_restarts:
                     where = _last_checkpoint(run_dir)
-                    raise LearnerFailure(f"the learner process exited with code {code}; {where}")
+                    raise LearnerFailure(f"the learner process exited with code {code}; {where}{why}")
                 learner_restarts += 1
                 where = _last_checkpoint(run_dir)
                 print(f"tianjax: warning: the learner process exited with code {code}; restarting it "
-                      f"({learner_restarts}/{config.runtime.max_learner_restarts}) from {where}",
+                      f"({learner_restarts}/{config.runtime.max_learner_restarts}) from {where}{why}",
                       file=sys.stderr, flush=True)
                 # from its newest checkpoint (or, if it wrote none, from where this run began)
                 resume = run_dir if ckpt.has_checkpoint(run_dir) else config.resume

@@ -47,12 +47,17 @@ def _event(kind: str, **fields) -> None:
 STARTUP_FAILED = 78  # EX_CONFIG
 
 
-def _startup_failed(args, e: BaseException) -> int:
+def _why(e: BaseException) -> str:
+    """An exception in one line: its type and its message's first line (a ConfigError's
+    message alone: it names the key)."""
     from tianjax.config import ConfigError
 
     line = (str(e).strip().splitlines() or [""])[0]
-    name = "" if isinstance(e, ConfigError) else f"{type(e).__name__}: "  # its message names the key
-    print(f"tianjax: actor {args.actor_id} cannot start: {name}{line}", file=sys.stderr, flush=True)
+    return line if isinstance(e, ConfigError) else f"{type(e).__name__}: {line}"
+
+
+def _startup_failed(args, e: BaseException) -> int:
+    print(f"tianjax: actor {args.actor_id} cannot start: {_why(e)}", file=sys.stderr, flush=True)
     return STARTUP_FAILED
 
 
@@ -180,6 +185,13 @@ def main(argv=None) -> int:
         return _run_learner(args, config)
     except KeyboardInterrupt:
         return 143 if args.role == "learner" else 130
+    except Exception as e:
+        # NOTE: the launcher's line on this learner's exit says why: after a full disk or a
+        # descriptor limit this process's stderr passes only tianjax's own lines
+        # (tianjax.checkpoint.errors.only_error_lines), so the traceback below is not shown
+        if args.role == "learner":
+            _event("failed", error=_why(e))
+        raise
 
 
 if __name__ == "__main__":
