@@ -1,5 +1,5 @@
 """Your own env, network and algorithm: the registry, `module:EnvId`, `imports`, train(env=,
-network=), experiments/custom_parts.py, and actors that cannot start."""
+network=), experiments/examples/custom_parts.py, and actors that cannot start."""
 
 import os
 import subprocess
@@ -17,12 +17,12 @@ from tianjax.config import ConfigError, load_config
 from tianjax.errors import ActorFailure
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-EXPERIMENTS = os.path.join(ROOT, "experiments")
+EXAMPLES = os.path.join(ROOT, "experiments", "examples")
 
 
 @pytest.fixture
 def custom_parts(monkeypatch):
-    monkeypatch.syspath_prepend(EXPERIMENTS)
+    monkeypatch.syspath_prepend(EXAMPLES)
     import custom_parts
 
     yield custom_parts
@@ -145,7 +145,7 @@ def test_objects_cannot_go_to_actor_processes(custom_parts):
 def test_custom_parts_script_runs_fused_and_async(tmp_path):
     """The example as a user runs it: a script; async actors import it by name."""
     env = dict(os.environ, PYTHONPATH=ROOT)
-    out = subprocess.run([sys.executable, os.path.join(EXPERIMENTS, "custom_parts.py"), "--steps", "4096",
+    out = subprocess.run([sys.executable, os.path.join(EXAMPLES, "custom_parts.py"), "--steps", "4096",
                           "--run-dir", str(tmp_path)], env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     lines = [ln for ln in out.stdout.splitlines() if "a2c Catch" in ln]

@@ -1,4 +1,4 @@
-"""experiments/quickstart.ipynb runs end to end (on a tiny config) and is stored clean."""
+"""experiments/examples/quickstart.ipynb runs end to end (on a tiny config) and is stored clean."""
 
 import json
 import math
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-NOTEBOOK = ROOT / "experiments" / "quickstart.ipynb"
+NOTEBOOK = ROOT / "experiments" / "examples" / "quickstart.ipynb"
 CELL_TIMEOUT_S = 600  # per cell; the training cell compiles and trains in well under this
 
 

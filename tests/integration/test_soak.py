@@ -1,5 +1,5 @@
-"""The soak experiment (experiments/soak.py), short: an async run with 4 actors while actors
-are SIGKILLed and garbage is streamed at the learner's sockets. The run must go on
+"""The soak tool (experiments/tools/soak.py), short: an async run with 4 actors while
+actors are SIGKILLed and garbage is streamed at the learner's sockets. The run must go on
 updating, count the restarts, refuse the garbage at the handshake, keep its memory and
 file descriptors bounded, and leave no process behind.
 """
@@ -14,7 +14,7 @@ import psutil
 
 from .conftest import REPO, ROLE_MARK, alive
 
-SOAK = str(REPO / "experiments" / "soak.py")
+SOAK = str(REPO / "experiments" / "tools" / "soak.py")
 
 
 def _role_processes_in_group(pgid: int) -> list[psutil.Process]:
