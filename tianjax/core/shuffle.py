@@ -3,7 +3,7 @@
 PPO's epochs cut a shuffled batch into minibatches. `jax.random.permutation` shuffles by
 sorting (random key, position) pairs; XLA:CPU sorts a pair of arrays through a comparator
 it calls per comparison, which at 8,192 samples took about 40% of a fused PPO update
-(experiments/reproduce.md, section 1). A sort of one unsigned integer array takes XLA:CPU's
+(experiments/benchmarks, fused training). A sort of one unsigned integer array takes XLA:CPU's
 direct comparison, about five times faster, so each round here packs both into one word:
 
     word_i = (u_i with its low b bits cleared) | i,     u_i ~ U{0, ..., 2^32 - 1},

@@ -9,8 +9,8 @@ XLA:CPU hands the forward product and dL/dx to its fast matrix kernels, but a pr
 contracts the leading axis of both operands goes to a generic loop emitter: in a fused PPO
 update on CartPole (batch 128 to 2,048 rows) the policy head's dL/dW (O = 2) ran at 3 to 5
 GFLOP/s against 20 to 25 for the same product with x^T laid out first, the value head's
-(O = 1) 5x slower, and the 64 x 64 layers about 15% slower (experiments/reproduce.md,
-section 1). So the backward pass here transposes x into a buffer of its own (an
+(O = 1) 5x slower, and the 64 x 64 layers about 15% slower (experiments/benchmarks, fused
+training). So the backward pass here transposes x into a buffer of its own (an
 optimization barrier keeps XLA from folding the transpose back into the product) and
 multiplies x^T [F, M] by g [M, O], an ordinary product. The values are the same sums; only
 the order of the additions inside the kernel may differ (float rounding).

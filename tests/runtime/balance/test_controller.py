@@ -301,7 +301,7 @@ def test_replay_ratio_stays_within_tolerance_and_actors_run_as_fast_as_it_allows
 # ----------------------------------------------------------------------------- the reserve
 def learner_bound_tau(actions: Actions, k: int) -> float:
     """A learner-bound runtime's mean staleness, as measured in the 256x256 CartPole run
-    (experiments/reproduce.md, section 11): credits come back when a batch is taken, one
+    (experiments/studies/learner_busy): credits come back when a batch is taken, one
     update before it can run, so a window of one batch gives tau = 2 (one update waiting
     behind the running one, one for the parameters, published as an update ends); each
     further batch in the window waits one update more; publishing every p updates adds
