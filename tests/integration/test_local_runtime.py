@@ -208,7 +208,7 @@ def test_actors_do_not_outlive_a_killed_launcher(tmp_path, procs, when):
 # ----------------------------------------------------------------------------- authentication
 def _attacker(endpoints: dict, stop: threading.Event, sent: dict, template, handshake, to: str) -> None:
     """Sends, until told to stop, what a peer without the run key could send once past the
-    handshake (with the connection credentials, as read off a network under `mac`)."""
+    handshake (with the connection credentials, as read off a network under `plain`)."""
     ctx = zmq.Context.instance()
     push = ctx.socket(zmq.PUSH)
     push.linger = 2000  # what it queued still reaches the learner after stop

@@ -19,12 +19,12 @@ Attacks (each until SECONDS have passed, then a JSON report is written to OUT):
   a moment later, raw silent TCP connections (reopened as the learner closes them).
   Reports how many raw ones it opened and the learner closed.
 - badflood: with the PLAIN token (env HOSTILE_PLAIN_TOKEN, as read off a network under
-  `security: mac`) but not the run key, floods the trajectory and control ports with
+  `security: plain`) but not the run key, floods the trajectory and control ports with
   messages that fail their checks: unsigned ones of 64 small frames (each under any
   frame cap), and tiny ones; until SECONDS have passed or the run (pid EXTRA, if given)
   has ended.
 - replay: sends messages recorded off the wire, byte for byte, holding what an observer of
-  a network under `security: mac` holds (the PLAIN token, never the run key): to a
+  a network under `security: plain` holds (the PLAIN token, never the run key): to a
   learner's port (`push`, `dealer`), or, as a peer an actor connects to (`router`), to the
   first peer that writes to it. ENDPOINTS_JSON is then the path of a JSON spec:
   {"socket", "endpoint" (push, dealer), "token", "messages": [[hex frame, ...], ...],

@@ -1,7 +1,7 @@
 """Peers without the run key, over real sockets, cost a learner only a bounded amount.
 
 The fast tests check each layer on its own with real channels: the handshake admits only
-the run's credentials (PLAIN token under `mac`, derived CURVE keys under `curve`, and
+the run's credentials (PLAIN token under `plain`, derived CURVE keys under `curve`, and
 the address allow-list), a client under `curve` will not talk to a server without the
 run's key (a squatter), an oversized subscription or frame disconnects its sender, and
 one host holds at most `runtime.max_connections_per_host` connections on each socket.
@@ -59,16 +59,16 @@ FLOODERS = 3  # bad-message flooders against a whole run, each a process with a 
 # ----------------------------------------------------------------------------- handshakes
 @pytest.fixture
 def server():
-    """A server context with its gatekeeper (mac), closed after the test."""
+    """A server context with its gatekeeper (plain), closed after the test."""
     key = new_run_key()
-    net = SecureContext(key, "mac", server=True)
+    net = SecureContext(key, "plain", server=True)
     try:
         yield key, net
     finally:
         net.close()
 
 
-def _client(key, security="mac"):
+def _client(key, security="plain"):
     return SecureContext(key, security, server=False)
 
 
@@ -83,18 +83,18 @@ def test_handshake_credentials_are_derived_per_run_and_never_shown():
     with pytest.raises(TypeError):
         pickle.dumps(a)
     # the PLAIN token is the run's: this run's admitted, another's or none refused
-    mac = Handshake(key, "mac")
-    assert mac.admits(b"PLAIN", [b"tianjax", mac._token]) is None
-    assert mac.admits(b"PLAIN", [b"tianjax", Handshake(new_run_key(), "mac")._token]) == "credentials"
-    assert mac.admits(b"NULL", []) == "mechanism"
+    plain = Handshake(key, "plain")
+    assert plain.admits(b"PLAIN", [b"tianjax", plain._token]) is None
+    assert plain.admits(b"PLAIN", [b"tianjax", Handshake(new_run_key(), "plain")._token]) == "credentials"
+    assert plain.admits(b"NULL", []) == "mechanism"
     assert a.admits(b"CURVE", [zmq.utils.z85.decode(a.client_public)]) is None
     assert a.admits(b"CURVE", [zmq.utils.z85.decode(other.client_public)]) == "credentials"
-    assert resolve_security(None, "127.0.0.1") == "mac" and resolve_security(None, "::1") == "mac"
+    assert resolve_security(None, "127.0.0.1") == "plain" and resolve_security(None, "::1") == "plain"
     assert resolve_security(None, "0.0.0.0") == "curve" and resolve_security(None, "host0") == "curve"
-    assert resolve_security("mac", "0.0.0.0") == "mac"
+    assert resolve_security("plain", "0.0.0.0") == "plain"
 
 
-@pytest.mark.parametrize("security", ["mac", "curve"])
+@pytest.mark.parametrize("security", ["plain", "curve"])
 def test_only_the_runs_credentials_get_a_message_through(security):
     key = new_run_key()
     server = SecureContext(key, security, server=True)
@@ -146,7 +146,7 @@ def test_only_the_runs_credentials_get_a_message_through(security):
 
 def test_address_allow_list_refuses_other_hosts_even_with_credentials():
     key = new_run_key()
-    server = SecureContext(key, "mac", server=True, allow=("192.0.2.1",))
+    server = SecureContext(key, "plain", server=True, allow=("192.0.2.1",))
     client = _client(key)
     try:
         rx = TrajectoryReceiver(key, TREE, ctx=server.ctx, handshake=server.handshake)
@@ -173,7 +173,7 @@ def test_address_allow_list_refuses_other_hosts_even_with_credentials():
         server.close()
 
 
-@pytest.mark.parametrize("security", ["mac", "curve"])
+@pytest.mark.parametrize("security", ["plain", "curve"])
 def test_without_its_gatekeeper_a_server_admits_nobody(security):
     """ZAP_ENFORCE_DOMAIN: a server whose ZAP handler is gone refuses every connection,
     even one with the run's credentials (libzmq would otherwise admit a CURVE client that
@@ -223,7 +223,7 @@ def test_curve_actor_will_not_talk_to_a_squatter_without_the_key():
 
 def test_oversized_subscription_disconnects_the_subscriber():
     key = new_run_key()
-    server = SecureContext(key, "mac", server=True)
+    server = SecureContext(key, "plain", server=True)
     client = _client(key)
     try:
         pub = ParamPublisher(key, ctx=server.ctx, handshake=server.handshake)
@@ -244,7 +244,7 @@ def test_oversized_subscription_disconnects_the_subscriber():
 
 
 # ----------------------------------------------------------------------------- replays
-# What a holder of the PLAIN token (anyone who reads a network under `security: mac`) can
+# What a holder of the PLAIN token (anyone who reads a network under `security: plain`) can
 # do: record genuine messages off the wire and send them again, elsewhere or later. The
 # messages are recorded here from real channels (this test holds the run key, as actors
 # do); the attacker, a separate process, gets only the recorded bytes and the token.
@@ -269,7 +269,7 @@ def _record(key, socket_type: int, send) -> list[bytes]:
     """What a real channel puts on the wire: `send(endpoint)` makes a channel, which it
     returns, send one message to a tap (a PLAIN server admitting the run's token), whose
     frames are returned."""
-    net = SecureContext(key, "mac", server=True)
+    net = SecureContext(key, "plain", server=True)
     tap = net.ctx.socket(socket_type)
     tap.linger = 0
     net.handshake.server(tap)
@@ -338,7 +338,7 @@ def test_recorded_register_and_trajectories_are_refused_by_a_restarted_learner_a
 
     config = load_config(ASYNC_CFG, TINY)
     key = new_run_key()
-    shake = Handshake(key, "mac")
+    shake = Handshake(key, "plain")
     ports = HeldPorts("127.0.0.1", "tcp")
     learners = []
 
@@ -401,7 +401,7 @@ def test_learner_control_is_refused_reflected_back_and_by_another_actor(tmp_path
     config = load_config(ASYNC_CFG, TINY)
     key = new_run_key()
     lr = Learner(config, key)
-    client = SecureContext(key, "mac", server=False)
+    client = SecureContext(key, "plain", server=False)
     net = dict(ctx=client.ctx, handshake=client.handshake)
     p = None
     try:
@@ -519,7 +519,7 @@ def _connections(ports: dict) -> dict:
 
 def test_one_host_never_holds_more_than_its_limit_of_connections(tmp_path):
     """runtime.max_connections_per_host: a separate process holding the PLAIN token (what
-    an observer of a network under `mac` holds) opens as many connections as it can to
+    an observer of a network under `plain` holds) opens as many connections as it can to
     each of a learner's three ports, ZeroMQ sockets that pass the handshake and would
     stay, and raw silent ones. From 127.0.0.1 the learner holds at most the limit on each
     socket (one over it lives only until the limit's thread ends it), counts each it
@@ -563,7 +563,7 @@ def test_one_host_never_holds_more_than_its_limit_of_connections(tmp_path):
         assert lr.report.summary(time.perf_counter(), 1.0)["handshakes_refused"][PER_HOST_LIMIT] >= refused
 
         # the attacker is gone: its slots are free again, on every socket
-        client = SecureContext(key, "mac", server=False)
+        client = SecureContext(key, "plain", server=False)
         net = dict(ctx=client.ctx, handshake=client.handshake)
         control = ControlClient(key, lr.endpoints["control"], identity="actor-0", to=lr.address, **net)
         traj = TrajectorySender(key, lr.endpoints["traj"], sender="actor-0", to=lr.address, **net)
@@ -662,7 +662,7 @@ class _Run:
 
     def plain_token(self) -> str:
         """The run's PLAIN token, what an observer of its network reads off any handshake
-        under `mac`. Read here from an actor's starting environment (its own user may
+        under `plain`. Read here from an actor's starting environment (its own user may
         read /proc/PID/environ), and passed to an attacker as the token only: the
         attacker never holds the run key."""
         from tianjax.transport.auth import KEY_ENV, RunKey
@@ -673,7 +673,7 @@ class _Run:
             except psutil.Error:
                 continue
             if env.get(KEY_ENV):
-                return Handshake(RunKey(bytes.fromhex(env[KEY_ENV])), "mac")._token.decode()
+                return Handshake(RunKey(bytes.fromhex(env[KEY_ENV])), "plain")._token.decode()
         raise AssertionError("no process of the run holds the run key")
 
     def processes(self) -> list[psutil.Process]:
@@ -902,7 +902,7 @@ def test_security_config_keys_are_checked():
     for bad in ("-1", "2.5", "many"):
         with pytest.raises(ConfigError, match="runtime.max_connections_per_host"):
             load_config(ASYNC_CFG, [f"runtime.max_connections_per_host={bad}"])
-    unlimited = SecureContext(new_run_key(), "mac", server=True, max_connections_per_host=0)
+    unlimited = SecureContext(new_run_key(), "plain", server=True, max_connections_per_host=0)
     try:
         assert unlimited.limit is None and unlimited.gatekeeper is not None
     finally:
@@ -921,7 +921,7 @@ def test_held_ports_are_served_by_each_learner_and_never_free(transport):
     key = new_run_key()
     private = PrivateDir()
     ports = HeldPorts("127.0.0.1", transport, private.path)
-    server, client = SecureContext(key, "mac", server=True), _client(key)
+    server, client = SecureContext(key, "plain", server=True), _client(key)
     try:
         assert stat.S_IMODE(os.stat(private.path).st_mode) == 0o700
         endpoint = ports.endpoints["traj"]

@@ -2,7 +2,7 @@
 `Learner`s. Two layers: the handshake (a connection without the run's credentials is
 refused by the learner's gatekeeper before it carries a message) and, behind it, the
 per-message MAC (a peer that got past the handshake, e.g. with a token read off a
-network under `security: mac`, still cannot inject: a trajectory signed with another key
+network under `security: plain`, still cannot inject: a trajectory signed with another key
 or not signed at all is rejected and counted by reason). A second run on the same
 machine (its own key) cannot connect to the first, while its own traffic works; and the
 run key is never written to the run directory.
@@ -229,8 +229,8 @@ def test_run_key_is_never_written_to_the_run_dir(tmp_path, monkeypatch):
 def test_mac_beyond_loopback_warns_what_an_observer_can_do(capsys):
     from tianjax.transport.security import secure_context
 
-    for overrides, warned in ((["runtime.bind_host=0.0.0.0", "runtime.security=mac"], True),
-                              (["runtime.bind_host=127.0.0.1", "runtime.security=mac"], False),
+    for overrides, warned in ((["runtime.bind_host=0.0.0.0", "runtime.security=plain"], True),
+                              (["runtime.bind_host=127.0.0.1", "runtime.security=plain"], False),
                               (["runtime.bind_host=0.0.0.0", "runtime.security=curve"], False)):
         rt = load_config(CONFIG, TINY + overrides).runtime
         for server in (True, False):
@@ -238,7 +238,7 @@ def test_mac_beyond_loopback_warns_what_an_observer_can_do(capsys):
             err = capsys.readouterr().err
             assert ("beyond loopback" in err) == (warned and server), (overrides, server, err)
     secure_context(new_run_key(), load_config(CONFIG, TINY + ["runtime.bind_host=0.0.0.0",
-                                                              "runtime.security=mac"]).runtime, server=True).close()
+                                                              "runtime.security=plain"]).runtime, server=True).close()
     err = capsys.readouterr().err
     assert "reads the connection token and every parameter and trajectory in clear" in err
     assert "runtime.security: curve" in err and err.count("\n") == 1  # one line

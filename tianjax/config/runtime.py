@@ -7,7 +7,7 @@ import ipaddress
 from dataclasses import dataclass
 from typing import Literal
 
-from tianjax.config.checks import _check
+from tianjax.config.checks import check_key
 
 
 @dataclass(frozen=True)
@@ -29,14 +29,14 @@ class StalenessConfig:
     normalise: bool = True
 
     def __post_init__(self):
-        _check(self.power >= 0, "staleness.power", f"must be >= 0, got {self.power}")
-        _check(self.kappa > 0, "staleness.kappa", f"must be > 0, got {self.kappa}")
-        _check(self.tau0 >= 0, "staleness.tau0", f"must be >= 0, got {self.tau0}")
-        _check(self.max_staleness is None or self.max_staleness >= 0, "staleness.max_staleness",
+        check_key(self.power >= 0, "staleness.power", f"must be >= 0, got {self.power}")
+        check_key(self.kappa > 0, "staleness.kappa", f"must be > 0, got {self.kappa}")
+        check_key(self.tau0 >= 0, "staleness.tau0", f"must be >= 0, got {self.tau0}")
+        check_key(self.max_staleness is None or self.max_staleness >= 0, "staleness.max_staleness",
                f"must be >= 0 or null, got {self.max_staleness}")
-        _check(self.schedule != "cutoff" or self.max_staleness is not None, "staleness.max_staleness",
+        check_key(self.schedule != "cutoff" or self.max_staleness is not None, "staleness.max_staleness",
                "must be set for schedule 'cutoff'")
-        _check(self.rho_bar > 0, "staleness.rho_bar", f"must be > 0, got {self.rho_bar}")
+        check_key(self.rho_bar > 0, "staleness.rho_bar", f"must be > 0, got {self.rho_bar}")
 
 
 @dataclass(frozen=True)
@@ -54,8 +54,9 @@ class RuntimeConfig:
     recv_hwm: int = 4  # trajectories queued at the learner's socket
     transport: Literal["tcp", "ipc"] = "tcp"
     bind_host: str = "127.0.0.1"  # where the learner binds; loopback unless set
-    security: Literal["mac", "curve"] | None = None  # who may connect: mac (a token derived
-    # from the run key at the handshake, MACs on every message; cheap), curve (CurveZMQ: also
+    security: Literal["plain", "curve"] | None = None  # who may connect: plain (ZeroMQ PLAIN: a
+    # token derived from the run key, sent in clear at the handshake, MACs on every message;
+    # cheap; formerly "mac"), curve (CurveZMQ: also
     # encrypts, and actors verify the learner's key; costs CPU per byte); null: curve unless
     # bind_host is loopback
     allow_hosts: tuple[str, ...] = ()  # IP addresses allowed to connect to the learner (empty: any
@@ -77,34 +78,34 @@ class RuntimeConfig:
     max_learner_restarts: int = 2  # ... up to this many times
 
     def __post_init__(self):
-        _check(self.batch_trajectories is None or self.batch_trajectories >= 1,
+        check_key(self.batch_trajectories is None or self.batch_trajectories >= 1,
                "runtime.batch_trajectories", "must be >= 1 or null")
-        _check(self.publish_every >= 1, "runtime.publish_every", "must be >= 1")
-        _check(self.max_pool >= 1, "runtime.max_pool", "must be >= 1")
-        _check(self.credits_per_actor >= 1, "runtime.credits_per_actor", "must be >= 1")
-        _check(self.max_reuse >= 0, "runtime.max_reuse", "must be >= 0")
-        _check(self.replay_ratio is None or self.replay_ratio > 0, "runtime.replay_ratio",
+        check_key(self.publish_every >= 1, "runtime.publish_every", "must be >= 1")
+        check_key(self.max_pool >= 1, "runtime.max_pool", "must be >= 1")
+        check_key(self.credits_per_actor >= 1, "runtime.credits_per_actor", "must be >= 1")
+        check_key(self.max_reuse >= 0, "runtime.max_reuse", "must be >= 0")
+        check_key(self.replay_ratio is None or self.replay_ratio > 0, "runtime.replay_ratio",
                "must be > 0 or null")
-        _check(self.send_hwm >= 1, "runtime.send_hwm", "must be >= 1")
-        _check(self.recv_hwm >= 1, "runtime.recv_hwm", "must be >= 1")
-        _check(self.heartbeat_s > 0, "runtime.heartbeat_s", "must be > 0")
-        _check(self.heartbeat_timeout_s > self.heartbeat_s, "runtime.heartbeat_timeout_s",
+        check_key(self.send_hwm >= 1, "runtime.send_hwm", "must be >= 1")
+        check_key(self.recv_hwm >= 1, "runtime.recv_hwm", "must be >= 1")
+        check_key(self.heartbeat_s > 0, "runtime.heartbeat_s", "must be > 0")
+        check_key(self.heartbeat_timeout_s > self.heartbeat_s, "runtime.heartbeat_timeout_s",
                "must be larger than runtime.heartbeat_s")
-        _check(self.connect_timeout_s > 0, "runtime.connect_timeout_s", "must be > 0")
-        _check(self.max_message_mb > 0, "runtime.max_message_mb", "must be > 0")
+        check_key(self.connect_timeout_s > 0, "runtime.connect_timeout_s", "must be > 0")
+        check_key(self.max_message_mb > 0, "runtime.max_message_mb", "must be > 0")
         for i, host in enumerate(self.allow_hosts):
             try:
                 ipaddress.ip_address(host)
             except ValueError:
-                _check(False, f"runtime.allow_hosts[{i}]", f"must be an IP address, got {host!r}")
-        _check(self.io_threads is None or self.io_threads >= 1, "runtime.io_threads", "must be >= 1 or null")
-        _check(self.max_connections_per_host is None or self.max_connections_per_host >= 0,
+                check_key(False, f"runtime.allow_hosts[{i}]", f"must be an IP address, got {host!r}")
+        check_key(self.io_threads is None or self.io_threads >= 1, "runtime.io_threads", "must be >= 1 or null")
+        check_key(self.max_connections_per_host is None or self.max_connections_per_host >= 0,
                "runtime.max_connections_per_host", "must be >= 0 (0: no limit) or null")
-        _check(self.learner_devices is None or self.learner_devices >= 1, "runtime.learner_devices",
+        check_key(self.learner_devices is None or self.learner_devices >= 1, "runtime.learner_devices",
                "must be >= 1 or null")
-        _check(self.actor_threads >= 1, "runtime.actor_threads", "must be >= 1")
-        _check(self.max_actor_restarts >= 0, "runtime.max_actor_restarts", "must be >= 0")
-        _check(self.max_learner_restarts >= 0, "runtime.max_learner_restarts", "must be >= 0")
+        check_key(self.actor_threads >= 1, "runtime.actor_threads", "must be >= 1")
+        check_key(self.max_actor_restarts >= 0, "runtime.max_actor_restarts", "must be >= 0")
+        check_key(self.max_learner_restarts >= 0, "runtime.max_learner_restarts", "must be >= 0")
 
 
 @dataclass(frozen=True)
@@ -121,12 +122,12 @@ class BalanceConfig:
     deadband: float = 0.15  # no move while |measured - target| <= deadband * target
 
     def __post_init__(self):
-        _check(self.target_staleness >= 0, "balance.target_staleness",
+        check_key(self.target_staleness >= 0, "balance.target_staleness",
                f"must be >= 0, got {self.target_staleness}")
-        _check(self.target_replay_ratio is None or self.target_replay_ratio > 0,
+        check_key(self.target_replay_ratio is None or self.target_replay_ratio > 0,
                "balance.target_replay_ratio", f"must be > 0 or null, got {self.target_replay_ratio}")
-        _check(self.period_s > 0, "balance.period_s", f"must be > 0, got {self.period_s}")
-        _check(0 <= self.deadband < 1, "balance.deadband", f"must be in [0, 1), got {self.deadband}")
+        check_key(self.period_s > 0, "balance.period_s", f"must be > 0, got {self.period_s}")
+        check_key(0 <= self.deadband < 1, "balance.deadband", f"must be in [0, 1), got {self.deadband}")
 
 
 @dataclass(frozen=True)
@@ -140,8 +141,8 @@ class CheckpointConfig:
     # it a resumed run refills the buffer with `dqn.learning_starts` samples before learning
 
     def __post_init__(self):
-        _check(self.every >= 0, "checkpoint.every", f"must be >= 0, got {self.every}")
-        _check(self.keep >= 1, "checkpoint.keep", f"must be >= 1, got {self.keep}")
+        check_key(self.every >= 0, "checkpoint.every", f"must be >= 0, got {self.every}")
+        check_key(self.keep >= 1, "checkpoint.keep", f"must be >= 1, got {self.keep}")
 
 
 @dataclass(frozen=True)

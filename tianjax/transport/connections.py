@@ -3,7 +3,7 @@
 The handshake (`security`) keeps a peer without the run's credentials from ever getting
 a frame in, but not from holding connections: each costs the learner a descriptor and
 libzmq's buffers until it is refused or its handshake runs out (HANDSHAKE_MS), and a
-holder of the PLAIN token (an observer of a network under `security: mac`) passes the
+holder of the PLAIN token (an observer of a network under `security: plain`) passes the
 handshake and may hold connections for as long as it likes. ZeroMQ has no per-address
 limit, so `ConnectionLimit` adds one from outside: a socket monitor reports each
 accepted tcp connection with its descriptor, a thread of its own reads the peer's host

@@ -7,7 +7,7 @@ port can hold connections, send frames up to any size, and subscribe to the para
 So every socket of a run also authenticates at the connection (TianJi, arXiv 2502.20190,
 section 3, leaves this to the deployment; a shared machine or a network cannot):
 
-    runtime.security: mac    ZeroMQ PLAIN with a token derived from the run key. Cheap (no
+    runtime.security: plain  ZeroMQ PLAIN with a token derived from the run key. Cheap (no
                              per-byte cost). The token travels in clear: on loopback only
                              root can read it; on a network an eavesdropper who reads it
                              can connect, and still can neither inject, forge nor replay
@@ -20,7 +20,7 @@ section 3, leaves this to the deployment; a shared machine or a network cannot):
                              actors are pinned to the server's public key (a squatter on a
                              learner's port cannot complete a handshake with them), the
                              learner admits only the client key, and every byte is
-                             encrypted. Costs CPU per byte (see experiments/bench_transport.py).
+                             encrypted. Costs CPU per byte (see experiments/benchmarks/bench_transport.py).
 
 Derivation (HMAC-SHA256 as a PRF; labels keep the outputs independent of each other and
 of the MAC keys in `auth`):
@@ -70,8 +70,8 @@ from zmq.utils import z85
 from tianjax.transport.auth import RunKey
 from tianjax.transport.connections import ConnectionLimit
 
-Security = Literal["mac", "curve"]
-SECURITY_LEVELS = ("mac", "curve")
+Security = Literal["plain", "curve"]
+SECURITY_LEVELS = ("plain", "curve")
 HANDSHAKE_MS = 3000  # a connection that has not authenticated by then is closed
 # NOTE: the cap covers handshake commands too: CurveZMQ's INITIATE is ~300 bytes with its
 # metadata, so these are not tighter than 4 KiB.
@@ -95,7 +95,7 @@ def is_loopback(host: str) -> bool:
 def resolve_security(security: str | None, bind_host: str) -> Security:
     """`runtime.security`, with null meaning: curve unless the learner binds to loopback."""
     if security is None:
-        return "mac" if is_loopback(bind_host) else "curve"
+        return "plain" if is_loopback(bind_host) else "curve"
     return security  # type: ignore[return-value]
 
 
@@ -322,7 +322,7 @@ class SecureContext:
 
 
 MAC_OFF_LOOPBACK = (
-    "tianjax: warning: runtime.security is mac and the learner binds to {host}, beyond loopback: anyone "
+    "tianjax: warning: runtime.security is plain and the learner binds to {host}, beyond loopback: anyone "
     "who can observe that network reads the connection token and every parameter and trajectory in "
     "clear; with the token they can connect to the learner's ports and make it spend memory and CPU "
     "on messages it then rejects (only the per-message MACs stop them from injecting or replaying "
@@ -332,10 +332,10 @@ MAC_OFF_LOOPBACK = (
 def secure_context(run_key: RunKey | bytes, runtime, *, server: bool,
                    max_connections_per_host: int = 0) -> SecureContext:
     """The SecureContext a role's `runtime` config section asks for (a learner binding
-    beyond loopback under `mac` is warned what an observer of its network can do);
+    beyond loopback under `plain` is warned what an observer of its network can do);
     `max_connections_per_host`: as resolved by the config (Config.max_connections_per_host)."""
     security = resolve_security(runtime.security, runtime.bind_host)
-    if server and security == "mac" and not is_loopback(runtime.bind_host):
+    if server and security == "plain" and not is_loopback(runtime.bind_host):
         print(MAC_OFF_LOOPBACK.format(host=runtime.bind_host), file=sys.stderr, flush=True)
     return SecureContext(run_key, security, server=server, allow=tuple(runtime.allow_hosts),
                          io_threads=runtime.io_threads, max_connections_per_host=max_connections_per_host)
