@@ -76,22 +76,20 @@ def dry_run(config: Config) -> DryRun:
              f"  parameters    {n_params:,} ({algo.name}, network torso {_torso(config, obs_shape, obs_dtype)})",
              f"  rollout       [T={T}, B={B}] = {T * B:,} env steps"
              + (" per actor" if config.mode != "fused" and config.num_actors else "")]
-    if algo.buffer == "onpolicy":
+    spec = config.spec
+    if not algo.buffer.replayed:
         batch = config.steps_per_update
         lines.append(f"  batch         {n} trajector{'y' if n == 1 else 'ies'} x {T * B:,} = {batch:,} samples "
                      "per update")
-        section = config.algo_config
-        if config.algo in ("ppo", "ippo") and section is not None:
-            lines.append(f"  minibatches   {section.num_minibatches} of {batch // section.num_minibatches:,} "
-                         f"samples, {section.num_epochs} epochs")
-        elif config.algo == "impala" and section is not None:
-            lines.append(f"  minibatches   {section.num_minibatches} of {n * B // section.num_minibatches} "
-                         f"trajectories of {T} steps")
     else:
         rc = config.replay_config
-        item = "sequences" if algo.buffer == "sequences" else "transitions"
-        lines.append(f"  replay        {rc.buffer_size:,} {item}, batches of {rc.batch_size}, learning from "
-                     f"{rc.learning_starts:,}, replay ratio {config.replay_ratio:g}")
+        lines.append(f"  replay        {rc.buffer_size:,} {algo.buffer.items}, batches of {rc.batch_size}, learning "
+                     f"from {rc.learning_starts:,}, replay ratio {config.replay_ratio:g}")
+    describe = spec.resolve("describe")
+    if describe is not None:
+        lines += describe(config)
+    if spec.target_networks:
+        lines.append(f"  targets       target copies of {', '.join(spec.target_networks)}")
     lines.append(f"  budget        {config.total_env_steps:,} env steps: about {config.planned_updates:,} "
                  f"{'iterations' if config.mode == 'fused' or config.num_actors == 0 else 'updates'}, "
                  f"a metrics record every {config.log_interval} "

@@ -2,7 +2,7 @@
 the numeric hyperparameters as inputs, so that a sweep is one `jax.vmap` and one program.
 
     init, train_fn = tianjax.make_train(config)
-    out = jax.jit(train_fn)(init(jax.random.key(0)), {"ppo.lr": 1e-3})
+    out = jax.jit(train_fn)(init(jax.random.key(0)), {"ppo.lr": 1e-3})   # (config.algo: ppo)
     lrs = jnp.array([1e-3, 3e-3])
     outs = jax.jit(jax.vmap(train_fn, in_axes=(None, 0)))(init(key), {"ppo.lr": lrs})
 
@@ -41,18 +41,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from tianjax.algos import make_algorithm
-from tianjax.config import Config, ConfigError
+from tianjax.config import Config, ConfigError, Sections
 from tianjax.core.fused import FusedState, make_fused
 
-# the numeric hyperparameters each algorithm reads only in arithmetic (never for a shape
-# or a Python branch), so that they can be traced
-_SWEEPABLE = {
-    "ppo": ("ppo.lr", "ppo.ent_coef", "ppo.vf_coef", "ppo.clip_eps", "ppo.gamma", "ppo.gae_lambda",
-            "ppo.max_grad_norm"),
-    "impala": ("impala.lr", "impala.ent_coef", "impala.vf_coef", "impala.gamma", "impala.rho_bar",
-               "impala.c_bar", "impala.pg_rho_bar", "impala.max_grad_norm"),
-}
-_SWEEPABLE["ippo"] = _SWEEPABLE["ppo"]
 WINDOW = 100  # finished episodes behind final_return, as the run recorder's trackers
 
 
@@ -63,8 +54,10 @@ class FusedRun(NamedTuple):
 
 
 def sweepable(config: Config) -> tuple[str, ...]:
-    """The dotted keys `train_fn` takes as inputs for this config's algorithm."""
-    return _SWEEPABLE.get(config.algo, ())
+    """The dotted keys `train_fn` takes as inputs for this config's algorithm (its spec's
+    `sweepable`: numeric hyperparameters it reads only in arithmetic, never for a shape or
+    a Python branch, so that they can be traced)."""
+    return tuple(config.spec.sweepable)
 
 
 def _get(config: Config, key: str):
@@ -119,8 +112,13 @@ def bind(config: Config, values: Mapping[str, Any]) -> Config:
             sections[section] = copy.copy(getattr(config, section))
         object.__setattr__(sections[section], name, v)
     out = copy.copy(config)
+    algo_sections = dict(config.algo_sections)
     for section, obj in sections.items():
-        object.__setattr__(out, section, obj)
+        if section in algo_sections:
+            algo_sections[section] = obj
+        else:
+            object.__setattr__(out, section, obj)
+    object.__setattr__(out, "algo_sections", Sections(algo_sections))
     return out
 
 
@@ -160,7 +158,7 @@ def make_train(config: Config, env=None):
         _, run = make_fused(bound, env, algo_b)
         opt = state.learner.opt_state
         if hasattr(opt, "hyperparams"):  # optax.inject_hyperparams: the optimizer reads its state
-            section = "ppo" if config.algo == "ippo" else config.algo
+            section = config.spec.section
             hp = dict(opt.hyperparams)
             for name, key in (("learning_rate", f"{section}.lr"), ("max_grad_norm", f"{section}.max_grad_norm")):
                 if name in hp and key in values:

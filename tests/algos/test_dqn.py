@@ -6,7 +6,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tianjax.algos import dqn, make_algorithm
+from tianjax.algos import make_algorithm
+from tianjax.algos.dqn import loss as dqn
 from tianjax.config import ConfigError, load_config
 from tianjax.core.types import ActionSpec
 from tianjax.core.types import Transition

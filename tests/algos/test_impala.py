@@ -10,7 +10,8 @@ import pytest
 
 from tianjax.core import distributions as D
 from tianjax.core import staleness as S
-from tianjax.algos import impala, make_algorithm
+from tianjax.algos import make_algorithm
+from tianjax.algos.impala import loss as impala
 from tianjax.config import load_config
 from tianjax.core.types import ActionSpec
 from tianjax.core.types import Trajectory

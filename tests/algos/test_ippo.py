@@ -5,9 +5,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tianjax.algos import ippo as I
+from tianjax.algos.ippo import loss as I
 from tianjax.algos import make_algorithm
-from tianjax.algos.ppo import PPOBatch
+from tianjax.algos.ppo.loss import PPOBatch
 from tianjax.config import ConfigError, load_config
 from tianjax.core.types import MAObs
 from tianjax.core.types import ActionSpec

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from tianjax.algos import make_algorithm
-from tianjax.algos import maddpg as M
+from tianjax.algos.maddpg import loss as M
 from tianjax.config import ConfigError, load_config
 from tianjax.core.types import MAObs
 from tianjax.core.types import ActionSpec
@@ -117,7 +117,7 @@ def test_actor_gradient_is_each_agents_own_chain_rule():
 
 
 def test_soft_target_update():
-    _, algo = _algo(tau=0.25)
+    _, algo = _algo(target_tau=0.25)
     state = algo.init(jax.random.key(0))
     state = state._replace(target_params=jax.tree.map(jnp.zeros_like, state.params))
     new, _ = jax.jit(algo.update)(state, _batch(jax.random.key(5)))

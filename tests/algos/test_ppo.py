@@ -9,7 +9,7 @@ import pytest
 
 from tianjax.algos import make_algorithm
 from tianjax.core import staleness as S
-from tianjax.algos.ppo import PPOBatch, advantages, make_batch, make_loss, weighted_normalise
+from tianjax.algos.ppo.loss import PPOBatch, advantages, make_batch, make_loss, weighted_normalise
 from tianjax.core.update import init_state, make_optimizer
 from tianjax.core.types import Trajectory
 from tianjax.config import load_config

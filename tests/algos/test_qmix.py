@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tianjax.algos import qmix as Q
+from tianjax.algos.qmix import loss as Q
 from tianjax.core.types import MAObs
 from tianjax.core.types import Sequences
 

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import tianjax
-from tianjax.algos.dqn import epsilon_greedy, epsilon_schedule
+from tianjax.algos.dqn.loss import epsilon_greedy, epsilon_schedule
 from tianjax.config import load_config
 from tianjax.core.update import learning_rate
 from tianjax.metrics import RunLogger

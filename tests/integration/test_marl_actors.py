@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tianjax.algos import qmix as Q
+from tianjax.algos.qmix import loss as Q
 from tianjax.config import ConfigError, load_config
 from tianjax.core.types import MAObs
 from tianjax.runtime.learner.learner import Learner

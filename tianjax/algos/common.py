@@ -9,8 +9,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from tianjax.config import Config, StalenessConfig
-from tianjax.config.checks import _check
+from tianjax.config import Config, StalenessConfig, check_key
 from tianjax.core import staleness as S
 from tianjax.core.update import LearnerState, gradient_step
 
@@ -29,32 +28,33 @@ def sample_weights(correct_staleness: bool, learner_version, behaviour_version: 
     return ones, ones
 
 
-def target_sync(params, target_params, do_sync: jax.Array, tau: float):
-    """target <- tau * params + (1 - tau) * target where do_sync (a hard copy at tau 1)."""
-    if tau >= 1.0:
+def target_sync(params, target_params, do_sync: jax.Array, target_tau: float):
+    """target <- target_tau * params + (1 - target_tau) * target where do_sync (a hard copy
+    at target_tau 1)."""
+    if target_tau >= 1.0:
         new = params
     else:
-        new = optax.incremental_update(params, target_params, tau)
+        new = optax.incremental_update(params, target_params, target_tau)
     return jax.tree.map(lambda n, o: jnp.where(do_sync, n, o), new, target_params)
 
 
-def periodic_target(every: int, tau: float) -> TargetUpdate:
+def periodic_target(every: int, target_tau: float) -> TargetUpdate:
     """Target networks synced (target_sync) after every `every`-th update; reports
     `target_synced`."""
 
     def update_target(params, target_params, version):
         do_sync = (version % every) == 0
         synced = {"target_synced": do_sync.astype(jnp.float32)}
-        return target_sync(params, target_params, do_sync, tau), synced
+        return target_sync(params, target_params, do_sync, target_tau), synced
 
     return update_target
 
 
-def polyak_target(tau: float) -> TargetUpdate:
-    """Target networks moved by a Polyak step of `tau` after every update."""
+def polyak_target(target_tau: float) -> TargetUpdate:
+    """Target networks moved by a Polyak step of `target_tau` after every update."""
 
     def update_target(params, target_params, version):
-        return optax.incremental_update(params, target_params, tau), {}
+        return optax.incremental_update(params, target_params, target_tau), {}
 
     return update_target
 
@@ -76,23 +76,22 @@ def replay_step(loss_fn, optimizer, state: LearnerState, batch, w: jax.Array,
 
 
 def check_replay(config: Config) -> None:
-    """The replay section (`config.replay_config`, named after `config.algo`) against the
-    run: the buffer holds one rollout, and in mode sync with actors every round of
+    """The replay section (`config.replay_config`, the algorithm's own) against the run: the buffer holds one rollout, and in mode sync with actors every round of
     trajectories owes the learner a gradient step that starts in the first round."""
-    rc, key = config.replay_config, config.algo
-    sequences = rc.items == "sequences"
+    rc, key = config.replay_config, config.spec.section
+    sequences = config.spec.buffer.items == "sequences"
     items = config.num_envs * (1 if sequences else config.rollout_len)
-    _check(rc.buffer_size >= items, f"{key}.buffer_size",
-           f"must hold at least one rollout ({items} {rc.items}), got {rc.buffer_size}")
+    check_key(rc.buffer_size >= items, f"{key}.buffer_size",
+           f"must hold at least one rollout ({items} {config.spec.buffer.items}), got {rc.buffer_size}")
     if config.mode == "sync" and config.num_actors >= 1:
         # a sync actor waits for the version after the one it acted with: every round of
         # trajectories (one per actor) must owe the learner a gradient step
         per_round = config.num_actors * config.num_envs * config.rollout_len
         batch = rc.batch_size * (config.rollout_len if sequences else 1)
-        _check(config.replay_ratio * per_round >= batch, "runtime.replay_ratio",
+        check_key(config.replay_ratio * per_round >= batch, "runtime.replay_ratio",
                f"mode sync: a round of trajectories ({per_round} env steps) must owe a gradient "
                f"step of {batch} samples, got a replay ratio of {config.replay_ratio:g}")
         latest = int(per_round - batch / config.replay_ratio)
-        _check(rc.learning_starts <= latest, f"{key}.learning_starts",
+        check_key(rc.learning_starts <= latest, f"{key}.learning_starts",
                f"mode sync with actors: learning must start in the first round of trajectories "
                f"(sync actors wait for the next version), so at most {latest}, got {rc.learning_starts}")

@@ -7,7 +7,7 @@ from typing import Any, Callable, NamedTuple
 import jax.numpy as jnp
 
 from tianjax.core import distributions as D
-from tianjax.algos.base import ActOutput
+from tianjax.core.algorithm import ActOutput
 from tianjax.config import Config
 from tianjax.core.types import ActionSpec
 from tianjax.networks import ActorCritic

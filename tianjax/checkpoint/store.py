@@ -158,25 +158,17 @@ class Checkpointer:
 # Config keys a checkpoint's arrays depend on: resuming with any of them changed is refused.
 SHAPE_KEYS = ("algo", "env", "env_backend", "mode", "num_seeds", "num_envs", "rollout_len",
               "network", "num_actors")
-# ... and, per algorithm, the keys of its own section (dotted) that shape its parameters
-ALGO_SHAPE_KEYS = {
-    "qmix": ("qmix.hidden_dim", "qmix.mixer_embed", "qmix.hyper_hidden"),
-    "ippo": ("marl.agent_id", "marl.centralised_value"),
-}
-# ... or the layout of its replay buffer, where the checkpoint holds the buffer
-REPLAY_SHAPE_KEYS = {
-    "dqn": ("dqn.buffer_size", "dqn.frame_once"),
-    "qmix": ("qmix.buffer_size",),
-    "maddpg": ("maddpg.buffer_size",),
-}
 
 
 def shape_keys(config) -> tuple[str, ...]:
-    """The config keys (dotted for sections' keys) that a checkpoint of this run depends on."""
-    keys = SHAPE_KEYS + ALGO_SHAPE_KEYS.get(config.algo, ())
-    # fused runs always keep their buffer; the others where checkpoint.replay asks
+    """The config keys (dotted for sections' keys) that a checkpoint of this run depends on:
+    SHAPE_KEYS, the keys the algorithm's spec says shape its parameters, and those that shape
+    its replay buffer where the checkpoint holds it (fused runs always; the others where
+    checkpoint.replay asks)."""
+    spec = config.spec
+    keys = SHAPE_KEYS + tuple(spec.shape_keys)
     if config.mode == "fused" or config.checkpoint.replay:
-        keys += REPLAY_SHAPE_KEYS.get(config.algo, ())
+        keys += tuple(spec.replay_shape_keys)
     return keys
 
 

@@ -5,21 +5,23 @@ dict), applies `key.sub=value` overrides, and builds the tree; every unknown key
 type or impossible value raises `ConfigError` with a message that names the key. Jitted
 code closes over these objects, never over dicts.
 
-The package, by part: `checks` (ConfigError), `algos` (the algorithm sections),
-`runtime` (staleness, runtime, balance, checkpoint), `schema` (`Config` and the checks
-across sections; an algorithm's are the registry's, tianjax.algos), `loading` (YAML,
-overrides, coercion, imports). Import from here.
+The package, by part: `checks` (ConfigError, check_key), `sections` (the sections every
+algorithm may read, the replay settings, and the registry hook through which the
+algorithms' own sections arrive), `runtime` (staleness, runtime, balance, checkpoint),
+`schema` (`Config` and the checks across sections; an algorithm's are the registry's,
+tianjax.algos), `loading` (YAML, overrides, coercion, imports). Import from here.
 """
 
 from __future__ import annotations
 
-from tianjax.config.algos import (DQNConfig, IMPALAConfig, MADDPGConfig, MultiAgentConfig, NetworkConfig, PPOConfig, QMIXConfig)
-from tianjax.config.checks import ConfigError
+from tianjax.config.checks import ConfigError, check_key, is_reference
 from tianjax.config.loading import apply_overrides, import_modules, load_config, parse_override, read_yaml
 from tianjax.config.runtime import BalanceConfig, CheckpointConfig, RuntimeConfig, StalenessConfig, WandbConfig
-from tianjax.config.schema import Config, install_algorithm_check
+from tianjax.config.schema import Config
+from tianjax.config.sections import (AlgorithmRegistry, MultiAgentConfig, NetworkConfig, ReplaySection, Sections,
+                                     install_registry)
 
-__all__ = ["BalanceConfig", "CheckpointConfig", "Config", "ConfigError", "DQNConfig", "IMPALAConfig",
-           "MADDPGConfig", "MultiAgentConfig", "NetworkConfig", "PPOConfig", "QMIXConfig", "RuntimeConfig",
-           "StalenessConfig", "WandbConfig", "apply_overrides", "import_modules", "install_algorithm_check", "load_config",
+__all__ = ["AlgorithmRegistry", "BalanceConfig", "CheckpointConfig", "Config", "ConfigError", "MultiAgentConfig",
+           "NetworkConfig", "ReplaySection", "RuntimeConfig", "Sections", "StalenessConfig", "WandbConfig",
+           "apply_overrides", "check_key", "import_modules", "install_registry", "is_reference", "load_config",
            "parse_override", "read_yaml"]

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 
-
 class ConfigError(ValueError):
     """A bad config: the message names the offending key."""
 
 
-def _check(cond: bool, key: str, msg: str) -> None:
+def check_key(cond: bool, key: str, msg: str) -> None:
+    """Raises ConfigError "config key 'KEY': MSG" unless `cond`."""
     if not cond:
         raise ConfigError(f"config key '{key}': {msg}")
 
+
+def is_reference(text: str) -> bool:
+    """Whether `text` has the form "module:Attr"."""
+    return _is_reference(text)
 
 
 def _is_reference(text: str) -> bool:
@@ -27,4 +31,4 @@ def _to_plain(x):
     return x
 
 
-# ----------------------------------------------------------------------------- building
+__all__ = ["ConfigError", "check_key", "is_reference"]

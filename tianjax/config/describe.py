@@ -1,7 +1,7 @@
 """A resolved config as commented YAML (`tianjax show`): every key with its value and the
 comment written beside its field in the schema, so what a key does is said in one place.
 
-The output loads back: `tianjax show ppo_cartpole ppo.lr=1e-3 > mine.yaml` then
+The output loads back: `tianjax show ppo_cartpole num_envs=8 > mine.yaml` then
 `tianjax train mine.yaml`.
 """
 
@@ -16,6 +16,7 @@ import typing
 import yaml
 
 from tianjax.config.schema import Config
+from tianjax.config.sections import registry
 
 _FIELD = re.compile(r"^    (\w+)\s*:\s*[^=]+(=.*)?$")
 
@@ -99,8 +100,10 @@ def _shipped_comments() -> dict[str, str]:
 
 
 def _sections(cls) -> dict[str, type]:
+    """Section key -> its class: Config's own sections and the algorithms' (the registry's)."""
     hints = typing.get_type_hints(cls)
-    return {f.name: hints[f.name] for f in dataclasses.fields(cls) if dataclasses.is_dataclass(hints[f.name])}
+    own = {f.name: hints[f.name] for f in dataclasses.fields(cls) if dataclasses.is_dataclass(hints[f.name])}
+    return {**own, **registry().sections()}
 
 
 def _value(v) -> str:

@@ -12,8 +12,15 @@ from typing import Any, Literal, Mapping, Sequence
 
 import yaml
 
-from tianjax.config.checks import ConfigError, _check
+from tianjax.config.checks import ConfigError, check_key
 from tianjax.config.schema import Config
+from tianjax.config.sections import registry
+
+# keys renamed since they were last read under the old name: the old name is refused with
+# the new one in the message (dotted key -> new dotted key)
+RENAMED_KEYS = {"maddpg.tau": "maddpg.target_tau"}
+# values renamed: (dotted key, old value) -> new value
+RENAMED_VALUES = {("runtime.security", "mac"): "plain"}
 
 
 def import_modules(names: Sequence[str]) -> None:
@@ -53,12 +60,12 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
     origin = typing.get_origin(tp)
     if origin is Literal:
         choices = typing.get_args(tp)
-        _check(value in choices, key, f"must be one of {list(choices)}, got {value!r}")
+        check_key(value in choices, key, f"must be one of {list(choices)}, got {value!r}")
         return value
     if origin in (typing.Union, types.UnionType):
         args = typing.get_args(tp)
         if value is None:
-            _check(type(None) in args, key, "must not be null")
+            check_key(type(None) in args, key, "must not be null")
             return None
         errors = []
         for a in args:
@@ -70,25 +77,25 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
                 errors.append(str(e))
         raise ConfigError(errors[0])
     if origin is dict:
-        _check(isinstance(value, Mapping), key, f"must be a mapping, got {value!r}")
+        check_key(isinstance(value, Mapping), key, f"must be a mapping, got {value!r}")
         out = {}
         for k, v in value.items():
-            _check(isinstance(k, str), key, f"keys must be strings, got {k!r}")
+            check_key(isinstance(k, str), key, f"keys must be strings, got {k!r}")
             scalar = (bool, int, float, str, type(None))
             is_list = isinstance(v, (list, tuple)) and all(isinstance(x, scalar) for x in v)
-            _check(isinstance(v, scalar) or is_list, f"{key}.{k}",
+            check_key(isinstance(v, scalar) or is_list, f"{key}.{k}",
                    f"must be a number, string, bool, null or a list of them, got {v!r}")
             out[k] = list(v) if isinstance(v, tuple) else v
         return out
     if origin is tuple:
         args = typing.get_args(tp)
-        _check(isinstance(value, (list, tuple)), key, f"must be a list, got {value!r}")
+        check_key(isinstance(value, (list, tuple)), key, f"must be a list, got {value!r}")
         return tuple(_coerce(v, args[0], f"{key}[{i}]") for i, v in enumerate(value))
     if dataclasses.is_dataclass(tp):
-        _check(isinstance(value, Mapping), key, f"must be a mapping of sub-keys, got {value!r}")
+        check_key(isinstance(value, Mapping), key, f"must be a mapping of sub-keys, got {value!r}")
         return _build(tp, value, prefix=f"{key}.")
     if tp is bool:
-        _check(isinstance(value, bool), key, f"must be true or false, got {value!r}")
+        check_key(isinstance(value, bool), key, f"must be true or false, got {value!r}")
         return value
     if tp is int:
         if isinstance(value, float) and value.is_integer():
@@ -99,7 +106,7 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
                 value = int(f) if f.is_integer() else value
             except ValueError:
                 pass
-        _check(isinstance(value, int) and not isinstance(value, bool), key,
+        check_key(isinstance(value, int) and not isinstance(value, bool), key,
                f"must be an integer, got {value!r}")
         return value
     if tp is float:
@@ -108,12 +115,12 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
                 value = float(value)
             except ValueError:
                 pass
-        _check(isinstance(value, (int, float)) and not isinstance(value, bool), key,
+        check_key(isinstance(value, (int, float)) and not isinstance(value, bool), key,
                f"must be a number, got {value!r}")
-        _check(math.isfinite(value), key, f"must be finite, got {value!r}")
+        check_key(math.isfinite(value), key, f"must be finite, got {value!r}")
         return float(value)
     if tp is str:
-        _check(isinstance(value, str), key, f"must be a string, got {value!r}")
+        check_key(isinstance(value, str), key, f"must be a string, got {value!r}")
         return value
     raise TypeError(f"unsupported annotation {tp} for {key}")
 
@@ -121,11 +128,23 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
 def _build(cls, data: Mapping, prefix: str = ""):
     hints = typing.get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}
-    for k in data:
+    if cls is Config:  # the algorithms' own sections are top-level keys too
+        names.discard("algo_sections")
+        hints.update(registry().sections())
+        names |= set(registry().sections())
+    for k, v in data.items():
+        _refuse_renamed(f"{prefix}{k}", v)
         if k not in names:
             raise ConfigError(f"config key '{prefix}{k}': unknown key (known: {sorted(names)})")
     kwargs = {k: _coerce(v, hints[k], f"{prefix}{k}") for k, v in data.items()}
     return cls(**kwargs)
+
+
+def _refuse_renamed(key: str, value) -> None:
+    if key in RENAMED_KEYS:
+        raise ConfigError(f"config key '{key}': renamed to '{RENAMED_KEYS[key]}'")
+    if isinstance(value, str) and (key, value) in RENAMED_VALUES:
+        raise ConfigError(f"config key '{key}': '{value}' is now called '{RENAMED_VALUES[key, value]}'")
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
@@ -183,7 +202,7 @@ def load_config(source: str | os.PathLike | Mapping | Config | None = None,
     Args:
       source: a YAML path, a shipped config's name ("ppo_cartpole"; `tianjax configs`
         lists them), a (nested) dict, a Config, or None for the defaults.
-      overrides: dotted `key=value` strings, e.g. ["ppo.lr=1e-3", "num_envs=8"].
+      overrides: dotted `key=value` strings, e.g. ["num_envs=8", "staleness.schedule=hinge"].
       **kwargs: top-level keys, applied last (e.g. run_dir="runs/x").
     """
     if isinstance(source, Config):

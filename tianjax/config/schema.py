@@ -1,48 +1,39 @@
 """`Config`, the whole run configuration: its top-level keys, and the checks that span
 sections (a mode against its backend, a budget against a batch).
 
-Config knows no algorithm. Whether `algo` names one, and how its own section fits the
-run (minibatches that divide the batch, a replay buffer that holds a rollout), is checked
-by the algorithm registry, `tianjax.algos.check_config`: the registry installs it here
-when it is imported, and `import tianjax` imports the registry, so every Config built,
-by `load_config`, `Config(...)` or `dataclasses.replace`, runs it."""
+Config knows no algorithm. Which algorithms exist, which section each reads and how that
+section fits the run (minibatches that divide the batch, a replay buffer that holds a
+rollout) are the algorithm registry's (tianjax.algos): the registry installs itself here
+when it is imported (tianjax.config.sections.install_registry), and `import tianjax`
+imports it. The algorithms' own sections (`ppo`, `dqn`, a user's) are held in
+`algo_sections`, one for every registered algorithm, and read as attributes
+(`config.ppo.lr`); YAML, overrides and `dataclasses.replace(config, ppo=...)` name them
+like any other section."""
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
-from tianjax.config.algos import (DQNConfig, IMPALAConfig, MADDPGConfig, MultiAgentConfig, NetworkConfig, PPOConfig,
-                                  QMIXConfig, ReplaySection)
-from tianjax.config.checks import _check, _is_reference, _to_plain
+from tianjax.config.checks import _is_reference, _to_plain, check_key
 from tianjax.config.runtime import BalanceConfig, CheckpointConfig, RuntimeConfig, StalenessConfig, WandbConfig
+from tianjax.config.sections import MultiAgentConfig, NetworkConfig, ReplaySection, Sections, registry
 
 # loggers named without a module (metrics.jsonl is always written)
 BUILTIN_LOGGERS = ("tensorboard", "wandb", "console")
 RECORDS_PER_RUN = 200  # log_every: null aims at about this many metrics records
 
-_algorithm_check: Callable[[Config], None] | None = None  # the registry's, once it is imported
 
-
-def install_algorithm_check(check: Callable[[Config], None]) -> None:
-    """Sets the check every Config runs on its algorithm (`check(config)` raises
-    ConfigError); the algorithm registry calls this when it is imported."""
-    global _algorithm_check
-    _algorithm_check = check
-
-
-def _check_algorithm(config: Config) -> None:
-    if _algorithm_check is None:
-        raise RuntimeError("no algorithm check is installed: import tianjax (which imports tianjax.algos) "
-                           "before building a Config")
-    _algorithm_check(config)
+def _default_algo() -> str:
+    return registry().default
 
 
 @dataclass(frozen=True)
 class Config:
-    algo: str = "ppo"  # a registered algorithm: ppo | impala | dqn | ippo | qmix | maddpg | yours
+    # a registered algorithm: the built-in ones (`tianjax configs` shows them in use) or yours
     # (tianjax.algos.register)
+    algo: str = field(default_factory=_default_algo)
     env: str = "CartPole-v1"  # env id (gymnax name, envpool task id, gymnasium id, brax name
     # or JaxMARL id), or "module:EnvId" (gymnasium and brax: import module, which registers
     # EnvId; gymnax: module.EnvId is a gymnax-API env class, instance or factory)
@@ -86,55 +77,62 @@ class Config:
     # before it builds the config: they may register envs and algorithms
     imports: tuple[str, ...] = ()
     network: NetworkConfig = field(default_factory=NetworkConfig)
-    ppo: PPOConfig = field(default_factory=PPOConfig)
-    impala: IMPALAConfig = field(default_factory=IMPALAConfig)
-    dqn: DQNConfig = field(default_factory=DQNConfig)
-    qmix: QMIXConfig = field(default_factory=QMIXConfig)
-    maddpg: MADDPGConfig = field(default_factory=MADDPGConfig)
     marl: MultiAgentConfig = field(default_factory=MultiAgentConfig)
     staleness: StalenessConfig = field(default_factory=StalenessConfig)
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
     balance: BalanceConfig = field(default_factory=BalanceConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     wandb: WandbConfig = field(default_factory=WandbConfig)  # used with loggers: [wandb]
+    # the algorithms' own sections, key -> section (one per registered algorithm's section;
+    # read as config.<key>; in YAML and overrides a top-level section like the others)
+    algo_sections: Sections = field(default_factory=dict, repr=False)
+
+    def __getattr__(self, name: str):
+        # only for names that are not fields: an algorithm's section
+        if name.startswith("__") or name == "algo_sections":
+            raise AttributeError(name)
+        sections = self.algo_sections
+        if name in sections:
+            return sections[name]
+        raise AttributeError(f"'Config' has no key {name!r} (algorithm sections: {', '.join(sections) or 'none'})")
 
     def __post_init__(self):
-        _check(self.total_env_steps > 0, "total_env_steps", f"must be > 0, got {self.total_env_steps}")
-        _check(self.total_env_steps < 2**31, "total_env_steps",
+        check_key(self.total_env_steps > 0, "total_env_steps", f"must be > 0, got {self.total_env_steps}")
+        check_key(self.total_env_steps < 2**31, "total_env_steps",
                f"must be below 2**31 (the step counters are 32-bit), got {self.total_env_steps}")
-        _check(self.num_seeds >= 1, "num_seeds", f"must be >= 1, got {self.num_seeds}")
-        _check(self.num_actors >= 0, "num_actors", f"must be >= 0, got {self.num_actors}")
-        _check(self.num_actors >= 1 or self.mode != "async", "num_actors",
+        check_key(self.num_seeds >= 1, "num_seeds", f"must be >= 1, got {self.num_seeds}")
+        check_key(self.num_actors >= 0, "num_actors", f"must be >= 0, got {self.num_actors}")
+        check_key(self.num_actors >= 1 or self.mode != "async", "num_actors",
                "mode async needs actor processes (num_actors >= 1)")
-        _check(self.num_envs >= 1, "num_envs", f"must be >= 1, got {self.num_envs}")
-        _check(self.rollout_len >= 1, "rollout_len", f"must be >= 1, got {self.rollout_len}")
-        _check(self.log_every is None or self.log_every >= 1, "log_every",
+        check_key(self.num_envs >= 1, "num_envs", f"must be >= 1, got {self.num_envs}")
+        check_key(self.rollout_len >= 1, "rollout_len", f"must be >= 1, got {self.rollout_len}")
+        check_key(self.log_every is None or self.log_every >= 1, "log_every",
                f"must be >= 1 or null, got {self.log_every}")
         for name in self.loggers:
-            _check(name in BUILTIN_LOGGERS or _is_reference(name), "loggers",
+            check_key(name in BUILTIN_LOGGERS or _is_reference(name), "loggers",
                    f"{name!r} is neither a built-in logger ({', '.join(BUILTIN_LOGGERS)}) nor 'module:Class'")
-        _check(self.eval_episodes >= 0, "eval_episodes", "must be >= 0")
-        _check(self.target_win_rate is None or 0 <= self.target_win_rate <= 1, "target_win_rate",
+        check_key(self.eval_episodes >= 0, "eval_episodes", "must be >= 0")
+        check_key(self.target_win_rate is None or 0 <= self.target_win_rate <= 1, "target_win_rate",
                f"must be in [0, 1] or null, got {self.target_win_rate}")
-        _check(not self.stop_at_target or self.target_return is not None or self.target_win_rate is not None,
+        check_key(not self.stop_at_target or self.target_return is not None or self.target_win_rate is not None,
                "stop_at_target", "needs a target: target_return or target_win_rate is null")
-        _check(bool(self.env), "env", "must be a non-empty env id")
-        _check_algorithm(self)
-        _check(self.steps_per_update <= self.total_env_steps, "total_env_steps",
+        check_key(bool(self.env), "env", "must be a non-empty env id")
+        registry().check(self)
+        check_key(self.steps_per_update <= self.total_env_steps, "total_env_steps",
                f"is smaller than one update's worth of steps ({self.steps_per_update})")
         if self.num_actors == 0 and self.mode != "fused":
-            _check(self.env_backend not in ("gymnax", "jaxmarl", "brax"), "num_actors",
+            check_key(self.env_backend not in ("gymnax", "jaxmarl", "brax"), "num_actors",
                    "0 (acting inside the learner) is for host envs; JAX envs use mode: fused")
-        _check(not self.env_options or self.env_backend in ("envpool", "gymnasium", "brax"),
+        check_key(not self.env_options or self.env_backend in ("envpool", "gymnasium", "brax"),
                "env_options",
                "is for host envs (env_backend: envpool or gymnasium) and brax; a gymnax env takes "
                "its options in its own code (env: module:Attr)")
         if self.mode == "fused":
-            _check(self.env_backend in ("gymnax", "jaxmarl", "brax"), "mode",
+            check_key(self.env_backend in ("gymnax", "jaxmarl", "brax"), "mode",
                    f"'fused' needs a JAX env (env_backend: gymnax, brax or jaxmarl), got env_backend "
                    f"'{self.env_backend}'; use mode: sync for host envs")
         if self.num_seeds > 1:
-            _check(self.mode == "fused", "num_seeds", "several seeds side by side need mode: fused")
+            check_key(self.mode == "fused", "num_seeds", "several seeds side by side need mode: fused")
 
     @property
     def batch_trajectories(self) -> int:
@@ -162,12 +160,16 @@ class Config:
         return self.batch_trajectories * self.num_envs * self.rollout_len
 
     @property
-    def replay_config(self) -> ReplaySection:
+    def spec(self):
+        """The AlgorithmSpec of `algo` (tianjax.algos): its section, buffer kind, checks."""
+        return registry().spec(self.algo)
+
+    @property
+    def replay_config(self) -> ReplaySection | None:
         """The section with the replay settings (buffer_size, batch_size, learning_starts,
-        updates_per_rollout): the algorithm's own where it has one (qmix: items are
-        sequences; maddpg), else dqn's (a registered replay algorithm uses dqn's)."""
+        updates_per_rollout): an off-policy algorithm's own section (None on-policy)."""
         section = self.algo_config
-        return section if isinstance(section, ReplaySection) else self.dqn
+        return section if isinstance(section, ReplaySection) else None
 
     @property
     def replay_ratio(self) -> float:
@@ -176,19 +178,15 @@ class Config:
         the replay section per rollout of num_envs x rollout_len env steps; a qmix item is a
         sequence of rollout_len samples)."""
         rc = self.replay_config
-        item = self.rollout_len if rc.items == "sequences" else 1
+        item = self.spec.buffer.item_steps(self.rollout_len)
         return self.balance.target_replay_ratio or self.runtime.replay_ratio or (
             rc.updates_per_rollout * rc.batch_size * item / (self.num_envs * self.rollout_len))
 
     @property
     def algo_config(self):
-        """The algorithm's own section, the one that lists it in its `algos` (IPPO uses PPO's;
-        None for a user algorithm, which has none)."""
-        for f in dataclasses.fields(self):
-            section = getattr(self, f.name)
-            if self.algo in getattr(section, "algos", ()):
-                return section
-        return None
+        """The algorithm's own section, the one its spec names (None: it reads none)."""
+        key = self.spec.section
+        return None if key is None else self.algo_sections[key]
 
     @property
     def log_interval(self) -> int:
@@ -209,20 +207,18 @@ class Config:
         replay: replay_ratio x env steps / samples per gradient step)."""
         if self.mode == "fused" or self.num_actors == 0:
             return max(1, self.total_env_steps // (self.num_envs * self.rollout_len))
-        if isinstance(self.algo_config, ReplaySection):
+        if self.spec.buffer.replayed:
             rc = self.replay_config
-            item = self.rollout_len if rc.items == "sequences" else 1
+            item = self.spec.buffer.item_steps(self.rollout_len)
             return max(1, int(self.total_env_steps * self.replay_ratio / (rc.batch_size * item)))
         return max(1, self.total_env_steps // self.steps_per_update)
 
     def sections_read(self) -> tuple[str, ...]:
-        """The sections this run reads: the network, its algorithm's own (every algorithm
-        section for a user's algorithm, which may read any), marl with a multi-agent env,
-        staleness and checkpoint; runtime and balance outside fused mode; wandb with that
-        logger."""
-        algo_sections = [f.name for f in dataclasses.fields(self) if hasattr(getattr(self, f.name), "algos")]
-        own = [s for s in algo_sections if self.algo in getattr(self, s).algos]
-        out = ["network", *(own or algo_sections)]
+        """The sections this run reads: the network, its algorithm's own, marl with a
+        multi-agent env, staleness and checkpoint; runtime and balance outside fused mode;
+        wandb with that logger."""
+        own = self.spec.section
+        out = ["network", *([own] if own else [])]
         if self.env_backend == "jaxmarl":
             out.append("marl")
         out.append("staleness")
@@ -236,8 +232,31 @@ class Config:
     def to_dict(self, *, read_only: bool = False) -> dict:
         """The config as plain data; `read_only`: without the sections this run does not read
         (what a run's config.yaml holds: loading it back gives the same run)."""
-        data = _to_plain(dataclasses.asdict(self))
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "algo_sections"}
+        data = {}
+        for key, value in fields.items():  # the algorithms' sections follow the network's
+            data[key] = _to_plain(dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value)
+            if key == "network":
+                for name, section in self.algo_sections.items():
+                    data[name] = _to_plain(dataclasses.asdict(section))
         if read_only:
             keep = set(self.sections_read())
             data = {k: v for k, v in data.items() if not isinstance(v, dict) or k in keep or k == "env_options"}
         return data
+
+
+_dataclass_init = Config.__init__
+
+
+def _init(self, *args, algo_sections=None, **kwargs):
+    """Config(...) and dataclasses.replace(config, ...) take an algorithm's section by its
+    key (`ppo=PPOConfig(...)`), like the other sections."""
+    known = registry().sections()
+    given = {k: kwargs.pop(k) for k in list(kwargs) if k in known}
+    _dataclass_init(self, *args, algo_sections=Sections.complete(algo_sections, given), **kwargs)
+
+
+_init.__signature__ = None  # (inspect reads the dataclass's own)
+Config.__init__ = _init
+
+__all__ = ["BUILTIN_LOGGERS", "Config", "RECORDS_PER_RUN"]

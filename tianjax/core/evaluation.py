@@ -11,7 +11,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from tianjax.algos.base import Algorithm
+from tianjax.core.algorithm import Algorithm
 from tianjax.core.types import Env
 from tianjax.core.rollout import clip_action, team_reward
 

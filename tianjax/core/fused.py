@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 
 from tianjax.core.replay import frames as frame_replay, ring as buffers
-from tianjax.algos.base import Algorithm
+from tianjax.core.algorithm import Algorithm
 from tianjax.config import Config
 from tianjax.core.types import Env
 from tianjax.core.update import LearnerState
@@ -36,7 +36,7 @@ def make_fused(config: Config, env: Env, algo: Algorithm):
     (state, (metrics, episodes)))."""
     B, T = config.num_envs, config.rollout_len
     rollout_init, rollout = make_rollout(env, algo, B, T)
-    replay = algo.buffer in ("replay", "sequences")
+    replay = algo.buffer.replayed
 
     def init(key) -> FusedState:
         k_learn, k_act = jax.random.split(key)
@@ -49,7 +49,7 @@ def make_fused(config: Config, env: Env, algo: Algorithm):
         return FusedState(learner, actor, jnp.zeros((), jnp.int32), rb)
 
     def onpolicy_iteration(state: FusedState):
-        # (the named scopes only name the ops, for profiles: experiments/profile_fused.py)
+        # (the named scopes only name the ops, for profiles: experiments/benchmarks/profile_fused.py)
         with jax.named_scope("rollout"):
             actor, traj, episodes = rollout(state.learner.params, state.learner.version, state.actor,
                                             state.env_steps)

@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from tianjax.algos.base import Algorithm
+from tianjax.core.algorithm import Algorithm
 from tianjax.core.episodes import Episodes, last_truncation, team_reward, track_episodes, truncation_bootstrap
 from tianjax.core.types import Env, EpisodeStats, Sequences, Trajectory, Transition
 
@@ -62,7 +62,7 @@ def cut_values(value, params, cut: jax.Array, final_obs) -> jax.Array:
 
 def make_rollout(env: Env, algo: Algorithm, num_envs: int, rollout_len: int):
     """Returns (init(key) -> RolloutState, rollout(params, version, state, env_steps))."""
-    onpolicy = algo.buffer == "onpolicy"
+    items = algo.buffer.items  # what a step records: trajectories, sequences or transitions
     recurrent = algo.init_carry is not None
     step_env = jax.vmap(env.step)
 
@@ -92,12 +92,12 @@ def make_rollout(env: Env, algo: Algorithm, num_envs: int, rollout_len: int):
             # envs that report no wins keep the three-field Episodes the runtime's messages carry
             episodes = Episodes(done, ep_ret, ep_len, None if nxt.won is None else nxt.won & done)
             v = jnp.full((num_envs,), version, jnp.int32)
-            if onpolicy:
+            if items == "trajectories":
                 # The truncation bootstrap is evaluated after the scan, batched over [T, B].
                 cut = nxt.truncated & ~nxt.terminated
                 rec = (s.obs, out.action, nxt.reward, done, (cut, nxt.final_obs), out.log_prob,
                        out.value, v)
-            elif algo.buffer == "sequences":
+            elif items == "sequences":
                 rec = Sequences(obs=s.obs, action=out.action, reward=nxt.reward, next_obs=nxt.final_obs,
                                 terminated=nxt.terminated, done=done, carry=None, version=v)
             else:
@@ -107,10 +107,10 @@ def make_rollout(env: Env, algo: Algorithm, num_envs: int, rollout_len: int):
 
         carry0 = state.carry
         state, (rec, episodes) = jax.lax.scan(step, state, jnp.arange(rollout_len))
-        if algo.buffer == "sequences":  # one replay item per env: [B, T, ...] and its start carry
+        if items == "sequences":  # one replay item per env: [B, T, ...] and its start carry
             rec = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), rec)._replace(carry=carry0)
             return state, rec, episodes
-        if not onpolicy:
+        if items == "transitions":
             return state, rec, episodes
         obs, action, reward, done, (cut, final_obs), log_prob, value, v = rec
         values = cut_values(algo.value, params, cut, final_obs)  # [T, B] or, multi-agent, [T, B, N]

@@ -9,7 +9,7 @@ balancing production and consumption; tianjax also corrects for it inside the lo
     rho_i   = min(rho_bar, pi_0(a_i | s_i) / mu(a_i | s_i))     (truncated importance ratio)
 
 where mu is the behaviour policy and pi_0 the learner's policy when the batch is taken:
-rho is a constant of the update (no gradient), and a decoupled loss (tianjax.algos.ppo)
+rho is a constant of the update (no gradient), and a decoupled loss (tianjax.algos.ppo.loss)
 multiplies it in once, as part of the sample weight w_i * rho_i.
 
 Normalisation (on by default): the weights of a batch are rescaled to mean 1 over the kept

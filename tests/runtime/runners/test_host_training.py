@@ -13,7 +13,7 @@ import pytest
 
 import tianjax
 from tianjax.algos import make_algorithm
-from tianjax.algos.base import ActOutput, Algorithm
+from tianjax.core.algorithm import ActOutput, Algorithm
 from tianjax.config import ConfigError, load_config
 from tianjax.envs.factory import make_host_env
 from tianjax.core.update import init_state

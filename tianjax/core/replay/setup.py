@@ -3,15 +3,16 @@ loop), the in-process host trainer and the distributed learner build their buffe
 rollouts and sample from it through `make_replay`, and the two in-process loops learn with
 `make_replay_learn`.
 
-The buffer's items follow the algorithm (`algo.buffer`, and the algorithm's own replay
-section, `config.replay_config`):
+The buffer's items follow the algorithm's buffer kind (`algo.buffer`,
+tianjax.core.buffer_kind) and its own replay section (`config.replay_config`):
 
-    transitions  DQN, MADDPG: a [T, B] rollout flattened to T x B transitions;
-    sequences    QMIX: one [T] item per env, stored with the recurrent state it started
-                 from (the rollout's Sequences are already [B, T]);
-    frame-once   DQN with dqn.frame_once: the [T, B] chunk itself in a ring that keeps
-                 each observation once (tianjax.core.replay.frames); a sample is
-                 (transitions, mask), and the update takes the mask as its weights' factor.
+    transitions  a [T, B] rollout flattened to T x B transitions;
+    sequences    one [T] item per env, stored with the recurrent state it started from
+                 (the rollout's Sequences are already [B, T]);
+    frame-once   transitions, where the section sets frame_once: the [T, B] chunk itself
+                 in a ring that keeps each observation once (tianjax.core.replay.frames);
+                 a sample is (transitions, mask), and the update takes the mask as its
+                 weights' factor.
 
 Every item keeps its behaviour version. Pure functions of arrays: the caller jits them.
 """
@@ -24,14 +25,15 @@ import jax
 import jax.numpy as jnp
 
 from tianjax.core.replay import frames as frame_replay, ring as buffers
-from tianjax.algos.base import Algorithm
+from tianjax.core.algorithm import Algorithm
 from tianjax.config import Config
 from tianjax.core.update import LearnerState
 
 
 def uses_frame_replay(config: Config, algo: Algorithm) -> bool:
-    """Whether replay keeps each frame once (dqn.frame_once; transitions, not sequences)."""
-    return bool(config.dqn.frame_once) and algo.buffer == "replay"
+    """Whether replay keeps each frame once (a replay section's frame_once, where it has
+    one; transitions only, not sequences)."""
+    return bool(getattr(config.replay_config, "frame_once", False)) and algo.buffer.items == "transitions"
 
 
 class Replay(NamedTuple):
@@ -58,7 +60,7 @@ def make_replay(config: Config, algo: Algorithm) -> Replay:
     """The configured algorithm's replay buffer (see the module doc)."""
     rc = config.replay_config
     frames = uses_frame_replay(config, algo)
-    to_items = (lambda x: x) if algo.buffer == "sequences" or frames else buffers.flatten_time_batch
+    to_items = algo.buffer.to_items(buffers.flatten_time_batch, frames)
 
     def init(example):
         """`example`: one rollout's batch, as arrays or ShapeDtypeStructs."""
@@ -86,7 +88,7 @@ def make_replay_learn(config: Config, algo: Algorithm):
     samples (metrics are their means; zeros before learning starts). The loop of the two
     in-process trainers (fused, host); the distributed learner paces its steps itself.
     """
-    rc = config.replay_config  # dqn, or qmix (whose items are sequences)
+    rc = config.replay_config  # the algorithm's own (its items: transitions or sequences)
     replay = make_replay(config, algo)
 
     def learn(learner: LearnerState, rb, batch, env_steps):

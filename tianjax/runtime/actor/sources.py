@@ -25,7 +25,7 @@ import jax
 import numpy as np
 
 from tianjax.algos import make_algorithm
-from tianjax.algos.base import Algorithm
+from tianjax.core.algorithm import Algorithm
 from tianjax.config import Config, ConfigError
 from tianjax.envs.factory import HostEnv, make_host_env
 from tianjax.envs.gymnax_env import make_gymnax
@@ -48,7 +48,7 @@ def batch_template(config: Config, algo: Algorithm, obs_shape, obs_dtype) -> tup
     act_steps (int64 scalar) is the global env-step count the actor's schedules used."""
     T, B = config.rollout_len, config.num_envs
     sds = jax.ShapeDtypeStruct
-    if config.env_backend == "jaxmarl" or (algo.buffer == "sequences" and config.env_backend in _JAX_BACKENDS):
+    if config.env_backend == "jaxmarl" or (not algo.buffer.host_envs and config.env_backend in _JAX_BACKENDS):
         # structured observations (MAObs), episodes with wins, sequences with their start
         # carry: the rollout's own shapes
         init, rollout = make_rollout(make_jax_env(config.env_backend, config.env, config.env_options), algo, B, T)
@@ -60,17 +60,11 @@ def batch_template(config: Config, algo: Algorithm, obs_shape, obs_dtype) -> tup
     out = jax.eval_shape(algo.act, params, sds((B,) + tuple(obs_shape), obs_dtype), jax.random.key(0), 0)
     act = sds((T,) + out.action.shape, out.action.dtype)
     obs = sds((T, B) + tuple(obs_shape), obs_dtype)
-    f32, i32, b = (sds((T, B), d) for d in (np.float32, np.int32, np.bool_))
-    if algo.buffer == "sequences":
-        raise ConfigError(f"config key 'env_backend': '{algo.name}' replays sequences of a recurrent "
+    if not algo.buffer.host_envs:
+        raise ConfigError(f"config key 'env_backend': '{algo.name}' replays {algo.buffer.items} of a recurrent "
                           f"policy, which actors run on JAX envs only ({', '.join(_JAX_BACKENDS)})")
-    if algo.buffer == "replay":
-        batch = Transition(obs=obs, action=act, reward=f32, next_obs=obs, terminated=b, version=i32)
-    else:
-        last = sds((B,) + tuple(obs_shape), obs_dtype)
-        batch = Trajectory(obs=obs, action=act, reward=f32, done=b, bootstrap_value=f32, behaviour_log_prob=f32,
-                           behaviour_value=f32, version=i32, last_obs=last, trunc_obs=last,
-                           trunc_t=sds((B,), np.int32))
+    batch = algo.buffer.batch_template(T, B, obs, act, sds((B,) + tuple(obs_shape), obs_dtype))
+    f32, i32, b = (sds((T, B), d) for d in (np.float32, np.int32, np.bool_))
     return batch, Episodes(b, f32, i32), sds((), np.int64)
 
 
@@ -118,7 +112,7 @@ class HostSource:
                                            **config.env_options)
         self.algo = algo
         self.T, self.B = config.rollout_len, config.num_envs
-        self.replay = algo.buffer == "replay"
+        self.replay = algo.buffer.replayed
         self.steps_per_call = self.T * self.B
         self._obs_dtype = jax.dtypes.canonicalize_dtype(self.env.obs_dtype)
         self._obs = np.asarray(self.env.reset(seed), self._obs_dtype)

@@ -64,7 +64,7 @@ from tianjax.runtime.learner.watchdog import ArrivalWatch
 # it waits behind, one for the parameters it was acted with, published as an update ends).
 # More would add staleness, never busy time, while the actors keep up.
 # NOTE: where a learner-bound run's idle time came from with a window of one batch (the
-# 256x256 CartPole run, experiments/reproduce.md section 11): not from the window, since a
+# 256x256 CartPole run, experiments/studies/learner_busy): not from the window, since a
 # batch was already taken one update ahead; the loop waited for the running update in a
 # device read (the staleness of the next batch), so it dispatched that batch only after the
 # update ended (about 2 ms of idle device per update); the first batch's join and that
@@ -95,7 +95,7 @@ class Learner:
                                    correct_staleness=config.staleness.correct, obs_dtype=obs_dtype)
         self.template = batch_template(config, self.algo, obs_shape, obs_dtype)
         self.replay = ReplayBatches(config, self.algo, self.template[0]) \
-            if self.algo.buffer in ("replay", "sequences") else None
+            if self.algo.buffer.replayed else None
         self.sgd = ShardedUpdate(config, self.algo, self.template[0], config.batch_trajectories,
                                  items=self.replay and self.replay.items,
                                  update=self.replay and self.replay.update_fn(self.algo.update))
@@ -124,7 +124,7 @@ class Learner:
             traj_samples=self.traj_steps, batch_size=self.replay.batch_samples if self.replay else 0)
         # env steps the actors may produce: on-policy, whole updates' worth (the schedules
         # end there); off-policy, whole trajectories' worth of total_env_steps
-        unit = config.steps_per_update if self.algo.buffer == "onpolicy" else self.traj_steps
+        unit = self.traj_steps if self.algo.buffer.replayed else config.steps_per_update
         self.budget = config.total_env_steps // unit * unit
         self.n_updates = self.budget // config.steps_per_update  # on-policy: fresh batches
         self.fresh_updates = 0  # fresh batches taken (the loop's count: a skipped one too)

@@ -14,7 +14,7 @@ import collections
 
 import numpy as np
 
-from tianjax.algos.base import Algorithm
+from tianjax.core.algorithm import Algorithm
 from tianjax.config import Config
 from tianjax.runtime.balance.limits import BalanceController
 from tianjax.runtime.balance.controller import AdaptiveBalance, pace as learner_sets_pace

@@ -43,7 +43,7 @@ MAX_CHUNK_OUTPUT_BYTES = 64 << 20  # the stacked outputs of one chunk (episodes,
 # NOTE: a state this large or larger is donated to each chunk (updated in place, never held
 # twice); a smaller one is copied. Donating PPO's state (under 1 MiB on CartPole) made the
 # chunks of a fused run 4 to 7% slower on XLA:CPU (jax 0.10, the same compiled program bar
-# its entry copies; experiments/reproduce.md, section 1), while a second copy of it costs
+# its entry copies; experiments/benchmarks, fused training), while a second copy of it costs
 # nothing that matters. A replay buffer of hundreds of MiB must not be held twice.
 DONATE_MIN_BYTES = 64 << 20
 
@@ -102,7 +102,7 @@ def run_fused(config: Config, logger: RunLogger, progress: Progress, env=None) -
         one = jax.jit(init)
         seeds = [one(keys[s]) for s in range(S)]
         state = jax.tree.map(lambda *xs: jnp.stack(xs), *seeds)
-    updates_per_iter = config.replay_config.updates_per_rollout if algo.buffer != "onpolicy" else 1
+    updates_per_iter = config.replay_config.updates_per_rollout if algo.buffer.replayed else 1
 
     wins = getattr(env, "reports_wins", False)
     rec = RunRecorder(config, logger, progress, seeds=S, wins=wins)

@@ -40,7 +40,8 @@ import jax
 import numpy as np
 
 from tianjax.algos import make_algorithm
-from tianjax.algos.base import Algorithm
+from tianjax.core.algorithm import Algorithm
+from tianjax.core.buffer_kind import buffer_kind
 from tianjax.config import Config, ConfigError
 from tianjax.envs.factory import HostEnv, make_host_env
 from tianjax.metrics import Progress, RunLogger
@@ -86,6 +87,8 @@ def run_host(config: Config, logger: RunLogger, progress: Progress, env: HostEnv
         if algo is None:
             algo = make_algorithm(config, env.obs_shape, env.action_spec,
                                   correct_staleness=config.mode == "async", obs_dtype=env.obs_dtype)
+        else:  # (one built elsewhere may name its buffer kind)
+            algo = algo._replace(buffer=buffer_kind(algo.buffer))
         out = _train(config, logger, progress, env, algo, t_start)
     finally:
         if own_env:
@@ -97,7 +100,7 @@ def _train(config: Config, logger: RunLogger, progress: Progress, env: HostEnv, 
            t_start: float) -> RunOutcome:
     B, T = config.num_envs, config.rollout_len
     n_iters = config.total_env_steps // (B * T)  # never more steps than the budget
-    replay = algo.buffer == "replay"
+    replay = algo.buffer.replayed
 
     t = time.perf_counter()
     k_learn, k_act = jax.random.split(jax.random.key(config.seed))

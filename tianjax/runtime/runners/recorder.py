@@ -239,9 +239,9 @@ def sample_rates(config: Config, algo, env_steps: int, train_time: float) -> dic
     learned from once (fresh); on-policy each update consumes its batch once, off-policy
     each gradient step consumes the replay section's batch_size items. No reuse here."""
     t = max(train_time, 1e-9)
-    if algo.buffer != "onpolicy":
-        rc = config.replay_config  # items: transitions, or (qmix) sequences of rollout_len steps
-        item_steps = config.rollout_len if algo.buffer == "sequences" else 1
+    if algo.buffer.replayed:
+        rc = config.replay_config  # items: transitions, or sequences of rollout_len steps
+        item_steps = algo.buffer.item_steps(config.rollout_len)
         learned = max(env_steps - rc.learning_starts, 0) // (config.num_envs * config.rollout_len)
         consumed = learned * rc.updates_per_rollout * rc.batch_size * item_steps
     else:

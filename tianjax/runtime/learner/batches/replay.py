@@ -19,7 +19,7 @@ from __future__ import annotations
 import jax
 import numpy as np
 
-from tianjax.algos.base import Algorithm
+from tianjax.core.algorithm import Algorithm
 from tianjax.config import Config
 from tianjax.core.replay.setup import make_replay
 from tianjax.runtime.learner.batches.onpolicy import Choice
@@ -38,7 +38,7 @@ class ReplayBatches:
         self._sample = jax.jit(self.replay.sample)
         self.items = jax.eval_shape(self._sample, self.rb, self.key)  # one sample's, this process's
         # samples (env steps) in one sampled batch, this process's share
-        self.batch_samples = rc.batch_size * (config.rollout_len if algo.buffer == "sequences" else 1)
+        self.batch_samples = rc.batch_size * algo.buffer.item_steps(config.rollout_len)
         # as Config.replay_ratio, by this algorithm's items (a registered one's too)
         self.ratio = config.balance.target_replay_ratio or config.runtime.replay_ratio or (
             rc.updates_per_rollout * self.batch_samples / (config.num_envs * config.rollout_len))

@@ -39,11 +39,11 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from tianjax.algos.base import ActOutput, Algorithm
+from tianjax.core.algorithm import ActOutput, Algorithm
+from tianjax.core.buffer_kind import SEQUENCES
 from tianjax.algos.common import check_replay, periodic_target, replay_step, sample_weights
-from tianjax.algos.dqn import epsilon_schedule
-from tianjax.config import Config, ConfigError
-from tianjax.config.checks import _check
+from tianjax.algos.dqn.loss import epsilon_schedule
+from tianjax.config import Config, ConfigError, check_key
 from tianjax.core.types import MAObs
 from tianjax.core.update import LearnerState, guarded, init_state, make_optimizer
 from tianjax.core.types import ActionSpec
@@ -229,7 +229,7 @@ def time_major(items: Sequences) -> Sequences:
 
 def check_config(config: Config) -> None:
     """The qmix section against the run: burn-in inside a sequence, a buffer that holds a rollout."""
-    _check(config.qmix.burn_in < config.rollout_len, "qmix.burn_in",
+    check_key(config.qmix.burn_in < config.rollout_len, "qmix.burn_in",
            f"must be below rollout_len ({config.rollout_len}), the replayed sequence length")
     check_replay(config)
 
@@ -288,7 +288,7 @@ def make(config: Config, obs_shape, action_spec: ActionSpec, *, correct_stalenes
     def schedules(env_steps):
         return {"epsilon": epsilon(env_steps)}
 
-    return Algorithm("qmix", "sequences", init, act, value, greedy, guarded(update), loss_fn,
+    return Algorithm("qmix", SEQUENCES, init, act, value, greedy, guarded(update), loss_fn,
                      (agent, mixer), schedules=schedules, init_carry=init_carry)
 
 

@@ -38,10 +38,10 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from tianjax.algos.base import ActOutput, Algorithm
+from tianjax.core.algorithm import ActOutput, Algorithm
+from tianjax.core.buffer_kind import TRANSITIONS
 from tianjax.algos.common import check_replay, periodic_target, replay_step, sample_weights
-from tianjax.config import Config, ConfigError
-from tianjax.config.checks import _check
+from tianjax.config import Config, ConfigError, check_key
 from tianjax.core.update import LearnerState, guarded, init_state, make_optimizer
 from tianjax.core.types import ActionSpec
 from tianjax.networks import QNetwork
@@ -108,7 +108,7 @@ def check_config(config: Config) -> None:
     """The dqn section against the run: frame_once where a loop serves it, a buffer that
     holds a rollout."""
     if config.dqn.frame_once:
-        _check(config.mode == "fused" or config.num_actors >= 1, "dqn.frame_once",
+        check_key(config.mode == "fused" or config.num_actors >= 1, "dqn.frame_once",
                "is served by mode: fused and by actor processes (num_actors >= 1); the "
                "in-process host loop (num_actors: 0) keeps obs and next_obs")
     check_replay(config)
@@ -164,4 +164,4 @@ def make(config: Config, obs_shape: tuple[int, ...], action_spec: ActionSpec, *,
     def schedules(env_steps):
         return {"epsilon": epsilon(env_steps)}
 
-    return Algorithm("dqn", "replay", init, act, value, greedy, guarded(update), loss_fn, net, schedules)
+    return Algorithm("dqn", TRANSITIONS, init, act, value, greedy, guarded(update), loss_fn, net, schedules)

@@ -24,8 +24,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from tianjax.algos import ppo
-from tianjax.algos.base import Algorithm
+from tianjax.algos.ppo import loss as ppo
+from tianjax.core.algorithm import Algorithm
+from tianjax.core.buffer_kind import ON_POLICY
 from tianjax.algos.policy import ActorCriticPolicy, sampling_policy
 from tianjax.config import Config, ConfigError, NetworkConfig
 from tianjax.core.types import MAObs
@@ -163,5 +164,5 @@ def make(config: Config, obs_shape, action_spec: ActionSpec, *, correct_stalenes
     def update(state, traj: Trajectory, fresh=True):
         return single.update(state, agent_columns(traj), fresh)
 
-    return Algorithm("ippo", "onpolicy", single.init, act, value, greedy, update, single.loss_fn,
+    return Algorithm("ippo", ON_POLICY, single.init, act, value, greedy, update, single.loss_fn,
                      policy.network)

@@ -55,7 +55,7 @@ mask, and neither are the advantages, so the step shrinks with the share dropped
 are exactly the samples the textbook clip, centred on mu, gives no gradient at the first
 step. At high staleness mu's advantages keep pointing where the learner has already gone:
 the updates between mu and pi_0 acted on samples of the same era, and without a reference
-to mu each stale batch pushes further (measured in experiments/reproduce.md, section 5).
+to mu each stale batch pushes further (measured in experiments/studies/staleness_weighting).
 The trust region of the epochs stays around pi_0; where mu = pi_0 no sample is dropped.
 
 Equivalence: with tau = 0 and mu = pi_0 (fused mode) every w_i = 1, pi_0 = mu and V_0 = the
@@ -74,11 +74,11 @@ import jax.numpy as jnp
 from tianjax.core import distributions as D
 from tianjax.core import shuffle
 from tianjax.core import staleness as S
-from tianjax.algos.base import Algorithm
+from tianjax.core.algorithm import Algorithm
+from tianjax.core.buffer_kind import ON_POLICY
 from tianjax.algos.common import sample_weights
 from tianjax.algos.policy import ActorCriticPolicy, actor_critic
-from tianjax.config import Config
-from tianjax.config.checks import _check
+from tianjax.config import Config, check_key
 from tianjax.core.update import (LearnerState, gradient_step, guarded, init_state, learning_rate, lr_schedule, make_optimizer, step_progress)
 from tianjax.core.types import ActionSpec
 from tianjax.core.returns import gae, traced_gae
@@ -211,7 +211,7 @@ def make_batch(apply_fn, config: Config, state: LearnerState, traj: Trajectory, 
 def check_config(config: Config) -> None:
     """The ppo section against the run (ppo and ippo): the minibatches split the batch."""
     batch = config.steps_per_update
-    _check(batch % config.ppo.num_minibatches == 0, "ppo.num_minibatches",
+    check_key(batch % config.ppo.num_minibatches == 0, "ppo.num_minibatches",
            f"must divide the batch (trajectories x num_envs x rollout_len) = {batch}, got "
            f"{config.ppo.num_minibatches} (a minibatch cannot be larger than the batch "
            "and all minibatches have one size)")
@@ -285,5 +285,5 @@ def make(config: Config, obs_shape: tuple[int, ...], action_spec: ActionSpec, *,
             batch = prepare(state, traj)
         return learn(state, batch, fresh)
 
-    return Algorithm("ppo", "onpolicy", init, policy.act, value, policy.greedy, guarded(update), loss_fn,
+    return Algorithm("ppo", ON_POLICY, init, policy.act, value, policy.greedy, guarded(update), loss_fn,
                      policy.network, prepare=prepare, learn=guarded(learn))

@@ -11,7 +11,7 @@ target copy (mu', Q') of each, for replayed transitions (s, o, a, r, s', o', ter
 
 Terminated transitions do not bootstrap; truncated ones bootstrap from the final
 observation. After every gradient step the targets move by Polyak averaging,
-target <- tau * online + (1 - tau) * target. Staleness enters as the per-sample weight w_b
+target <- target_tau * online + (1 - target_tau) * target. Staleness enters as the per-sample weight w_b
 of the transition's behaviour version (1 when fresh), as for DQN: the targets do not depend
 on the behaviour policy, so no importance ratio is needed.
 """
@@ -25,7 +25,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tianjax.algos.base import ActOutput, Algorithm
+from tianjax.core.algorithm import ActOutput, Algorithm
+from tianjax.core.buffer_kind import TRANSITIONS
 from tianjax.algos.common import check_replay, polyak_target, replay_step, sample_weights
 from tianjax.config import Config, ConfigError
 from tianjax.core.types import MAObs
@@ -132,7 +133,7 @@ def make(config: Config, obs_shape, action_spec: ActionSpec, *, correct_stalenes
     actor_apply, critic_apply, actor, critic = make_networks(config, n, action_spec)
     a = action_spec.shape[0]
     optimizer = make_optimizer(cfg.lr, cfg.max_grad_norm)
-    update_target = polyak_target(cfg.tau)
+    update_target = polyak_target(cfg.target_tau)
     loss_fn = make_loss(actor_apply, critic_apply, gamma=cfg.gamma)
     low, high = jnp.asarray(action_spec.low), jnp.asarray(action_spec.high)
 
@@ -160,7 +161,7 @@ def make(config: Config, obs_shape, action_spec: ActionSpec, *, correct_stalenes
         w, _ = sample_weights(correct_staleness, state.version, batch.version, config.staleness)
         return replay_step(loss_fn, optimizer, state, batch, w, update_target)
 
-    return Algorithm("maddpg", "replay", init, act, value, greedy, guarded(update), loss_fn,
+    return Algorithm("maddpg", TRANSITIONS, init, act, value, greedy, guarded(update), loss_fn,
                      (actor, critic))
 
 

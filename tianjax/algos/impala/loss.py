@@ -23,11 +23,11 @@ import jax.numpy as jnp
 
 from tianjax.core import distributions as D
 from tianjax.core import returns
-from tianjax.algos.base import Algorithm
+from tianjax.core.algorithm import Algorithm
+from tianjax.core.buffer_kind import ON_POLICY
 from tianjax.algos.common import sample_weights
 from tianjax.algos.policy import actor_critic
-from tianjax.config import Config
-from tianjax.config.checks import _check
+from tianjax.config import Config, check_key
 from tianjax.core.update import (LearnerState, gradient_step, guarded, init_state, learning_rate, lr_schedule, make_optimizer, step_progress)
 from tianjax.core.types import ActionSpec
 from tianjax.core.types import Trajectory
@@ -101,7 +101,7 @@ def split_batch(traj: Trajectory, weight: jax.Array, num_chunks: int):
 def check_config(config: Config) -> None:
     """The impala section against the run: the minibatches split the batch's width."""
     width = config.batch_trajectories * config.num_envs
-    _check(width % config.impala.num_minibatches == 0, "impala.num_minibatches",
+    check_key(width % config.impala.num_minibatches == 0, "impala.num_minibatches",
            f"must divide the batch width (trajectories x num_envs) = {width}, got "
            f"{config.impala.num_minibatches}")
 
@@ -148,5 +148,5 @@ def make(config: Config, obs_shape: tuple[int, ...], action_spec: ActionSpec, *,
                                    fresh_steps=fresh_steps)
         return new_state, metrics
 
-    return Algorithm("impala", "onpolicy", init, policy.act, value, policy.greedy, guarded(update), loss_fn,
+    return Algorithm("impala", ON_POLICY, init, policy.act, value, policy.greedy, guarded(update), loss_fn,
                      policy.network)

@@ -1,9 +1,11 @@
 """The algorithm bundle: how to act, how to learn, what buffer it needs.
 
 An algorithm is a NamedTuple of pure functions built from a Config and the env's spaces.
-Nothing here knows whether it runs fused, sync or async.
+Nothing here knows whether it runs fused, sync or async, and nothing here names an
+algorithm: the built-in ones are packages under tianjax.algos, each registered with an
+AlgorithmSpec that says how to build it.
 
-The protocol (built-in algorithms and yours, `tianjax.algos.register(name, make)`):
+The protocol (built-in algorithms and yours, `tianjax.algos.register(spec)`):
 
     make(config, obs_shape, action_spec, *, correct_staleness=True) -> Algorithm
 
@@ -22,10 +24,11 @@ What an algorithm gives:
   must not advance.
 - `loss_fn(params, batch, ...) -> (loss, metrics)` with per-sample weights as an explicit
   input (exposed for tests and notebooks; the runtime calls only `update`).
-- `buffer`: "onpolicy" (batches are Trajectory [T, B]), "replay" (batches are
-  Transition [N], sampled by the runtime) or "sequences" (QMIX: [N, T] sequences); the
-  replay settings are the algorithm's own section's (`Config.replay_config`: dqn, maddpg
-  or qmix).
+- `buffer`: its kind (tianjax.core.buffer_kind): ON_POLICY (batches are Trajectory
+  [T, B]), TRANSITIONS (batches are Transition [N], sampled by the runtime) or SEQUENCES
+  ([N, T] sequences of a recurrent policy); a kind's name ("onpolicy", "replay",
+  "sequences") is accepted too. It must be the kind its spec declares. The replay settings
+  are the algorithm's own section's (`Config.replay_config`).
 - `network`: the flax module (`tianjax.networks.custom_network` gives the user's one).
 
 What the runtime guarantees it:
@@ -51,6 +54,7 @@ from typing import Any, Callable, Literal, NamedTuple
 
 import jax
 
+from tianjax.core.buffer_kind import BufferKind
 from tianjax.core.update import LearnerState
 
 
@@ -63,7 +67,7 @@ class ActOutput(NamedTuple):
 
 class Algorithm(NamedTuple):
     name: str
-    buffer: Literal["onpolicy", "replay", "sequences"]  # sequences: replay of [T] sequences
+    buffer: BufferKind | Literal["onpolicy", "replay", "sequences"]  # what it learns from
     # init(key) -> LearnerState
     init: Callable[[jax.Array], LearnerState]
     # act(params, obs [B, ...], key, env_steps) -> ActOutput   (sampled / exploring)
@@ -89,3 +93,6 @@ class Algorithm(NamedTuple):
     # recurrent policies: init_carry(batch) -> the state before the first step [batch, ...];
     # act then takes it as a fifth argument and returns the next one in ActOutput.carry
     init_carry: Callable[[int], Any] | None = None
+
+
+__all__ = ["ActOutput", "Algorithm"]

@@ -1,0 +1,6 @@
+"""MADDPG (deterministic actors, centralised critics): its config section (config.py), its loss, acting and update
+(loss.py), and its AlgorithmSpec (spec.py), which the registry reads."""
+
+from tianjax.algos.maddpg.spec import SPEC
+
+__all__ = ["SPEC"]

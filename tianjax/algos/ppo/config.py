@@ -1,0 +1,46 @@
+"""The `ppo` section of a config: PPO's hyperparameters (tianjax.algos.ppo.loss)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tianjax.config import check_key
+
+
+@dataclass(frozen=True)
+class PPOConfig:
+    lr: float = 2.5e-4
+    anneal_lr: bool = True  # linear decay to 0 over the run
+    num_epochs: int = 4
+    num_minibatches: int = 4
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    clip_eps: float = 0.2
+    clip_value: bool = True
+    vf_coef: float = 0.5
+    ent_coef: float = 0.01
+    max_grad_norm: float = 0.5
+    # corrected (async) batches: GAE's trace through each later step is cut by
+    # min(1, pi_0/mu) of that step's action (no effect where mu = pi_0). Off by default, so
+    # GAE is not off-policy corrected: a stale trajectory's advantage values mu's later
+    # actions, a bias that grows with staleness (see tianjax/algos/ppo.py)
+    truncated_traces: bool = False
+    # corrected batches: a sample whose pi_0 has already moved past the clip range from mu
+    # in the direction of its advantage gets weight 0 (the textbook clip at the first step)
+    behaviour_clip: bool = False
+    # lr is the rate of a dense layer this many inputs wide; a wider one's Adam step is
+    # scaled by lr_base_width / fan_in (tianjax.core.update.scale_by_fan_in); null: lr everywhere
+    lr_base_width: int | None = None
+
+    def __post_init__(self):
+        check_key(self.lr > 0, "ppo.lr", f"must be > 0, got {self.lr}")
+        check_key(self.lr_base_width is None or (isinstance(self.lr_base_width, int) and not isinstance(self.lr_base_width, bool)
+                                              and self.lr_base_width >= 1),
+               "ppo.lr_base_width", f"must be null or an int >= 1, got {self.lr_base_width!r}")
+        check_key(self.num_epochs >= 1, "ppo.num_epochs", f"must be >= 1, got {self.num_epochs}")
+        check_key(self.num_minibatches >= 1, "ppo.num_minibatches",
+               f"must be >= 1, got {self.num_minibatches}")
+        check_key(0 < self.gamma <= 1, "ppo.gamma", f"must be in (0, 1], got {self.gamma}")
+        check_key(0 <= self.gae_lambda <= 1, "ppo.gae_lambda", f"must be in [0, 1], got {self.gae_lambda}")
+        check_key(self.clip_eps > 0, "ppo.clip_eps", f"must be > 0, got {self.clip_eps}")
+        check_key(self.max_grad_norm > 0, "ppo.max_grad_norm", f"must be > 0, got {self.max_grad_norm}")
