@@ -92,8 +92,10 @@ def test_a2c_loss_is_the_closed_form_and_fresh_weights_are_one(custom_parts):
     g2 = jax.grad(closed_form)(params)
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-7), g1, g2)
 
+    from tianjax.envs.gymnax_env import make_gymnax
+
     config = load_config(custom_parts.config("fused", 4096))
-    env = tianjax.envs.gymnax_env.make_gymnax(custom_parts.Catch())
+    env = make_gymnax(custom_parts.Catch())
     with tianjax.networks.use_network(net):
         corrected = custom_parts.make_a2c(config, env.obs_shape, env.action_spec, correct_staleness=True)
         plain = custom_parts.make_a2c(config, env.obs_shape, env.action_spec, correct_staleness=False)
