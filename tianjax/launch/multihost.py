@@ -27,12 +27,16 @@ import dataclasses
 import json
 import math
 import os
+import selectors
 import signal
+import socket
 import sys
+import threading
 import time
 
 from tianjax.config import Config, ConfigError
 from tianjax.errors import LearnerStalled
+from tianjax.launch.ports import BACKLOG, CHANNELS
 
 SIGTERM_GRACE_S = 5.0
 
@@ -58,6 +62,71 @@ def with_security(config: Config) -> Config:
 def actor_ids(index: int, num_learners: int, num_actors: int) -> list[int]:
     """The actor ids learner `index` trains on: k with k mod num_learners == index."""
     return [index + num_learners * j for j in range(num_actors)]
+
+
+class _HeldPorts:
+    """Learner `index`'s three ports, bound from the process's first second until its
+    Learner serves them (`handover`). Meanwhile a thread accepts each connection and keeps
+    it until the actor drops it (after its handshake times out, and it connects again): an
+    actor sees a learner that is starting (joining the others, compiling) rather than none,
+    and waits for it (tianjax.runtime.actor); and the listen queue never fills with
+    connections nobody would serve."""
+
+    def __init__(self, host: str, base_port: int, index: int):
+        self.socks: list[socket.socket] = []
+        port = base_port + 3 * index
+        try:
+            for port in range(base_port + 3 * index, base_port + 3 * index + len(CHANNELS)):
+                family, kind, proto, _, where = socket.getaddrinfo(
+                    None if host in ("", "*") else host.strip("[]"), port, type=socket.SOCK_STREAM,
+                    flags=socket.AI_PASSIVE)[0]
+                s = socket.socket(family, kind, proto)
+                self.socks.append(s)
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                s.bind(where)
+                s.listen(BACKLOG)
+        except OSError as e:
+            for s in self.socks:
+                s.close()
+            raise ConfigError(f"launch: learner {index} cannot listen on {host} port {port} ({e.strerror or e}): "
+                              "does another process hold it? (--base-port moves the ports)") from None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._hold, name="tianjax-held-ports", daemon=True)
+        self._thread.start()
+
+    def _hold(self) -> None:
+        with selectors.DefaultSelector() as sel:
+            for s in self.socks:
+                s.setblocking(False)  # (a connection gone before its accept must not block it)
+                sel.register(s, selectors.EVENT_READ)
+            while not self._stop.is_set():
+                for key, _ in sel.select(0.1):
+                    try:
+                        if key.fileobj in self.socks:
+                            conn, _ = key.fileobj.accept()
+                            sel.register(conn, selectors.EVENT_READ)
+                        elif not key.fileobj.recv(4096):  # (its greeting is dropped unread)
+                            sel.unregister(key.fileobj)
+                            key.fileobj.close()
+                    except OSError:
+                        if key.fileobj not in self.socks:
+                            sel.unregister(key.fileobj)
+                            key.fileobj.close()
+            for key in list(sel.get_map().values()):
+                if key.fileobj not in self.socks:
+                    key.fileobj.close()
+
+    def handover(self) -> dict[str, int]:
+        """Stops holding; returns copies of the listening descriptors (channel name -> fd)
+        for the Learner's sockets, which own them."""
+        self._stop.set()
+        self._thread.join()
+        for s in self.socks:
+            s.setblocking(True)  # as tianjax.launch.ports hands them over
+        fds = {name: os.dup(s.fileno()) for name, s in zip(CHANNELS, self.socks)}
+        for s in self.socks:
+            s.close()
+        return fds
 
 
 def _key(key_file: str | None):
@@ -88,11 +157,16 @@ def run_learner(config: Config, *, coordinator: str | None, num_processes: int |
     if coordinator is not None or num_processes is not None:
         if coordinator is None or num_processes is None or process_id is None:
             raise ConfigError("launch: --coordinator, --num-processes and --process-id go together")
+        # from here on its actors see a learner that is starting
+        held = _HeldPorts(bind_host, base_port, process_id)
         jax.distributed.initialize(coordinator_address=coordinator, num_processes=num_processes,
                                    process_id=process_id, heartbeat_timeout_seconds=heartbeat)
     else:
         jax.distributed.initialize(heartbeat_timeout_seconds=heartbeat)  # cluster auto-detection (SLURM, ...)
+        held = None
     index, count = jax.process_index(), jax.process_count()
+    if held is None:
+        held = _HeldPorts(bind_host, base_port, index)
     if config.stop_at_target and count > 1:
         # every learner must take the same number of collective updates, and each tracks
         # the episodes of its own actors
@@ -129,10 +203,11 @@ def run_learner(config: Config, *, coordinator: str | None, num_processes: int |
     logger = RunLogger(config, run_dir)
     progress = Progress(config.total_env_steps, enabled=False if index else None,
                         desc=f"learner {index}/{jax.process_count()}")
-    # every learner process writes (its shards of) the same checkpoints: the run's root
+    # every learner process writes (its shards of) the same checkpoints: the run's root;
+    # it serves the ports held since its start
     learner = Learner(config, run_key, logger, progress,
                       endpoints=learner_endpoints(bind_host, base_port, index),
-                      checkpoint_root=os.path.dirname(logger.run_dir))
+                      checkpoint_root=os.path.dirname(logger.run_dir), listen_fds=held.handover())
     ids = actor_ids(index, count, config.num_actors)
     learner.watch.who = f"learner {index}/{count}"
     learner.watch.hint = (f"its actors with tianjax launch --role actor --actor-id {', '.join(map(str, ids))} "

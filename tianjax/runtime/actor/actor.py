@@ -29,6 +29,7 @@ import time
 import jax
 import numpy as np
 import zmq
+from zmq.utils.monitor import recv_monitor_message
 
 from tianjax.config import Config
 from tianjax.runtime.process import shutdown
@@ -45,6 +46,35 @@ TIME_KEYS = ("acting", "waiting_credit", "waiting_params", "sending")
 
 class ActorStopped(Exception):
     """The learner said stop (or went away for longer than the heartbeat timeout)."""
+
+
+class LearnerPresence:
+    """Whether the learner's process is there before it has said anything: a tcp
+    connection to its control port comes up. A starting learner (joining the other
+    learners, compiling) holds its ports; one that never came, or ended, does not."""
+
+    def __init__(self, channel):
+        self._socket = channel.socket
+        self._monitor = channel.socket.get_monitor_socket(
+            zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED | zmq.EVENT_CONNECT_RETRIED | zmq.EVENT_CLOSED)
+        # NOTE: events from before the monitor are lost, and a connection made then would
+        # never be seen: connect again now that it listens (nothing was sent yet)
+        channel.socket.disconnect(channel.endpoint)
+        channel.socket.connect(channel.endpoint)
+        self.connected = False
+        self.since = time.monotonic()  # when `connected` last changed
+
+    def absent_for(self, now: float) -> float:
+        """Seconds since the learner's port last held a connection (0 while it does)."""
+        while self._monitor.poll(0):
+            up = recv_monitor_message(self._monitor)["event"] == zmq.EVENT_CONNECTED
+            if up != self.connected:
+                self.connected, self.since = up, now
+        return 0.0 if self.connected else now - self.since
+
+    def close(self) -> None:
+        self._socket.disable_monitor()
+        self._monitor.close(linger=0)
 
 
 class Actor:
@@ -72,6 +102,7 @@ class Actor:
         self.traj_out = TrajectorySender(run_key, endpoints["traj"], sender=f"actor-{actor_id}",
                                          hwm=rt.send_hwm, **net)
         self.control = ControlClient(run_key, endpoints["control"], identity=f"actor-{actor_id}", **net)
+        self.presence = LearnerPresence(self.control)
         self.version = -1
         self.params = None
         self.credits = 0
@@ -158,8 +189,15 @@ class Actor:
                 return
             self._check_control()
             self._beat()
-            if time.monotonic() - self._last_heard > timeout:
+            now = time.monotonic()
+            if now - self._last_heard > timeout:
                 raise ActorStopped(f"no parameters from the learner for {timeout:.0f} s")
+            lost = self.config.runtime.heartbeat_timeout_s
+            if self.control.to is None and self.presence.absent_for(now) > lost:
+                # before its first word a learner may take connect_timeout_s, but only
+                # while its process holds its ports
+                raise ActorStopped(f"no learner at {self.control.endpoint} for {lost:.0f} s "
+                                   "(runtime.heartbeat_timeout_s): it never came, or it ended")
             poller.poll(timeout=int(1000 * self.config.runtime.heartbeat_s))
 
     def _wait_for_credit(self) -> None:
@@ -239,6 +277,7 @@ class Actor:
 
     def close(self) -> None:
         self.source.close()
+        self.presence.close()
         for ch in (self.params_in, self.traj_out, self.control):
             ch.close()
         self.net.close()
