@@ -5,7 +5,9 @@ process count and id, or the cluster's auto-detection, e.g. SLURM) and form one 
 mesh; the update is data-parallel over it, gradients are all-reduced by XLA, and the
 parameters stay identical on every learner process. Learner process i binds three ports,
 `base_port + 3 i` (parameters), `+1` (trajectories), `+2` (control), on `bind_host`
-(loopback unless set). Actor k connects, over tcp, to learner `k mod num_learners`.
+(loopback unless set), and holds them from its first second. Actor k connects, over tcp,
+to learner `k mod num_learners`. The learners' collectives use the address that reaches
+the others, whatever the host name resolves to (tianjax.launch.collectives).
 
 `num_actors` and `total_env_steps` are per learner process: learner i trains on the
 actors `i, i + N, i + 2N, ...` (N learners), `num_actors` of them, so actor ids run from 0
@@ -36,6 +38,7 @@ import time
 
 from tianjax.config import Config, ConfigError
 from tianjax.errors import LearnerStalled
+from tianjax.launch import collectives
 from tianjax.launch.ports import BACKLOG, CHANNELS
 
 SIGTERM_GRACE_S = 5.0
@@ -129,6 +132,66 @@ class _HeldPorts:
         return fds
 
 
+def _join(coordinator: str | None, num_processes: int | None, process_id: int | None,
+          heartbeat_timeout_s: float) -> None:
+    """jax.distributed.initialize, or one line naming the coordinator's address it tried."""
+    import jax
+
+    # JAX's own heartbeat is the backstop (it aborts): ours (guard.PeerWatch) reports first
+    heartbeat = int(math.ceil(heartbeat_timeout_s)) + 5
+    try:
+        if coordinator is not None:
+            jax.distributed.initialize(coordinator_address=coordinator, num_processes=num_processes,
+                                       process_id=process_id, heartbeat_timeout_seconds=heartbeat)
+        else:
+            jax.distributed.initialize(heartbeat_timeout_seconds=heartbeat)  # cluster auto-detection (SLURM, ...)
+    except RuntimeError as e:  # JAX's runtime error: the coordinator did not answer in time
+        from tianjax.launch.guard import exit_now
+
+        where = coordinator or "the coordinator"
+        try:
+            where += f" ({collectives.resolve(collectives.split_host_port(coordinator)[0])} from here)"
+        except (OSError, ValueError, AttributeError):
+            pass
+        exit_now(f"tianjax: error: learner {process_id}: cannot join the run's coordinator at {where}: "
+                 f"{str(e).strip().splitlines()[0][:200]}", 1)
+
+
+def _collectives(config: Config, coordinator: str, bind_host: str, index: int, count: int) -> str:
+    """Gives JAX's collectives the address the other learners reach this one at
+    (tianjax.launch.collectives); returns it for the learner's start line. A learner that
+    cannot reach another ends here with one line naming the address it tried."""
+    from jax._src.distributed import global_state
+
+    from tianjax.launch.guard import exit_now
+
+    if count == 1:
+        return ""
+    timeout = config.runtime.heartbeat_timeout_s
+    try:
+        chosen = collectives.choose(global_state.client, index, count, coordinator, bind_host, timeout)
+        collectives.check_reach(global_state.client, index, count, chosen.address, timeout)
+    except collectives.Unreachable as e:
+        if index == 0:
+            time.sleep(1.0)  # the others read the checks' results from its coordination service
+        exit_now(f"tianjax: error: learner {index}/{count}: {e}; every learner must reach the others "
+                 "(--bind-host chooses the interface)", 1)
+    collectives.use_for_gloo(chosen.address)
+    if not collectives.is_loopback(chosen.address) and _on_loopback(bind_host):
+        # the learners span hosts, and this one's actors can only be on its own
+        print(f"tianjax: warning: learner {index}/{count} binds its ports on loopback ({bind_host}): "
+              "only actors on its own host can connect; --bind-host 0.0.0.0 (or an address of this "
+              "host) lets others in", file=sys.stderr, flush=True)
+    return f"; collectives on {chosen.address} ({chosen.how})"
+
+
+def _on_loopback(host: str) -> bool:
+    try:
+        return host.strip() not in collectives.WILDCARDS and collectives.is_loopback(collectives.resolve(host))
+    except (OSError, ValueError):
+        return False
+
+
 def _key(key_file: str | None):
     from tianjax.transport.auth import KEY_ENV, load_key
 
@@ -152,21 +215,26 @@ def run_learner(config: Config, *, coordinator: str | None, num_processes: int |
         raise ConfigError(f"launch --role learner: num_actors must be >= 1 (actor processes per learner "
                           f"process, started with tianjax launch --role actor), got {config.num_actors}")
     run_key = _key(key_file)
-    # JAX's own heartbeat is the backstop (it aborts): ours below reports first, in one line
-    heartbeat = int(math.ceil(config.runtime.heartbeat_timeout_s)) + 5
-    if coordinator is not None or num_processes is not None:
-        if coordinator is None or num_processes is None or process_id is None:
-            raise ConfigError("launch: --coordinator, --num-processes and --process-id go together")
-        # from here on its actors see a learner that is starting
-        held = _HeldPorts(bind_host, base_port, process_id)
-        jax.distributed.initialize(coordinator_address=coordinator, num_processes=num_processes,
-                                   process_id=process_id, heartbeat_timeout_seconds=heartbeat)
-    else:
-        jax.distributed.initialize(heartbeat_timeout_seconds=heartbeat)  # cluster auto-detection (SLURM, ...)
-        held = None
-    index, count = jax.process_index(), jax.process_count()
+    if (coordinator is not None or num_processes is not None) and (
+            coordinator is None or num_processes is None or process_id is None):
+        raise ConfigError("launch: --coordinator, --num-processes and --process-id go together")
+    # from here on its actors see a learner that is starting
+    held = _HeldPorts(bind_host, base_port, process_id) if process_id is not None else None
+    _join(coordinator, num_processes, process_id, config.runtime.heartbeat_timeout_s)
+    from jax._src.distributed import global_state
+
+    # NOTE: not jax.process_index(): it would start JAX's backend, whose collectives must
+    # first be given their address (below)
+    index, count = global_state.process_id, global_state.num_processes
     if held is None:
         held = _HeldPorts(bind_host, base_port, index)
+    from tianjax.launch.guard import PeerWatch, SigtermWatchdog, exit_now, exit_on_abort
+
+    if index != 0:  # JAX's client aborts the moment learner 0's coordination service is gone
+        exit_on_abort(f"tianjax: error: learner {index}/{count}: learner process 0 is lost (JAX's "
+                      "coordination service, which it hosts, stopped answering; JAX's log above); "
+                      "stopping; the last checkpoint stands")
+    net = _collectives(config, coordinator or global_state.coordinator_address, bind_host, index, count)
     if config.stop_at_target and count > 1:
         # every learner must take the same number of collective updates, and each tracks
         # the episodes of its own actors
@@ -174,13 +242,9 @@ def run_learner(config: Config, *, coordinator: str | None, num_processes: int |
     # NOTE: set after jax.distributed.initialize, which installs its own SIGTERM handling
     signal.signal(signal.SIGTERM, _terminate)
     signal.signal(signal.SIGINT, _terminate)
-    from tianjax.launch.guard import PeerWatch, SigtermWatchdog, exit_now, exit_on_abort
-
     SigtermWatchdog(SIGTERM_GRACE_S, code=143, what=f"learner {index}")
     peers = None
     if count > 1:
-        from jax._src.distributed import global_state
-
         from tianjax.runtime.process import shutdown
 
         def lost(line: str) -> None:
@@ -190,10 +254,6 @@ def run_learner(config: Config, *, coordinator: str | None, num_processes: int |
             time.sleep(1.0)  # (before a failing learner 0 takes JAX's coordination service down)
             exit_now(line, 1)
 
-        if index != 0:  # JAX's client aborts the moment learner 0's coordination service is gone
-            exit_on_abort(f"tianjax: error: learner {index}/{count}: learner process 0 is lost (JAX's "
-                          "coordination service, which it hosts, stopped answering; JAX's log above); "
-                          "stopping; the last checkpoint stands")
         peers = PeerWatch(global_state.client, index, count, config.runtime.heartbeat_timeout_s, on_lost=lost)
     from tianjax.metrics import Progress, RunLogger, format_summary
     from tianjax.runtime.learner.learner import Learner
@@ -216,7 +276,7 @@ def run_learner(config: Config, *, coordinator: str | None, num_processes: int |
           f"its actors are --actor-id {', '.join(map(str, ids))} (of 0-{count * config.num_actors - 1}; "
           f"num_actors={config.num_actors} per learner), started with --num-learners {count} "
           f"--learner-host <this host> --base-port {base_port}: ports {base_port + 3 * index}-"
-          f"{base_port + 3 * index + 2} on {bind_host}", flush=True)
+          f"{base_port + 3 * index + 2} on {bind_host}{net}", flush=True)
     t0 = time.perf_counter()
     try:
         out = learner.run(t_start=t0)
