@@ -53,6 +53,17 @@ case "$job" in
     ensure "${1:-}" ;;
   test)
     ensure "test,all"
+    # tests/cluster makes hosts out of network namespaces with iproute2 (ip, tc); where it
+    # is missing it is installed if this is root with apt, else those tests skip
+    if ! command -v ip >/dev/null 2>&1; then
+      if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        echo "quickstart: installing iproute2 (for tests/cluster) ..." >&2
+        { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iproute2; } \
+          >/dev/null 2>&1 || echo "quickstart: could not install iproute2: tests/cluster will skip" >&2
+      else
+        echo "quickstart: iproute2's ip is not on PATH (tests/cluster will skip; as root: apt-get install iproute2)" >&2
+      fi
+    fi
     # two pytest workers (TIANJAX_TEST_WORKERS; 0 runs in one process): most tests compile
     # or train in a single thread, so two halve the suite on a 2-core machine
     exec .venv/bin/python -m pytest -n "${TIANJAX_TEST_WORKERS:-2}" "$@" ;;
