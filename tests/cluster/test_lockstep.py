@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import sys
 from pathlib import Path
 
 import pytest
@@ -90,6 +91,9 @@ def test_actors_whose_learner_never_comes_or_ends_silent_stop_after_the_heartbea
     env = child_env(TIANJAX_RUN_KEY=os.urandom(32).hex())
     cmds = separate_hosts_commands(tmp_path / "run", f"runtime.heartbeat_timeout_s={timeout}")
     learner0 = host_procs.start(cluster, *cmds[0], "learner-0", env)
+    knock = "import socket, sys; socket.create_connection(('host0', 5557), timeout=2).close()"
+    wait_for(lambda: cluster.call("host2", [sys.executable, "-c", knock], check=False).returncode == 0
+             or learner0.poll() is not None, 120, interval=0.5, what="learner 0 to hold its ports")
     actors = [host_procs.start(cluster, host, argv, f"actor-{k}", env) for k, (host, argv) in enumerate(cmds[2:])]
 
     # the default connect_timeout_s (600 s) would keep it far longer than this wait

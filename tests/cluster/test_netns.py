@@ -99,7 +99,7 @@ def test_a_cut_host_is_unreachable_until_healed(make_cluster):
     _serve(cluster, "host1")
     _reachable(cluster, "host0", "host1")
     cluster.cut("host1")
-    assert _connect(cluster, "host0", "host1") == ["error", "TimeoutError"]  # its packets vanish
+    assert _connect(cluster, "host0", "host1")[0] == "error"  # (a timeout, or no host at its address)
     assert _connect(cluster, "host1", "host0")[0] == "error"
     cluster.heal("host1")
     assert _reachable(cluster, "host0", "host1")[:2] == ["host0", "host1"]
