@@ -92,8 +92,8 @@ def test_reuse_heavy_async_run_ends_its_learning_rate_schedule_exactly_at_the_bu
     n_updates = 3000 // n  # 46 fresh batches
     grad_steps = config.ppo.num_epochs * config.ppo.num_minibatches
     assert learner.fresh_updates == n_updates
-    assert learner.balance.reused_batches > 0  # reuse passes did take gradient steps
-    assert out.updates == n_updates + learner.balance.reused_batches
+    assert learner.measures.reused_batches > 0  # reuse passes did take gradient steps
+    assert out.updates == n_updates + learner.measures.reused_batches
     # the last gradient step of the last fresh batch, at progress 1 - 1 / (n_updates * K):
     # with the schedule planned over update counts it would have reached 0 long before
     lr = float(learning_rate(learner.state.opt_state))

@@ -188,7 +188,7 @@ def test_an_async_run_with_reuse_resumes_its_schedule_at_the_fresh_steps_learned
     third = _learn_in_process(config(t2, f"resume={run_dir}"), run_dir)
     assert third.fresh_updates == 12 and int(third.state.fresh_steps) == t2
     # every update: 12 fresh batches, the rest reuse passes (counted on across the resumes)
-    assert int(third.state.version) == 12 + third.balance.reused_batches
+    assert int(third.state.version) == 12 + third.measures.reused_batches
     assert float(learning_rate(third.state.opt_state)) == pytest.approx(lr0 * n / K / t2, rel=1e-4)
 
 

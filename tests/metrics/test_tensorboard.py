@@ -12,7 +12,7 @@ from tensorboardX.record_writer import masked_crc32c
 from tianjax.config import load_config
 from tianjax.metrics import RunLogger
 from tianjax.metrics.tensorboard import tag_for
-from tianjax.runtime.balance.limits import BalanceController
+from tianjax.runtime.balance.limits import Limits
 
 
 def read_events(path: Path) -> list[Event]:
@@ -114,12 +114,12 @@ def test_logger_without_tensorboard_writes_no_events(tmp_path):
 
 
 def test_interval_histogram_counts_consumed_taus_since_the_last_take():
-    b = BalanceController(max_staleness=None, max_pool=4, max_reuse=0)
-    assert b.take_interval_histogram() == []
-    b.consumed_batch(np.array([0, 0, 2]), 3, now=0.0)
-    b.consumed_batch(np.array([[1, 2], [2, 2]]), 4, now=1.0)
-    assert b.take_interval_histogram() == [2, 1, 4]
-    assert b.take_interval_histogram() == []
-    b.consumed_batch(np.array([1]), 1, now=2.0)
-    assert b.take_interval_histogram() == [0, 1]
-    assert b.staleness_histogram() == {0: 2, 1: 2, 2: 4}  # the run total is unchanged
+    b = Limits(max_staleness=None, max_pool=4, max_reuse=0)
+    assert b.measures.take_interval_histogram() == []
+    b.measures.consumed_batch(np.array([0, 0, 2]), 3, now=0.0)
+    b.measures.consumed_batch(np.array([[1, 2], [2, 2]]), 4, now=1.0)
+    assert b.measures.take_interval_histogram() == [2, 1, 4]
+    assert b.measures.take_interval_histogram() == []
+    b.measures.consumed_batch(np.array([1]), 1, now=2.0)
+    assert b.measures.take_interval_histogram() == [0, 1]
+    assert b.measures.staleness_histogram() == {0: 2, 1: 2, 2: 4}  # the run total is unchanged

@@ -383,7 +383,7 @@ def test_recorded_register_and_trajectories_are_refused_by_a_restarted_learner_a
         assert dict(_replay(tmp_path, other, "traj", [traj])) == {"old_incarnation": 1}
         for lr, refused in ((restarted, {"old_incarnation": 3}), (other, {"old_incarnation": 2})):
             assert lr.actors == {} and lr.traj_in.accepted == 0 and lr.control.accepted == 0
-            assert not lr.pool and lr.env_steps == 0 and lr.balance.produced == 0
+            assert not lr.pool and lr.env_steps == 0 and lr.measures.produced == 0
             summary = lr.report.summary(time.perf_counter(), 1.0)
             assert summary["rejected_by_reason"] == refused
     finally:

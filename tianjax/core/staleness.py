@@ -23,16 +23,31 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from tianjax.config import StalenessConfig
 
 Array = jax.Array
 
 
-def staleness(learner_version: Array | int, behaviour_version: Array) -> Array:
-    """tau = learner version - behaviour version, clipped at 0 (same shape as versions)."""
-    tau = jnp.asarray(learner_version, jnp.int32) - behaviour_version.astype(jnp.int32)
-    return jnp.maximum(tau, 0)
+def staleness(learner_version, behaviour_version):
+    """tau = learner version - behaviour version, clipped at 0 (same shape as versions): the
+    one definition, for the loss (JAX arrays in, a JAX array out) and for the runtime's
+    bookkeeping on the host (ints or numpy arrays in, numpy out, no device op)."""
+    if isinstance(learner_version, jax.Array) or isinstance(behaviour_version, jax.Array):
+        tau = jnp.asarray(learner_version, jnp.int32) - jnp.asarray(behaviour_version).astype(jnp.int32)
+        return jnp.maximum(tau, 0)
+    return np.maximum(np.asarray(learner_version, np.int64) - np.asarray(behaviour_version, np.int64), 0)
+
+
+def admissible(tau, max_staleness: int | None):
+    """Whether a sample of staleness `tau` may be learned from: tau <= max_staleness, every
+    sample when max_staleness is None (tau >= 0 always holds). The one rule, applied where
+    a trajectory arrives, when the learner takes it from the pool, and in the loss's mask;
+    elementwise on ints, numpy and JAX arrays."""
+    if max_staleness is None:
+        return tau >= 0
+    return tau <= max_staleness
 
 
 def constant(tau: Array) -> Array:
@@ -54,7 +69,7 @@ def hinge(tau: Array, tau0: int, power: float) -> Array:
 
 
 def cutoff(tau: Array, max_staleness: int) -> Array:
-    return (tau <= max_staleness).astype(jnp.float32)
+    return admissible(tau, max_staleness).astype(jnp.float32)
 
 
 def schedule_weights(tau: Array, cfg: StalenessConfig) -> Array:
@@ -88,11 +103,8 @@ def staleness_weights(learner_version: Array | int, behaviour_version: Array,
       weights: float32, same shape as `behaviour_version`, 0 where dropped.
       mask: float32, 1 where the sample is kept (tau <= max_staleness).
     """
-    tau = staleness(learner_version, behaviour_version)
-    if cfg.max_staleness is None:
-        mask = jnp.ones_like(tau, jnp.float32)
-    else:
-        mask = (tau <= cfg.max_staleness).astype(jnp.float32)
+    tau = staleness(jnp.asarray(learner_version, jnp.int32), behaviour_version)
+    mask = admissible(tau, cfg.max_staleness).astype(jnp.float32)
     w = schedule_weights(tau, cfg) * mask
     if cfg.normalise:
         w = normalise(w, mask)
@@ -102,3 +114,7 @@ def staleness_weights(learner_version: Array | int, behaviour_version: Array,
 def truncated_ratio(log_pi: Array, log_mu: Array, rho_bar: float) -> Array:
     """rho = min(rho_bar, pi / mu), computed from log-probabilities, without gradient."""
     return jax.lax.stop_gradient(jnp.minimum(rho_bar, jnp.exp(log_pi - log_mu)))
+
+
+__all__ = ["admissible", "constant", "cutoff", "exponential", "hinge", "normalise", "polynomial", "schedule_weights",
+           "staleness", "staleness_weights", "truncated_ratio"]

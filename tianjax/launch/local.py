@@ -92,7 +92,7 @@ def run_local(config: Config, logger: RunLogger, progress: Progress) -> RunOutco
         out = learner.run(should_stop, t_start=t_start)
     finally:
         learner.stop_actors()
-        registered = {info.get("actor") for info in learner.actors.values()}
+        registered = {info.actor for info in learner.actors.values()}
         actors.stop(unreachable=[i for i in actors.procs if i not in registered])
         learner.close()
         if ipc_dir is not None:

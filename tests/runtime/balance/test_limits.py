@@ -1,14 +1,15 @@
-"""The balance controller (tianjax.runtime.balance.limits): its decisions and measurements on
+"""The balance's limits and measures (tianjax.runtime.balance.limits, .measures): decisions and measurements on
 hand-made timelines. It reads no clock, so every `now` below is chosen by the test."""
 
 import numpy as np
 import pytest
 
-from tianjax.runtime.balance.limits import BalanceController
+from tianjax.runtime.balance.limits import Limits
+from tianjax.runtime.balance.measures import Measures
 
 
 def _controller(max_staleness=4, max_pool=8, max_reuse=2, window_s=10.0):
-    return BalanceController(max_staleness, max_pool, max_reuse, window_s=window_s)
+    return Limits(max_staleness, max_pool, max_reuse, measures=Measures(window_s=window_s))
 
 
 # ----------------------------------------------------------------------------- admission
@@ -17,8 +18,8 @@ def test_admission_keeps_up_to_max_staleness_and_drops_above():
     # learner at version 10; behaviour versions 10 (tau 0) .. 4 (tau 6)
     decisions = {v: bc.admit(v, 10, samples=100, now=0.0) for v in range(10, 3, -1)}
     assert decisions == {10: True, 9: True, 8: True, 7: True, 6: True, 5: False, 4: False}
-    assert bc.produced == 5 * 100
-    assert bc.dropped == 2 * 100
+    assert bc.measures.produced == 5 * 100
+    assert bc.measures.dropped == 2 * 100
 
 
 def test_admission_counts_dropped_samples_not_trajectories():
@@ -26,34 +27,34 @@ def test_admission_counts_dropped_samples_not_trajectories():
     assert not bc.admit(3, 5, samples=512, now=0.0)
     assert not bc.admit(4, 5, samples=64, now=0.1)
     assert bc.admit(5, 5, samples=32, now=0.2)
-    assert bc.dropped == 512 + 64
-    assert bc.produced == 32
-    assert bc.metrics(0.2)["dropped_samples"] == 576
+    assert bc.measures.dropped == 512 + 64
+    assert bc.measures.produced == 32
+    assert bc.measures.metrics(0.2)["dropped_samples"] == 576
 
 
 def test_admission_without_bound_keeps_everything():
     bc = _controller(max_staleness=None)
     assert all(bc.admit(0, lv, samples=10, now=0.0) for lv in (0, 5, 1000))
-    assert bc.dropped == 0 and bc.produced == 30
+    assert bc.measures.dropped == 0 and bc.measures.produced == 30
 
 
 def test_a_version_from_the_future_counts_as_fresh():
     # an actor may hold a version the learner has not logged yet (or a restarted learner's)
     bc = _controller(max_staleness=0)
     assert bc.admit(7, 5, samples=10, now=0.0)
-    assert bc.dropped == 0
+    assert bc.measures.dropped == 0
 
 
 # ----------------------------------------------------------------------------- rates
-# BalanceController._rate divides the samples of *all* events in the window, the first one
+# Measures._rate divides the samples of *all* events in the window, the first one
 # included, by the time since the first one: n events over n - 1 gaps, so a steady stream
 # reads high by one event (x2 with two events). Fix (balance.py, `_rate`): leave the first
 # event's samples out of the numerator, e.g. `(sum(n for _, n in events) - events[0][1]) / span`.
 
 def test_rates_are_zero_before_anything_happens():
     bc = _controller()
-    assert bc.production_rate(5.0) == 0.0
-    assert bc.consumption_rate(5.0) == 0.0
+    assert bc.measures.production_rate(5.0) == 0.0
+    assert bc.measures.consumption_rate(5.0) == 0.0
 
 
 def test_production_rate_of_a_steady_stream():
@@ -61,7 +62,7 @@ def test_production_rate_of_a_steady_stream():
     # 200 samples every 0.5 s, for 4 s: 400 samples/s
     for i in range(9):
         bc.admit(0, 0, samples=200, now=0.5 * i)
-    assert bc.production_rate(4.0) == pytest.approx(400.0)
+    assert bc.measures.production_rate(4.0) == pytest.approx(400.0)
 
 
 def test_rates_forget_what_left_the_window():
@@ -73,28 +74,28 @@ def test_rates_forget_what_left_the_window():
     for t in range(10, 21):
         bc.admit(0, 0, samples=100, now=float(t))
     # at t = 20 only the arrivals of the last 2 s count: 100 samples/s
-    assert bc.production_rate(20.0) == pytest.approx(100.0)
+    assert bc.measures.production_rate(20.0) == pytest.approx(100.0)
 
 
 def _five_batches(bc):
     taus = np.zeros((4, 8), np.int32)  # [T, B]: 32 samples a batch
     for i in range(5):  # one batch every second, every other one a reuse
-        bc.consumed_batch(taus, taus.size, now=float(i), reuse=bool(i % 2))
+        bc.measures.consumed_batch(taus, taus.size, now=float(i), reuse=bool(i % 2))
 
 
 def test_consumption_counts_reuse():
     bc = _controller(window_s=10.0)
     _five_batches(bc)
-    assert bc.consumed == 5 * 32
-    assert bc.reused_batches == 2
-    m = bc.metrics(4.0)
+    assert bc.measures.consumed == 5 * 32
+    assert bc.measures.reused_batches == 2
+    m = bc.measures.metrics(4.0)
     assert m["samples_consumed"] == 160 and m["reused_batches"] == 2
 
 
 def test_consumption_rate_counts_reuse():
     bc = _controller(window_s=10.0)
     _five_batches(bc)  # 32 samples a second, reused ones included
-    assert bc.consumption_rate(4.0) == pytest.approx(32.0)
+    assert bc.measures.consumption_rate(4.0) == pytest.approx(32.0)
 
 
 def test_rates_bounds_that_hold_either_way():
@@ -105,8 +106,8 @@ def test_rates_bounds_that_hold_either_way():
         bc.admit(0, 0, samples=1000, now=0.1 * i)
     for t in range(10, 21):
         bc.admit(0, 0, samples=100, now=float(t))
-    assert 100.0 <= bc.production_rate(20.0) <= 150.0
-    assert bc.production_rate(100.0) == 0.0  # nothing in the window any more
+    assert 100.0 <= bc.measures.production_rate(20.0) <= 150.0
+    assert bc.measures.production_rate(100.0) == 0.0  # nothing in the window any more
 
 
 # ----------------------------------------------------------------------------- reuse
@@ -133,29 +134,29 @@ def test_no_reuse_when_max_reuse_is_zero():
 def test_accept_more_stops_at_max_pool_and_counts_throttling():
     bc = _controller(max_pool=3)
     assert [bc.accept_more(n) for n in range(5)] == [True, True, True, False, False]
-    assert bc.throttled == 2
-    assert bc.metrics(0.0)["throttled"] == 2
+    assert bc.measures.throttled == 2
+    assert bc.measures.metrics(0.0)["throttled"] == 2
 
 
 # ----------------------------------------------------------------------------- staleness
 def test_staleness_stats_and_histogram_of_consumed_samples():
     bc = _controller()
-    assert bc.staleness_stats() == {"staleness_mean": 0.0, "staleness_max": 0}
-    assert bc.staleness_histogram() == {}
+    assert bc.measures.staleness_stats() == {"staleness_mean": 0.0, "staleness_max": 0}
+    assert bc.measures.staleness_histogram() == {}
     # a [T=2, B=3] batch with taus 0, 0, 1 / 0, 3, 1 and a second, fresh one of 2 samples
-    bc.consumed_batch(np.array([[0, 0, 1], [0, 3, 1]]), 6, now=0.0)
-    bc.consumed_batch(np.array([0, 0]), 2, now=1.0)
-    assert bc.staleness_histogram() == {0: 5, 1: 2, 3: 1}
-    stats = bc.staleness_stats()
+    bc.measures.consumed_batch(np.array([[0, 0, 1], [0, 3, 1]]), 6, now=0.0)
+    bc.measures.consumed_batch(np.array([0, 0]), 2, now=1.0)
+    assert bc.measures.staleness_histogram() == {0: 5, 1: 2, 3: 1}
+    stats = bc.measures.staleness_stats()
     assert stats["staleness_mean"] == pytest.approx(5 / 8)
     assert stats["staleness_max"] == 3
-    m = bc.metrics(1.0)
+    m = bc.measures.metrics(1.0)
     assert m["staleness_mean"] == pytest.approx(5 / 8) and m["staleness_max"] == 3
 
 
 def test_dropped_trajectories_are_not_in_the_consumed_staleness():
     bc = _controller(max_staleness=2)
     bc.admit(0, 10, samples=100, now=0.0)  # tau 10: dropped, never consumed
-    bc.consumed_batch(np.full((2, 2), 1), 4, now=0.0)
-    assert bc.staleness_stats() == {"staleness_mean": 1.0, "staleness_max": 1}
-    assert bc.staleness_histogram() == {1: 4}
+    bc.measures.consumed_batch(np.full((2, 2), 1), 4, now=0.0)
+    assert bc.measures.staleness_stats() == {"staleness_mean": 1.0, "staleness_max": 1}
+    assert bc.measures.staleness_histogram() == {1: 4}

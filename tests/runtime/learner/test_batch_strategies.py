@@ -1,11 +1,10 @@
 """The learner's on-policy batch strategies (runtime/onpolicy_batches.py) on hand-made
 pools: which trajectories each takes, what it drops, and whose credits it hands back."""
 
-import collections
-
 import numpy as np
 
-from tianjax.runtime.balance.limits import BalanceController
+from tianjax.runtime.balance.limits import Limits
+from tianjax.runtime.learner.pool import Pool
 from tianjax.runtime.learner.batches.onpolicy import AsyncBatches, ReuseBatches, SyncBatches
 from tianjax.core.types import Trajectory
 
@@ -31,10 +30,12 @@ def _traj(version: int, tag: float) -> Trajectory:
 
 
 def _rig(kind, items, k=2, max_staleness=None, max_reuse=0):
-    pool = collections.deque((v, sender, _traj(v, tag)) for v, sender, tag in items)
-    balance = BalanceController(max_staleness, max_pool=10, max_reuse=max_reuse)
+    balance = Limits(max_staleness, max_pool=10, max_reuse=max_reuse)
     released = []
-    return kind(pool, k, balance, T * B, released.append), pool, balance, released
+    pool = Pool(balance, T * B, released.append)
+    for v, sender, tag in items:
+        pool.admit(v, sender, _traj(v, tag))
+    return kind(pool, k), pool, balance, released
 
 
 def test_sync_takes_one_current_trajectory_per_actor_and_drops_older_ones():
@@ -44,7 +45,7 @@ def test_sync_takes_one_current_trajectory_per_actor_and_drops_older_ones():
     np.testing.assert_array_equal(choice.batch.reward[0], [1, 4])  # a's first, then b's, joined along B
     np.testing.assert_array_equal(choice.behaviour, 3)
     assert released == [b"c", b"a", b"b"]  # the dropped one's credit first, then the taken ones'
-    assert balance.expired == T * B
+    assert balance.measures.expired == T * B
     assert [(v, s) for v, s, _ in pool] == [(3, b"a")]  # a's second waits for another round
     assert batches.next(3) is None and batches.drained()  # one actor short
 
@@ -54,7 +55,7 @@ def test_async_takes_the_oldest_within_max_staleness():
                                             max_staleness=3)
     choice = batches.next(5)
     np.testing.assert_array_equal(choice.batch.reward[0], [2, 3])
-    assert released == [b"a", b"b", b"a"] and balance.expired == T * B  # version 1 aged past 3
+    assert released == [b"a", b"b", b"a"] and balance.measures.expired == T * B  # version 1 aged past 3
     assert len(pool) == 1 and batches.drained() and batches.next(5) is None
 
 

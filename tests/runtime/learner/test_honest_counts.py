@@ -67,7 +67,7 @@ def test_a_checkpoint_leaves_out_the_pool_and_a_resume_reports_it(tmp_path):
         while len(learner.pool) < 3:
             assert time.monotonic() < deadline
             learner.pump(10)
-        assert learner.env_steps == 3 * TRAJ and learner.balance.produced == 3 * TRAJ
+        assert learner.env_steps == 3 * TRAJ and learner.measures.produced == 3 * TRAJ
         learner.recorder.open_checkpoints(str(tmp_path), start=0)
         learner.save_checkpoint(time.perf_counter())
         learner.recorder.close()
@@ -82,7 +82,7 @@ def test_a_checkpoint_leaves_out_the_pool_and_a_resume_reports_it(tmp_path):
     resumed = Learner(load_config(CONFIG, TINY + ["runtime.batch_trajectories=4", f"total_env_steps={8 * TRAJ}",
                                                   f"resume={tmp_path}"]), new_run_key())
     try:
-        assert resumed.env_steps == 0 and resumed.balance.produced == 0
+        assert resumed.env_steps == 0 and resumed.measures.produced == 0
         assert resumed.ingress.credits_left() == 8  # the whole budget is there to be acted again
         assert resumed.result().extra_summary["resume_unlearned_samples"] == 3 * TRAJ
     finally:

@@ -1,81 +1,55 @@
-"""The balance controller: TianJi's production/consumption strategy, made explicit.
+"""The balance's hard limits: TianJi's production/consumption strategy, made explicit.
 
 Actors produce samples at rate p, the learner consumes them at rate c (counting reuse).
 With relaxed assignment dependencies nothing forces p and c to match, and a mismatch shows
 up as staleness (p > c: samples queue and age) or idle learner time (p < c). The
-controller measures p, c and the staleness of arriving and consumed samples, and decides:
+set-point controller (tianjax.runtime.balance.controller) steers p and c; these limits
+are the safety net under it:
 
-- admission: a trajectory staler than `max_staleness` on arrival is dropped (and counted);
-  the loss's staleness weights then handle what is admitted;
+- admission: a trajectory staler than `max_staleness` on arrival is dropped (and counted),
+  by the one rule of tianjax.core.staleness.admissible, which the pool applies again when
+  the learner takes a batch and the loss in its mask; the loss's staleness weights then
+  handle what is admitted;
 - flow control: while the pool holds `max_pool` trajectories the learner stops reading its
   socket, so ZeroMQ's high-water marks push back and actors block in send (they slow down
   instead of producing samples that would only age);
 - bounded reuse (on-policy): when the learner is ready and no fresh trajectory is waiting,
   it may take another pass over its last batch, at most `max_reuse` times per batch.
 
-This class holds no sockets and reads no clock: the caller passes `now` (seconds), so the
-decisions are testable with hand-made timelines. Its state is reported as metrics.
+What these decisions do is counted in `measures` (tianjax.runtime.balance.measures). No
+sockets, no clock: the caller passes `now`.
 """
 
 from __future__ import annotations
 
-import collections
 from dataclasses import dataclass, field
 
-import numpy as np
+from tianjax.core.staleness import admissible, staleness
+from tianjax.runtime.balance.measures import Measures
 
 
 @dataclass
-class BalanceController:
+class Limits:
     max_staleness: int | None
     max_pool: int
-    max_reuse: int
-    window_s: float = 10.0  # rates are measured over this sliding window
+    max_reuse: int  # the controller lowers it within its bound (balance.max_reuse = ...)
+    measures: Measures = field(default_factory=Measures)
 
-    produced: int = 0  # samples (env steps) admitted
-    consumed: int = 0  # samples learned from, reuse counted
-    fresh: int = 0  # samples learned from for the first time (consumed less reuse)
-    dropped: int = 0  # samples refused at admission (too stale) or expired in the pool
-    expired: int = 0  # of those, admitted samples that aged past max_staleness in the pool
-    reused_batches: int = 0
-    throttled: int = 0  # times the pool was full and the socket left unread
-    _arrivals: collections.deque = field(default_factory=collections.deque)
-    _consumptions: collections.deque = field(default_factory=collections.deque)
-    # staleness counts {tau: samples}: bounded memory however long the run
-    _tau_consumed: collections.Counter = field(default_factory=collections.Counter)
-    _tau_arrival: collections.Counter = field(default_factory=collections.Counter)
-    _tau_interval: collections.Counter = field(default_factory=collections.Counter)  # since the last take
-
-    # ------------------------------------------------------------------ decisions
     def admit(self, behaviour_version: int, learner_version: int, samples: int, now: float) -> bool:
-        """Whether an arriving trajectory enters the pool."""
-        tau = max(learner_version - behaviour_version, 0)
-        self._tau_arrival[tau] += samples
-        if self.max_staleness is not None and tau > self.max_staleness:
-            self.dropped += samples
-            return False
-        self.produced += samples
-        self._arrivals.append((now, samples))
-        return True
-
-    def refuse(self, samples: int) -> None:
-        """Arrived samples not admitted for another reason than their staleness (a late
-        trajectory the budget has no room for)."""
-        self.dropped += samples
+        """Whether an arriving trajectory enters the pool (counted either way)."""
+        tau = int(staleness(learner_version, behaviour_version))
+        ok = bool(admissible(tau, self.max_staleness))
+        self.measures.arrival(tau, samples, now, admitted=ok)
+        return ok
 
     def fresh_enough(self, behaviour_version: int, learner_version: int) -> bool:
-        return self.max_staleness is None or learner_version - behaviour_version <= self.max_staleness
-
-    def expire(self, samples: int) -> None:
-        """Admitted samples that aged past max_staleness before they were consumed (or, in
-        sync mode, were made with an older version than the learner's)."""
-        self.dropped += samples
-        self.expired += samples
+        """Admission again, at consumption: a pooled trajectory may still be learned from."""
+        return bool(admissible(int(staleness(learner_version, behaviour_version)), self.max_staleness))
 
     def accept_more(self, pool_size: int) -> bool:
         """Flow control: read the trajectory socket only while the pool has room."""
         if pool_size >= self.max_pool:
-            self.throttled += 1
+            self.measures.throttle()
             return False
         return True
 
@@ -85,82 +59,5 @@ class BalanceController:
             return False
         return self.fresh_enough(batch_version, learner_version)
 
-    # ------------------------------------------------------------------ measurements
-    def consumed_batch(self, taus: np.ndarray, samples: int, now: float, reuse: bool = False,
-                       fresh: int | None = None) -> None:
-        """`samples` learned from, `fresh` of them for the first time (default: all of them
-        unless `reuse`)."""
-        self.consumed += samples
-        self.fresh += (0 if reuse else samples) if fresh is None else fresh
-        self.reused_batches += int(reuse)
-        self._consumptions.append((now, samples))
-        values, counts = np.unique(np.asarray(taus, np.int64), return_counts=True)
-        self._tau_consumed.update(dict(zip(values.tolist(), counts.tolist())))
-        self._tau_interval.update(dict(zip(values.tolist(), counts.tolist())))
 
-    def _rate(self, events: collections.deque, now: float) -> float:
-        while events and events[0][0] < now - self.window_s:
-            events.popleft()
-        if len(events) < 2:
-            return 0.0
-        # samples that arrived after the first event, over the time since it
-        span = max(now - events[0][0], 1e-3)
-        return (sum(n for _, n in events) - events[0][1]) / span
-
-    def production_rate(self, now: float) -> float:
-        return self._rate(self._arrivals, now)
-
-    def consumption_rate(self, now: float) -> float:
-        return self._rate(self._consumptions, now)
-
-    def staleness_stats(self) -> dict:
-        """Mean and max tau of the consumed samples."""
-        n = sum(self._tau_consumed.values())
-        if n == 0:
-            return {"staleness_mean": 0.0, "staleness_max": 0}
-        mean = sum(t * c for t, c in self._tau_consumed.items()) / n
-        return {"staleness_mean": float(mean), "staleness_max": int(max(self._tau_consumed))}
-
-    def staleness_histogram(self) -> dict:
-        """{tau: count} of consumed samples."""
-        return {int(t): int(c) for t, c in sorted(self._tau_consumed.items())}
-
-    def take_interval_histogram(self) -> list[int]:
-        """Consumed samples per tau (index = tau) since the last call; resets the interval."""
-        hist = [0] * (max(self._tau_interval, default=-1) + 1)
-        for t, c in self._tau_interval.items():
-            hist[int(t)] = int(c)
-        self._tau_interval.clear()
-        return hist
-
-    def state_dict(self) -> dict:
-        """The counters and staleness counts, JSON-able (checkpoints); rates start afresh."""
-        return {"produced": self.produced, "consumed": self.consumed, "fresh": self.fresh,
-                "dropped": self.dropped, "expired": self.expired,
-                "reused_batches": self.reused_batches, "throttled": self.throttled,
-                "tau_consumed": {str(t): c for t, c in self._tau_consumed.items()},
-                "tau_arrival": {str(t): c for t, c in self._tau_arrival.items()}}
-
-    def load_state_dict(self, state: dict) -> None:
-        for k in ("produced", "consumed", "fresh", "dropped", "expired", "reused_batches", "throttled"):
-            setattr(self, k, int(state.get(k, 0)))
-        self._tau_consumed = collections.Counter({int(t): int(c) for t, c in state["tau_consumed"].items()})
-        self._tau_arrival = collections.Counter({int(t): int(c) for t, c in state["tau_arrival"].items()})
-
-    def arrival_histogram(self) -> dict:
-        """{tau: count} of arriving samples (admitted or not)."""
-        return {int(t): int(c) for t, c in sorted(self._tau_arrival.items())}
-
-    def metrics(self, now: float) -> dict:
-        return {
-            "production_rate": self.production_rate(now),
-            "consumption_rate": self.consumption_rate(now),
-            "samples_produced": self.produced,
-            "samples_consumed": self.consumed,
-            "samples_fresh": self.fresh,
-            "dropped_samples": self.dropped,
-            "expired_samples": self.expired,
-            "reused_batches": self.reused_batches,
-            "throttled": self.throttled,
-            **self.staleness_stats(),
-        }
+__all__ = ["Limits"]

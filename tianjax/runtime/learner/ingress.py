@@ -26,11 +26,12 @@ import zmq
 
 from tianjax.config import Config
 from tianjax.runtime.actor.actor import TIME_KEYS
-from tianjax.runtime.balance.limits import BalanceController
 from tianjax.runtime.balance.controller import AdaptiveBalance
-from tianjax.runtime.learner.lost import LOST_AFTER_BEATS, count, lost_trajectories
-from tianjax.runtime.learner.receiver import Receiver
+from tianjax.runtime.balance.limits import Limits
 from tianjax.runtime.learner.batches.replay import ReplayBatches
+from tianjax.runtime.learner.lost import LOST_AFTER_BEATS, count, lost_trajectories
+from tianjax.runtime.learner.pool import ActorLedger, Pool
+from tianjax.runtime.learner.receiver import Receiver
 from tianjax.transport.channels import ControlServer
 
 # an actor's heartbeat reports these (seconds since it registered)
@@ -57,16 +58,17 @@ class Ingress:
     env_steps, now, wins)`: takes the episodes that finished; `replay`: the replay buffer
     admitted trajectories go to (None: the pool)."""
 
-    def __init__(self, config: Config, control: ControlServer, rx: Receiver, balance: BalanceController,
+    def __init__(self, config: Config, control: ControlServer, rx: Receiver, limits: Limits,
                  controller: AdaptiveBalance, *, budget: int, version: Callable[[], int],
                  publish: Callable[[], None], episodes: Callable, replay: ReplayBatches | None = None):
         self.config, self.control, self.rx = config, control, rx
-        self.balance, self.controller, self.replay = balance, controller, replay
+        self.limits, self.measures = limits, limits.measures
+        self.controller, self.replay = controller, replay
         self.budget, self.version, self.publish, self.episodes = budget, version, publish, episodes
         self.traj_steps = config.rollout_len * config.num_envs
-        self.pool: collections.deque = collections.deque()  # (behaviour version, sender, batch)
+        self.pool = Pool(limits, self.traj_steps, self.grant)
         self.held: collections.deque = collections.deque()  # replay: credits held back while behind
-        self.actors: dict[bytes, dict] = {}  # identity -> {"actor", "last_seen", "outstanding", "last_traj"}
+        self.actors: dict[bytes, ActorLedger] = {}  # connection identity -> what is known of it
         self.actor_time_s: dict[bytes, dict] = {}  # identity -> where its time went (its newest heartbeat)
         self.env_steps = 0  # admitted
         self.act_steps = 0  # the global env-step count the newest admitted trajectory was acted at
@@ -84,9 +86,8 @@ class Ingress:
         """Trajectories the budget still allows beyond those admitted and in flight. (An actor
         not heard from for the heartbeat timeout is gone: its slots no longer count.)"""
         now, limit = time.perf_counter(), self.config.runtime.heartbeat_timeout_s
-        outstanding = sum(max(info["outstanding"], 0) for info in self.actors.values()
-                          if now - max(info.get("last_seen", 0.0), info["last_traj"]) <= limit)
-        return (self.budget - self.balance.produced) // self.traj_steps - outstanding
+        outstanding = sum(max(info.outstanding, 0) for info in self.actors.values() if info.silent_for(now) <= limit)
+        return (self.budget - self.measures.produced) // self.traj_steps - outstanding
 
     def window(self, ident: bytes) -> int:
         """Trajectories this actor may have in flight or waiting here: in sync mode one (it
@@ -101,15 +102,15 @@ class Ingress:
         """This actor's trajectories in flight (credits out) or held here (pooled, or
         replay credits held back)."""
         info = self.actors.get(ident)
-        out = max(info["outstanding"], 0) if info is not None else 0
-        return out + sum(item[1] == ident for item in self.pool) + self.held.count(ident)
+        out = max(info.outstanding, 0) if info is not None else 0
+        return out + self.pool.held_by(ident) + self.held.count(ident)
 
     def grant(self, ident: bytes, n: int = 1) -> None:
         info = self.actors.get(ident)
         # NOTE: a window the controller shrank is reached by not re-granting freed slots
         n = min(n, self.credits_left(), self.window(ident) - self.in_hand(ident))
         if n > 0 and info is not None and self.control.send(ident, {"type": "credit", "n": n}):
-            info["outstanding"] += n
+            info.outstanding += n
 
     def release_held(self) -> None:
         """Replay: hands back the credits held while the learner was behind, once it owes
@@ -126,11 +127,11 @@ class Ingress:
         with the actors' credit waits (their heartbeats) says which side sets the pace."""
         if self.held:
             self.release_held()
-        controller, balance = self.controller, self.balance
+        controller, measures = self.controller, self.measures
         moves, decided = controller.moves, controller.decisions
         throttled = self.replay is not None and self.replay.throttled
         times = self.actor_time_summary()["actor_time_s"] if self.actor_time_s else None
-        actions = controller.decide(now, balance.production_rate(now), balance.consumption_rate(now),
+        actions = controller.decide(now, measures.production_rate(now), measures.consumption_rate(now),
                                     throttled=throttled, busy_s=busy_s,
                                     credit_wait_s=times and times["waiting_credit"],
                                     actor_wall_s=times and times["wall"])
@@ -138,7 +139,7 @@ class Ingress:
             self.replay.throttled = False  # a new period
         if controller.moves == moves:
             return
-        balance.max_reuse = actions.max_reuse
+        self.limits.max_reuse = actions.max_reuse
         for ident in list(self.actors):
             self.grant(ident, self.window(ident) - self.in_hand(ident))
 
@@ -150,22 +151,22 @@ class Ingress:
         samples = self.traj_steps
         ident = msg.sender.encode()
         if (info := self.actors.get(ident)) is not None:
-            info["accounted"] += 1
-            info["outstanding"] -= 1
-            info["last_traj"] = now
-            if count(info.get("actor")) is not None:
-                self.received_by_actor[info["actor"]] += 1
+            info.accounted += 1
+            info.outstanding -= 1
+            info.last_traj = now
+            if count(info.actor) is not None:
+                self.received_by_actor[info.actor] += 1
         if not finite:
             self.dropped_nonfinite += 1
             self.grant(ident)
             return
-        if self.balance.produced + samples > self.budget:
+        if self.measures.produced + samples > self.budget:
             # beyond the budget: only a trajectory taken as lost that came after all (its
             # slot, handed back, let its actor make another). Dropped and counted, as a
             # trajectory too stale to admit is
-            self.balance.refuse(samples)
+            self.measures.refused(samples)
             return
-        admitted = self.balance.admit(int(msg.version), int(self.version()), samples, now)
+        admitted = self.limits.admit(int(msg.version), int(self.version()), samples, now)
         if admitted:
             self.act_steps = int(act_steps)
             self.lag_max = max(self.lag_max, self.env_steps - self.act_steps)
@@ -185,7 +186,7 @@ class Ingress:
             self.release_held()
             self.replay.throttled |= bool(self.held)
         else:
-            self.pool.append((int(msg.version), ident, batch))
+            self.pool.admit(int(msg.version), ident, batch)
 
     # ------------------------------------------------------------------ control
     def handle_control(self, ident, msg: dict, now: float) -> None:
@@ -200,17 +201,17 @@ class Ingress:
         replaced = (kind == "register" and count(msg.get("actor")) is not None
                     and self._drop(msg.get("actor"), keep=ident))
         new = ident not in self.actors
-        info = self.actors.setdefault(ident, {"actor": msg.get("actor"), "outstanding": 0, "last_traj": now})
-        info["last_seen"] = now
+        info = self.actors.setdefault(ident, ActorLedger(actor=msg.get("actor"), last_traj=now))
+        info.last_seen = now
         if new or kind == "register":
             # a new or restarted actor counts its trajectories from 0; one heard first by a
             # heartbeat (it worked for a learner that restarted) from what it says it sent
-            info.update(accounted=(sent or 0) if kind == "heartbeat" else 0, claim=None)
+            info.accounted, info.claim = (sent or 0) if kind == "heartbeat" else 0, None
         if (times := actor_times(msg.get("time_s"))) is not None:
             self.actor_time_s[ident] = times
-        if kind == "heartbeat" and count(info.get("actor")) is not None and sent is not None:
+        if kind == "heartbeat" and count(info.actor) is not None and sent is not None:
             steps = count(msg.get("env_steps"))
-            self.reported_by_actor[info["actor"]] = {"sent": sent, "env_steps": steps}
+            self.reported_by_actor[info.actor] = {"sent": sent, "env_steps": steps}
         # a sync actor waits for the next version after each trajectory: one slot is all it
         # uses, and more would let the first actors take a small budget from the others
         if new or replaced:
@@ -219,18 +220,18 @@ class Ingress:
         if kind == "register" or new:
             # a new or restarted actor (or, heard first by a heartbeat, one that was working
             # for a learner that restarted): whatever it held before is gone
-            info["outstanding"] = 0
+            info.outstanding = 0
             self.grant(ident, window)
             self.publish()  # a late joiner gets the current parameters at once
             return
-        lost, info["claim"] = lost_trajectories(info["claim"], sent, info["accounted"], now,
+        lost, info.claim = lost_trajectories(info.claim, sent, info.accounted, now,
                                                 LOST_AFTER_BEATS * self.config.runtime.heartbeat_s,
                                                 self.rx.backlog_empty)
         if lost:
             # trajectories it sent long ago that never came (rejected on the way, or a
             # connection that broke with them queued): hand their slots back
-            info["outstanding"] -= lost
-            info["accounted"] += lost
+            info.outstanding -= lost
+            info.accounted += lost
             self.written_off += lost
             self.grant(ident, window)
 
@@ -263,7 +264,7 @@ class Ingress:
             self._poller.register(self.control.socket, zmq.POLLIN)
             self._poller.register(self.rx.wake, zmq.POLLIN)
         self.rx.start()
-        room = self.balance.accept_more(len(self.pool))
+        room = self.limits.accept_more(len(self.pool))
         self.rx.set_room(room)
         events = dict(self._poller.poll(timeout=0 if room and self.rx.ready else timeout_ms))
         now = time.perf_counter()
@@ -288,9 +289,8 @@ class Ingress:
         # NOTE: read what waits on the control socket first: after a long update the
         # heartbeats that arrived meanwhile are queued, not missing
         self._drain_control(now)
-        return sorted(info["actor"] for info in self.actors.values()
-                      if isinstance(info.get("actor"), int)
-                      and now - max(info["last_seen"], info["last_traj"]) > limit)
+        return sorted(info.actor for info in self.actors.values()
+                      if isinstance(info.actor, int) and info.silent_for(now) > limit)
 
     def forget_actor(self, actor_id: int) -> None:
         """Drops an actor that is being replaced; its replacement registers afresh. What it
@@ -300,7 +300,7 @@ class Ingress:
 
     def _drop(self, actor_id, keep: bytes | None = None) -> bool:
         """Removes every identity of `actor_id` but `keep`; returns whether any was."""
-        gone = [ident for ident, info in self.actors.items() if ident != keep and info.get("actor") == actor_id]
+        gone = [ident for ident, info in self.actors.items() if ident != keep and info.actor == actor_id]
         for ident in gone:
             del self.actors[ident]
             self.control.forget(ident)

@@ -38,10 +38,11 @@ import numpy as np
 
 from tianjax.algos import make_algorithm
 from tianjax.config import Config
+from tianjax.core.staleness import staleness
 from tianjax.metrics import Progress, RunLogger
 from tianjax.runtime.process import shutdown
-from tianjax.runtime.balance.limits import BalanceController
 from tianjax.runtime.balance.controller import AdaptiveBalance
+from tianjax.runtime.balance.limits import Limits
 from tianjax.runtime.learner.inflight import InFlight, to_host
 from tianjax.runtime.learner.ingress import Ingress
 from tianjax.runtime.learner.io import LearnerIO
@@ -110,15 +111,16 @@ class Learner:
         self.inflight = InFlight(limit=QUEUED + 1)
         self._dispatches = 0  # updates dispatched by this session
         self._pending: list[dict] = []  # read-back metrics of finished updates, not yet logged
-        self.balance = BalanceController(config.staleness.max_staleness, rt.max_pool,
-                                         rt.max_reuse if jax.process_count() == 1 else 0)
+        self.limits = Limits(config.staleness.max_staleness, rt.max_pool,
+                             rt.max_reuse if jax.process_count() == 1 else 0)
+        self.measures = self.limits.measures
         self.traj_steps = config.rollout_len * config.num_envs
         # the set-point controller: the runtime's credits, publish_every and reuse are its bounds
         bc = config.balance
         self.controller = AdaptiveBalance(
             adaptive=config.balance_adaptive, target_staleness=bc.target_staleness,
             batch_trajectories=config.batch_trajectories, max_credits_per_actor=rt.credits_per_actor,
-            max_publish_every=rt.publish_every, max_reuse=self.balance.max_reuse,
+            max_publish_every=rt.publish_every, max_reuse=self.limits.max_reuse,
             n_actors=max(config.num_actors, 1), period_s=bc.period_s, deadband=bc.deadband,
             target_replay_ratio=self.replay.ratio if self.replay else None,
             traj_samples=self.traj_steps, batch_size=self.replay.batch_samples if self.replay else 0)
@@ -133,12 +135,12 @@ class Learner:
         self.resume_unlearned_samples = 0  # pooled at the checkpoint resumed from: acted again
         self.recorder = RunRecorder(config, logger, progress)
         self.tracker = self.recorder.tracker
-        self.ingress = Ingress(config, self.control, self.rx, self.balance, self.controller, budget=self.budget,
+        self.ingress = Ingress(config, self.control, self.rx, self.limits, self.controller, budget=self.budget,
                                version=lambda: self.state_version, publish=self.publish,
                                episodes=self.recorder.add, replay=self.replay)
         self.pool, self.actors = self.ingress.pool, self.ingress.actors
         self.batches = self._batch_strategy()
-        self.report = LearnerReport(config, self.algo, self.ingress, self.balance, self.controller, self.inflight,
+        self.report = LearnerReport(config, self.algo, self.ingress, self.measures, self.controller, self.inflight,
                                     self.replay, (self.traj_in, self.control), self.net,
                                     int(self.mesh.devices.size))
         # says so while no actor has registered (a multi-host launch sets which flags)
@@ -157,10 +159,10 @@ class Learner:
     def _batch_strategy(self):
         if self.replay is not None:
             return self.replay
-        pool = (self.pool, self.config.batch_trajectories, self.balance, self.traj_steps, self.ingress.grant)
+        k = self.config.batch_trajectories
         if self.config.mode == "sync":
-            return SyncBatches(*pool)
-        return ReuseBatches(AsyncBatches(*pool), self.balance, self.sgd.split)
+            return SyncBatches(self.pool, k)
+        return ReuseBatches(AsyncBatches(self.pool, k), self.limits, self.sgd.split)
 
     def compile(self) -> None:
         """Compiles the update. Separate from __init__ so that a launcher can bind the
@@ -222,7 +224,7 @@ class Learner:
             fresh = self._counted.popleft() if self._counted else 0
             if int(m["update_skipped"]):
                 self._version_cache -= 1
-                self.balance.fresh -= fresh
+                self.measures.fresh -= fresh
                 self.skipped_fresh_samples += fresh
             self._pending.append(m)
 
@@ -233,7 +235,7 @@ class Learner:
     def finished(self) -> bool:
         """The budget is spent: every fresh batch learned from (on-policy), or every admitted
         sample learned from as often as the replay ratio says (off-policy)."""
-        if self.balance.produced < self.budget or (jax.process_count() > 1 and self.replay is None):
+        if self.measures.produced < self.budget or (jax.process_count() > 1 and self.replay is None):
             # NOTE: every process of a multi-process run must take the same number of
             # (collective) updates: there only the count of fresh batches decides
             return self.fresh_updates >= self.n_updates and self.replay is None
@@ -349,7 +351,7 @@ class Learner:
         version = self.state_version
         # NOTE: on the host, from the host copy of the behaviour versions: a device op here
         # would wait for the running update, and the loop with it
-        taus = np.maximum(version - np.asarray(choice.behaviour, np.int64), 0)
+        taus = staleness(version, np.asarray(choice.behaviour))
         t_update = time.perf_counter()
         # (inside the loop's critical section: the update donates the state)
         self.state, metrics = self.sgd(self.state, batch, choice.reuse)
@@ -362,7 +364,7 @@ class Learner:
         # off-policy, a sample is fresh when it enters the buffer, not when it is replayed
         reuse = choice.reuse
         fresh = 0 if reuse or self.replay else int(taus.size)
-        self.balance.consumed_batch(taus, taus.size, time.perf_counter(), reuse=reuse, fresh=fresh)
+        self.measures.consumed_batch(taus, taus.size, time.perf_counter(), reuse=reuse, fresh=fresh)
         self.fresh_updates += not reuse
         self.controller.consumed(float(taus.sum()), int(taus.size))
         self._counted.append(fresh)
@@ -395,7 +397,7 @@ class Learner:
             self.replay.restore(tree, meta)
         self.ingress.env_steps = int(meta["env_steps"])
         self.fresh_updates = int(meta["fresh_updates"])
-        self.balance.load_state_dict(meta["balance"])
+        self.measures.load_state_dict(meta["balance"])
         self.resume_unlearned_samples = int(meta.get("unlearned_samples", 0))
         self._version_cache = int(to_host(self.state.version))
 
@@ -410,7 +412,7 @@ class Learner:
         pooled = 0 if self.replay is not None else len(self.pool) * self.traj_steps
         counters = dict(updates=self.state_version, env_steps=self.env_steps - pooled,
                         fresh_updates=self.fresh_updates, unlearned_samples=pooled)
-        balance = self.balance.state_dict()
+        balance = self.measures.state_dict()
         balance["produced"] -= pooled
         replay = self.replay.counters() if self.replay else dict(learned=0, replay_added=0, replay_earned=0.0)
         with self.io.fd_reserve.released():

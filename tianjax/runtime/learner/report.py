@@ -16,7 +16,7 @@ import numpy as np
 
 from tianjax.core.algorithm import Algorithm
 from tianjax.config import Config
-from tianjax.runtime.balance.limits import BalanceController
+from tianjax.runtime.balance.measures import Measures
 from tianjax.runtime.balance.controller import AdaptiveBalance, pace as learner_sets_pace
 from tianjax.runtime.learner.inflight import InFlight, to_host
 from tianjax.runtime.learner.ingress import Ingress
@@ -41,10 +41,10 @@ class LearnerReport:
     """`channels`: the trajectory and control channels (their accepted and rejected
     counts); `net`: the learner's SecureContext (the connections it refused)."""
 
-    def __init__(self, config: Config, algo: Algorithm, ingress: Ingress, balance: BalanceController,
+    def __init__(self, config: Config, algo: Algorithm, ingress: Ingress, measures: Measures,
                  controller: AdaptiveBalance, inflight: InFlight, replay: ReplayBatches | None,
                  channels: tuple, net, devices: int):
-        self.config, self.algo, self.ingress, self.balance = config, algo, ingress, balance
+        self.config, self.algo, self.ingress, self.measures = config, algo, ingress, measures
         self.controller, self.inflight, self.replay = controller, inflight, replay
         self.traj_in, self.control = channels
         self.net, self.devices = net, devices
@@ -52,17 +52,17 @@ class LearnerReport:
         self.train_cpu_s: float | None = None  # this process's CPU seconds while training
 
     def begin(self) -> None:
-        self._counts0 = (self.balance.consumed, self.fresh_samples())
+        self._counts0 = (self.measures.consumed, self.fresh_samples())
 
     def fresh_samples(self) -> int:
         # off-policy, a sample is fresh when it enters the replay buffer: it is learned from
         # (replay_ratio times on average) from then on
-        return self.replay.added if self.replay is not None else self.balance.fresh
+        return self.replay.added if self.replay is not None else self.measures.fresh
 
     def rates(self, train_time: float) -> dict:
         """This session's sample rates over `train_time` (see the module doc)."""
         fresh = self.fresh_samples() - self._counts0[1]
-        consumed = self.balance.consumed - self._counts0[0]
+        consumed = self.measures.consumed - self._counts0[0]
         return {"samples_fresh_per_s": fresh / train_time,
                 "samples_consumed_per_s": consumed / train_time,
                 # share of training wall time (compilation excluded) with an update running
@@ -82,10 +82,10 @@ class LearnerReport:
             "actors_seen": len(ingress.actors),
             "rejected_messages": sum(self.traj_in.rejected.values()) + sum(self.control.rejected.values()),
             "dropped_nonfinite": ingress.dropped_nonfinite,
-            **self.balance.metrics(now),
+            **self.measures.metrics(now),
             **self.controller.metrics(),
             # consumed samples per tau since the previous record (TensorBoard histogram)
-            "staleness_hist": self.balance.take_interval_histogram(),
+            "staleness_hist": self.measures.take_interval_histogram(),
         }
         out["samples_fresh"] = self.fresh_samples()
         out.update(self._replay_ratios())
@@ -105,7 +105,7 @@ class LearnerReport:
         this learner process saw since it started (a restarted or resumed learner's start
         afresh; the summary lists them under "counted_since_learner_start"); the rest,
         the balance's counts included, go on across checkpoints."""
-        stats = self.balance.staleness_stats()
+        stats = self.measures.staleness_stats()
         rejected = collections.Counter(self.traj_in.rejected) + collections.Counter(self.control.rejected)
         return {
             "num_actors": self.config.num_actors,
@@ -113,8 +113,8 @@ class LearnerReport:
             **self._replay_ratios(),
             "staleness_mean": stats["staleness_mean"],
             "staleness_max": stats["staleness_max"],
-            "staleness_histogram": self.balance.staleness_histogram(),
-            "dropped_samples": self.balance.dropped,
+            "staleness_histogram": self.measures.staleness_histogram(),
+            "dropped_samples": self.measures.dropped,
             "dropped_nonfinite": self.ingress.dropped_nonfinite,
             # every valid trajectory that arrived (admitted or dropped): what the actors sent
             "trajectories_received": self.traj_in.accepted,
@@ -127,7 +127,7 @@ class LearnerReport:
             # connections refused, by reason: at the handshake (no run credentials), or
             # at accept for a host over runtime.max_connections_per_host ("per_host_limit")
             "handshakes_refused": dict(self.net.refused),
-            "balance": {**self.balance.metrics(now), **self.controller.metrics()},
+            "balance": {**self.measures.metrics(now), **self.controller.metrics()},
             "learner_devices": self.devices,
             # where the time went: this process's CPU seconds while training, and the actors'
             "learner_cpu_s": self.train_cpu_s,

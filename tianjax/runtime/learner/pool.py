@@ -1,0 +1,106 @@
+"""The pool: admitted trajectories waiting to be learned from, and the ledger of the actors
+that sent them. TianJi's heart: the learner never waits for a particular actor, it takes
+whatever is pooled.
+
+    PoolItem     one admitted trajectory: (behaviour version, sender, batch);
+    Pool         the items, oldest first: admit, expire, take (take_oldest), release. An
+                 item that leaves, taken or expired, hands its sender's credit back
+                 (`release`), so an actor has at most its window in flight or pooled;
+    ActorLedger  what the learner knows of one actor connection: its id, credits out,
+                 when it was last heard from, what it sent and what arrived.
+
+Which items an update takes is the batch strategies' (tianjax.runtime.learner.batches);
+whether a trajectory is admitted, and whether a pooled one may still be learned from, is
+the one staleness rule (tianjax.core.staleness.admissible, through the balance limits).
+"""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, NamedTuple
+
+from tianjax.runtime.balance.limits import Limits
+
+
+class PoolItem(NamedTuple):
+    version: int  # the behaviour version the trajectory was acted with
+    sender: bytes  # the actor connection's identity (its credit comes back on release)
+    batch: Any  # the trajectory, device-resident ([T, B] leaves)
+
+
+@dataclass
+class ActorLedger:
+    """One actor connection, as the learner's ingress sees it."""
+
+    actor: Any  # the actor id it registered with (an int; anything else is not trusted)
+    last_traj: float  # when its last trajectory arrived (or it registered)
+    last_seen: float = 0.0  # when its last control message arrived
+    outstanding: int = 0  # credits granted whose trajectory has not arrived
+    accounted: int = 0  # trajectories of this process received or written off as lost
+    claim: Any = None  # a pending claim of lost trajectories (tianjax.runtime.learner.lost)
+
+    def silent_for(self, now: float) -> float:
+        """Seconds since it was last heard from, by control message or trajectory."""
+        return now - max(self.last_seen, self.last_traj)
+
+
+class Pool:
+    """Admitted trajectories, oldest first. `release(sender)` hands a credit back;
+    `traj_steps` env steps make one trajectory (what an expired one costs)."""
+
+    def __init__(self, limits: Limits, traj_steps: int, release: Callable[[bytes], None]):
+        self.limits, self.traj_steps, self.release_credit = limits, traj_steps, release
+        self._items: collections.deque[PoolItem] = collections.deque()
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __iter__(self) -> Iterator[PoolItem]:
+        return iter(self._items)
+
+    def admit(self, version: int, sender: bytes, batch) -> None:
+        """Stores a trajectory the limits admitted."""
+        self._items.append(PoolItem(int(version), sender, batch))
+
+    def held_by(self, sender: bytes) -> int:
+        """Trajectories of this sender waiting here."""
+        return sum(item.sender == sender for item in self._items)
+
+    def release(self, item: PoolItem) -> None:
+        """Hands the item's credit back to its sender (its slot is free again)."""
+        self.release_credit(item.sender)
+
+    def expire(self, item: PoolItem) -> None:
+        """Drops a pooled item that can no longer be learned from, counted as expired."""
+        self._items.remove(item)
+        self.limits.measures.expire(self.traj_steps)
+        self.release(item)
+
+    def expire_stale(self, version: int) -> None:
+        """Drops what aged past max_staleness while it waited (admission at consumption)."""
+        for item in [i for i in self._items if not self.limits.fresh_enough(i.version, version)]:
+            self.expire(item)
+
+    def expire_older(self, version: int) -> None:
+        """Drops what was made with a version older than `version` (sync mode)."""
+        for item in [i for i in self._items if i.version < version]:
+            self.expire(item)
+
+    def take(self, items: list[PoolItem]) -> list[PoolItem]:
+        """Removes `items` (taken by an update) and hands their credits back."""
+        for item in items:
+            self._items.remove(item)
+        for item in items:
+            self.release(item)
+        return items
+
+    def take_oldest(self, k: int) -> list[PoolItem]:
+        """The `k` oldest items, taken."""
+        chosen = [self._items.popleft() for _ in range(k)]
+        for item in chosen:
+            self.release(item)
+        return chosen
+
+
+__all__ = ["ActorLedger", "Pool", "PoolItem"]
