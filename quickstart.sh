@@ -46,7 +46,7 @@ case "$job" in
     if [ $# -gt 0 ] && [[ "$1" != *=* ]] && [[ "$1" != -* ]]; then config=$1; shift; fi
     ensure ""
     # the extras this config needs (its env backend, its loggers), from the config itself
-    extras=$(.venv/bin/python -m tianjax.preflight "$config" "$@") || exit 2
+    extras=$(.venv/bin/python -m tianjax.runtime.runners.preflight "$config" "$@") || exit 2
     ensure "$extras"
     exec .venv/bin/tianjax train "$config" "$@" ;;
   setup)

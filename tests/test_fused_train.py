@@ -9,8 +9,8 @@ import tianjax
 from tianjax.algos import make_algorithm
 from tianjax.config import ConfigError, load_config
 from tianjax.envs.gymnax_env import make_gymnax
-from tianjax.core.fused import make_fused
-from tianjax.fused_train import WINDOW, FusedRun, _window_push, check, final_return, make_train
+from tianjax.core.fused_loop import make_fused
+from tianjax.runtime.runners.train_fn import WINDOW, FusedRun, _window_push, check, final_return, make_train
 
 SMALL = ["total_env_steps=2048", "num_envs=2", "rollout_len=64"]  # 16 updates
 

@@ -132,3 +132,78 @@ def test_one_name_for_one_thing(name):
     # the pure optimizer step and the learner process are told apart by their paths
     assert (PACKAGE.parent / (name.replace(".", "/") + ".py")).is_file()
     assert not (PACKAGE / "learner.py").exists()
+
+
+# ----------------------------------------------------------------------------- the rooms
+# the fixed layout of an algorithm's package (tianjax/algos/<name>/): every algorithm has
+# these files, and the folder gives them their name
+ALGORITHM_LAYOUT = ("__init__.py", "config.py", "loss.py", "spec.py")
+
+
+def test_every_module_basename_is_unique():
+    seen: dict[str, list[str]] = {}
+    for path in PACKAGE.rglob("*.py"):
+        rel = path.relative_to(PACKAGE)
+        in_algorithm_package = len(rel.parts) == 3 and rel.parts[0] == "algos" and path.name in ALGORITHM_LAYOUT
+        if path.name == "__init__.py" or in_algorithm_package:
+            continue
+        seen.setdefault(path.name, []).append(str(rel))
+    twice = {name: paths for name, paths in seen.items() if len(paths) > 1}
+    assert not twice, f"module basenames used more than once: {twice}"
+
+
+def test_the_core_imports_nothing_from_the_algorithms():
+    inner, _ = import_graph()
+    bad = sorted(f"{m} -> {d}" for m, deps in inner.items() if _under(m, ("tianjax.core",))
+                 for d in deps if _under(d, ("tianjax.algos",)))
+    assert not bad, "the core imports the algorithms:\n" + "\n".join(bad)
+
+
+def _names_of_algorithms(path: Path, names) -> list[str]:
+    """Code (not comments, not docstrings) of `path` that names one of `names`: a string
+    that is a name or a dotted key of its section ("dqn", "ppo.lr"), an attribute
+    (config.dqn), or an import of its package."""
+    tree = ast.parse(path.read_text(), str(path))
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                  and node.body and isinstance(node.body[0], ast.Expr)
+                  and isinstance(node.body[0].value, ast.Constant)}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            text = node.value
+            if text in names or any(text.startswith(n + ".") for n in names):
+                found.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno} {text!r}")
+        elif isinstance(node, ast.Attribute) and node.attr in names:
+            found.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno} .{node.attr}")
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            modules = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            for m in modules:
+                if any(m == f"tianjax.algos.{n}" or m.startswith(f"tianjax.algos.{n}.") for n in names):
+                    found.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno} import {m}")
+    return found
+
+
+def test_no_module_outside_the_algorithms_names_a_built_in_one():
+    from tianjax.algos import BUILTIN
+
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.relative_to(PACKAGE).parts[0] == "algos":
+            continue
+        found += _names_of_algorithms(path, BUILTIN)
+    assert not found, "outside tianjax/algos these name a built-in algorithm:\n" + "\n".join(found)
+
+
+def test_the_algorithm_check_sees_a_name_in_code(tmp_path):
+    bad = tmp_path / "tianjax" / "x.py"
+    bad.parent.mkdir()
+    bad.write_text('"""The dqn docstring is prose."""\n# ppo in a comment\nk = "ppo.lr"\nv = config.dqn\n'
+                   'from tianjax.algos.qmix import loss\n')
+    global PACKAGE
+    saved, PACKAGE = PACKAGE, tmp_path / "tianjax"
+    try:
+        found = _names_of_algorithms(bad, ("ppo", "dqn", "qmix"))
+    finally:
+        PACKAGE = saved
+    assert sorted(f.split(" ", 1)[1] for f in found) == ["'ppo.lr'", ".dqn", "import tianjax.algos.qmix"]

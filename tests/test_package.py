@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 import tianjax
-from tianjax import preflight
+from tianjax.runtime.runners import preflight
 from tianjax.cli import main
 from tianjax.config import ConfigError, load_config
 from tianjax.config.library import names

@@ -11,7 +11,7 @@ import pytest
 import tianjax
 from tianjax.cli import main
 from tianjax.config import ConfigError
-from tianjax.sweep import make_points, parse_args, run_sweep, split_values
+from tianjax.runtime.runners.sweep import make_points, parse_args, run_sweep, split_values
 
 CFG = "configs/ppo_cartpole.yaml"
 

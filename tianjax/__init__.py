@@ -20,7 +20,7 @@ from tianjax import algos  # the algorithm registry, whose check every Config ru
 from tianjax.train import TrainResult, train
 
 _LAZY = {"load": "tianjax.runs", "evaluate": "tianjax.runs", "LoadedRun": "tianjax.runs",
-         "make_train": "tianjax.fused_train"}
+         "make_train": "tianjax.runtime.runners.train_fn", "final_return": "tianjax.runtime.runners.train_fn"}
 
 
 def __getattr__(name):
@@ -32,5 +32,5 @@ def __getattr__(name):
     raise AttributeError(f"module 'tianjax' has no attribute {name!r}")
 
 
-__all__ = ["Config", "ConfigError", "LoadedRun", "TrainResult", "algos", "evaluate", "load", "load_config",
-           "make_train", "train", "__version__"]
+__all__ = ["Config", "ConfigError", "LoadedRun", "TrainResult", "algos", "evaluate", "final_return", "load",
+           "load_config", "make_train", "train", "__version__"]

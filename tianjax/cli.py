@@ -50,7 +50,7 @@ def _train(args) -> int:
 
 def _dry_run(args) -> int:
     from tianjax.config import load_config
-    from tianjax.dryrun import dry_run
+    from tianjax.runtime.runners.dryrun import dry_run
 
     print(dry_run(load_config(args.config, args.overrides)).text(), flush=True)
     return 0
@@ -61,7 +61,7 @@ def _configs(args) -> int:
     import importlib.util
 
     from tianjax.config import library
-    from tianjax.preflight import BACKEND_EXTRAS
+    from tianjax.runtime.runners.preflight import BACKEND_EXTRAS
 
     infos = [library.describe(n) for n in library.names()]
     width = max((len(i.name) for i in infos), default=10)
@@ -94,9 +94,9 @@ def _show(args) -> int:
 
 def _launch(args) -> int:
     from tianjax.config import load_config
-    from tianjax.launch import multihost
+    from tianjax.runtime.runners import multihost
 
-    from tianjax import preflight
+    from tianjax.runtime.runners import preflight
 
     config = load_config(args.config, args.overrides)
     if config.mode == "fused":
@@ -125,7 +125,8 @@ def _launch_slurm(args, config) -> int:
     import dataclasses
     import socket
 
-    from tianjax.launch import multihost, slurm
+    from tianjax.launch import slurm
+    from tianjax.runtime.runners import multihost
 
     task = slurm.slurm_task(os.environ)
     role = slurm.role_of(task, args.learners)
@@ -169,7 +170,7 @@ def _report(args) -> int:
 def _eval(args) -> int:
     from tianjax.config import ConfigError
     from tianjax.config import parse_override as parse
-    from tianjax.runtime.runners.eval import evaluate_run
+    from tianjax.runtime.record.saved_runs import evaluate_run
 
     opts = {"episodes": 10, "greedy": True, "seed": None}
     for text in args.options:
@@ -213,7 +214,7 @@ def _add_sweep(sub) -> None:
 
 
 def _sweep(args) -> int:
-    from tianjax.sweep import run_sweep, use_cpu_cores
+    from tianjax.runtime.runners.sweep import run_sweep, use_cpu_cores
 
     use_cpu_cores()  # a CPU host's cores as devices, each running its share of the points
     _own_compile_cache()

@@ -23,7 +23,7 @@ import numpy as np
 from tianjax.algos import Algorithm, make_algorithm
 from tianjax.config import Config, ConfigError
 from tianjax.networks.custom import use_network
-from tianjax.runtime.runners.eval import EvalResult, evaluate_policy, policy_seeds, read_run
+from tianjax.runtime.record.saved_runs import EvalResult, evaluate_policy, policy_seeds, read_run
 
 
 class LoadedRun(NamedTuple):

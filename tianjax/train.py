@@ -14,6 +14,7 @@ from tianjax.config import Config, ConfigError, load_config
 from tianjax.metrics import Progress, RunLogger, format_summary
 from tianjax.networks.custom import use_network
 from tianjax.runtime.process import compile_cache, shutdown
+from tianjax.runtime.runners import runner_for
 
 
 class TrainResult(NamedTuple):
@@ -47,23 +48,9 @@ def records_to_columns(records: Sequence[dict]) -> dict[str, np.ndarray]:
     return out
 
 
-def _runner(config: Config):
-    if config.mode == "fused":
-        from tianjax.runtime.runners.fused import run_fused
-
-        return run_fused
-    if config.num_actors == 0:
-        from tianjax.runtime.runners.host import run_host
-
-        return run_host
-    from tianjax.launch.local import run_local
-
-    return run_local
-
-
 def _own_parts(config: Config, env, network):
     """Checks the env / network objects given to train(); returns the env as a JaxEnv."""
-    in_process = config.mode == "fused" or config.num_actors == 0
+    in_process = config.in_process
     for key, obj in (("env", env), ("network", network)):
         if obj is not None and not in_process:
             raise ConfigError(f"config key '{key}': an object given to train() lives in this process "
@@ -128,7 +115,7 @@ def _train_unsaved(config: Config, env, network, progress, verbose) -> TrainResu
                           f"{config.run_dir!r}; drop one of them")
     if config.resume:
         raise ConfigError("config key 'resume': save=False cannot continue a run (it writes no checkpoint)")
-    in_process = config.mode == "fused" or config.num_actors == 0
+    in_process = config.in_process
     changes = dict(loggers=())
     if in_process:  # the params come back in memory: no checkpoint needed
         changes["checkpoint"] = dataclasses.replace(config.checkpoint, every=0, final=False)
@@ -145,10 +132,10 @@ def _train_unsaved(config: Config, env, network, progress, verbose) -> TrainResu
 
 def _train(config: Config, env, progress, verbose, saved: bool = True) -> TrainResult:
     shutdown.requested.clear()  # a stop asked of an earlier run in this process is done
-    runner = _runner(config)
+    runner = runner_for(config)
     if env is not None:
         runner = partial(runner, env=env)
-    from tianjax import preflight
+    from tianjax.runtime.runners import preflight
 
     preflight.check(config, env_given=env is not None)  # before the run directory exists
     compile_cache.enable(config.compile_cache)

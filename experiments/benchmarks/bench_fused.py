@@ -10,7 +10,7 @@ drift hits all of them alike, and the median of the repeats is reported:
 
 - minimal PPO (reference): experiments/benchmarks/minimal_ppo.py, written to PureJaxRL's structure,
   the whole run as one compiled call;
-- tianjax core: `tianjax.core.fused.make_fused`, the whole run as one compiled call;
+- tianjax core: `tianjax.core.fused_loop.make_fused`, the whole run as one compiled call;
 - tianjax train(): the user-facing path, in chunks of log_every updates with episodes,
   records and metrics files (its training time, compilation apart);
 - random actions: the same envs stepped by a jitted scan with uniform random actions, no
@@ -46,7 +46,7 @@ from minimal_ppo import make_train  # noqa: E402
 
 import tianjax  # noqa: E402
 from tianjax.algos import make_algorithm  # noqa: E402
-from tianjax.core.fused import make_fused  # noqa: E402
+from tianjax.core.fused_loop import make_fused  # noqa: E402
 from tianjax.envs.gymnax_env import make_gymnax  # noqa: E402
 
 CONFIG = "configs/ppo_cartpole.yaml"

@@ -5,7 +5,7 @@
 For each number of parallel envs B, two rows measured alternately (A B A B ...) in one
 process, the median of the repeats reported:
 
-- fused IPPO: `tianjax.core.fused.make_fused` with configs/ippo_mpe_spread.yaml (T = 128, 4
+- fused IPPO: `tianjax.core.fused_loop.make_fused` with configs/ippo_mpe_spread.yaml (T = 128, 4
   epochs x 4 minibatches, 3 agents sharing a 2x64 actor-critic), `--iters` rollout+update
   iterations as one compiled call;
 - JaxMARL random: the same env stepped through JaxMARL's own `env.step` (its auto-reset
@@ -32,7 +32,7 @@ sys.path.insert(0, ROOT)
 import tianjax  # noqa: E402
 from tianjax.algos import make_algorithm  # noqa: E402
 from tianjax.envs.marl import make_jaxmarl  # noqa: E402
-from tianjax.core.fused import make_fused  # noqa: E402
+from tianjax.core.fused_loop import make_fused  # noqa: E402
 
 CONFIG = os.path.join(ROOT, "configs", "ippo_mpe_spread.yaml")
 

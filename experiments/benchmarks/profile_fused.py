@@ -2,7 +2,7 @@
 
     python experiments/benchmarks/profile_fused.py [--envs 4 64] [--iterations 20]
 
-Each program (the core: `tianjax.core.fused.make_fused`'s run; the reference:
+Each program (the core: `tianjax.core.fused_loop.make_fused`'s run; the reference:
 minimal_ppo.py beside this file, PureJaxRL's structure) is compiled for `--iterations` iterations
 of gymnax CartPole-v1 PPO (N envs x 128 steps, 4 epochs x 4 minibatches, 2x64 tanh) and run
 once under `jax.profiler`. Every XLA:CPU op (thunk) the run executed is summed by what it
@@ -45,7 +45,7 @@ from minimal_ppo import make_train  # noqa: E402
 
 import tianjax  # noqa: E402
 from tianjax.algos import make_algorithm  # noqa: E402
-from tianjax.core.fused import make_fused  # noqa: E402
+from tianjax.core.fused_loop import make_fused  # noqa: E402
 from tianjax.envs.gymnax_env import make_gymnax  # noqa: E402
 
 PARTS = ("rollout", "advantages", "shuffle", "loss fwd: products", "loss fwd: rest", "loss bwd: products",

@@ -144,7 +144,7 @@ def a2c_loss(apply_fn):
 
 
 def make_a2c(config, obs_shape, action_spec, *, correct_staleness: bool = True) -> Algorithm:
-    """A2C for tianjax's protocol (tianjax/algos/base.py): one gradient step per batch."""
+    """A2C for tianjax's protocol (tianjax/core/algorithm.py): one gradient step per batch."""
     policy = actor_critic(config, obs_shape, action_spec)  # honours network.module / network=
     optimizer = make_optimizer(LR, MAX_GRAD_NORM)  # constant learning rate
     loss_fn = a2c_loss(policy.apply)

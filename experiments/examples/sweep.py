@@ -9,7 +9,7 @@ the reference: throughput and final returns side by side.
     python experiments/examples/sweep.py configs/ppo_cartpole.yaml \
         ppo.lr=1e-4,2.5e-4,5e-4,1e-3,2e-3,3e-3,5e-3,1e-2 num_seeds=1 --separate
 
-A value list is a grid axis, a single value applies to every point (tianjax/sweep.py).
+A value list is a grid axis, a single value applies to every point (tianjax/runtime/runners/sweep.py).
 Every point uses the seeds `tianjax train` gives its config, so with --separate each
 separate run is the same computation as its point of the sweep; their final returns (mean
 of the last 100 episodes per seed) should agree within float noise, which grows over a run
@@ -30,7 +30,7 @@ import tempfile
 import time
 
 import tianjax
-from tianjax.sweep import make_points, run_sweep, use_cpu_cores
+from tianjax.runtime.runners.sweep import make_points, run_sweep, use_cpu_cores
 
 
 def separate_runs(config: str, assignments: list[str], out: str) -> list[dict]:

@@ -318,7 +318,7 @@ def test_guarded_skips_non_finite():
 def test_fused_replay_smoke():
     """A few fused iterations: replay fills, updates start at learning_starts."""
     from tianjax.envs.gymnax_env import make_gymnax
-    from tianjax.core.fused import make_fused
+    from tianjax.core.fused_loop import make_fused
 
     config = load_config({"algo": "dqn", "total_env_steps": 1000, "num_envs": 2, "rollout_len": 4,
                           "network": {"hidden": [16]},

@@ -114,7 +114,7 @@ def test_its_section_is_loaded_overridden_and_checked_like_a_built_in_one():
         tianjax.load_config(BASE, ["rollout_len=4"])
     # the other parts read the spec: checkpoint keys, make_train's inputs
     from tianjax.checkpoint import store
-    from tianjax.fused_train import sweepable
+    from tianjax.runtime.runners.train_fn import sweepable
 
     assert "vpg.hidden_probe" in store.shape_keys(config)
     assert sweepable(config) == ("vpg.lr", "vpg.gamma")

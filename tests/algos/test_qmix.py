@@ -328,7 +328,7 @@ def test_fused_qmix_learns_from_replayed_sequences(tmp_path):
     # 16 iterations, learning from the 4th on (256 env steps collected): 13 updates
     assert result.summary["updates"] == 13 and result.summary["skipped_updates"] == 0
     assert np.isfinite(result.metrics["loss"][-1]) and result.metrics["target_synced"][-1] >= 0
-    from tianjax.runtime.runners.eval import evaluate_run
+    from tianjax.runtime.record.saved_runs import evaluate_run
 
     # `tianjax eval`: the checkpoint restores, and the greedy policy carries its GRU state
     out = evaluate_run(str(tmp_path / "q"), episodes=2)

@@ -8,7 +8,7 @@ import pytest
 
 import tianjax
 from tianjax.algos import make_algorithm
-from tianjax.core.fused import make_fused
+from tianjax.core.fused_loop import make_fused
 from tianjax.core.update import fan_in_scale, make_optimizer, with_learning_rate
 from tianjax.envs.gymnax_env import make_gymnax
 

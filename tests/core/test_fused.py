@@ -9,7 +9,7 @@ import tianjax
 from tianjax.algos import make_algorithm
 from tianjax.config import load_config
 from tianjax.envs.gymnax_env import make_gymnax
-from tianjax.core.fused import make_fused
+from tianjax.core.fused_loop import make_fused
 
 SUMMARY_KEYS = {"mode", "algo", "env", "env_steps", "updates", "wall_time_s", "compile_time_s",
                 "env_steps_per_s", "final_return", "target_return", "convergence_time_s",

@@ -12,7 +12,7 @@ SCRIPT = textwrap.dedent("""
     import json, sys
     import jax
     import tianjax
-    import tianjax.launch.local as local
+    import tianjax.runtime.runners.local as local
 
     assert len(jax.devices()) == 2, jax.devices()
     made = []

@@ -168,7 +168,7 @@ def test_a_learner_left_without_actors_says_so_and_the_run_ends(tmp_path, procs)
 
 def test_a_learner_needs_actors(tmp_path):
     from tianjax.config import ConfigError, load_config
-    from tianjax.launch.multihost import run_learner
+    from tianjax.runtime.runners.multihost import run_learner
 
     config = load_config(str(REPO / "configs" / "ppo_cartpole.yaml"), ["env_backend=gymnasium", "num_actors=0", "mode=sync"])
     with pytest.raises(ConfigError, match="num_actors must be >= 1"):

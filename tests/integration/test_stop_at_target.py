@@ -59,7 +59,7 @@ def test_stop_at_target_needs_a_target():
 
 
 def test_a_sweep_refuses_it():
-    from tianjax.sweep import make_points
+    from tianjax.runtime.runners.sweep import make_points
 
     with pytest.raises(ConfigError, match="stop_at_target"):
         make_points(FUSED, ["stop_at_target=true", "ppo.lr=1e-3,2e-3"])

@@ -19,7 +19,7 @@ import pytest
 import zmq
 
 import tianjax
-import tianjax.launch.local as local_launch
+import tianjax.runtime.runners.local as local_launch
 from tianjax.config import load_config
 from tianjax.core.rollout import Episodes
 from tianjax.runtime.learner.learner import Learner, to_host

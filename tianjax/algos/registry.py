@@ -150,6 +150,14 @@ class _Registry:
         return {s.section: s.config for s in _SPECS.values() if s.section is not None}
 
     @staticmethod
+    def builtin_sections() -> dict[str, type]:
+        return {s.section: s.config for n, s in _SPECS.items() if n in BUILTIN and s.section is not None}
+
+    @staticmethod
+    def renamed_keys() -> dict[str, str]:
+        return {old: new for s in _SPECS.values() for old, new in s.renamed_keys.items()}
+
+    @staticmethod
     def check(config: Config) -> None:
         check_config(config)
 

@@ -55,6 +55,9 @@ class AlgorithmSpec:
     target_networks: tuple[str, ...] = ()
     # describe(config) -> lines for the dry run about how it splits a batch (minibatches)
     describe: Callable[[Any], list[str]] | str | None = None
+    # keys of its section renamed since: old dotted key -> new one (the old is refused with
+    # the new name in the message)
+    renamed_keys: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name.isidentifier():

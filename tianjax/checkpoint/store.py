@@ -32,7 +32,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-from tianjax.checkpoint.errors import HeldStderr, only_error_lines, quiet_loggers, resource_errno
+from tianjax.checkpoint.failures import HeldStderr, only_error_lines, quiet_loggers, resource_errno
 
 CHECKPOINT_DIR = "checkpoints"
 

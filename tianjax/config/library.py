@@ -12,6 +12,7 @@ import os
 from importlib import resources
 from typing import NamedTuple
 
+from tianjax.config.sections import registry
 from tianjax.config.checks import ConfigError
 
 
@@ -75,5 +76,5 @@ def describe(name: str) -> ConfigInfo:
         head.append(line.lstrip("# ").rstrip())
     words = " ".join(head)
     summary = words.split(". ")[0].split(": ")[0].rstrip(".")
-    return ConfigInfo(name, str(data.get("algo", "ppo")), str(data.get("env", "CartPole-v1")),
+    return ConfigInfo(name, str(data.get("algo", registry().default)), str(data.get("env", "CartPole-v1")),
                       str(data.get("env_backend", "gymnax")), str(data.get("mode", "fused")), summary)

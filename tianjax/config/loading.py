@@ -16,9 +16,6 @@ from tianjax.config.checks import ConfigError, check_key
 from tianjax.config.schema import Config
 from tianjax.config.sections import registry
 
-# keys renamed since they were last read under the old name: the old name is refused with
-# the new one in the message (dotted key -> new dotted key)
-RENAMED_KEYS = {"maddpg.tau": "maddpg.target_tau"}
 # values renamed: (dotted key, old value) -> new value
 RENAMED_VALUES = {("runtime.security", "mac"): "plain"}
 
@@ -141,8 +138,11 @@ def _build(cls, data: Mapping, prefix: str = ""):
 
 
 def _refuse_renamed(key: str, value) -> None:
-    if key in RENAMED_KEYS:
-        raise ConfigError(f"config key '{key}': renamed to '{RENAMED_KEYS[key]}'")
+    """A key or value that was renamed is refused with the new name in the message (an
+    algorithm's renamed keys are its spec's)."""
+    renamed = registry().renamed_keys()
+    if key in renamed:
+        raise ConfigError(f"config key '{key}': renamed to '{renamed[key]}'")
     if isinstance(value, str) and (key, value) in RENAMED_VALUES:
         raise ConfigError(f"config key '{key}': '{value}' is now called '{RENAMED_VALUES[key, value]}'")
 

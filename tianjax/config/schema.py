@@ -135,9 +135,15 @@ class Config:
             check_key(self.mode == "fused", "num_seeds", "several seeds side by side need mode: fused")
 
     @property
+    def in_process(self) -> bool:
+        """Whether the run is one process (fused, or host envs with num_actors 0): no actor
+        processes, no ingress, every sample fresh."""
+        return self.mode == "fused" or self.num_actors == 0
+
+    @property
     def batch_trajectories(self) -> int:
         """Actor trajectories ([T, num_envs] each) that make one learner batch."""
-        if self.mode == "fused" or self.num_actors == 0:
+        if self.in_process:
             return 1
         return self.runtime.batch_trajectories or self.num_actors
 
@@ -205,7 +211,7 @@ class Config:
         """What log_every counts over the whole budget: rollout iterations in one process
         (fused, num_actors 0), learner versions with actors (on-policy: one per batch;
         replay: replay_ratio x env steps / samples per gradient step)."""
-        if self.mode == "fused" or self.num_actors == 0:
+        if self.in_process:
             return max(1, self.total_env_steps // (self.num_envs * self.rollout_len))
         if self.spec.buffer.replayed:
             rc = self.replay_config
@@ -237,8 +243,13 @@ class Config:
         for key, value in fields.items():  # the algorithms' sections follow the network's
             data[key] = _to_plain(dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value)
             if key == "network":
+                # every built-in algorithm's section (any process has them), and the run's
+                # own: another user algorithm registered in this process is not the run's,
+                # and a process that reads this config back (an actor) may not know it
+                travels = set(registry().builtin_sections()) | {self.spec.section}
                 for name, section in self.algo_sections.items():
-                    data[name] = _to_plain(dataclasses.asdict(section))
+                    if name in travels:
+                        data[name] = _to_plain(dataclasses.asdict(section))
         if read_only:
             keep = set(self.sections_read())
             data = {k: v for k, v in data.items() if not isinstance(v, dict) or k in keep or k == "env_options"}

@@ -69,6 +69,10 @@ class AlgorithmRegistry(Protocol):
 
     def sections(self) -> dict[str, type]: ...  # every registered algorithm's section key -> class
 
+    def builtin_sections(self) -> dict[str, type]: ...  # ... of the built-in algorithms only
+
+    def renamed_keys(self) -> dict[str, str]: ...  # old dotted key -> its new name, every algorithm's
+
     def check(self, config) -> None: ...  # the algorithm's checks of its section against the run
 
 

@@ -37,7 +37,7 @@ def stop_actor(signum, frame):
 
 
 def _event(kind: str, **fields) -> None:
-    """One line on stdout for the supervising launcher (see tianjax.launch.local)."""
+    """One line on stdout for the supervising launcher (see tianjax.runtime.runners.local)."""
     print(json.dumps({"tianjax_event": kind, **fields}), flush=True)
 
 
@@ -188,7 +188,7 @@ def main(argv=None) -> int:
     except Exception as e:
         # NOTE: the launcher's line on this learner's exit says why: after a full disk or a
         # descriptor limit this process's stderr passes only tianjax's own lines
-        # (tianjax.checkpoint.errors.only_error_lines), so the traceback below is not shown
+        # (tianjax.checkpoint.failures.only_error_lines), so the traceback below is not shown
         if args.role == "learner":
             _event("failed", error=_why(e))
         raise

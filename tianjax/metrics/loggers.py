@@ -192,7 +192,7 @@ class Loggers:
         """Closes each logger. `failing`: the error the run ends with; a logger that fails
         to close for the same resource (a full disk: its last events could not be written
         either) is not reported, the run's own error line says it."""
-        from tianjax.checkpoint.errors import resource_errno
+        from tianjax.checkpoint.failures import resource_errno
 
         cause = None if failing is None else resource_errno(failing)
         if self._started:

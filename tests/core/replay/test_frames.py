@@ -213,7 +213,7 @@ def test_fused_dqn_equals_the_two_copy_buffer_without_cuts():
     after the ring wrapped (96 transitions, 3 blocks; 10 rollouts of 32)."""
     from tianjax.algos import make_algorithm
     from tianjax.envs.gymnax_env import make_gymnax
-    from tianjax.core.fused import make_fused
+    from tianjax.core.fused_loop import make_fused
 
     env = make_gymnax("CartPole-v1")
     out = {}
@@ -240,7 +240,7 @@ def test_fused_dqn_masks_truncated_samples():
     """CartPole cut at 5 steps inside chunks of 8: the masked fraction of the samples is
     about the buffer's share of cut transitions, and training stays finite."""
     from tianjax.algos import make_algorithm
-    from tianjax.core.fused import make_fused
+    from tianjax.core.fused_loop import make_fused
 
     env = _short_cartpole(5)
     config = _fused_config(frame_once=True)

@@ -1,8 +1,8 @@
-"""Which side set a run's pace (runtime/learner/report.py `pace`), on hand-made shares."""
+"""Which side set a run's pace (runtime/learner/stats.py `pace`), on hand-made shares."""
 
 import pytest
 
-from tianjax.runtime.learner.report import pace
+from tianjax.runtime.learner.stats import pace
 
 
 def test_actors_held_for_credits_longer_than_the_learner_idled_means_the_learner_set_the_pace():

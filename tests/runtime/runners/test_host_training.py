@@ -1,4 +1,4 @@
-"""The in-process host trainer (tianjax.runtime.runners.host): the batches it builds, the
+"""The in-process host trainer (tianjax.runtime.runners.inprocess): the batches it builds, the
 run directory it writes, and PPO learning CartPole on envpool."""
 
 import json
@@ -18,7 +18,7 @@ from tianjax.config import ConfigError, load_config
 from tianjax.envs.factory import make_host_env
 from tianjax.core.update import init_state
 from tianjax.metrics import Progress, RunLogger
-from tianjax.runtime.runners.host import run_host
+from tianjax.runtime.runners.inprocess import run_host
 
 ENVPOOL_CFG = "configs/ppo_cartpole_envpool.yaml"
 GYM_CFG = "configs/ppo_cartpole_gymnasium.yaml"

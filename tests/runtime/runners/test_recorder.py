@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from tianjax.config import load_config
-from tianjax.runtime.runners.recorder import RunRecorder
+from tianjax.runtime.record.recorder import RunRecorder
 from tianjax.errors import LearnerStalled
 from tianjax.runtime.learner.watchdog import ArrivalWatch
 

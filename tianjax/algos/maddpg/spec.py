@@ -16,4 +16,5 @@ SPEC = AlgorithmSpec(
     multi_agent=True,
     replay_shape_keys=("maddpg.buffer_size",),
     target_networks=("actor", "critic"),
+    renamed_keys={"maddpg.tau": "maddpg.target_tau"},
 )

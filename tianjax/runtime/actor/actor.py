@@ -32,6 +32,7 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from tianjax.config import Config
+from tianjax.runtime.modes import Mode, mode_of
 from tianjax.runtime.process import shutdown
 from tianjax.runtime.actor.sources import make_source
 from tianjax.transport.channels import ControlClient, ParamSubscriber, TrajectorySender
@@ -78,8 +79,10 @@ class LearnerPresence:
 
 
 class Actor:
-    def __init__(self, config: Config, actor_id: int, endpoints: dict, run_key: bytes):
+    def __init__(self, config: Config, actor_id: int, endpoints: dict, run_key: bytes, mode: Mode | None = None):
+        """`mode`: the run's sync or async strategy (default: the config's)."""
         self.config = config
+        self.mode = mode if mode is not None else mode_of(config)
         self.actor_id = actor_id
         # the source's own env gives the spaces (building a second env to read them costs
         # start-up time that every run pays)
@@ -226,7 +229,7 @@ class Actor:
             # the learner is not reading (its pool is full): wait, but stay alive and stoppable
             self._check_control()
             self._beat()
-            if self.config.mode == "async":
+            if self.mode.takes_newest:
                 self._take_newest()
             if self.traj_out.to != granted_by:
                 return False
@@ -253,7 +256,7 @@ class Actor:
             self._timed("waiting_params", self._wait_for_version, 0, self.config.runtime.connect_timeout_s)
             while True:
                 self._timed("waiting_credit", self._wait_for_credit)
-                if self.config.mode == "async":
+                if self.mode.takes_newest:
                     self._take_newest()
                 # actor-side schedules (epsilon) follow the learner's global count, so every
                 # actor, and a restarted one, is at the same point of one schedule
@@ -265,7 +268,7 @@ class Actor:
                     self.credits -= 1
                     self.sent += 1
                 self._beat()
-                if self.config.mode == "sync":
+                if self.mode.waits_for_next_version:
                     self._timed("waiting_params", self._wait_for_version, sent_with + 1)
         except ActorStopped as e:
             if e.args:

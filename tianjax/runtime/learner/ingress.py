@@ -32,6 +32,7 @@ from tianjax.runtime.learner.batches.replay import ReplayBatches
 from tianjax.runtime.learner.lost import LOST_AFTER_BEATS, count, lost_trajectories
 from tianjax.runtime.learner.pool import ActorLedger, Pool
 from tianjax.runtime.learner.receiver import Receiver
+from tianjax.runtime.modes import Mode
 from tianjax.transport.channels import ControlServer
 
 # an actor's heartbeat reports these (seconds since it registered)
@@ -58,10 +59,10 @@ class Ingress:
     env_steps, now, wins)`: takes the episodes that finished; `replay`: the replay buffer
     admitted trajectories go to (None: the pool)."""
 
-    def __init__(self, config: Config, control: ControlServer, rx: Receiver, limits: Limits,
+    def __init__(self, config: Config, mode: Mode, control: ControlServer, rx: Receiver, limits: Limits,
                  controller: AdaptiveBalance, *, budget: int, version: Callable[[], int],
                  publish: Callable[[], None], episodes: Callable, replay: ReplayBatches | None = None):
-        self.config, self.control, self.rx = config, control, rx
+        self.config, self.mode, self.control, self.rx = config, mode, control, rx
         self.limits, self.measures = limits, limits.measures
         self.controller, self.replay = controller, replay
         self.budget, self.version, self.publish, self.episodes = budget, version, publish, episodes
@@ -93,10 +94,8 @@ class Ingress:
         """Trajectories this actor may have in flight or waiting here: in sync mode one (it
         waits for the next version after each); in async mode its share of the controller's
         window, by registration order."""
-        if self.config.mode == "sync":
-            return 1
         rank = list(self.actors).index(ident) if ident in self.actors else 0
-        return self.controller.actions.credits(rank, len(self.actors))
+        return self.mode.window(self.controller.actions.credits(rank, len(self.actors)))
 
     def in_hand(self, ident: bytes) -> int:
         """This actor's trajectories in flight (credits out) or held here (pooled, or

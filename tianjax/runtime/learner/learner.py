@@ -24,7 +24,7 @@ unless named: the `ingress` (credits, admission, control; its `receiver` thread)
 strategies (`batches.onpolicy`, `batches.replay`), the update over the device mesh
 (`sharded_update`), the `publisher` and `inflight` threads, the balance controllers
 (tianjax.runtime.balance), what it measures (`report`) and the run's record: episodes,
-metrics, checkpoints, result (tianjax.runtime.runners.recorder).
+metrics, checkpoints, result (tianjax.runtime.record.recorder).
 """
 
 from __future__ import annotations
@@ -46,10 +46,11 @@ from tianjax.runtime.balance.limits import Limits
 from tianjax.runtime.learner.inflight import InFlight, to_host
 from tianjax.runtime.learner.ingress import Ingress
 from tianjax.runtime.learner.io import LearnerIO
-from tianjax.runtime.learner.report import LearnerReport
-from tianjax.runtime.learner.batches.onpolicy import AsyncBatches, Choice, ReuseBatches, SyncBatches
-from tianjax.runtime.runners.outcome import RunOutcome
-from tianjax.runtime.runners.recorder import RunRecorder
+from tianjax.runtime.learner.stats import LearnerStats
+from tianjax.runtime.learner.batches.onpolicy import Choice
+from tianjax.runtime.modes import mode_of
+from tianjax.runtime.record.outcome import RunOutcome
+from tianjax.runtime.record.recorder import RunRecorder
 from tianjax.runtime.learner.batches.replay import ReplayBatches
 from tianjax.runtime.learner.sharded_update import ShardedUpdate
 from tianjax.runtime.actor.sources import batch_template
@@ -90,6 +91,7 @@ class Learner:
         go (the launcher's private directory). `listen_fds`: listening sockets the launcher
         holds for `endpoints` (channel name -> descriptor; see tianjax.launch.ports)."""
         self.config = config
+        self.mode = mode_of(config)
         rt = config.runtime
         obs_shape, obs_dtype, action_spec = env_spec(config)
         self.algo = make_algorithm(config, obs_shape, action_spec,
@@ -97,7 +99,7 @@ class Learner:
         self.template = batch_template(config, self.algo, obs_shape, obs_dtype)
         self.replay = ReplayBatches(config, self.algo, self.template[0]) \
             if self.algo.buffer.replayed else None
-        self.sgd = ShardedUpdate(config, self.algo, self.template[0], config.batch_trajectories,
+        self.sgd = ShardedUpdate(config, self.algo, self.template[0], config.batch_trajectories, mode=self.mode,
                                  items=self.replay and self.replay.items,
                                  update=self.replay and self.replay.update_fn(self.algo.update))
         self.mesh = self.sgd.mesh
@@ -135,12 +137,12 @@ class Learner:
         self.resume_unlearned_samples = 0  # pooled at the checkpoint resumed from: acted again
         self.recorder = RunRecorder(config, logger, progress)
         self.tracker = self.recorder.tracker
-        self.ingress = Ingress(config, self.control, self.rx, self.limits, self.controller, budget=self.budget,
+        self.ingress = Ingress(config, self.mode, self.control, self.rx, self.limits, self.controller, budget=self.budget,
                                version=lambda: self.state_version, publish=self.publish,
                                episodes=self.recorder.add, replay=self.replay)
         self.pool, self.actors = self.ingress.pool, self.ingress.actors
         self.batches = self._batch_strategy()
-        self.report = LearnerReport(config, self.algo, self.ingress, self.measures, self.controller, self.inflight,
+        self.stats = LearnerStats(config, self.algo, self.ingress, self.measures, self.controller, self.inflight,
                                     self.replay, (self.traj_in, self.control), self.net,
                                     int(self.mesh.devices.size))
         # says so while no actor has registered (a multi-host launch sets which flags)
@@ -159,10 +161,7 @@ class Learner:
     def _batch_strategy(self):
         if self.replay is not None:
             return self.replay
-        k = self.config.batch_trajectories
-        if self.config.mode == "sync":
-            return SyncBatches(self.pool, k)
-        return ReuseBatches(AsyncBatches(self.pool, k), self.limits, self.sgd.split)
+        return self.mode.batches(self.pool, self.config.batch_trajectories, self.limits, self.sgd.split)
 
     def compile(self) -> None:
         """Compiles the update. Separate from __init__ so that a launcher can bind the
@@ -252,7 +251,7 @@ class Learner:
         if self.checkpoint_root is not None and rec.saver is None:
             rec.open_checkpoints(self.checkpoint_root, start=self.state_version)
         rec.env_steps0 = self.env_steps
-        self.report.begin()
+        self.stats.begin()
         self.compile()
         completed = False
         self.interrupted = False
@@ -280,7 +279,7 @@ class Learner:
 
     def _loop(self, should_stop) -> None:
         cfg, rt = self.config, self.config.runtime
-        exact = cfg.mode == "sync" or jax.process_count() > 1  # the version read back after each update
+        exact = self.mode.exact_versions or jax.process_count() > 1  # the version read back after each update
         self._pending = []
         self.publish()
         last_publish = time.perf_counter()
@@ -332,7 +331,7 @@ class Learner:
         if self._pending:
             self._record()  # the last record holds the final counts
         self.recorder.end_training(time.perf_counter())
-        self.report.train_cpu_s = time.process_time() - cpu0
+        self.stats.train_cpu_s = time.process_time() - cpu0
 
     def _await_publication(self, done: int) -> None:
         """Waits (at most PUBLISH_WAIT_S) until the newest parameters offered for a version
@@ -377,10 +376,10 @@ class Learner:
     # ------------------------------------------------------------------ records and checkpoints
     def _record(self) -> None:
         now = time.perf_counter()
-        fields = self.report.fields(now, self._pending)
+        fields = self.stats.fields(now, self._pending)
         self._pending = []
         self.recorder.record(self.env_steps, self.state_version, now,
-                             rates=self.report.rates(max(now - self.recorder.t_train, 1e-9)), fields=fields,
+                             rates=self.stats.rates(max(now - self.recorder.t_train, 1e-9)), fields=fields,
                              shown={"tau": fields["staleness_mean"]})
 
     def _checkpoint_tree(self) -> dict:
@@ -426,7 +425,7 @@ class Learner:
             params=to_host(self.state.params), algo=self.algo, env=None, env_steps=self.env_steps,
             updates=self.state_version, skipped_updates=int(to_host(self.state.skipped_updates)),
             compile_time_s=self.compile_time_s, interrupted=self.interrupted, now=now,
-            extra_summary={**self.report.summary(now, self.recorder.session_time(now)),
+            extra_summary={**self.stats.summary(now, self.recorder.session_time(now)),
                            "learner_incarnation": self.address,
                            # fresh samples of updates skipped for non-finite gradients
                            # (not counted as fresh), and pooled samples the checkpoint this

@@ -27,6 +27,7 @@ from jax.sharding import PartitionSpec as P
 
 from tianjax.core.algorithm import Algorithm
 from tianjax.config import Config
+from tianjax.runtime.modes import MODES, Mode
 from tianjax.runtime.learner.batches.axes import batch_axis, concat_batches
 
 
@@ -56,7 +57,7 @@ class ShardedUpdate:
     (ShapeDtypeStructs), and `update(state, sample, fresh)` the update on it."""
 
     def __init__(self, config: Config, algo: Algorithm, template, local_trajectories: int,
-                 items=None, update: Callable | None = None):
+                 items=None, update: Callable | None = None, mode: Mode | None = None):
         self.algo = algo
         self._template, self._k = template, local_trajectories
         self.mesh = learner_mesh(config)
@@ -83,7 +84,8 @@ class ShardedUpdate:
             self.global_sds, self.batch_sharding = wide, self.traj_sharding
         self._update = update or algo.update
         # on-policy reuse with a split update (PPO): prepare once per batch, learn per pass
-        self.split = (algo.prepare is not None and not self.replay and config.mode == "async"
+        mode = mode if mode is not None else MODES.get(config.mode)  # (None in fused mode)
+        self.split = (algo.prepare is not None and not self.replay and mode is not None and mode.reuses
                       and config.runtime.max_reuse > 0 and jax.process_count() == 1)
         self.placed = not self.replay and jax.process_count() == 1 and n_dev == 1
         self.update = None  # compiled by compile()

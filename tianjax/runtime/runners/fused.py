@@ -10,7 +10,7 @@ steps, so it cannot go on with an empty buffer), so a run resumed from one conti
 for bit as if it had not stopped. They
 are written at chunk boundaries: the first one at or after every `checkpoint.every`
 updates, and at the end (also when stopped by Ctrl-C or SIGTERM). Episodes, records,
-checkpoints and the result are kept by the run recorder (tianjax.runtime.runners.recorder).
+checkpoints and the result are kept by the run recorder (tianjax.runtime.record.recorder).
 """
 
 from __future__ import annotations
@@ -25,11 +25,11 @@ import numpy as np
 from tianjax.algos import make_algorithm
 from tianjax.config import Config
 from tianjax.envs.factory import make_jax_env
-from tianjax.core.fused import make_fused
+from tianjax.core.fused_loop import make_fused
 from tianjax.metrics import Progress, RunLogger
 from tianjax.runtime.process import shutdown
-from tianjax.runtime.runners.outcome import RunOutcome
-from tianjax.runtime.runners.recorder import RunRecorder, sample_rates
+from tianjax.runtime.record.outcome import RunOutcome
+from tianjax.runtime.record.recorder import RunRecorder, sample_rates
 
 
 # A chunk is one call of the one compiled program: the host reads the device once per

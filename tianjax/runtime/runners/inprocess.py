@@ -18,7 +18,7 @@ Replay algorithms (DQN) run the same loop, adding each rollout's [T * B] transit
 on-device replay buffer and taking `dqn.updates_per_rollout` gradient steps once
 `dqn.learning_starts` env steps have been collected, exactly as the fused loop does (the
 same tianjax.core.replay.setup set-up). Episodes, records, checkpoints and the result are kept by
-the run recorder (tianjax.runtime.runners.recorder), as in the other runners.
+the run recorder (tianjax.runtime.record.recorder), as in the other runners.
 
 Modes: `sync` is this loop. `async` runs the same single-process loop (its learner uses
 the staleness-corrected losses, which reduce to the plain ones because every batch here is
@@ -47,8 +47,8 @@ from tianjax.envs.factory import HostEnv, make_host_env
 from tianjax.metrics import Progress, RunLogger
 from tianjax.core.replay.setup import make_replay, make_replay_learn
 from tianjax.runtime.process import shutdown
-from tianjax.runtime.runners.outcome import RunOutcome
-from tianjax.runtime.runners.recorder import RunRecorder, sample_rates
+from tianjax.runtime.record.outcome import RunOutcome
+from tianjax.runtime.record.recorder import RunRecorder, sample_rates
 from tianjax.runtime.actor.sources import HostSource, batch_template
 
 
@@ -86,7 +86,7 @@ def run_host(config: Config, logger: RunLogger, progress: Progress, env: HostEnv
                               f"has {env.num_envs} envs")
         if algo is None:
             algo = make_algorithm(config, env.obs_shape, env.action_spec,
-                                  correct_staleness=config.mode == "async", obs_dtype=env.obs_dtype)
+                                  correct_staleness=False, obs_dtype=env.obs_dtype)
         else:  # (one built elsewhere may name its buffer kind)
             algo = algo._replace(buffer=buffer_kind(algo.buffer))
         out = _train(config, logger, progress, env, algo, t_start)

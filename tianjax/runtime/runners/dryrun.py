@@ -59,7 +59,7 @@ def _build_env(config: Config):
 
 
 def dry_run(config: Config) -> DryRun:
-    from tianjax import preflight
+    from tianjax.runtime.runners import preflight
     from tianjax.algos import make_algorithm
 
     preflight.check(config)
@@ -91,7 +91,7 @@ def dry_run(config: Config) -> DryRun:
     if spec.target_networks:
         lines.append(f"  targets       target copies of {', '.join(spec.target_networks)}")
     lines.append(f"  budget        {config.total_env_steps:,} env steps: about {config.planned_updates:,} "
-                 f"{'iterations' if config.mode == 'fused' or config.num_actors == 0 else 'updates'}, "
+                 f"{'iterations' if config.in_process else 'updates'}, "
                  f"a metrics record every {config.log_interval} "
                  f"(about {max(1, config.planned_updates // config.log_interval)} records)")
     lines.append("  checks        config, extras, env id, network and loggers: ok (nothing written)")

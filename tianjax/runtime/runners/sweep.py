@@ -8,7 +8,7 @@ override applied to every point (`network.hidden=[32,32],[64,64]` is an axis of 
 widths). Every point is loaded and checked as a config of its own first, so a bad value is
 a ConfigError naming its key before anything is compiled.
 
-Points that differ only in make_train's inputs (tianjax.fused_train.sweepable: learning
+Points that differ only in make_train's inputs (tianjax.runtime.runners.train_fn.sweepable: learning
 rate, entropy and value coefficients, clip range, gamma, lambda, gradient clip) share one
 program: their runs and `num_seeds` seeds each are one `jax.vmap` of train_fn, compiled
 and called once. Points that differ in anything else (num_envs, network widths, epochs,
@@ -52,7 +52,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from tianjax.config import Config, ConfigError, load_config, parse_override
-from tianjax.fused_train import final_return, make_train, sweepable
+from tianjax.runtime.runners.train_fn import final_return, make_train, sweepable
 from tianjax.metrics.logger import default_run_dir
 from tianjax.runtime.runners.fused import donate_argnums
 

@@ -91,7 +91,9 @@ class _HeldPorts:
         except OSError as e:
             for s in self.socks:
                 s.close()
-            raise ConfigError(f"launch: learner {index} cannot listen on {host} port {port} ({e.strerror or e}): "
+            if e.errno is not None:  # (the CLI says it in one line: the address, and what to do)
+                raise OSError(e.errno, os.strerror(e.errno), f"tcp://{host}:{port}") from None
+            raise ConfigError(f"launch: learner {index} cannot listen on {host} port {port} ({e}): "
                               "does another process hold it? (--base-port moves the ports)") from None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._hold, name="tianjax-held-ports", daemon=True)
@@ -257,7 +259,7 @@ def run_learner(config: Config, *, coordinator: str | None, num_processes: int |
         peers = PeerWatch(global_state.client, index, count, config.runtime.heartbeat_timeout_s, on_lost=lost)
     from tianjax.metrics import Progress, RunLogger, format_summary
     from tianjax.runtime.learner.learner import Learner
-    from tianjax.runtime.runners.recorder import save_params
+    from tianjax.runtime.record.recorder import save_params
 
     run_dir = os.path.join(config.run_dir or "runs/multihost", f"learner-{index}")
     logger = RunLogger(config, run_dir)

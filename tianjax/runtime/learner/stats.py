@@ -1,5 +1,5 @@
 """What the distributed learner measures beside the fields every runner records
-(tianjax.runtime.runners.recorder): its sample rates, the state of its ingress and balance
+(tianjax.runtime.record.recorder): its sample rates, the state of its ingress and balance
 controller in each metrics record, and the run's extra summary (staleness, drops, rejections, the
 controller's settings, and where the learner's and the actors' time went).
 
@@ -37,7 +37,7 @@ def pace(learner_busy: float, actor_time_s: dict) -> dict:
             "actor_credit_wait_fraction": credit_wait, "learner_idle_fraction": idle}
 
 
-class LearnerReport:
+class LearnerStats:
     """`channels`: the trajectory and control channels (their accepted and rejected
     counts); `net`: the learner's SecureContext (the connections it refused)."""
 
@@ -143,4 +143,4 @@ PER_INCARNATION = ("dropped_nonfinite", "trajectories_received", "trajectories_w
                    "actor_wait_fraction", "skipped_fresh_samples", "trajectories_by_actor", "pace_set_by",
                    "actor_credit_wait_fraction", "learner_idle_fraction")
 
-__all__ = ["PER_INCARNATION", "LearnerReport"]
+__all__ = ["PER_INCARNATION", "LearnerStats"]

@@ -33,7 +33,7 @@ from tianjax.checkpoint import store as ckpt
 from tianjax.config import Config
 from tianjax.metrics import EpisodeTracker, Progress, RunLogger
 from tianjax.metrics.tracker import finished_episodes
-from tianjax.runtime.runners.outcome import RunOutcome
+from tianjax.runtime.record.outcome import RunOutcome
 
 
 class RunRecorder:

@@ -37,7 +37,8 @@ from tianjax.errors import ActorFailure, LearnerFailure
 from tianjax.launch.ports import HeldPorts, PrivateDir
 from tianjax.metrics import Progress, RunLogger
 from tianjax.runtime.learner.learner import Learner
-from tianjax.runtime.runners.outcome import RunOutcome
+from tianjax.runtime.modes import mode_of
+from tianjax.runtime.record.outcome import RunOutcome
 from tianjax.launch.supervisor import ActorSupervisor, describe, python_path
 from tianjax.transport.auth import KEY_ENV, new_run_key
 
@@ -59,7 +60,7 @@ def _supervise_actors(config: Config, actors: ActorSupervisor, silent, log_dir: 
             learner.forget_actor(i)
     for line in describe(changes, len(actors.procs), log_dir):
         print(line, file=sys.stderr, flush=True)
-    if changes.lost and (config.mode == "sync" or not actors.procs):
+    if changes.lost and (mode_of(config).needs_every_actor or not actors.procs):
         ids = ", ".join(f"actor {i} ({why})" for i, why in sorted(changes.lost.items()))
         raise ActorFailure(f"{ids} stopped and is out of restarts "
                            f"(runtime.max_actor_restarts={config.runtime.max_actor_restarts}); see {log_dir}")

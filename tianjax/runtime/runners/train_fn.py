@@ -42,7 +42,7 @@ import numpy as np
 
 from tianjax.algos import make_algorithm
 from tianjax.config import Config, ConfigError, Sections
-from tianjax.core.fused import FusedState, make_fused
+from tianjax.core.fused_loop import FusedState, make_fused
 
 WINDOW = 100  # finished episodes behind final_return, as the run recorder's trackers
 

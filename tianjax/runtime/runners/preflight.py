@@ -89,7 +89,7 @@ def needed_extras(config: Config) -> list[str]:
 
 
 def _main(argv=None) -> int:
-    # `python -m tianjax.preflight CONFIG [key=value ...]` prints the extras the config needs,
+    # `python -m tianjax.runtime.runners.preflight CONFIG [key=value ...]` prints the extras the config needs,
     # comma-separated (quickstart.sh installs them)
     import sys
 
@@ -98,7 +98,7 @@ def _main(argv=None) -> int:
 
     args = sys.argv[1:] if argv is None else argv
     if not args:
-        print("usage: python -m tianjax.preflight CONFIG [key=value ...]", file=sys.stderr)
+        print("usage: python -m tianjax.runtime.runners.preflight CONFIG [key=value ...]", file=sys.stderr)
         return 2
     try:
         config = load_config(resolve(args[0]), args[1:])
