@@ -45,8 +45,14 @@ def fmt(v, spec=",.0f"):
 
 def summarise(runs: list[dict]) -> dict:
     """Medians of each measured key over repeats, and how many of them reached the target."""
-    numeric = [k for k in runs[0] if all(isinstance(r.get(k), (int, float, type(None))) and not isinstance(r.get(k), bool)
-                                         for r in runs)]
+    numeric = [
+        k
+        for k in runs[0]
+        if all(
+            isinstance(r.get(k), (int, float, type(None))) and not isinstance(r.get(k), bool)
+            for r in runs
+        )
+    ]
     out = {key: median([r[key] for r in runs]) for key in numeric}
     out["reached"] = sum(r["conv"] is not None for r in runs)
     return out

@@ -11,20 +11,35 @@ from tianjax.transport.auth import KEY_ENV
 CFG = "configs/ppo_cartpole.yaml"
 
 
-@pytest.mark.parametrize("argv, code, needle", [
-    (["train", "nope.yaml"], 2, "config file 'nope.yaml': not found"),
-    (["train", CFG, "lerning_rate=1"], 2, "config key 'lerning_rate': unknown key"),
-    (["train", CFG, "ppo.lr=abc"], 2, "config key 'ppo.lr': must be a number"),
-    (["train", CFG, "num_envs=0"], 2, "config key 'num_envs'"),
-    (["train", CFG, "env=NoSuchEnv-v0"], 2, "'NoSuchEnv-v0' is not a gymnax environment"),
-    (["train", "configs/ppo_cartpole_gymnasium.yaml", "env=Nope-v9"], 2, "not a registered gymnasium env id"),
-    (["train", CFG, "total_env_steps=10000000000000"], 2, "config key 'total_env_steps': must be below 2**31"),
-    (["train", CFG, "resume=/nonexistent/run"], 2, "config key 'resume'"),
-    (["eval", "/nonexistent/run"], 2, "eval: '/nonexistent/run' does not exist"),
-    (["report", "/nonexistent/run"], 2, "/nonexistent/run"),
-    (["launch", "--role", "actor", "configs/ppo_cartpole_async.yaml", "--actor-id", "0"], 2, "no run key"),
-    (["launch", "--role", "learner", CFG], 2, "config key 'mode'"),
-])
+@pytest.mark.parametrize(
+    "argv, code, needle",
+    [
+        (["train", "nope.yaml"], 2, "config file 'nope.yaml': not found"),
+        (["train", CFG, "lerning_rate=1"], 2, "config key 'lerning_rate': unknown key"),
+        (["train", CFG, "ppo.lr=abc"], 2, "config key 'ppo.lr': must be a number"),
+        (["train", CFG, "num_envs=0"], 2, "config key 'num_envs'"),
+        (["train", CFG, "env=NoSuchEnv-v0"], 2, "'NoSuchEnv-v0' is not a gymnax environment"),
+        (
+            ["train", "configs/ppo_cartpole_gymnasium.yaml", "env=Nope-v9"],
+            2,
+            "not a registered gymnasium env id",
+        ),
+        (
+            ["train", CFG, "total_env_steps=10000000000000"],
+            2,
+            "config key 'total_env_steps': must be below 2**31",
+        ),
+        (["train", CFG, "resume=/nonexistent/run"], 2, "config key 'resume'"),
+        (["eval", "/nonexistent/run"], 2, "eval: '/nonexistent/run' does not exist"),
+        (["report", "/nonexistent/run"], 2, "/nonexistent/run"),
+        (
+            ["launch", "--role", "actor", "configs/ppo_cartpole_async.yaml", "--actor-id", "0"],
+            2,
+            "no run key",
+        ),
+        (["launch", "--role", "learner", CFG], 2, "config key 'mode'"),
+    ],
+)
 def test_bad_input_is_one_line(argv, code, needle, capsys, monkeypatch, tmp_path):
     monkeypatch.delenv(KEY_ENV, raising=False)
     monkeypatch.chdir(tmp_path.parent if argv[0] == "eval" else ".")
@@ -44,13 +59,19 @@ def test_out_of_memory_is_one_line(capsys, monkeypatch):
     import tianjax.train  # noqa: F401 - the module (the package's `train` is the function)
 
     def exhausted(*args, **kwargs):
-        raise jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: Out of memory allocating 562002753792 bytes.\nmore")
+        raise jax.errors.JaxRuntimeError(
+            "RESOURCE_EXHAUSTED: Out of memory allocating 562002753792 bytes.\nmore"
+        )
 
     monkeypatch.setattr(sys.modules["tianjax.train"], "train", exhausted)
     assert main(["train", CFG, "--no-progress"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == [("tianjax: error: RESOURCE_EXHAUSTED: Out of memory allocating 562002753792 bytes; "
-                    "lower num_envs, rollout_len or the network size")]
+    assert err == [
+        (
+            "tianjax: error: RESOURCE_EXHAUSTED: Out of memory allocating 562002753792 bytes; "
+            "lower num_envs, rollout_len or the network size"
+        )
+    ]
 
 
 def _train_cli(tmp_path, env_extra: dict) -> None:
@@ -60,10 +81,26 @@ def _train_cli(tmp_path, env_extra: dict) -> None:
 
     env = {k: v for k, v in os.environ.items() if k != "TIANJAX_COMPILE_CACHE"}
     env.update(env_extra)
-    out = subprocess.run([sys.executable, "-m", "tianjax", "train", CFG, "num_envs=2", "rollout_len=8",
-                          "total_env_steps=64", "ppo.num_minibatches=1", "target_return=null",
-                          f"run_dir={tmp_path / 'run'}", "--no-progress"],
-                         capture_output=True, text=True, env=env, timeout=300)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tianjax",
+            "train",
+            CFG,
+            "num_envs=2",
+            "rollout_len=8",
+            "total_env_steps=64",
+            "ppo.num_minibatches=1",
+            "target_return=null",
+            f"run_dir={tmp_path / 'run'}",
+            "--no-progress",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
 
 

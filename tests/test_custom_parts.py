@@ -31,18 +31,24 @@ def custom_parts(monkeypatch):
 # ----------------------------------------------------------------------------- registry
 def test_registry_names_and_refusals():
     def make_a(config, obs_shape, action_spec, *, correct_staleness=True):
-        return algos.factory("ppo")(config, obs_shape, action_spec, correct_staleness=correct_staleness)
+        return algos.factory("ppo")(
+            config, obs_shape, action_spec, correct_staleness=correct_staleness
+        )
 
     def make_b(config, obs_shape, action_spec, *, correct_staleness=True):
         raise AssertionError
 
     with pytest.raises(ConfigError) as e:
         load_config(None, ["algo=w11_algo"])
-    assert "config key 'algo': unknown algorithm 'w11_algo'" in str(e.value) and "register" in str(e.value)
+    assert "config key 'algo': unknown algorithm 'w11_algo'" in str(e.value) and "register" in str(
+        e.value
+    )
     try:
         algos.register("w11_algo", make_a)
         algos.register("w11_algo", make_a)  # the same function again: a re-run cell
-        assert algos.registered()[:3] == ("ppo", "impala", "dqn") and "w11_algo" in algos.registered()
+        assert (
+            algos.registered()[:3] == ("ppo", "impala", "dqn") and "w11_algo" in algos.registered()
+        )
         with pytest.raises(ValueError, match="already registered"):
             algos.register("w11_algo", make_b)
         with pytest.raises(ValueError, match="built-in"):
@@ -57,7 +63,9 @@ def test_registry_names_and_refusals():
 
 
 def test_bad_imports_name_the_key(tmp_path):
-    with pytest.raises(ConfigError, match="config key 'imports': cannot import 'no_such_module_w11'"):
+    with pytest.raises(
+        ConfigError, match="config key 'imports': cannot import 'no_such_module_w11'"
+    ):
         load_config(None, ["imports=[no_such_module_w11]"])
     bad = tmp_path / "broken_w11.py"
     bad.write_text("raise RuntimeError('boom')\n")
@@ -72,9 +80,13 @@ def test_a2c_loss_is_the_closed_form_and_fresh_weights_are_one(custom_parts):
     net = custom_parts.CatchNet(3)
     obs = jax.random.uniform(jax.random.key(0), (4, 2, 10, 5))
     params = net.init(jax.random.key(1), obs[0])
-    batch = custom_parts.A2CBatch(obs, jnp.array([[0, 1], [2, 0], [1, 1], [0, 2]]),
-                                  jnp.array([[1.0, -1.0], [0.5, 0.0], [2.0, 1.0], [-0.5, 0.3]]),
-                                  jnp.linspace(-1, 1, 8).reshape(4, 2), jnp.full((4, 2), 1.0).at[0, 0].set(0.5))
+    batch = custom_parts.A2CBatch(
+        obs,
+        jnp.array([[0, 1], [2, 0], [1, 1], [0, 2]]),
+        jnp.array([[1.0, -1.0], [0.5, 0.0], [2.0, 1.0], [-0.5, 0.3]]),
+        jnp.linspace(-1, 1, 8).reshape(4, 2),
+        jnp.full((4, 2), 1.0).at[0, 0].set(0.5),
+    )
 
     def closed_form(p):
         logits, v = net.apply(p, batch.obs)
@@ -82,8 +94,14 @@ def test_a2c_loss_is_the_closed_form_and_fresh_weights_are_one(custom_parts):
         lp_a = jnp.take_along_axis(logp, batch.action[..., None], -1)[..., 0]
         ent = -jnp.sum(jnp.exp(logp) * logp, -1)
         w = batch.weight
-        return jnp.mean(w * (-lp_a * batch.advantage + custom_parts.VF_COEF * 0.5 * (v - batch.target) ** 2
-                             - custom_parts.ENT_COEF * ent))
+        return jnp.mean(
+            w
+            * (
+                -lp_a * batch.advantage
+                + custom_parts.VF_COEF * 0.5 * (v - batch.target) ** 2
+                - custom_parts.ENT_COEF * ent
+            )
+        )
 
     loss_fn = custom_parts.a2c_loss(net.apply)
     loss, _ = loss_fn(params, batch)
@@ -97,8 +115,12 @@ def test_a2c_loss_is_the_closed_form_and_fresh_weights_are_one(custom_parts):
     config = load_config(custom_parts.config("fused", 4096))
     env = make_gymnax(custom_parts.Catch())
     with tianjax.networks.use_network(net):
-        corrected = custom_parts.make_a2c(config, env.obs_shape, env.action_spec, correct_staleness=True)
-        plain = custom_parts.make_a2c(config, env.obs_shape, env.action_spec, correct_staleness=False)
+        corrected = custom_parts.make_a2c(
+            config, env.obs_shape, env.action_spec, correct_staleness=True
+        )
+        plain = custom_parts.make_a2c(
+            config, env.obs_shape, env.action_spec, correct_staleness=False
+        )
     state = plain.init(jax.random.key(2))
     out = plain.act(state.params, obs[0], jax.random.key(3))
     T, B = 4, 2
@@ -115,40 +137,73 @@ def test_a2c_loss_is_the_closed_form_and_fresh_weights_are_one(custom_parts):
         trunc_obs=jnp.zeros_like(obs[-1]),
         trunc_t=jnp.full((B,), -1, jnp.int32),
     )
-    traj = traj._replace(behaviour_log_prob=jax.vmap(lambda o, a: tianjax.core.distributions.log_prob(
-        net.apply(state.params, o)[0], a))(traj.obs, traj.action))
+    traj = traj._replace(
+        behaviour_log_prob=jax.vmap(
+            lambda o, a: tianjax.core.distributions.log_prob(net.apply(state.params, o)[0], a)
+        )(traj.obs, traj.action)
+    )
     s1, m1 = corrected.update(state, traj)
     s2, _ = plain.update(state, traj)
-    assert float(m1["weight_min"]) == pytest.approx(1.0) and float(m1["weight_max"]) == pytest.approx(1.0)
-    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7), s1.params, s2.params)
+    assert float(m1["weight_min"]) == pytest.approx(1.0) and float(
+        m1["weight_max"]
+    ) == pytest.approx(1.0)
+    jax.tree.map(
+        lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7), s1.params, s2.params
+    )
 
 
 def test_catch_learns_fused_with_objects_given_to_train(custom_parts, tmp_path):
     """A random policy scores about -0.6 on Catch; a learner that works gets past 0.5."""
-    result = tianjax.train(custom_parts.config("fused", 40_960, str(tmp_path / "fused")),
-                           env=custom_parts.Catch(), network=custom_parts.CatchNet(3),
-                           verbose=False, progress=False)
+    result = tianjax.train(
+        custom_parts.config("fused", 40_960, str(tmp_path / "fused")),
+        env=custom_parts.Catch(),
+        network=custom_parts.CatchNet(3),
+        verbose=False,
+        progress=False,
+    )
     assert result.summary["env"] == "Catch" and result.summary["algo"] == "a2c"
     assert result.summary["final_return"] >= 0.5
-    assert "CatchNet_0" not in result.params and "params" in result.params  # the user's module: no wrapper
+    assert (
+        "CatchNet_0" not in result.params and "params" in result.params
+    )  # the user's module: no wrapper
     assert set(result.params["params"]) == {"Dense_0", "Dense_1", "Dense_2"}
     # the result remembers its env and network: evaluation needs nothing more
     assert tianjax.evaluate(result, episodes=20).returns.mean() >= 0.5
-    loaded = tianjax.load(result.run_dir, env=custom_parts.Catch(), network=custom_parts.CatchNet(3))
-    assert loaded.obs_shape == (10, 5) and tianjax.evaluate(loaded, episodes=20).returns.mean() >= 0.5
+    loaded = tianjax.load(
+        result.run_dir, env=custom_parts.Catch(), network=custom_parts.CatchNet(3)
+    )
+    assert (
+        loaded.obs_shape == (10, 5) and tianjax.evaluate(loaded, episodes=20).returns.mean() >= 0.5
+    )
 
 
 def test_objects_cannot_go_to_actor_processes(custom_parts):
     with pytest.raises(ConfigError, match="config key 'env': an object given to train"):
-        tianjax.train(custom_parts.config("async", 4096) | {"env": "CartPole-v1", "network": {}},
-                      env=custom_parts.Catch(), verbose=False, progress=False)
+        tianjax.train(
+            custom_parts.config("async", 4096) | {"env": "CartPole-v1", "network": {}},
+            env=custom_parts.Catch(),
+            verbose=False,
+            progress=False,
+        )
 
 
 def test_custom_parts_script_runs_fused_and_async(tmp_path):
     """The example as a user runs it: a script; async actors import it by name."""
     env = dict(os.environ, PYTHONPATH=ROOT)
-    out = subprocess.run([sys.executable, os.path.join(EXAMPLES, "custom_parts.py"), "--steps", "4096",
-                          "--run-dir", str(tmp_path)], env=env, capture_output=True, text=True, timeout=600)
+    out = subprocess.run(
+        [
+            sys.executable,
+            os.path.join(EXAMPLES, "custom_parts.py"),
+            "--steps",
+            "4096",
+            "--run-dir",
+            str(tmp_path),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     lines = [ln for ln in out.stdout.splitlines() if "a2c Catch" in ln]
     assert [ln.split()[0] for ln in lines] == ["fused", "async"]
@@ -156,7 +211,9 @@ def test_custom_parts_script_runs_fused_and_async(tmp_path):
 
     summary = json.load(open(tmp_path / "async" / "summary.json"))
     assert summary["env"] == "custom_parts:Catch" and summary["num_actors"] == 2
-    assert summary["env_steps"] >= 4096 and summary["actor_restarts"] == 0  # async: actors may run one rollout ahead
+    assert (
+        summary["env_steps"] >= 4096 and summary["actor_restarts"] == 0
+    )  # async: actors may run one rollout ahead
 
 
 # ----------------------------------------------------------------------------- module:EnvId, gymnasium
@@ -194,10 +251,22 @@ def _write_env_module(tmp_path, module: str, env_id: str):
 
 
 def _host_config(env_id: str, run_dir, mode: str = "sync") -> dict:
-    return {"algo": "ppo", "env": env_id, "env_backend": "gymnasium", "mode": mode, "num_actors": 1,
-            "num_envs": 2, "rollout_len": 16, "total_env_steps": 128, "log_every": 1, "target_return": None,
-            "eval_episodes": 0, "network": {"hidden": [8]}, "ppo": {"num_minibatches": 2},
-            "run_dir": str(run_dir)}
+    return {
+        "algo": "ppo",
+        "env": env_id,
+        "env_backend": "gymnasium",
+        "mode": mode,
+        "num_actors": 1,
+        "num_envs": 2,
+        "rollout_len": 16,
+        "total_env_steps": 128,
+        "log_every": 1,
+        "target_return": None,
+        "eval_episodes": 0,
+        "network": {"hidden": [8]},
+        "ppo": {"num_minibatches": 2},
+        "run_dir": str(run_dir),
+    }
 
 
 def test_module_env_id_works_in_actor_processes(tmp_path, monkeypatch):
@@ -205,8 +274,9 @@ def test_module_env_id_works_in_actor_processes(tmp_path, monkeypatch):
     (the module's directory reaches them through this process's sys.path)."""
     _write_env_module(tmp_path, "w11_corridor", "W11Corridor-v0")
     monkeypatch.syspath_prepend(str(tmp_path))
-    result = tianjax.train(_host_config("w11_corridor:W11Corridor-v0", tmp_path / "run"),
-                           verbose=False, progress=False)
+    result = tianjax.train(
+        _host_config("w11_corridor:W11Corridor-v0", tmp_path / "run"), verbose=False, progress=False
+    )
     assert result.summary["env_steps"] == 128 and result.summary["actor_restarts"] == 0
     assert result.summary["episodes"] > 0
 
@@ -222,7 +292,9 @@ def test_an_actor_that_cannot_start_ends_the_run_with_its_own_line(tmp_path, mon
     with pytest.raises(ActorFailure) as e:
         tianjax.train(config, verbose=False, progress=False)
     msg = str(e.value)
-    assert msg.startswith("actor 0 cannot start: config key 'env': 'W11ParentOnly-v0' is not a registered "
-                          "gymnasium env id"), msg
+    assert msg.startswith(
+        "actor 0 cannot start: config key 'env': 'W11ParentOnly-v0' is not a registered "
+        "gymnasium env id"
+    ), msg
     log = (tmp_path / "run" / "actors" / "actor-0.log").read_text()
     assert log.count("cannot start") == 1  # started once, never restarted

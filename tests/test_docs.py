@@ -71,28 +71,37 @@ def test_every_module_is_listed_once_and_every_listed_one_exists():
     stale = sorted(set(listed) - actual)
     assert not missing and not stale and not twice, (
         f"docs/architecture.md is out of date: missing {missing}, listed but absent {stale}, "
-        f"listed twice {twice}")
+        f"listed twice {twice}"
+    )
 
 
 def test_every_module_path_in_the_picture_exists():
     text = DOC.read_text().split(TREE_HEADING, 1)[0]
     named = set(re.findall(r"\b(?:[a-z_]+/)+[a-z_]+\.py\b", text)) | set(
-        re.findall(r"`([a-z_]+\.py)`", text))
+        re.findall(r"`([a-z_]+\.py)`", text)
+    )
     assert len(named) > 20  # the picture names the module at each step
     absent = sorted(p for p in named if not (PACKAGE / p).is_file() and not (ROOT / p).is_file())
     assert not absent, f"docs/architecture.md names modules that do not exist: {absent}"
 
 
-@pytest.mark.parametrize("block, expected", [
-    ("tianjax/\n  a.py  x\n  sub/  y\n    b.py  z\n  c.py  w\n",
-     ["tianjax/", "tianjax/a.py", "tianjax/sub/", "tianjax/sub/b.py", "tianjax/c.py"]),
-])
+@pytest.mark.parametrize(
+    "block, expected",
+    [
+        (
+            "tianjax/\n  a.py  x\n  sub/  y\n    b.py  z\n  c.py  w\n",
+            ["tianjax/", "tianjax/a.py", "tianjax/sub/", "tianjax/sub/b.py", "tianjax/c.py"],
+        ),
+    ],
+)
 def test_parse_tree(block, expected):
     assert parse_tree(block) == expected
 
 
-@pytest.mark.parametrize("block", ["tianjax/\n   a.py  odd indent\n", "tianjax/\n    a.py  too deep\n",
-                                   "tianjax/\n  a.py\n"])
+@pytest.mark.parametrize(
+    "block",
+    ["tianjax/\n   a.py  odd indent\n", "tianjax/\n    a.py  too deep\n", "tianjax/\n  a.py\n"],
+)
 def test_parse_tree_rejects_a_malformed_tree(block):
     with pytest.raises(ValueError):
         parse_tree(block)

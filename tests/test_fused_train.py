@@ -8,9 +8,16 @@ import pytest
 import tianjax
 from tianjax.algos import make_algorithm
 from tianjax.config import ConfigError, load_config
-from tianjax.envs.gymnax_env import make_gymnax
 from tianjax.core.fused_loop import make_fused
-from tianjax.runtime.runners.train_fn import WINDOW, FusedRun, _window_push, check, final_return, make_train
+from tianjax.envs.gymnax_env import make_gymnax
+from tianjax.runtime.runners.train_fn import (
+    WINDOW,
+    FusedRun,
+    _window_push,
+    check,
+    final_return,
+    make_train,
+)
 
 SMALL = ["total_env_steps=2048", "num_envs=2", "rollout_len=64"]  # 16 updates
 
@@ -34,7 +41,9 @@ def test_vmap_over_learning_rates_is_the_separate_runs():
     swept = jax.jit(jax.vmap(train_fn, in_axes=(None, 0)))(state, {"ppo.lr": jnp.array(lrs)})
     for i, run in enumerate(separate):
         _leaves_close(run.state.learner.params, swept.state.learner.params, index=i)
-        np.testing.assert_allclose(run.metrics["loss"], swept.metrics["loss"][i], rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(
+            run.metrics["loss"], swept.metrics["loss"][i], rtol=1e-4, atol=1e-6
+        )
     # the rates really differ: three times the step moves the parameters elsewhere
     a, b = (np.asarray(jax.tree.leaves(r.state.learner.params)[1]) for r in separate)
     assert not np.allclose(a, b, atol=1e-4)
@@ -56,7 +65,9 @@ def test_a_missing_key_takes_the_config_value_as_the_closed_over_run():
     # the episode metrics are the rollouts' own
     done, rets = np.asarray(episodes.done), np.asarray(episodes.returns)
     np.testing.assert_array_equal(run.metrics["episodes"], done.sum(axis=(1, 2)))
-    np.testing.assert_allclose(run.metrics["episode_return_sum"], np.where(done, rets, 0).sum(axis=(1, 2)))
+    np.testing.assert_allclose(
+        run.metrics["episode_return_sum"], np.where(done, rets, 0).sum(axis=(1, 2))
+    )
 
 
 def test_bad_keys_and_values_name_the_key():

@@ -12,11 +12,34 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "tianjax"
 
-CORE = ("tianjax.core", "tianjax.algos", "tianjax.networks", "tianjax.config",
-        "tianjax.envs.gymnax_env", "tianjax.envs.brax_env", "tianjax.envs.marl")
-SHELL = ("tianjax.runtime", "tianjax.transport", "tianjax.launch", "tianjax.metrics", "tianjax.checkpoint")
-IO_MODULES = ("zmq", "threading", "multiprocessing", "subprocess", "socket", "orbax", "time", "datetime",
-              "asyncio", "concurrent")
+CORE = (
+    "tianjax.core",
+    "tianjax.algos",
+    "tianjax.networks",
+    "tianjax.config",
+    "tianjax.envs.gymnax_env",
+    "tianjax.envs.brax_env",
+    "tianjax.envs.marl",
+)
+SHELL = (
+    "tianjax.runtime",
+    "tianjax.transport",
+    "tianjax.launch",
+    "tianjax.metrics",
+    "tianjax.checkpoint",
+)
+IO_MODULES = (
+    "zmq",
+    "threading",
+    "multiprocessing",
+    "subprocess",
+    "socket",
+    "orbax",
+    "time",
+    "datetime",
+    "asyncio",
+    "concurrent",
+)
 
 
 def _module_name(path: Path, root: Path) -> str:
@@ -98,7 +121,9 @@ def test_graph_reader_sees_lazy_and_relative_imports(tmp_path):
     (pkg / "core").mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
     (pkg / "core" / "__init__.py").write_text("from . import a\n")
-    (pkg / "core" / "a.py").write_text("def f():\n    from tianjax.core import b\n    import time\n")
+    (pkg / "core" / "a.py").write_text(
+        "def f():\n    from tianjax.core import b\n    import time\n"
+    )
     (pkg / "core" / "b.py").write_text("from tianjax.core.a import f\n")
     inner, outer = import_graph(pkg)
     assert inner["tianjax.core"] == {"tianjax.core.a"}
@@ -109,15 +134,25 @@ def test_graph_reader_sees_lazy_and_relative_imports(tmp_path):
 
 def test_core_imports_nothing_from_the_shell():
     inner, _ = import_graph()
-    bad = sorted(f"{m} -> {d}" for m, deps in inner.items() if _under(m, CORE)
-                 for d in deps if _under(d, SHELL))
+    bad = sorted(
+        f"{m} -> {d}"
+        for m, deps in inner.items()
+        if _under(m, CORE)
+        for d in deps
+        if _under(d, SHELL)
+    )
     assert not bad, "the functional core imports the runtime shell:\n" + "\n".join(bad)
 
 
 def test_core_does_no_io():
     _, outer = import_graph()
-    bad = sorted(f"{m} imports {e}" for m, ext in outer.items() if _under(m, CORE)
-                 for e in ext if e in IO_MODULES)
+    bad = sorted(
+        f"{m} imports {e}"
+        for m, ext in outer.items()
+        if _under(m, CORE)
+        for e in ext
+        if e in IO_MODULES
+    )
     assert not bad, "the functional core imports I/O modules:\n" + "\n".join(bad)
 
 
@@ -144,7 +179,9 @@ def test_every_module_basename_is_unique():
     seen: dict[str, list[str]] = {}
     for path in PACKAGE.rglob("*.py"):
         rel = path.relative_to(PACKAGE)
-        in_algorithm_package = len(rel.parts) == 3 and rel.parts[0] == "algos" and path.name in ALGORITHM_LAYOUT
+        in_algorithm_package = (
+            len(rel.parts) == 3 and rel.parts[0] == "algos" and path.name in ALGORITHM_LAYOUT
+        )
         if path.name == "__init__.py" or in_algorithm_package:
             continue
         seen.setdefault(path.name, []).append(str(rel))
@@ -154,8 +191,13 @@ def test_every_module_basename_is_unique():
 
 def test_the_core_imports_nothing_from_the_algorithms():
     inner, _ = import_graph()
-    bad = sorted(f"{m} -> {d}" for m, deps in inner.items() if _under(m, ("tianjax.core",))
-                 for d in deps if _under(d, ("tianjax.algos",)))
+    bad = sorted(
+        f"{m} -> {d}"
+        for m, deps in inner.items()
+        if _under(m, ("tianjax.core",))
+        for d in deps
+        if _under(d, ("tianjax.algos",))
+    )
     assert not bad, "the core imports the algorithms:\n" + "\n".join(bad)
 
 
@@ -164,22 +206,36 @@ def _names_of_algorithms(path: Path, names) -> list[str]:
     that is a name or a dotted key of its section ("dqn", "ppo.lr"), an attribute
     (config.dqn), or an import of its package."""
     tree = ast.parse(path.read_text(), str(path))
-    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
-                  if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
-                  and node.body and isinstance(node.body[0], ast.Expr)
-                  and isinstance(node.body[0].value, ast.Constant)}
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
     found = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+        if (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and id(node) not in docstrings
+        ):
             text = node.value
             if text in names or any(text.startswith(n + ".") for n in names):
                 found.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno} {text!r}")
         elif isinstance(node, ast.Attribute) and node.attr in names:
             found.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno} .{node.attr}")
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            modules = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            modules = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+            )
             for m in modules:
-                if any(m == f"tianjax.algos.{n}" or m.startswith(f"tianjax.algos.{n}.") for n in names):
+                if any(
+                    m == f"tianjax.algos.{n}" or m.startswith(f"tianjax.algos.{n}.") for n in names
+                ):
                     found.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno} import {m}")
     return found
 
@@ -198,12 +254,18 @@ def test_no_module_outside_the_algorithms_names_a_built_in_one():
 def test_the_algorithm_check_sees_a_name_in_code(tmp_path):
     bad = tmp_path / "tianjax" / "x.py"
     bad.parent.mkdir()
-    bad.write_text('"""The dqn docstring is prose."""\n# ppo in a comment\nk = "ppo.lr"\nv = config.dqn\n'
-                   'from tianjax.algos.qmix import loss\n')
+    bad.write_text(
+        '"""The dqn docstring is prose."""\n# ppo in a comment\nk = "ppo.lr"\nv = config.dqn\n'
+        "from tianjax.algos.qmix import loss\n"
+    )
     global PACKAGE
     saved, PACKAGE = PACKAGE, tmp_path / "tianjax"
     try:
         found = _names_of_algorithms(bad, ("ppo", "dqn", "qmix"))
     finally:
         PACKAGE = saved
-    assert sorted(f.split(" ", 1)[1] for f in found) == ["'ppo.lr'", ".dqn", "import tianjax.algos.qmix"]
+    assert sorted(f.split(" ", 1)[1] for f in found) == [
+        "'ppo.lr'",
+        ".dqn",
+        "import tianjax.algos.qmix",
+    ]

@@ -41,7 +41,9 @@ def _cell(nb, cell_id: str):
 
 
 def _stdout(cell) -> str:
-    return "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream" and o.name == "stdout")
+    return "".join(
+        o.get("text", "") for o in cell.outputs if o.output_type == "stream" and o.name == "stdout"
+    )
 
 
 def test_notebook_is_stored_with_its_outputs():
@@ -57,7 +59,9 @@ def test_notebook_is_stored_with_its_outputs():
     outputs = [o for c in code for o in c.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
     assert any("image/png" in o.get("data", {}) for o in _cell(nb, "plot").outputs)
-    assert "reached" in _stdout(_cell(nb, "train")) and "greedy evaluation" in _stdout(_cell(nb, "evaluate"))
+    assert "reached" in _stdout(_cell(nb, "train")) and "greedy evaluation" in _stdout(
+        _cell(nb, "evaluate")
+    )
     text = json.dumps([o for o in outputs if o.output_type == "stream"])
     assert str(ROOT) not in text and "run directory: runs/" in text
 
@@ -73,15 +77,23 @@ def test_notebook_runs_end_to_end(tmp_path):
     params = [i for i, c in enumerate(nb.cells) if "parameters" in c.metadata.get("tags", [])]
     assert len(params) == 1
     injected = nbformat.v4.new_code_cell(
-        f"OVERRIDES = {overrides!r}\nEVAL_EPISODES = 2\nimport sys\nprint('kernel prefix:', sys.prefix)")
+        f"OVERRIDES = {overrides!r}\nEVAL_EPISODES = 2\nimport sys\nprint('kernel prefix:', sys.prefix)"
+    )
     injected.metadata["tags"] = ["injected-parameters"]
     nb.cells.insert(params[0] + 1, injected)
 
-    client = nbclient.NotebookClient(nb, km=_kernel_manager(tmp_path), timeout=CELL_TIMEOUT_S,
-                                     startup_timeout=120, resources={"metadata": {"path": str(ROOT)}})
+    client = nbclient.NotebookClient(
+        nb,
+        km=_kernel_manager(tmp_path),
+        timeout=CELL_TIMEOUT_S,
+        startup_timeout=120,
+        resources={"metadata": {"path": str(ROOT)}},
+    )
     client.execute()  # raises CellExecutionError on the first failing cell
 
-    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
+    errors = [
+        o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"
+    ]
     assert not errors, errors
     assert f"kernel prefix: {sys.prefix}" in _stdout(injected)  # the kernel ran this environment
 
@@ -98,8 +110,11 @@ def test_notebook_runs_end_to_end(tmp_path):
     # the evaluation printed its statistics; it builds env and algorithm as train does and
     # uses train's evaluation key, so with as many episodes it matches the summary
     text = _stdout(_cell(nb, "evaluate"))
-    m = re.search(r"over 2 episodes: mean return (-?\d+\.\d+), std (\d+\.\d+), "
-                  r"min (-?\d+\.\d+), max (-?\d+\.\d+)", text)
+    m = re.search(
+        r"over 2 episodes: mean return (-?\d+\.\d+), std (\d+\.\d+), "
+        r"min (-?\d+\.\d+), max (-?\d+\.\d+)",
+        text,
+    )
     assert m, text
     mean, std, lo, hi = map(float, m.groups())
     assert math.isfinite(mean) and 0 < lo <= mean <= hi <= 500 and std >= 0

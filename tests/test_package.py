@@ -12,20 +12,28 @@ import pytest
 import yaml
 
 import tianjax
-from tianjax.runtime.runners import preflight
 from tianjax.cli import main
 from tianjax.config import ConfigError, load_config
 from tianjax.config.library import names
+from tianjax.runtime.runners import preflight
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = ["total_env_steps=4096", "num_envs=4", "rollout_len=16", "eval_episodes=0", "ppo.num_minibatches=2"]
+TINY = [
+    "total_env_steps=4096",
+    "num_envs=4",
+    "rollout_len=16",
+    "eval_episodes=0",
+    "ppo.num_minibatches=2",
+]
 
 
 def test_configs_load_by_name_from_any_directory(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     by_name = load_config("ppo_cartpole")
     by_path = load_config(ROOT / "configs" / "ppo_cartpole.yaml")
-    assert by_name == by_path == load_config("configs/ppo_cartpole.yaml")  # the repo's path, from elsewhere
+    assert (
+        by_name == by_path == load_config("configs/ppo_cartpole.yaml")
+    )  # the repo's path, from elsewhere
     assert set(names()) == {p.stem for p in (ROOT / "configs").glob("*.yaml")}
     with pytest.raises(ConfigError, match="did you mean ppo_cartpole"):
         load_config("ppo_cartpol")
@@ -48,7 +56,9 @@ def test_show_prints_the_resolved_config_with_comments_and_loads_back(capsys, tm
     assert "runtime:" not in text and "dqn:" not in text  # a fused PPO run reads neither
     path = tmp_path / "mine.yaml"
     path.write_text(text)
-    assert load_config(path) == load_config("ppo_cartpole", ["ppo.lr=1e-3", "total_env_steps=20000"])
+    assert load_config(path) == load_config(
+        "ppo_cartpole", ["ppo.lr=1e-3", "total_env_steps=20000"]
+    )
 
 
 def test_dry_run_builds_everything_and_writes_nothing(capsys, tmp_path, monkeypatch):
@@ -74,10 +84,14 @@ def test_a_multi_agent_dry_run_names_the_torso_each_agent_gets(capsys, tmp_path,
 
 def test_a_missing_extra_is_one_line_naming_it():
     with pytest.raises(ConfigError) as e:
-        preflight.require("no_such_module_tianjax", "envpool", "env_backend", "env_backend 'envpool'")
-    assert str(e.value) == ("config key 'env_backend': env_backend 'envpool' needs the envpool extra, which is "
-                            "not installed; pip install \"tianjax[envpool]\" (from a clone: pip install -e "
-                            "\".[envpool]\")")
+        preflight.require(
+            "no_such_module_tianjax", "envpool", "env_backend", "env_backend 'envpool'"
+        )
+    assert str(e.value) == (
+        "config key 'env_backend': env_backend 'envpool' needs the envpool extra, which is "
+        'not installed; pip install "tianjax[envpool]" (from a clone: pip install -e '
+        '".[envpool]")'
+    )
     assert preflight.needed_extras(load_config("ppo_cartpole_async")) == ["envpool"]
     assert preflight.needed_extras(load_config("ppo_cartpole")) == []
 
@@ -90,8 +104,13 @@ def test_a_bad_env_id_leaves_no_run_directory(tmp_path):
 
 
 def test_version_from_one_source():
-    out = subprocess.run([sys.executable, "-m", "tianjax", "--version"], capture_output=True, text=True,
-                         timeout=180, cwd=ROOT)
+    out = subprocess.run(
+        [sys.executable, "-m", "tianjax", "--version"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=ROOT,
+    )
     assert out.stdout.strip() == f"tianjax {tianjax.__version__}"
     meta = (ROOT / "pyproject.toml").read_text()
     assert 'dynamic = ["version"]' in meta and "tianjax._version.__version__" in meta
@@ -101,8 +120,16 @@ def test_train_without_saving_writes_nothing_and_returns_columns(tmp_path, monke
     monkeypatch.chdir(tmp_path)
     before = set(os.listdir(os.environ.get("TMPDIR", "/tmp")))
     result = tianjax.train("ppo_cartpole", TINY, save=False, verbose=False, progress=False)
-    assert list(tmp_path.iterdir()) == [] and result.run_dir is None and result.summary["run_dir"] is None
-    left = {d for d in set(os.listdir(os.environ.get("TMPDIR", "/tmp"))) - before if d.startswith("tianjax-")}
+    assert (
+        list(tmp_path.iterdir()) == []
+        and result.run_dir is None
+        and result.summary["run_dir"] is None
+    )
+    left = {
+        d
+        for d in set(os.listdir(os.environ.get("TMPDIR", "/tmp"))) - before
+        if d.startswith("tianjax-")
+    }
     assert not left
     m = result.metrics
     # 4096 steps / (4 envs x 16 steps) = 64 iterations; null log_every aims at ~200 records: every one
@@ -128,22 +155,39 @@ def test_a_runs_config_yaml_holds_only_what_it_reads(tmp_path):
     saved = yaml.safe_load((run / "config.yaml").read_text())
     sections = {k for k, v in saved.items() if isinstance(v, dict) and k != "env_options"}
     assert sections == {"network", "ppo", "staleness", "checkpoint"}
-    assert load_config(run / "config.yaml") == load_config("ppo_cartpole", [*TINY, f"run_dir={run}"])
+    assert load_config(run / "config.yaml") == load_config(
+        "ppo_cartpole", [*TINY, f"run_dir={run}"]
+    )
 
 
 def test_eval_on_a_run_without_checkpoints_says_so(tmp_path, capsys):
     run = tmp_path / "run"
-    tianjax.train("ppo_cartpole", [*TINY, "checkpoint.final=false"], run_dir=run, verbose=False, progress=False)
+    tianjax.train(
+        "ppo_cartpole",
+        [*TINY, "checkpoint.final=false"],
+        run_dir=run,
+        verbose=False,
+        progress=False,
+    )
     assert main(["eval", str(run)]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith(f"tianjax: error: eval: the run in '{run}' has no checkpoints") and "\n" not in err
+    assert (
+        err.startswith(f"tianjax: error: eval: the run in '{run}' has no checkpoints")
+        and "\n" not in err
+    )
     with pytest.raises(ConfigError, match="has no checkpoints"):
         tianjax.load(run)
 
 
 def test_a_network_module_that_does_not_import_leaves_no_run_directory(tmp_path):
     run_dir = tmp_path / "run"
-    with pytest.raises(ConfigError, match="config key 'network.module': cannot import 'no_such_pkg_tianjax'"):
-        tianjax.train("ppo_cartpole", [*TINY, "network.module=no_such_pkg_tianjax:Net"], run_dir=run_dir,
-                      verbose=False)
+    with pytest.raises(
+        ConfigError, match="config key 'network.module': cannot import 'no_such_pkg_tianjax'"
+    ):
+        tianjax.train(
+            "ppo_cartpole",
+            [*TINY, "network.module=no_such_pkg_tianjax:Net"],
+            run_dir=run_dir,
+            verbose=False,
+        )
     assert not run_dir.exists()

@@ -26,13 +26,22 @@ def test_values_split_on_commas_outside_brackets():
 
 
 def test_points_group_by_what_changes_the_program():
-    points = make_points(CFG, ["ppo.lr=1e-3,3e-3", "ppo.ent_coef=0,0.01", "network.hidden=[32],[64,64]"])
+    points = make_points(
+        CFG, ["ppo.lr=1e-3,3e-3", "ppo.ent_coef=0,0.01", "network.hidden=[32],[64,64]"]
+    )
     assert len(points) == 8
-    assert {p.group for p in points} == {0, 1}  # one program per width, lr x ent_coef vmapped in each
+    assert {p.group for p in points} == {
+        0,
+        1,
+    }  # one program per width, lr x ent_coef vmapped in each
     for p in points:
         assert p.group == (0 if p.config.network.hidden == (32,) else 1)
     assert {(p.config.ppo.lr, p.config.ppo.ent_coef) for p in points if p.group == 0} == {
-        (1e-3, 0.0), (1e-3, 0.01), (3e-3, 0.0), (3e-3, 0.01)}
+        (1e-3, 0.0),
+        (1e-3, 0.01),
+        (3e-3, 0.0),
+        (3e-3, 0.01),
+    }
     assert {p.group for p in make_points(CFG, ["ppo.lr=1e-3,3e-3", "num_envs=4,8"])} == {0, 1}
 
 
@@ -50,23 +59,43 @@ def test_bad_grids_name_the_key_and_point():
 def test_cli_bad_sweep_is_one_line_and_exit_2(capsys):
     assert main(["sweep", CFG, "ppo.gamma=0.9,2"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("tianjax: error: config key 'ppo.gamma'") and len(err.strip().splitlines()) == 1
+    assert (
+        err.startswith("tianjax: error: config key 'ppo.gamma'")
+        and len(err.strip().splitlines()) == 1
+    )
 
 
 def test_a_sweep_point_is_the_separate_run_of_its_config(tmp_path):
-    small = ["total_env_steps=1024", "num_envs=2", "rollout_len=64", "log_every=4", "eval_episodes=0"]
-    result = run_sweep(CFG, small + ["ppo.lr=1e-3,3e-3", "num_seeds=2"], out=str(tmp_path / "sw"), verbose=False)
+    small = [
+        "total_env_steps=1024",
+        "num_envs=2",
+        "rollout_len=64",
+        "log_every=4",
+        "eval_episodes=0",
+    ]
+    result = run_sweep(
+        CFG, small + ["ppo.lr=1e-3,3e-3", "num_seeds=2"], out=str(tmp_path / "sw"), verbose=False
+    )
     assert len(result.groups) == 1 and result.groups[0]["points"] == 2
     point = result.points[1]  # ppo.lr=3e-3
     assert point.name == "ppo.lr=3e-3"
-    separate = tianjax.train(CFG, small + ["ppo.lr=3e-3", "num_seeds=2"], run_dir=str(tmp_path / "one"),
-                             progress=False, verbose=False)
-    np.testing.assert_allclose(point.final_return_per_seed, separate.summary["final_return_per_seed"], rtol=1e-5)
+    separate = tianjax.train(
+        CFG,
+        small + ["ppo.lr=3e-3", "num_seeds=2"],
+        run_dir=str(tmp_path / "one"),
+        progress=False,
+        verbose=False,
+    )
+    np.testing.assert_allclose(
+        point.final_return_per_seed, separate.summary["final_return_per_seed"], rtol=1e-5
+    )
     loaded = tianjax.load(point.run_dir)
     for a, b in zip(jax.tree.leaves(loaded.params), jax.tree.leaves(separate.params), strict=True):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-5)
     summary = json.load(open(os.path.join(point.run_dir, "summary.json")))
-    assert summary["env_steps"] == 2 * 1024 and summary["updates"] == 8 and summary["num_seeds"] == 2
+    assert (
+        summary["env_steps"] == 2 * 1024 and summary["updates"] == 8 and summary["num_seeds"] == 2
+    )
     assert summary["sweep_point"] == {"ppo.lr": "3e-3"}
     records = [json.loads(x) for x in open(os.path.join(point.run_dir, "metrics.jsonl"))]
     assert [r["updates"] for r in records] == [4, 8] and records[-1]["env_steps"] == 2 * 1024
@@ -85,10 +114,21 @@ def test_the_cli_splits_the_points_over_the_cores_and_gets_the_same_runs(tmp_pat
     import subprocess
     import sys
 
-    small = ["total_env_steps=1024", "num_envs=2", "rollout_len=64", "log_every=4", "eval_episodes=0",
-             "ppo.lr=1e-3,3e-3", "num_seeds=2"]
-    proc = subprocess.run([sys.executable, "-m", "tianjax.cli", "sweep", CFG, *small, "--out", str(tmp_path / "cli")],
-                          capture_output=True, text=True, timeout=600)
+    small = [
+        "total_env_steps=1024",
+        "num_envs=2",
+        "rollout_len=64",
+        "log_every=4",
+        "eval_episodes=0",
+        "ppo.lr=1e-3,3e-3",
+        "num_seeds=2",
+    ]
+    proc = subprocess.run(
+        [sys.executable, "-m", "tianjax.cli", "sweep", CFG, *small, "--out", str(tmp_path / "cli")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     cores = len(os.sched_getaffinity(0))
     devices = max(k for k in range(1, min(4, cores) + 1) if 4 % k == 0)  # as many as split 4 evenly
@@ -99,5 +139,9 @@ def test_the_cli_splits_the_points_over_the_cores_and_gets_the_same_runs(tmp_pat
     assert here.groups[0]["devices"] == len(jax.local_devices())
     for p in here.points:
         other = tianjax.load(os.path.join(tmp_path / "cli", os.path.basename(p.run_dir)))
-        for a, b in zip(jax.tree.leaves(tianjax.load(p.run_dir).params), jax.tree.leaves(other.params), strict=True):
+        for a, b in zip(
+            jax.tree.leaves(tianjax.load(p.run_dir).params),
+            jax.tree.leaves(other.params),
+            strict=True,
+        ):
             np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-5)

@@ -14,13 +14,18 @@ with versioned parameters and a staleness-weighted loss.
     out = jax.vmap(train_fn, in_axes=(None, 0))(init(key), {"ppo.lr": jnp.array([1e-3, 3e-3])})
 """
 
+from tianjax import algos  # the algorithm registry, whose check every Config runs
 from tianjax._version import __version__
 from tianjax.config import Config, ConfigError, load_config
-from tianjax import algos  # the algorithm registry, whose check every Config runs
 from tianjax.train import TrainResult, train
 
-_LAZY = {"load": "tianjax.runs", "evaluate": "tianjax.runs", "LoadedRun": "tianjax.runs",
-         "make_train": "tianjax.runtime.runners.train_fn", "final_return": "tianjax.runtime.runners.train_fn"}
+_LAZY = {
+    "load": "tianjax.runs",
+    "evaluate": "tianjax.runs",
+    "LoadedRun": "tianjax.runs",
+    "make_train": "tianjax.runtime.runners.train_fn",
+    "final_return": "tianjax.runtime.runners.train_fn",
+}
 
 
 def __getattr__(name):
@@ -32,5 +37,17 @@ def __getattr__(name):
     raise AttributeError(f"module 'tianjax' has no attribute {name!r}")
 
 
-__all__ = ["Config", "ConfigError", "LoadedRun", "TrainResult", "algos", "evaluate", "final_return", "load",
-           "load_config", "make_train", "train", "__version__"]
+__all__ = [
+    "Config",
+    "ConfigError",
+    "LoadedRun",
+    "TrainResult",
+    "algos",
+    "evaluate",
+    "final_return",
+    "load",
+    "load_config",
+    "make_train",
+    "train",
+    "__version__",
+]

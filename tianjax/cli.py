@@ -42,8 +42,11 @@ def _train(args) -> int:
     _own_compile_cache()
     result = train(args.config, args.overrides, progress=None if not args.no_progress else False)
     if result.summary.get("interrupted"):
-        print("tianjax: interrupted; the run directory has its summary and a final checkpoint "
-              f"(continue with resume={result.run_dir})", file=sys.stderr)
+        print(
+            "tianjax: interrupted; the run directory has its summary and a final checkpoint "
+            f"(continue with resume={result.run_dir})",
+            file=sys.stderr,
+        )
         return 130
     return 0
 
@@ -72,8 +75,11 @@ def _configs(args) -> int:
         if module is not None and importlib.util.find_spec(module) is None:
             need = f"  needs .[{extra}]"
         print(f"{i.name:<{width}}  {i.mode:<5}  {i.algo:<6}  {env}{need}")
-    print(f"({len(infos)} configs in {library.configs_dir()}; `tianjax show NAME` prints one, "
-          "`tianjax train NAME` trains it)", file=sys.stderr)
+    print(
+        f"({len(infos)} configs in {library.configs_dir()}; `tianjax show NAME` prints one, "
+        "`tianjax train NAME` trains it)",
+        file=sys.stderr,
+    )
     return 0
 
 
@@ -94,9 +100,7 @@ def _show(args) -> int:
 
 def _launch(args) -> int:
     from tianjax.config import load_config
-    from tianjax.runtime.runners import multihost
-
-    from tianjax.runtime.runners import preflight
+    from tianjax.runtime.runners import multihost, preflight
 
     config = load_config(args.config, args.overrides)
     if config.mode == "fused":
@@ -107,16 +111,27 @@ def _launch(args) -> int:
     if args.role is None:
         return _launch_slurm(args, config)
     if args.role == "learner":
-        return multihost.run_learner(config, coordinator=args.coordinator, num_processes=args.num_processes,
-                                     process_id=args.process_id, bind_host=args.bind_host or "127.0.0.1",
-                                     base_port=args.base_port, key_file=args.key_file)
+        return multihost.run_learner(
+            config,
+            coordinator=args.coordinator,
+            num_processes=args.num_processes,
+            process_id=args.process_id,
+            bind_host=args.bind_host or "127.0.0.1",
+            base_port=args.base_port,
+            key_file=args.key_file,
+        )
     if args.actor_id is None:
         from tianjax.config import ConfigError
 
         raise ConfigError("launch: --role actor needs --actor-id")
-    return multihost.run_actor(config, actor_id=args.actor_id, learner_host=args.learner_host,
-                               base_port=args.base_port, num_learners=args.num_learners,
-                               key_file=args.key_file)
+    return multihost.run_actor(
+        config,
+        actor_id=args.actor_id,
+        learner_host=args.learner_host,
+        base_port=args.base_port,
+        num_learners=args.num_learners,
+        key_file=args.key_file,
+    )
 
 
 def _launch_slurm(args, config) -> int:
@@ -132,25 +147,45 @@ def _launch_slurm(args, config) -> int:
     role = slurm.role_of(task, args.learners)
     root = config.run_dir or os.path.join("runs", f"slurm-{task.job.split('.')[0]}")
     key_file = args.key_file or os.path.join(root, f"run-{task.job}.key")
-    config = dataclasses.replace(config, run_dir=root, num_actors=role.actors_per_learner,
-                                 total_env_steps=config.total_env_steps // role.num_learners)
+    config = dataclasses.replace(
+        config,
+        run_dir=root,
+        num_actors=role.actors_per_learner,
+        total_env_steps=config.total_env_steps // role.num_learners,
+    )
     if task.rank == 0 and args.key_file is None:
         slurm.write_key_file(key_file)
     else:
         slurm.wait_for_key_file(key_file, config.runtime.connect_timeout_s)
-    what = (f"learner {role.index}/{role.num_learners}" if role.role == "learner" else
-            f"actor {role.index} (of learner {role.index % role.num_learners} on {role.learner_host})")
-    print(f"tianjax: SLURM task {task.rank}/{task.ntasks} on {task.host}: {what}; {role.actors_per_learner} "
-          f"actors and {config.total_env_steps:,} env steps per learner", flush=True)
+    what = (
+        f"learner {role.index}/{role.num_learners}"
+        if role.role == "learner"
+        else f"actor {role.index} (of learner {role.index % role.num_learners} on {role.learner_host})"
+    )
+    print(
+        f"tianjax: SLURM task {task.rank}/{task.ntasks} on {task.host}: {what}; {role.actors_per_learner} "
+        f"actors and {config.total_env_steps:,} env steps per learner",
+        flush=True,
+    )
     if role.role == "learner":
         port = args.coordinator_port or args.base_port + 3 * role.num_learners
         return multihost.run_learner(
-            config, coordinator=f"{socket.gethostbyname(role.coordinator_host)}:{port}",
-            num_processes=role.num_learners, process_id=role.index,
-            bind_host=args.bind_host or socket.gethostbyname(role.learner_host), base_port=args.base_port,
-            key_file=key_file)
-    return multihost.run_actor(config, actor_id=role.index, learner_host=socket.gethostbyname(role.learner_host),
-                               base_port=args.base_port, num_learners=role.num_learners, key_file=key_file)
+            config,
+            coordinator=f"{socket.gethostbyname(role.coordinator_host)}:{port}",
+            num_processes=role.num_learners,
+            process_id=role.index,
+            bind_host=args.bind_host or socket.gethostbyname(role.learner_host),
+            base_port=args.base_port,
+            key_file=key_file,
+        )
+    return multihost.run_actor(
+        config,
+        actor_id=role.index,
+        learner_host=socket.gethostbyname(role.learner_host),
+        base_port=args.base_port,
+        num_learners=role.num_learners,
+        key_file=key_file,
+    )
 
 
 def _report(args) -> int:
@@ -178,8 +213,12 @@ def _eval(args) -> int:
         key = ".".join(path)
         if key not in opts:
             raise ConfigError(f"eval option '{key}': unknown (known: {sorted(opts)})")
-        if key == "greedy" and not isinstance(value, bool) or key != "greedy" and (
-                not isinstance(value, int) or isinstance(value, bool)):
+        if (
+            key == "greedy"
+            and not isinstance(value, bool)
+            or key != "greedy"
+            and (not isinstance(value, int) or isinstance(value, bool))
+        ):
             raise ConfigError(f"eval option '{key}': got {value!r}")
         opts[key] = value
     result = evaluate_run(args.path, **opts)
@@ -187,29 +226,43 @@ def _eval(args) -> int:
     return 0
 
 
-_KEYS_EPILOG = ("CONFIG is a shipped config's name (`tianjax configs` lists them) or a YAML file. "
-                "Every key, with its value and what it does: `tianjax show CONFIG [key=value ...]`. "
-                "Common ones: total_env_steps, seed, mode (fused|sync|async), num_actors, num_envs, "
-                "rollout_len, run_dir, loggers, ppo.lr, staleness.schedule.")
+_KEYS_EPILOG = (
+    "CONFIG is a shipped config's name (`tianjax configs` lists them) or a YAML file. "
+    "Every key, with its value and what it does: `tianjax show CONFIG [key=value ...]`. "
+    "Common ones: total_env_steps, seed, mode (fused|sync|async), num_actors, num_envs, "
+    "rollout_len, run_dir, loggers, ppo.lr, staleness.schedule."
+)
 
 
 def _add_info_commands(sub) -> None:
     c = sub.add_parser("configs", help="list the shipped configs, one line each")
     c.set_defaults(handler=_configs)
-    s = sub.add_parser("show", help="print a resolved config with each key's comment: "
-                                    "tianjax show CONFIG [key=value ...]", epilog=_KEYS_EPILOG)
+    s = sub.add_parser(
+        "show",
+        help="print a resolved config with each key's comment: tianjax show CONFIG [key=value ...]",
+        epilog=_KEYS_EPILOG,
+    )
     s.add_argument("config", help="a shipped config's name or a YAML file")
     s.add_argument("overrides", nargs="*", help="dotted overrides, e.g. ppo.lr=1e-3 num_envs=8")
-    s.add_argument("--all", action="store_true", help="every section, also those this run does not read")
+    s.add_argument(
+        "--all", action="store_true", help="every section, also those this run does not read"
+    )
     s.set_defaults(handler=_show)
 
 
 def _add_sweep(sub) -> None:
-    s = sub.add_parser("sweep", help="a grid of fused runs in as few programs as shapes allow: "
-                                     "tianjax sweep CONFIG ppo.lr=1e-3,3e-3 num_seeds=4")
+    s = sub.add_parser(
+        "sweep",
+        help="a grid of fused runs in as few programs as shapes allow: "
+        "tianjax sweep CONFIG ppo.lr=1e-3,3e-3 num_seeds=4",
+    )
     s.add_argument("config", help="a fused config (YAML)")
-    s.add_argument("assignments", nargs="*", metavar="key=v1,v2,...",
-                   help="a comma-separated value list is a grid axis; a single value overrides every point")
+    s.add_argument(
+        "assignments",
+        nargs="*",
+        metavar="key=v1,v2,...",
+        help="a comma-separated value list is a grid axis; a single value overrides every point",
+    )
     s.add_argument("--out", help="the sweep directory (default runs/<algo>_<env>_sweep_<time>)")
 
 
@@ -225,49 +278,100 @@ def _sweep(args) -> int:
 def main(argv=None) -> int:
     from tianjax._version import __version__
 
-    parser = argparse.ArgumentParser(prog="tianjax", description="Fast distributed RL training in JAX.")
+    parser = argparse.ArgumentParser(
+        prog="tianjax", description="Fast distributed RL training in JAX."
+    )
     parser.add_argument("--version", action="version", version=f"tianjax {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("train", help="train a config: tianjax train CONFIG [key=value ...]", epilog=_KEYS_EPILOG)
+    p = sub.add_parser(
+        "train", help="train a config: tianjax train CONFIG [key=value ...]", epilog=_KEYS_EPILOG
+    )
     p.add_argument("config", help="a shipped config's name (tianjax configs) or a YAML file")
     p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. ppo.lr=1e-3 num_envs=8")
     p.add_argument("--no-progress", action="store_true", help="no live progress bar")
-    p.add_argument("--dry-run", action="store_true",
-                   help="check everything and build the env and network, without training or writing")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="check everything and build the env and network, without training or writing",
+    )
     _add_info_commands(sub)
-    q = sub.add_parser("launch", help="run one role of a multi-host run (without --role: each task of "
-                                      "`srun tianjax launch CONFIG` finds its own; docs/multihost.md)")
-    q.add_argument("--role", choices=["learner", "actor"],
-                   help="this process's role (omit under srun: from SLURM_PROCID, SLURM_NTASKS and the node list)")
+    q = sub.add_parser(
+        "launch",
+        help="run one role of a multi-host run (without --role: each task of "
+        "`srun tianjax launch CONFIG` finds its own; docs/multihost.md)",
+    )
+    q.add_argument(
+        "--role",
+        choices=["learner", "actor"],
+        help="this process's role (omit under srun: from SLURM_PROCID, SLURM_NTASKS and the node list)",
+    )
     q.add_argument("config")
     q.add_argument("overrides", nargs="*")
-    q.add_argument("--coordinator", help="learner 0's host:port for jax.distributed (omit: auto-detect)")
+    q.add_argument(
+        "--coordinator", help="learner 0's host:port for jax.distributed (omit: auto-detect)"
+    )
     q.add_argument("--num-processes", type=int, help="learner processes in the run")
     q.add_argument("--process-id", type=int, help="this learner's index")
-    q.add_argument("--bind-host", help="learner: interface to bind (default loopback; under srun: the "
-                                       "learner's host address)")
+    q.add_argument(
+        "--bind-host",
+        help="learner: interface to bind (default loopback; under srun: the "
+        "learner's host address)",
+    )
     q.add_argument("--learner-host", default="127.0.0.1", help="actor: host of the learners")
-    q.add_argument("--num-learners", type=int, default=1, help="actor: learner processes to spread over")
-    q.add_argument("--base-port", type=int, default=5555, help="learner i uses base+3i .. base+3i+2")
+    q.add_argument(
+        "--num-learners", type=int, default=1, help="actor: learner processes to spread over"
+    )
+    q.add_argument(
+        "--base-port", type=int, default=5555, help="learner i uses base+3i .. base+3i+2"
+    )
     q.add_argument("--actor-id", type=int)
-    q.add_argument("--key-file", help="the run key (hex); default: $TIANJAX_RUN_KEY (under srun: a file task 0 "
-                                      "writes, RUN_DIR/run-<job>.<step>.key)")
-    q.add_argument("--learners", type=int, default=1, help="under srun: the first N tasks are learners, the "
-                                                            "rest actors (default 1)")
-    q.add_argument("--coordinator-port", type=int, help="under srun: jax.distributed's port on task 0's host "
-                                                         "(default base_port + 3 x learners)")
-    e = sub.add_parser("eval", help="play a trained policy: tianjax eval RUN_DIR_OR_CHECKPOINT [episodes=N]")
-    e.add_argument("path", metavar="RUN_DIR_OR_CHECKPOINT",
-                   help="a run directory (its newest checkpoint) or RUN_DIR/checkpoints/STEP")
-    e.add_argument("options", nargs="*", help="episodes=N (default 10), greedy=false (sample), seed=S")
-    r = sub.add_parser("report", help="plots and a summary table of runs: tianjax report RUN_DIR ...")
-    r.add_argument("run_dirs", nargs="*", metavar="RUN_DIR", help="run directories (as `train` writes them)")
-    r.add_argument("--out", help="output directory (default: RUN_DIR/report for one run, "
-                                 "reports/report_<time> for several)")
+    q.add_argument(
+        "--key-file",
+        help="the run key (hex); default: $TIANJAX_RUN_KEY (under srun: a file task 0 "
+        "writes, RUN_DIR/run-<job>.<step>.key)",
+    )
+    q.add_argument(
+        "--learners",
+        type=int,
+        default=1,
+        help="under srun: the first N tasks are learners, the rest actors (default 1)",
+    )
+    q.add_argument(
+        "--coordinator-port",
+        type=int,
+        help="under srun: jax.distributed's port on task 0's host "
+        "(default base_port + 3 x learners)",
+    )
+    e = sub.add_parser(
+        "eval", help="play a trained policy: tianjax eval RUN_DIR_OR_CHECKPOINT [episodes=N]"
+    )
+    e.add_argument(
+        "path",
+        metavar="RUN_DIR_OR_CHECKPOINT",
+        help="a run directory (its newest checkpoint) or RUN_DIR/checkpoints/STEP",
+    )
+    e.add_argument(
+        "options", nargs="*", help="episodes=N (default 10), greedy=false (sample), seed=S"
+    )
+    r = sub.add_parser(
+        "report", help="plots and a summary table of runs: tianjax report RUN_DIR ..."
+    )
+    r.add_argument(
+        "run_dirs", nargs="*", metavar="RUN_DIR", help="run directories (as `train` writes them)"
+    )
+    r.add_argument(
+        "--out",
+        help="output directory (default: RUN_DIR/report for one run, "
+        "reports/report_<time> for several)",
+    )
     _add_sweep(sub)
     args, extra = parser.parse_known_args(argv)
     # overrides may follow an option (`train NAME --dry-run ppo.lr=1e-3`): argparse leaves those over
-    if extra and hasattr(args, "overrides") and all("=" in a and not a.startswith("-") for a in extra):
+    if (
+        extra
+        and hasattr(args, "overrides")
+        and all("=" in a and not a.startswith("-") for a in extra)
+    ):
         args.overrides = [*args.overrides, *extra]
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
@@ -313,16 +417,23 @@ def main(argv=None) -> int:
         sys.stdout.flush()
         os._exit(1)
     except MemoryError as e:
-        print(f"tianjax: error: out of memory ({e}); lower num_envs, rollout_len or the network size",
-              file=sys.stderr)
+        print(
+            f"tianjax: error: out of memory ({e}); lower num_envs, rollout_len or the network size",
+            file=sys.stderr,
+        )
         return 1
-    except RunFailed as e:  # a run that cannot go on (an actor died in sync mode, no actor delivers)
+    except (
+        RunFailed
+    ) as e:  # a run that cannot go on (an actor died in sync mode, no actor delivers)
         print(f"tianjax: error: {e}", file=sys.stderr)
         return 1
     except RuntimeError as e:
         if "RESOURCE_EXHAUSTED" in str(e):  # XLA could not allocate: sizes beyond this machine
             first = str(e).strip().splitlines()[0].rstrip(".")
-            print(f"tianjax: error: {first}; lower num_envs, rollout_len or the network size", file=sys.stderr)
+            print(
+                f"tianjax: error: {first}; lower num_envs, rollout_len or the network size",
+                file=sys.stderr,
+            )
             return 1
         raise
     return 1

@@ -45,8 +45,9 @@ def load(path: str | os.PathLike, *, env: Any = None, network: Any = None) -> Lo
         algo, obs_shape = _algorithm(config, env)
     first = params if config.num_seeds == 1 else jax.tree.map(lambda x: x[0], params)
     greedy = jax.jit(algo.greedy)
-    return LoadedRun(config, params, lambda obs: greedy(first, obs), algo, step, run_dir, obs_shape,
-                     env, network)
+    return LoadedRun(
+        config, params, lambda obs: greedy(first, obs), algo, step, run_dir, obs_shape, env, network
+    )
 
 
 def _algorithm(config: Config, env) -> tuple[Algorithm, tuple[int, ...]]:
@@ -59,12 +60,23 @@ def _algorithm(config: Config, env) -> tuple[Algorithm, tuple[int, ...]]:
         from tianjax.envs.factory import env_spec
 
         obs_shape, obs_dtype, action_spec = env_spec(config)
-    return (make_algorithm(config, obs_shape, action_spec, correct_staleness=False, obs_dtype=obs_dtype),
-            tuple(obs_shape))
+    return (
+        make_algorithm(
+            config, obs_shape, action_spec, correct_staleness=False, obs_dtype=obs_dtype
+        ),
+        tuple(obs_shape),
+    )
 
 
-def evaluate(run, episodes: int = 10, *, greedy: bool = True, seed: int | None = None, env: Any = None,
-             network: Any = None) -> EvalResult:
+def evaluate(
+    run,
+    episodes: int = 10,
+    *,
+    greedy: bool = True,
+    seed: int | None = None,
+    env: Any = None,
+    network: Any = None,
+) -> EvalResult:
     """Plays `episodes` episodes with a run's policy; returns an EvalResult (returns
     [episodes], x seeds for a multi-seed run; on envs that report wins, SMAX, also each
     episode's win and `win_rate`).
@@ -91,7 +103,9 @@ def evaluate(run, episodes: int = 10, *, greedy: bool = True, seed: int | None =
         config, params, step, run_dir = loaded.config, loaded.params, loaded.step, loaded.run_dir
     with use_network(network):
         returns, won = evaluate_policy(config, params, episodes, greedy, seed, env=env)
-    return EvalResult(np.asarray(returns, np.float64), step, run_dir, won, seeds=policy_seeds(config))
+    return EvalResult(
+        np.asarray(returns, np.float64), step, run_dir, won, seeds=policy_seeds(config)
+    )
 
 
 __all__ = ["LoadedRun", "evaluate", "load"]

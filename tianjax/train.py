@@ -53,10 +53,12 @@ def _own_parts(config: Config, env, network):
     in_process = config.in_process
     for key, obj in (("env", env), ("network", network)):
         if obj is not None and not in_process:
-            raise ConfigError(f"config key '{key}': an object given to train() lives in this process "
-                              "and actor processes cannot rebuild it; use mode: fused, or name it "
-                              f"as 'module:Attr' ({'env' if key == 'env' else 'network.module'}) in "
-                              "a module the actors can import")
+            raise ConfigError(
+                f"config key '{key}': an object given to train() lives in this process "
+                "and actor processes cannot rebuild it; use mode: fused, or name it "
+                f"as 'module:Attr' ({'env' if key == 'env' else 'network.module'}) in "
+                "a module the actors can import"
+            )
     if env is None:
         return None
     from tianjax.envs.gymnax_env import make_gymnax
@@ -64,9 +66,18 @@ def _own_parts(config: Config, env, network):
     return make_gymnax(env)
 
 
-def train(config: Config | str | os.PathLike | dict | None = None, overrides: Sequence[str] = (),
-          *, env: Any = None, network: Any = None, progress: bool | None = None, verbose: bool = True,
-          run_dir: str | os.PathLike | None = None, save: bool = True, **kwargs) -> TrainResult:
+def train(
+    config: Config | str | os.PathLike | dict | None = None,
+    overrides: Sequence[str] = (),
+    *,
+    env: Any = None,
+    network: Any = None,
+    progress: bool | None = None,
+    verbose: bool = True,
+    run_dir: str | os.PathLike | None = None,
+    save: bool = True,
+    **kwargs,
+) -> TrainResult:
     """Trains a config (a Config, a YAML path or a dict, plus dotted overrides).
 
     `env` is an env id (the config key), or your own gymnax-API env object (fused mode);
@@ -97,7 +108,9 @@ def train(config: Config | str | os.PathLike | dict | None = None, overrides: Se
     config = load_config(config, overrides, **kwargs)
     _own_parts(config, env_obj, network)
     if not save:
-        return _train_unsaved(config, env_obj, network, progress, verbose)._replace(env=env, network=network)
+        return _train_unsaved(config, env_obj, network, progress, verbose)._replace(
+            env=env, network=network
+        )
     with use_network(network):
         result = _train(config, env_obj, progress, verbose)
     return result._replace(env=env, network=network)
@@ -111,10 +124,14 @@ def _train_unsaved(config: Config, env, network, progress, verbose) -> TrainResu
     import tempfile
 
     if config.run_dir is not None:
-        raise ConfigError(f"config key 'run_dir': save=False writes nothing, but run_dir is "
-                          f"{config.run_dir!r}; drop one of them")
+        raise ConfigError(
+            f"config key 'run_dir': save=False writes nothing, but run_dir is "
+            f"{config.run_dir!r}; drop one of them"
+        )
     if config.resume:
-        raise ConfigError("config key 'resume': save=False cannot continue a run (it writes no checkpoint)")
+        raise ConfigError(
+            "config key 'resume': save=False cannot continue a run (it writes no checkpoint)"
+        )
     in_process = config.in_process
     changes = dict(loggers=())
     if in_process:  # the params come back in memory: no checkpoint needed
@@ -146,14 +163,19 @@ def _train(config: Config, env, progress, verbose, saved: bool = True) -> TrainR
         logger = RunLogger(config, run_dir=config.run_dir or config.resume)
     else:
         logger = RunLogger(config)
-    bar = Progress(config.total_env_steps * config.num_seeds, enabled=progress,
-                   desc=f"{config.algo} {config.env} [{config.mode}]")
+    bar = Progress(
+        config.total_env_steps * config.num_seeds,
+        enabled=progress,
+        desc=f"{config.algo} {config.env} [{config.mode}]",
+    )
     t0 = time.perf_counter()
     try:
         out = runner(config, logger, bar)
     except BaseException as e:
         try:
-            logger.close(failing=e)  # keep what was logged (TensorBoard queues events) when a run fails
+            logger.close(
+                failing=e
+            )  # keep what was logged (TensorBoard queues events) when a run fails
         except OSError:
             pass  # a full disk fails this too: the run's own error is the one to report
         raise
@@ -199,8 +221,12 @@ def _train(config: Config, env, progress, verbose, saved: bool = True) -> TrainR
             summary["eval_win_rate"] = eval_win_rate
     summary["interrupted"] = bool(out.interrupted)  # stopped by Ctrl-C / SIGTERM
     # ended early by stop_at_target (not by the budget, nor a signal)
-    summary["stopped_at_target"] = bool(config.stop_at_target and out.convergence_time_s is not None
-                                        and not out.interrupted and out.env_steps < config.total_env_steps)
+    summary["stopped_at_target"] = bool(
+        config.stop_at_target
+        and out.convergence_time_s is not None
+        and not out.interrupted
+        and out.env_steps < config.total_env_steps
+    )
     if out.resumed_from_step is not None:
         summary["resumed_from_step"] = out.resumed_from_step
     summary.update(out.extra_summary)
@@ -210,5 +236,8 @@ def _train(config: Config, env, progress, verbose, saved: bool = True) -> TrainR
     records = logger.read_records()
     logger.close()
     if verbose:
-        print(format_summary(dict(summary, run_dir=logger.run_dir if saved else "(not saved)")), flush=True)
+        print(
+            format_summary(dict(summary, run_dir=logger.run_dir if saved else "(not saved)")),
+            flush=True,
+        )
     return TrainResult(out.params, summary, records_to_columns(records), logger.run_dir, config)

@@ -47,8 +47,13 @@ def _sample(p: psutil.Process) -> dict | None:
     try:
         with p.oneshot():
             full = p.memory_full_info()
-            return {"rss": full.rss / MIB, "pss": full.pss / MIB, "uss": full.uss / MIB,
-                    "threads": p.num_threads(), "fds": p.num_fds()}
+            return {
+                "rss": full.rss / MIB,
+                "pss": full.pss / MIB,
+                "uss": full.uss / MIB,
+                "threads": p.num_threads(),
+                "fds": p.num_fds(),
+            }
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         return None
 
@@ -56,10 +61,22 @@ def _sample(p: psutil.Process) -> dict | None:
 def measure(config: str, n: int, steps: int, extra: list[str]) -> dict:
     with tempfile.TemporaryDirectory() as d:
         run_dir = os.path.join(d, "run")
-        cmd = [sys.executable, "-m", "tianjax.cli", "train", config, f"num_actors={n}",
-               f"total_env_steps={steps}", f"run_dir={run_dir}", "target_return=null", *extra]
+        cmd = [
+            sys.executable,
+            "-m",
+            "tianjax.cli",
+            "train",
+            config,
+            f"num_actors={n}",
+            f"total_env_steps={steps}",
+            f"run_dir={run_dir}",
+            "target_return=null",
+            *extra,
+        ]
         env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
+        proc = subprocess.Popen(
+            cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT
+        )
         learner = psutil.Process(proc.pid)
         actors: dict[int, list[dict]] = {}
         mine: list[dict] = []
@@ -80,12 +97,22 @@ def measure(config: str, n: int, steps: int, extra: list[str]) -> dict:
         proc.wait()
         with open(os.path.join(run_dir, "summary.json")) as f:
             summary = json.load(f)
-    per_actor = {pid: {k: statistics.median(x[k] for x in xs) for k in xs[0]} for pid, xs in actors.items() if xs}
+    per_actor = {
+        pid: {k: statistics.median(x[k] for x in xs) for k in xs[0]}
+        for pid, xs in actors.items()
+        if xs
+    }
     from tianjax.config import load_config
 
     c = load_config(config, [f"num_actors={n}", *extra])
-    return {"n": n, "traj_steps": c.num_envs * c.rollout_len, "actors_sampled": len(per_actor), "per_actor": list(per_actor.values()),
-            "learner": {k: max(x[k] for x in mine) for k in mine[0]} if mine else {}, "summary": summary}
+    return {
+        "n": n,
+        "traj_steps": c.num_envs * c.rollout_len,
+        "actors_sampled": len(per_actor),
+        "per_actor": list(per_actor.values()),
+        "learner": {k: max(x[k] for x in mine) for k in mine[0]} if mine else {},
+        "summary": summary,
+    }
 
 
 def main():
@@ -96,11 +123,15 @@ def main():
     ap.add_argument("overrides", nargs="*", help="more key=value overrides for every run")
     args = ap.parse_args()
     rows = [measure(args.config, n, args.steps, args.overrides) for n in args.actors]
-    print(f"\n{args.config}, {args.steps:,} env steps per run; MiB and counts per process while training "
-          "(actors: median over actors of each one's median, [max]; learner: its max)")
-    print(f"{'actors':>6}{'sampled':>8}{'RSS':>14}{'PSS':>14}{'USS':>14}{'threads':>9}{'fds':>6}"
-          f"{'learner RSS':>13}{'thr':>5}{'fds':>6}{'cpu ms/traj':>12}{'received':>9}{'admitted':>9}"
-          f"{'wait':>6}{'busy':>6}")
+    print(
+        f"\n{args.config}, {args.steps:,} env steps per run; MiB and counts per process while training "
+        "(actors: median over actors of each one's median, [max]; learner: its max)"
+    )
+    print(
+        f"{'actors':>6}{'sampled':>8}{'RSS':>14}{'PSS':>14}{'USS':>14}{'threads':>9}{'fds':>6}"
+        f"{'learner RSS':>13}{'thr':>5}{'fds':>6}{'cpu ms/traj':>12}{'received':>9}{'admitted':>9}"
+        f"{'wait':>6}{'busy':>6}"
+    )
     for r in rows:
         a, lr, s = r["per_actor"], r["learner"], r["summary"]
 
@@ -111,12 +142,14 @@ def main():
         traj = s.get("trajectories_received") or 0
         admitted = s["env_steps"] // r["traj_steps"]
         cpu = s.get("learner_cpu_s")
-        print(f"{r['n']:>6}{r['actors_sampled']:>8}{col('rss'):>14}{col('pss'):>14}{col('uss'):>14}"
-              f"{col('threads', '.0f'):>9}{statistics.median(x['fds'] for x in a) if a else 0:>6.0f}"
-              f"{lr.get('rss', 0):>13.0f}{lr.get('threads', 0):>5}{lr.get('fds', 0):>6}"
-              f"{1e3 * cpu / traj if cpu and traj else float('nan'):>12.2f}{traj:>9}"
-              f"{admitted:>9}"
-              f"{s.get('actor_wait_fraction', float('nan')):>6.2f}{s.get('learner_busy_fraction', 0):>6.2f}")
+        print(
+            f"{r['n']:>6}{r['actors_sampled']:>8}{col('rss'):>14}{col('pss'):>14}{col('uss'):>14}"
+            f"{col('threads', '.0f'):>9}{statistics.median(x['fds'] for x in a) if a else 0:>6.0f}"
+            f"{lr.get('rss', 0):>13.0f}{lr.get('threads', 0):>5}{lr.get('fds', 0):>6}"
+            f"{1e3 * cpu / traj if cpu and traj else float('nan'):>12.2f}{traj:>9}"
+            f"{admitted:>9}"
+            f"{s.get('actor_wait_fraction', float('nan')):>6.2f}{s.get('learner_busy_fraction', 0):>6.2f}"
+        )
 
 
 if __name__ == "__main__":

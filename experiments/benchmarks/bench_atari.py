@@ -42,10 +42,12 @@ from _runs import fmt, run  # noqa: E402  (it also puts the repository on sys.pa
 
 import tianjax  # noqa: E402
 from tianjax.algos import make_algorithm  # noqa: E402
-from tianjax.envs.factory import make_host_env  # noqa: E402
-from tianjax.runtime.learner.batches.axes import batch_axis  # noqa: E402
+from tianjax.envs.factory import (
+    env_spec,  # noqa: E402
+    make_host_env,  # noqa: E402
+)
 from tianjax.runtime.actor.sources import batch_template  # noqa: E402
-from tianjax.envs.factory import env_spec  # noqa: E402
+from tianjax.runtime.learner.batches.axes import batch_axis  # noqa: E402
 
 CONFIG = "configs/ppo_pong_async.yaml"
 
@@ -72,7 +74,9 @@ def _random_rate(step, n_envs, n_actions, seconds, warmup_s=1.0):
 def random_rates(cfg, seconds):
     import envpool
 
-    env = envpool.make(cfg.env, env_type="gymnasium", num_envs=cfg.num_envs, seed=cfg.seed, **cfg.env_options)
+    env = envpool.make(
+        cfg.env, env_type="gymnasium", num_envs=cfg.num_envs, seed=cfg.seed, **cfg.env_options
+    )
     env.reset()
     n_actions = env.action_space.n
     ids = np.arange(cfg.num_envs, dtype=np.int32)
@@ -114,7 +118,9 @@ def _learner_batch(cfg, algo, obs_shape, obs_dtype, n_actions):
 def nature_cnn_flops(obs_shape, hidden, n_actions):
     """FLOPs of one forward pass (2 per multiply-add): the Nature convolutions, the MLP and
     the policy and value heads, for [C, H, W] (or [H, W, C]) frames."""
-    c, h, w = obs_shape if obs_shape[0] < obs_shape[-1] else (obs_shape[2], obs_shape[0], obs_shape[1])
+    c, h, w = (
+        obs_shape if obs_shape[0] < obs_shape[-1] else (obs_shape[2], obs_shape[0], obs_shape[1])
+    )
     macs = 0
     for feat, k, s in ((32, 8, 4), (64, 4, 2), (64, 3, 1)):
         h, w = (h - k) // s + 1, (w - k) // s + 1
@@ -130,7 +136,9 @@ def nature_cnn_flops(obs_shape, hidden, n_actions):
 
 def update_cost(cfg, repeats):
     obs_shape, obs_dtype, spec = env_spec(cfg)
-    algo = make_algorithm(cfg, obs_shape, spec, correct_staleness=cfg.staleness.correct, obs_dtype=obs_dtype)
+    algo = make_algorithm(
+        cfg, obs_shape, spec, correct_staleness=cfg.staleness.correct, obs_dtype=obs_dtype
+    )
     batch = jax.device_put(_learner_batch(cfg, algo, obs_shape, obs_dtype, spec.num_actions))
     state = jax.jit(algo.init)(jax.random.key(cfg.seed))
     fresh = np.bool_(True)
@@ -149,17 +157,28 @@ def update_cost(cfg, repeats):
     fwd = nature_cnn_flops(obs_shape, cfg.network.hidden, spec.num_actions)
     # per sample: num_epochs x (forward + backward = 3 forwards) + one forward (prepare)
     hand = fwd * (3 * cfg.ppo.num_epochs + 1)
-    return dict(steps=steps, compile_s=compile_s, update_s=float(np.median(times)),
-                hand_flops_per_step=hand, fwd_flops=fwd, obs_shape=obs_shape)
+    return dict(
+        steps=steps,
+        compile_s=compile_s,
+        update_s=float(np.median(times)),
+        hand_flops_per_step=hand,
+        fwd_flops=fwd,
+        obs_shape=obs_shape,
+    )
 
 
 # ----------------------------------------------------------------------------- 3. training runs
 
 
 def train_runs(steps, actors, skip_sync):
-    common = [f"total_env_steps={steps}", f"num_actors={actors}", "target_return=null",
-              "checkpoint.every=0", "checkpoint.final=false",
-              "compile_cache=false"]  # cold compiles: the second run would reuse the first's
+    common = [
+        f"total_env_steps={steps}",
+        f"num_actors={actors}",
+        "target_return=null",
+        "checkpoint.every=0",
+        "checkpoint.final=false",
+        "compile_cache=false",
+    ]  # cold compiles: the second run would reuse the first's
     out = {}
     for mode in ("async",) + (() if skip_sync else ("sync",)):
         out[mode] = run(CONFIG, common + [f"mode={mode}"])
@@ -176,7 +195,9 @@ def main():
     ap.add_argument("--seconds", type=float, default=5.0, help="random-action stepping time")
     ap.add_argument("--repeats", type=int, default=3, help="timed updates (after one warm-up)")
     ap.add_argument("--skip-sync", action="store_true", help="leave out the sync reference run")
-    ap.add_argument("--skip-train", action="store_true", help="only the random rate and the update cost")
+    ap.add_argument(
+        "--skip-train", action="store_true", help="only the random rate and the update cost"
+    )
     args = ap.parse_args()
 
     cfg = tianjax.load_config(CONFIG, [f"num_actors={args.actors}"])
@@ -184,39 +205,59 @@ def main():
     uc = update_cost(cfg, args.repeats)
     runs = {} if args.skip_train else train_runs(args.steps, args.actors, args.skip_sync)
 
-    print(f"\nAtari {cfg.env} (envpool, {cfg.env_options}), PPO + Nature CNN, "
-          f"{jax.devices()[0].platform}, {os.cpu_count()} cores")
-    print(f"\n1. random actions, one pool of {cfg.num_envs} envs, {args.seconds:.0f} s after a 1 s warm-up")
+    print(
+        f"\nAtari {cfg.env} (envpool, {cfg.env_options}), PPO + Nature CNN, "
+        f"{jax.devices()[0].platform}, {os.cpu_count()} cores"
+    )
+    print(
+        f"\n1. random actions, one pool of {cfg.num_envs} envs, {args.seconds:.0f} s after a 1 s warm-up"
+    )
     print(f"   envpool.make directly      {raw:>10,.0f} env steps/s")
     print(f"   tianjax host adapter       {adapted:>10,.0f} env steps/s")
     ms = 1e3 * uc["update_s"]
-    print(f"\n2. learner update on [{cfg.rollout_len}, {cfg.batch_trajectories}x{cfg.num_envs}] frames "
-          f"{uc['obs_shape']} uint8 ({uc['steps']} env steps; {cfg.ppo.num_epochs} epochs x "
-          f"{cfg.ppo.num_minibatches} minibatches), median of {args.repeats}")
+    print(
+        f"\n2. learner update on [{cfg.rollout_len}, {cfg.batch_trajectories}x{cfg.num_envs}] frames "
+        f"{uc['obs_shape']} uint8 ({uc['steps']} env steps; {cfg.ppo.num_epochs} epochs x "
+        f"{cfg.ppo.num_minibatches} minibatches), median of {args.repeats}"
+    )
     print(f"   compile                    {uc['compile_s']:>10.1f} s")
     print(f"   per update                 {ms:>10,.0f} ms")
-    print(f"   per env step               {ms / uc['steps']:>10.2f} ms   "
-          f"(update-bound limit {uc['steps'] / uc['update_s']:,.0f} env steps/s)")
-    print(f"   FLOP per env step (hand)   {uc['hand_flops_per_step'] / 1e6:>10,.0f} M"
-          f"   (forward {uc['fwd_flops'] / 1e6:.1f} M x (3 x {cfg.ppo.num_epochs} epochs + 1))")
-    print(f"   achieved                   {uc['hand_flops_per_step'] * uc['steps'] / uc['update_s'] / 1e9:>10.1f}"
-          f" GFLOP/s (hand count)")
+    print(
+        f"   per env step               {ms / uc['steps']:>10.2f} ms   "
+        f"(update-bound limit {uc['steps'] / uc['update_s']:,.0f} env steps/s)"
+    )
+    print(
+        f"   FLOP per env step (hand)   {uc['hand_flops_per_step'] / 1e6:>10,.0f} M"
+        f"   (forward {uc['fwd_flops'] / 1e6:.1f} M x (3 x {cfg.ppo.num_epochs} epochs + 1))"
+    )
+    print(
+        f"   achieved                   {uc['hand_flops_per_step'] * uc['steps'] / uc['update_s'] / 1e9:>10.1f}"
+        f" GFLOP/s (hand count)"
+    )
     if runs:
-        print(f"\n3. tianjax.train {CONFIG} total_env_steps={args.steps} num_actors={args.actors} "
-              "target_return=null")
-        print(f"   {'mode':<7}{'env steps':>10}{'updates':>9}{'env steps/s':>13}{'fresh/s':>9}{'busy':>7}"
-              f"{'compile s':>11}{'wall s':>9}{'/ random':>10}{'/ update':>10}{'return':>8}{'episodes':>10}")
+        print(
+            f"\n3. tianjax.train {CONFIG} total_env_steps={args.steps} num_actors={args.actors} "
+            "target_return=null"
+        )
+        print(
+            f"   {'mode':<7}{'env steps':>10}{'updates':>9}{'env steps/s':>13}{'fresh/s':>9}{'busy':>7}"
+            f"{'compile s':>11}{'wall s':>9}{'/ random':>10}{'/ update':>10}{'return':>8}{'episodes':>10}"
+        )
         limit = uc["steps"] / uc["update_s"]
         for mode, r in runs.items():
-            print(f"   {mode:<7}{r['env_steps']:>10,}{r['updates']:>9}{fmt(r['env_steps_per_s'], ',.1f'):>13}"
-                  f"{fmt(r.get('samples_fresh_per_s'), ',.1f'):>9}{fmt(r.get('learner_busy_fraction'), '.2f'):>7}"
-                  f"{fmt(r['compile_time_s'], '.1f'):>11}{fmt(r['wall_time_s'], '.1f'):>9}"
-                  f"{fmt(r['env_steps_per_s'] / raw if r['env_steps_per_s'] else None, '.4f'):>10}"
-                  f"{fmt(r['env_steps_per_s'] / limit if r['env_steps_per_s'] else None, '.2f'):>10}"
-                  f"{fmt(r['final_return'], '.1f'):>8}{r['episodes']:>10}")
-        print("   (env steps/s and fresh/s over training time, compile excluded; busy: the learner's "
-              "busy fraction; / random: env steps/s over envpool's random rate (1.); / update: over "
-              "the update-bound limit (2.); return: mean unclipped score of the finished games)")
+            print(
+                f"   {mode:<7}{r['env_steps']:>10,}{r['updates']:>9}{fmt(r['env_steps_per_s'], ',.1f'):>13}"
+                f"{fmt(r.get('samples_fresh_per_s'), ',.1f'):>9}{fmt(r.get('learner_busy_fraction'), '.2f'):>7}"
+                f"{fmt(r['compile_time_s'], '.1f'):>11}{fmt(r['wall_time_s'], '.1f'):>9}"
+                f"{fmt(r['env_steps_per_s'] / raw if r['env_steps_per_s'] else None, '.4f'):>10}"
+                f"{fmt(r['env_steps_per_s'] / limit if r['env_steps_per_s'] else None, '.2f'):>10}"
+                f"{fmt(r['final_return'], '.1f'):>8}{r['episodes']:>10}"
+            )
+        print(
+            "   (env steps/s and fresh/s over training time, compile excluded; busy: the learner's "
+            "busy fraction; / random: env steps/s over envpool's random rate (1.); / update: over "
+            "the update-bound limit (2.); return: mean unclipped score of the finished games)"
+        )
 
 
 if __name__ == "__main__":

@@ -80,10 +80,14 @@ def tianjax_train(num_envs, total, info):
 
     def once(i):
         with tempfile.TemporaryDirectory() as d:
-            r = tianjax.train(CONFIG, overrides + [f"seed={i}"], run_dir=d, progress=False, verbose=False)
+            r = tianjax.train(
+                CONFIG, overrides + [f"seed={i}"], run_dir=d, progress=False, verbose=False
+            )
         info["compile"] = r.summary["compile_time_s"]
         info["steps"] = r.summary["env_steps"]
-        return r.summary["env_steps"] / r.summary["env_steps_per_s"]  # training time, compile excluded
+        return (
+            r.summary["env_steps"] / r.summary["env_steps_per_s"]
+        )  # training time, compile excluded
 
     return once
 
@@ -122,25 +126,47 @@ def speed_table(num_envs, total, repeats):
     info = {}
     train_once = tianjax_train(num_envs, total, info)
     train_once(0)  # its compile (and the cache) before the timed repeats, as for the others
-    rows = {REF: ref, "tianjax core": core, "tianjax train()": train_once, "random actions (env limit)": rnd}
+    rows = {
+        REF: ref,
+        "tianjax core": core,
+        "tianjax train()": train_once,
+        "random actions (env limit)": rnd,
+    }
     times = {k: [] for k in rows}
     for i in range(repeats):
         for name, fn in rows.items():
             times[name].append(fn(i + 1))
-    compile_s = {REF: ref_ct, "tianjax core": core_ct, "tianjax train()": info["compile"],
-                 "random actions (env limit)": rnd_ct}
-    steps = {REF: ref_steps, "tianjax core": core_steps, "tianjax train()": info["steps"],
-             "random actions (env limit)": rnd_steps}
+    compile_s = {
+        REF: ref_ct,
+        "tianjax core": core_ct,
+        "tianjax train()": info["compile"],
+        "random actions (env limit)": rnd_ct,
+    }
+    steps = {
+        REF: ref_steps,
+        "tianjax core": core_steps,
+        "tianjax train()": info["steps"],
+        "random actions (env limit)": rnd_steps,
+    }
     sps = {k: steps[k] / statistics.median(v) for k, v in times.items()}
-    print(f"\nfused PPO, gymnax CartPole-v1, {num_envs} envs x 128 steps, 4x4 minibatches, {total:,} steps, "
-          f"{jax.devices()[0].platform}, median of {repeats} (alternating)")
-    print(f"{'row':<28}{'env steps/s':>14}{'train s':>10}{'compile s':>11}{'vs reference':>14}{'vs core':>9}"
-          f"{'vs random':>11}")
+    print(
+        f"\nfused PPO, gymnax CartPole-v1, {num_envs} envs x 128 steps, 4x4 minibatches, {total:,} steps, "
+        f"{jax.devices()[0].platform}, median of {repeats} (alternating)"
+    )
+    print(
+        f"{'row':<28}{'env steps/s':>14}{'train s':>10}{'compile s':>11}{'vs reference':>14}{'vs core':>9}"
+        f"{'vs random':>11}"
+    )
     for name in rows:
-        print(f"{name:<28}{sps[name]:>14,.0f}{statistics.median(times[name]):>10.2f}{compile_s[name]:>11.2f}"
-              f"{sps[name] / sps[REF]:>14.2f}{sps[name] / sps['tianjax core']:>9.2f}"
-              f"{sps[name] / sps['random actions (env limit)']:>11.3f}")
-    print("train s per repeat: " + "; ".join(f"{k}: {', '.join(f'{t:.2f}' for t in v)}" for k, v in times.items()))
+        print(
+            f"{name:<28}{sps[name]:>14,.0f}{statistics.median(times[name]):>10.2f}{compile_s[name]:>11.2f}"
+            f"{sps[name] / sps[REF]:>14.2f}{sps[name] / sps['tianjax core']:>9.2f}"
+            f"{sps[name] / sps['random actions (env limit)']:>11.3f}"
+        )
+    print(
+        "train s per repeat: "
+        + "; ".join(f"{k}: {', '.join(f'{t:.2f}' for t in v)}" for k, v in times.items())
+    )
     sys.stdout.flush()
 
 
@@ -163,16 +189,35 @@ def cold_start():
         for label in ("cold cache", "warm cache"):
             run_dir = os.path.join(d, label.split()[0])
             t = time.perf_counter()
-            proc = subprocess.run([sys.executable, "-m", "tianjax.cli", "train", CONFIG, f"compile_cache={cache}",
-                                   f"run_dir={run_dir}", "eval_episodes=0", "--no-progress"],
-                                  capture_output=True, text=True)
+            proc = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "tianjax.cli",
+                    "train",
+                    CONFIG,
+                    f"compile_cache={cache}",
+                    f"run_dir={run_dir}",
+                    "eval_episodes=0",
+                    "--no-progress",
+                ],
+                capture_output=True,
+                text=True,
+            )
             wall = time.perf_counter() - t
             if proc.returncode != 0:
                 print(f"tianjax train ({label}) failed:\n{proc.stderr[-2000:]}")
                 return
             s = json.load(open(os.path.join(run_dir, "summary.json")))
-            rows.append((f"tianjax train, {label}", s["convergence_time_s"], s["compile_time_s"], wall,
-                         s["convergence_env_steps"]))
+            rows.append(
+                (
+                    f"tianjax train, {label}",
+                    s["convergence_time_s"],
+                    s["compile_time_s"],
+                    wall,
+                    s["convergence_env_steps"],
+                )
+            )
     train, steps = make_train(num_envs=4, total_steps=500_000)
     compiled, ct = _compile(train, jax.random.key(0))
     t = time.perf_counter()
@@ -190,20 +235,37 @@ def cold_start():
         acc = np.where(flat_d[t_], 0.0, acc)
     u = _moving_475(rets.reshape(U, T, B), flat_d.reshape(U, T, B))
     to475 = None if u is None else ct + run_s * (u + 1) / U
-    rows.append(("minimal PPO (reference), no cache", to475, ct, None, None if u is None else (u + 1) * T * B))
-    print("\ntime to a 100-episode mean return of 475, CartPole-v1, 4 envs, 500k-step budget (seed 0)")
+    rows.append(
+        (
+            "minimal PPO (reference), no cache",
+            to475,
+            ct,
+            None,
+            None if u is None else (u + 1) * T * B,
+        )
+    )
+    print(
+        "\ntime to a 100-episode mean return of 475, CartPole-v1, 4 envs, 500k-step budget (seed 0)"
+    )
     print(f"{'run':<38}{'to 475 s':>10}{'compile s':>11}{'process s':>11}{'env steps':>12}")
     for name, conv, comp, wall, env_steps in rows:
         fmt = lambda x, f: "-" if x is None else format(x, f)  # noqa: E731
-        print(f"{name:<38}{fmt(conv, '.2f'):>10}{comp:>11.2f}{fmt(wall, '.1f'):>11}{fmt(env_steps, ','):>12}")
+        print(
+            f"{name:<38}{fmt(conv, '.2f'):>10}{comp:>11.2f}{fmt(wall, '.1f'):>11}{fmt(env_steps, ','):>12}"
+        )
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--envs", type=int, nargs="+", default=[4, 64])
-    ap.add_argument("--steps", type=int, nargs="+", default=None,
-                    help="budget per env count (default 500k at 4 envs, 2M otherwise)")
+    ap.add_argument(
+        "--steps",
+        type=int,
+        nargs="+",
+        default=None,
+        help="budget per env count (default 500k at 4 envs, 2M otherwise)",
+    )
     ap.add_argument("--no-cold-start", action="store_true", help="skip the time-to-475 runs")
     args = ap.parse_args()
     steps = args.steps or [500_000 if e <= 4 else 2_000_000 for e in args.envs]

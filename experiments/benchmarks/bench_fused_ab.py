@@ -34,7 +34,9 @@ from tianjax.envs.gymnax_env import make_gymnax  # noqa: E402
 
 
 def core(envs: int, total: int):
-    cfg = tianjax.load_config("configs/ppo_cartpole.yaml", [f"num_envs={envs}", f"total_env_steps={total}"])
+    cfg = tianjax.load_config(
+        "configs/ppo_cartpole.yaml", [f"num_envs={envs}", f"total_env_steps={total}"]
+    )
     env = make_gymnax(cfg.env)
     algo = make_algorithm(cfg, env.obs_shape, env.action_spec, correct_staleness=False)
     init, run = make_fused(cfg, env, algo)
@@ -50,7 +52,9 @@ def main():
     args = ap.parse_args()
     fns = {"core (last cut only)": core(args.envs, args.steps)}
     kept = rollout.cut_values
-    rollout.cut_values = lambda value, params, cut, final_obs: value(params, final_obs)  # traced next
+    rollout.cut_values = lambda value, params, cut, final_obs: value(
+        params, final_obs
+    )  # traced next
     try:
         fns["core (every final obs)"] = core(args.envs, args.steps)
     finally:
@@ -67,11 +71,15 @@ def main():
             cpu[k].append(time.process_time() - c)
     m = statistics.median
     ref = "minimal PPO (reference)"
-    print(f"\nCartPole-v1, {args.envs} envs x 128, {args.steps:,} env steps, median of {args.repeats} (alternating)")
+    print(
+        f"\nCartPole-v1, {args.envs} envs x 128, {args.steps:,} env steps, median of {args.repeats} (alternating)"
+    )
     print(f"{'row':<26}{'wall s':>9}{'cpu s':>8}{'ref/row wall':>14}{'ref/row cpu':>13}")
     for k in fns:
-        print(f"{k:<26}{m(wall[k]):>9.2f}{m(cpu[k]):>8.2f}{m(wall[ref]) / m(wall[k]):>14.3f}"
-              f"{m(cpu[ref]) / m(cpu[k]):>13.3f}")
+        print(
+            f"{k:<26}{m(wall[k]):>9.2f}{m(cpu[k]):>8.2f}{m(wall[ref]) / m(wall[k]):>14.3f}"
+            f"{m(cpu[ref]) / m(cpu[k]):>13.3f}"
+        )
 
 
 if __name__ == "__main__":

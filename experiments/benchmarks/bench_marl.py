@@ -31,8 +31,8 @@ sys.path.insert(0, ROOT)
 
 import tianjax  # noqa: E402
 from tianjax.algos import make_algorithm  # noqa: E402
-from tianjax.envs.marl import make_jaxmarl  # noqa: E402
 from tianjax.core.fused_loop import make_fused  # noqa: E402
+from tianjax.envs.marl import make_jaxmarl  # noqa: E402
 
 CONFIG = os.path.join(ROOT, "configs", "ippo_mpe_spread.yaml")
 
@@ -51,8 +51,14 @@ def _time(compiled, *args):
 
 def fused_ippo(num_envs: int, iters: int):
     minibatches = min(4, num_envs * 128)
-    cfg = tianjax.load_config(CONFIG, [f"num_envs={num_envs}", f"ppo.num_minibatches={minibatches}",
-                                       f"total_env_steps={num_envs * 128 * iters}"])
+    cfg = tianjax.load_config(
+        CONFIG,
+        [
+            f"num_envs={num_envs}",
+            f"ppo.num_minibatches={minibatches}",
+            f"total_env_steps={num_envs * 128 * iters}",
+        ],
+    )
     env = make_jaxmarl(cfg.env)
     algo = make_algorithm(cfg, env.obs_shape, env.action_spec, correct_staleness=False)
     init, run = make_fused(cfg, env, algo)
@@ -75,7 +81,9 @@ def jaxmarl_random(num_envs: int, steps: int):
             key, k_a, k_e = jax.random.split(key, 3)
             acts = jax.random.randint(k_a, (len(agents), num_envs), 0, n_act)
             actions = {a: acts[i] for i, a in enumerate(agents)}
-            _, state, reward, _, _ = jax.vmap(raw.step)(jax.random.split(k_e, num_envs), state, actions)
+            _, state, reward, _, _ = jax.vmap(raw.step)(
+                jax.random.split(k_e, num_envs), state, actions
+            )
             return (state, key), reward[agents[0]].sum()
 
         return jax.lax.scan(step, (state, key), None, length=steps)[1].sum()
@@ -102,7 +110,10 @@ def main():
         sps_ippo = n_ippo / statistics.median(t_ippo)
         sps_rand = n_rand / statistics.median(t_rand)
         print(f"| {b} | fused IPPO | {sps_ippo:,.0f} | {ct_ippo:.1f} | {sps_ippo / sps_rand:.3f} |")
-        print(f"| {b} | JaxMARL random (reference) | {sps_rand:,.0f} | {ct_rand:.1f} | 1.000 |", flush=True)
+        print(
+            f"| {b} | JaxMARL random (reference) | {sps_rand:,.0f} | {ct_rand:.1f} | 1.000 |",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -28,9 +28,14 @@ CASES = {  # label -> (overrides, seconds a chunk aims at; 0: one record per chu
 
 def steps_per_s(overrides: list[str], chunk_s: float, steps: int) -> float:
     fused.CHUNK_SECONDS = chunk_s
-    r = tianjax.train("ppo_cartpole", ["eval_episodes=0", f"total_env_steps={steps}",
-                                       "compile_cache=~/.cache/tianjax/xla"] + overrides,
-                      save=False, progress=False, verbose=False)
+    r = tianjax.train(
+        "ppo_cartpole",
+        ["eval_episodes=0", f"total_env_steps={steps}", "compile_cache=~/.cache/tianjax/xla"]
+        + overrides,
+        save=False,
+        progress=False,
+        verbose=False,
+    )
     return r.summary["env_steps_per_s"]
 
 

@@ -12,7 +12,8 @@ against raw ZeroMQ PUSH/PULL and PUB/SUB moving the same bytes as one frame with
 copy=False. "ours" is a run's default (`runtime.security: mac`: per-message MACs, a PLAIN
 handshake token); "curve" adds CurveZMQ encryption (`runtime.security: curve`, the
 default off loopback); "noauth" rows use auth.InsecureNoAuth and no handshake
-(measurement only) to show what the MAC costs. Raw and ours alternate within each repeat; the table shows medians. It also shows
+(measurement only) to show what the MAC costs. Raw and ours alternate within each repeat; the
+table shows medians. It also shows
 CPU seconds per GB (both processes, all threads): on a machine shared with other work,
 wall-clock rates swing with the load, the CPU a byte costs much less.
 
@@ -61,6 +62,7 @@ def _cpu() -> float:
 
 def _auth(mode: str):
     from tianjax.transport.auth import InsecureNoAuth, RunKey
+
     # a fixed key is fine for a benchmark; a run uses new_run_key()
     return InsecureNoAuth() if mode == "noauth" else RunKey(bytes(range(32)))
 
@@ -71,8 +73,9 @@ def _net(mode: str, server: bool, io_threads: int | None = None):
 
     if mode == "noauth":
         return None
-    return SecureContext(_auth(mode), "curve" if mode == "curve" else "mac", server=server,
-                         io_threads=io_threads)
+    return SecureContext(
+        _auth(mode), "curve" if mode == "curve" else "mac", server=server, io_threads=io_threads
+    )
 
 
 def _with(net, ctx) -> dict:
@@ -121,8 +124,14 @@ def _push(ctx, sync, cmd) -> dict:
     else:
         tree = _tree(mib)
         net = _net(mode, server=False)
-        s = TrajectorySender(_auth(mode), cmd["endpoint"], sender="bench", to=cmd["to"], hwm=TRAJ_HWM,
-                             **_with(net, ctx))
+        s = TrajectorySender(
+            _auth(mode),
+            cmd["endpoint"],
+            sender="bench",
+            to=cmd["to"],
+            hwm=TRAJ_HWM,
+            **_with(net, ctx),
+        )
         cpu = _cpu()
         for i in range(WARMUP + n):
             assert s.send(tree, i, timeout_ms=SYNC_TIMEOUT_MS)
@@ -218,13 +227,28 @@ def _traj_trial(ctx, sync, transport: str, mode: str, mib: int, n: int) -> tuple
         recv = lambda: r.recv(copy=False) if r.poll(SYNC_TIMEOUT_MS) else None  # noqa: E731
     else:
         net = _net(mode, server=True)
-        r = TrajectoryReceiver(_auth(mode), _template(mib), hwm=TRAJ_HWM, transport=transport,
-                               max_bytes=2 * size, ipc_dir=_ipc_dir(), **_with(net, ctx))
+        r = TrajectoryReceiver(
+            _auth(mode),
+            _template(mib),
+            hwm=TRAJ_HWM,
+            transport=transport,
+            max_bytes=2 * size,
+            ipc_dir=_ipc_dir(),
+            **_with(net, ctx),
+        )
         endpoint = r.endpoint
         recv = lambda: r.recv(SYNC_TIMEOUT_MS)  # noqa: E731
     cpu = _cpu()
-    sync.send_json({"op": "traj_send", "mode": mode, "endpoint": endpoint, "mib": mib, "n": n,
-                    "to": "" if mode == "raw" else r.address})
+    sync.send_json(
+        {
+            "op": "traj_send",
+            "mode": mode,
+            "endpoint": endpoint,
+            "mib": mib,
+            "n": n,
+            "to": "" if mode == "raw" else r.address,
+        }
+    )
     for i in range(WARMUP + n):
         if recv() is None:
             raise TimeoutError("trajectory sender went silent")
@@ -242,7 +266,9 @@ def _traj_trial(ctx, sync, transport: str, mode: str, mib: int, n: int) -> tuple
     return n * size / dt, cpu + peer["cpu"], (WARMUP + n) * size
 
 
-def _params_trial(ctx, sync, transport: str, mode: str, mib: int, n: int) -> tuple[float, float, int, int]:
+def _params_trial(
+    ctx, sync, transport: str, mode: str, mib: int, n: int
+) -> tuple[float, float, int, int]:
     """(bytes/s, CPU seconds of both processes, bytes, versions the subscriber verified)."""
     from tianjax.transport.channels import ParamPublisher
 
@@ -257,11 +283,15 @@ def _params_trial(ctx, sync, transport: str, mode: str, mib: int, n: int) -> tup
     else:
         tree = _tree(mib)
         net = _net(mode, server=True)
-        p = ParamPublisher(_auth(mode), transport=transport, hwm=hwm, ipc_dir=_ipc_dir(), **_with(net, ctx))
+        p = ParamPublisher(
+            _auth(mode), transport=transport, hwm=hwm, ipc_dir=_ipc_dir(), **_with(net, ctx)
+        )
         endpoint = p.endpoint
         warm = lambda i: p.publish(i + 1, tree)  # noqa: E731
         timed = lambda i: p.publish(TIMED_VERSION + i, tree)  # noqa: E731
-    sync.send_json({"op": "params_recv", "mode": mode, "endpoint": endpoint, "mib": mib, "n": n, "hwm": hwm})
+    sync.send_json(
+        {"op": "params_recv", "mode": mode, "endpoint": endpoint, "mib": mib, "n": n, "hwm": hwm}
+    )
     # subscriptions reach a PUB a moment after connecting: publish until the peer hears one
     i = 0
     while not sync.poll(20):
@@ -289,7 +319,11 @@ def main(argv=None) -> None:
     ap.add_argument("--no-noauth", action="store_true", help="skip the auth-off rows")
     ap.add_argument("--no-curve", action="store_true", help="skip the CurveZMQ rows")
     args = ap.parse_args(argv)
-    modes = ["raw", "ours"] + ([] if args.no_curve else ["curve"]) + ([] if args.no_noauth else ["noauth"])
+    modes = (
+        ["raw", "ours"]
+        + ([] if args.no_curve else ["curve"])
+        + ([] if args.no_noauth else ["noauth"])
+    )
 
     rows = []
     t_start = time.perf_counter()
@@ -313,14 +347,22 @@ def main(argv=None) -> None:
                             if pattern == "traj":
                                 rate, secs, nbytes = _traj_trial(ctx, sync, transport, mode, mib, n)
                             else:
-                                rate, secs, nbytes, v = _params_trial(ctx, sync, transport, mode, mib, n)
+                                rate, secs, nbytes, v = _params_trial(
+                                    ctx, sync, transport, mode, mib, n
+                                )
                                 if mode == "ours":
                                     verified.append(v)
                             rates[mode].append(rate)
                             cpu[mode].append(secs / nbytes * 1e9)
-                    row = (transport, pattern, mib, n,
-                           {m: statistics.median(r) for m, r in rates.items()},
-                           {m: statistics.median(c) for m, c in cpu.items()}, verified)
+                    row = (
+                        transport,
+                        pattern,
+                        mib,
+                        n,
+                        {m: statistics.median(r) for m, r in rates.items()},
+                        {m: statistics.median(c) for m, c in cpu.items()},
+                        verified,
+                    )
                     rows.append(row)
                     print(_row(row, modes), file=sys.stderr, flush=True)  # progress
         finally:
@@ -333,10 +375,12 @@ def main(argv=None) -> None:
     print(_header(modes))
     for row in rows:
         print(_row(row, modes))
-    print(f"{len(rows) * args.repeats * len(modes)} trials in {time.perf_counter() - t_start:.0f} s on "
-          f"{os.cpu_count()} CPUs (load average {os.getloadavg()[0]:.1f}); GB/s = 1e9 bytes/s; "
-          f"cpu s/GB = CPU seconds of both processes per 1e9 bytes; medians of {args.repeats} repeats; "
-          "verified = versions the subscriber verified and took, of those published")
+    print(
+        f"{len(rows) * args.repeats * len(modes)} trials in {time.perf_counter() - t_start:.0f} s on "
+        f"{os.cpu_count()} CPUs (load average {os.getloadavg()[0]:.1f}); GB/s = 1e9 bytes/s; "
+        f"cpu s/GB = CPU seconds of both processes per 1e9 bytes; medians of {args.repeats} repeats; "
+        "verified = versions the subscriber verified and took, of those published"
+    )
 
 
 def _header(modes) -> str:
@@ -355,8 +399,10 @@ def _header(modes) -> str:
 
 def _row(row, modes) -> str:
     transport, pattern, mib, n, med, cpu, verified = row
-    out = (f"{transport:9} {pattern:7} {mib:>4} {n:>4} {med['raw'] / 1e9:>8.2f} {med['ours'] / 1e9:>9.2f} "
-           f"{med['ours'] / med['raw']:>8.2f}")
+    out = (
+        f"{transport:9} {pattern:7} {mib:>4} {n:>4} {med['raw'] / 1e9:>8.2f} {med['ours'] / 1e9:>9.2f} "
+        f"{med['ours'] / med['raw']:>8.2f}"
+    )
     if "curve" in modes:
         out += f" {med['curve'] / 1e9:>10.2f} {med['curve'] / med['raw']:>9.2f} {med['curve'] / med['ours']:>10.2f}"
     if "noauth" in modes:

@@ -34,17 +34,34 @@ class _AC(nn.Module):
         return logits, nn.Dense(1, kernel_init=o(1.0))(c)[:, 0]
 
 
-def make_train(env_name="CartPole-v1", num_envs=4, num_steps=128, total_steps=500_000,
-               epochs=4, minibatches=4, lr=2.5e-4, gamma=0.99, lam=0.95, clip=0.2,
-               ent=0.01, vf=0.5, max_norm=0.5, anneal=True):
+def make_train(
+    env_name="CartPole-v1",
+    num_envs=4,
+    num_steps=128,
+    total_steps=500_000,
+    epochs=4,
+    minibatches=4,
+    lr=2.5e-4,
+    gamma=0.99,
+    lam=0.95,
+    clip=0.2,
+    ent=0.01,
+    vf=0.5,
+    max_norm=0.5,
+    anneal=True,
+):
     env, env_params = gymnax.make(env_name)
     n_updates = total_steps // (num_envs * num_steps)
     batch = num_envs * num_steps
     mb = batch // minibatches
     net = _AC(env.action_space(env_params).n)
-    tx = optax.chain(optax.clip_by_global_norm(max_norm),
-                     optax.adam(optax.linear_schedule(lr, 0.0 if anneal else lr, n_updates * epochs * minibatches),
-                                eps=1e-5))
+    tx = optax.chain(
+        optax.clip_by_global_norm(max_norm),
+        optax.adam(
+            optax.linear_schedule(lr, 0.0 if anneal else lr, n_updates * epochs * minibatches),
+            eps=1e-5,
+        ),
+    )
 
     def train(key):
         key, k1, k2 = jax.random.split(key, 3)
@@ -62,7 +79,8 @@ def make_train(env_name="CartPole-v1", num_envs=4, num_steps=128, total_steps=50
                 a = jax.random.categorical(ka, logits)
                 lp = jnp.take_along_axis(jax.nn.log_softmax(logits), a[:, None], 1)[:, 0]
                 obs2, st, r, term, trunc, _ = jax.vmap(env.step, (0, 0, 0, None))(
-                    jax.random.split(ke, num_envs), st, a, env_params)
+                    jax.random.split(ke, num_envs), st, a, env_params
+                )
                 return (st, obs2, key), (obs, a, r, term | trunc, lp, v)
 
             with jax.named_scope("rollout"):  # (names for benchmarks/profile_fused.py only)
@@ -78,7 +96,9 @@ def make_train(env_name="CartPole-v1", num_envs=4, num_steps=128, total_steps=50
                 return (adv, v_), adv
 
             with jax.named_scope("advantages"):
-                _, adv = jax.lax.scan(gae, (jnp.zeros_like(last_v), last_v), (r, d, v), reverse=True)
+                _, adv = jax.lax.scan(
+                    gae, (jnp.zeros_like(last_v), last_v), (r, d, v), reverse=True
+                )
             tgt = adv + v
 
             def epoch(c, _):
@@ -86,8 +106,12 @@ def make_train(env_name="CartPole-v1", num_envs=4, num_steps=128, total_steps=50
                 key, kp = jax.random.split(key)
                 with jax.named_scope("shuffle"):
                     perm = jax.random.permutation(kp, batch)
-                    data = jax.tree.map(lambda x: x.reshape((batch,) + x.shape[2:])[perm]
-                                        .reshape((minibatches, mb) + x.shape[2:]), (o, a, lp, v, adv, tgt))
+                    data = jax.tree.map(
+                        lambda x: x.reshape((batch,) + x.shape[2:])[perm].reshape(
+                            (minibatches, mb) + x.shape[2:]
+                        ),
+                        (o, a, lp, v, adv, tgt),
+                    )
 
                 def mb_step(c, d):
                     params, opt = c
@@ -101,7 +125,9 @@ def make_train(env_name="CartPole-v1", num_envs=4, num_steps=128, total_steps=50
                         vl = 0.5 * jnp.maximum((val - tgt_) ** 2, (vc - tgt_) ** 2).mean()
                         ratio = jnp.exp(nlp - lp_)
                         an = (adv_ - adv_.mean()) / (adv_.std() + 1e-8)
-                        pl = -jnp.minimum(ratio * an, jnp.clip(ratio, 1 - clip, 1 + clip) * an).mean()
+                        pl = -jnp.minimum(
+                            ratio * an, jnp.clip(ratio, 1 - clip, 1 + clip) * an
+                        ).mean()
                         entropy = -(jnp.exp(logp) * logp).sum(-1).mean()
                         return pl + vf * vl - ent * entropy
 

@@ -48,8 +48,17 @@ from tianjax.algos import make_algorithm  # noqa: E402
 from tianjax.core.fused_loop import make_fused  # noqa: E402
 from tianjax.envs.gymnax_env import make_gymnax  # noqa: E402
 
-PARTS = ("rollout", "advantages", "shuffle", "loss fwd: products", "loss fwd: rest", "loss bwd: products",
-         "loss bwd: rest", "optimizer", "other")
+PARTS = (
+    "rollout",
+    "advantages",
+    "shuffle",
+    "loss fwd: products",
+    "loss fwd: rest",
+    "loss bwd: products",
+    "loss bwd: rest",
+    "optimizer",
+    "other",
+)
 _OP = re.compile(r"^\s*(?:ROOT )?%([\w.\-]+) = .*?\b([a-z][\w\-]*)\((.*)$")
 _NAME = re.compile(r'op_name="([^"]*)"')
 
@@ -61,8 +70,10 @@ def programs(num_envs: int, iterations: int) -> dict:
     algo = make_algorithm(cfg, env.obs_shape, env.action_spec, correct_staleness=False)
     init, run = make_fused(cfg, env, algo)
     train, _ = make_train(num_envs=num_envs, total_steps=total)
-    return {"tianjax core": lambda key: run(init(key), iterations)[0].learner.params,
-            "reference": lambda key: train(key)[0]}
+    return {
+        "tianjax core": lambda key: run(init(key), iterations)[0].learner.params,
+        "reference": lambda key: train(key)[0],
+    }
 
 
 def part_of(opcode: str, op_name: str) -> str:
@@ -124,9 +135,14 @@ def main():
     ap.add_argument("--iterations", type=int, default=20)
     args = ap.parse_args()
     for num_envs in args.envs:
-        rows = {name: profile(fn, jax.random.key(0)) for name, fn in programs(num_envs, args.iterations).items()}
-        print(f"\nfused PPO, gymnax CartPole-v1, {num_envs} envs x 128 steps, {args.iterations} iterations, "
-              f"{jax.devices()[0].platform}: ms per iteration in each part (profiled ops)")
+        rows = {
+            name: profile(fn, jax.random.key(0))
+            for name, fn in programs(num_envs, args.iterations).items()
+        }
+        print(
+            f"\nfused PPO, gymnax CartPole-v1, {num_envs} envs x 128 steps, {args.iterations} iterations, "
+            f"{jax.devices()[0].platform}: ms per iteration in each part (profiled ops)"
+        )
         names = list(rows)
         print(f"{'part':<22}" + "".join(f"{n:>16}" for n in names) + f"{'core / ref':>12}")
         for part in PARTS:
@@ -134,7 +150,11 @@ def main():
             ratio = f"{ms[0] / ms[1]:.2f}" if ms[1] > 0 else "-"
             print(f"{part:<22}" + "".join(f"{x:>16.3f}" for x in ms) + f"{ratio:>12}")
         total = [sum(rows[n][0].values()) / args.iterations * 1e3 for n in names]
-        print(f"{'all ops':<22}" + "".join(f"{x:>16.3f}" for x in total) + f"{total[0] / total[1]:>12.2f}")
+        print(
+            f"{'all ops':<22}"
+            + "".join(f"{x:>16.3f}" for x in total)
+            + f"{total[0] / total[1]:>12.2f}"
+        )
         for label, i in (("wall, profiled", 2), ("wall, not profiled", 1)):
             ms = [rows[n][i] / args.iterations * 1e3 for n in names]
             print(f"{label:<22}" + "".join(f"{x:>16.3f}" for x in ms) + f"{ms[0] / ms[1]:>12.2f}")

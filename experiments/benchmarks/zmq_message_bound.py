@@ -52,8 +52,10 @@ def _trial(frames: int, complete: bool) -> tuple[float, int]:
     endpoint = f"tcp://127.0.0.1:{r.bind_to_random_port('tcp://127.0.0.1')}"
     me = psutil.Process()
     rss0 = peak = me.memory_info().rss
-    p = subprocess.Popen([sys.executable, __file__, "--send", endpoint, "--frames", str(frames)]
-                         + (["--complete"] if complete else []))
+    p = subprocess.Popen(
+        [sys.executable, __file__, "--send", endpoint, "--frames", str(frames)]
+        + (["--complete"] if complete else [])
+    )
     while p.poll() is None:
         peak = max(peak, me.memory_info().rss)
         time.sleep(0.05)
@@ -78,8 +80,10 @@ def main() -> int:
     if args.send:
         _send(args.send, args.frames, args.complete)
         return 0
-    print(f"one message of {args.frames} frames of {FRAME} B ({args.frames * FRAME / 2**20:.0f} MiB), "
-          f"frame cap {CAP} B, receive HWM 4 messages")
+    print(
+        f"one message of {args.frames} frames of {FRAME} B ({args.frames * FRAME / 2**20:.0f} MiB), "
+        f"frame cap {CAP} B, receive HWM 4 messages"
+    )
     print(f"{'message':<12} {'receiver RSS growth MiB':>24} {'frames it read':>15}")
     for complete in (True, False):
         growth, got = _trial(args.frames, complete)

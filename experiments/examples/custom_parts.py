@@ -35,17 +35,16 @@ from typing import NamedTuple
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import numpy as np
 from flax import struct
 from gymnax.environments import spaces
 
 import tianjax
-from tianjax.core import distributions as D
-from tianjax.core import staleness as S
 from tianjax.algos import Algorithm
 from tianjax.algos.policy import actor_critic
-from tianjax.core.update import gradient_step, guarded, init_state, make_optimizer
+from tianjax.core import distributions as D
+from tianjax.core import staleness as S
 from tianjax.core.returns import gae
+from tianjax.core.update import gradient_step, guarded, init_state, make_optimizer
 
 ROWS, COLS = 10, 5
 
@@ -138,7 +137,11 @@ def a2c_loss(apply_fn):
         pg = -jnp.mean(w * D.log_prob(dist, batch.action) * batch.advantage)
         v = 0.5 * jnp.mean(w * jnp.square(value - batch.target))
         ent = jnp.mean(w * D.entropy(dist))
-        return pg + VF_COEF * v - ENT_COEF * ent, {"policy_loss": pg, "value_loss": v, "entropy": ent}
+        return pg + VF_COEF * v - ENT_COEF * ent, {
+            "policy_loss": pg,
+            "value_loss": v,
+            "entropy": ent,
+        }
 
     return loss_fn
 
@@ -159,22 +162,37 @@ def make_a2c(config, obs_shape, action_spec, *, correct_staleness: bool = True) 
         r_t = traj.reward + GAMMA * traj.bootstrap_value  # truncation bootstraps
         discount_t = GAMMA * (1.0 - traj.done.astype(jnp.float32))
         adv = jax.vmap(gae, in_axes=(1, 1, None, 1, 1), out_axes=1)(
-            r_t, discount_t, LAMBDA, traj.behaviour_value, v_t)
+            r_t, discount_t, LAMBDA, traj.behaviour_value, v_t
+        )
         if correct_staleness:
             w, mask = S.staleness_weights(state.version, traj.version, config.staleness)
             dist, _ = policy.apply(state.params, traj.obs)
-            rho = S.truncated_ratio(D.log_prob(dist, traj.action), traj.behaviour_log_prob,
-                                    config.staleness.rho_bar)
+            rho = S.truncated_ratio(
+                D.log_prob(dist, traj.action), traj.behaviour_log_prob, config.staleness.rho_bar
+            )
             w = S.normalise(w * rho, mask) if config.staleness.normalise else w * rho
         else:
             w = jnp.ones(traj.reward.shape, jnp.float32)
         batch = A2CBatch(traj.obs, traj.action, adv, adv + traj.behaviour_value, w)
-        params, opt_state, metrics = gradient_step(loss_fn, optimizer, state.params, state.opt_state, batch)
+        params, opt_state, metrics = gradient_step(
+            loss_fn, optimizer, state.params, state.opt_state, batch
+        )
         metrics["weight_min"], metrics["weight_max"] = jnp.min(w), jnp.max(w)
-        return state._replace(params=params, opt_state=opt_state, version=state.version + 1), metrics
+        return state._replace(
+            params=params, opt_state=opt_state, version=state.version + 1
+        ), metrics
 
-    return Algorithm("a2c", "onpolicy", init, policy.act, policy.value, policy.greedy, guarded(update),
-                     loss_fn, policy.network)
+    return Algorithm(
+        "a2c",
+        "onpolicy",
+        init,
+        policy.act,
+        policy.value,
+        policy.greedy,
+        guarded(update),
+        loss_fn,
+        policy.network,
+    )
 
 
 tianjax.algos.register("a2c", make_a2c)
@@ -182,13 +200,28 @@ tianjax.algos.register("a2c", make_a2c)
 
 # ----------------------------------------------------------------------------- training
 def config(mode: str, steps: int, run_dir: str | None = None) -> dict:
-    base = {"algo": "a2c", "env_backend": "gymnax", "total_env_steps": steps, "num_envs": 16,
-            "rollout_len": 16, "log_every": 8, "target_return": 0.8, "eval_episodes": 0,
-            "run_dir": run_dir}
+    base = {
+        "algo": "a2c",
+        "env_backend": "gymnax",
+        "total_env_steps": steps,
+        "num_envs": 16,
+        "rollout_len": 16,
+        "log_every": 8,
+        "target_return": 0.8,
+        "eval_episodes": 0,
+        "run_dir": run_dir,
+    }
     if mode == "fused":
         return dict(base, mode="fused")
-    return dict(base, mode="async", num_actors=2, env="custom_parts:Catch", imports=["custom_parts"],
-                network={"module": "custom_parts:make_network"}, staleness={"schedule": "polynomial"})
+    return dict(
+        base,
+        mode="async",
+        num_actors=2,
+        env="custom_parts:Catch",
+        imports=["custom_parts"],
+        network={"module": "custom_parts:make_network"},
+        staleness={"schedule": "polynomial"},
+    )
 
 
 def main(argv=None) -> dict:
@@ -201,16 +234,24 @@ def main(argv=None) -> dict:
     for mode in args.modes.split(","):
         run_dir = f"{args.run_dir}/{mode}" if args.run_dir else None
         if mode == "fused":
-            result = tianjax.train(config(mode, args.steps, run_dir), env=Catch(), network=CatchNet(3),
-                                   verbose=False, progress=False)
+            result = tianjax.train(
+                config(mode, args.steps, run_dir),
+                env=Catch(),
+                network=CatchNet(3),
+                verbose=False,
+                progress=False,
+            )
         else:
             result = tianjax.train(config(mode, args.steps, run_dir), verbose=False, progress=False)
         s = result.summary
         out[mode] = s
-        print(f"{mode:6s} a2c Catch: {s['env_steps']:,} env steps, {s['updates']:,} updates, "
-              f"return (last 100 episodes) {s['final_return']:.2f}, wall {s['wall_time_s']:.1f} s "
-              f"(compile {s['compile_time_s']:.1f} s), mean staleness "
-              f"{s.get('staleness_mean', 0.0):.2f}", flush=True)
+        print(
+            f"{mode:6s} a2c Catch: {s['env_steps']:,} env steps, {s['updates']:,} updates, "
+            f"return (last 100 episodes) {s['final_return']:.2f}, wall {s['wall_time_s']:.1f} s "
+            f"(compile {s['compile_time_s']:.1f} s), mean staleness "
+            f"{s.get('staleness_mean', 0.0):.2f}",
+            flush=True,
+        )
     return out
 
 

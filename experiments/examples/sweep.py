@@ -38,14 +38,26 @@ def separate_runs(config: str, assignments: list[str], out: str) -> list[dict]:
     rows = []
     for p in make_points(config, assignments):
         t = time.perf_counter()
-        r = tianjax.train(p.config, run_dir=os.path.join(out, f"p{p.index:02d}"), progress=False, verbose=False)
+        r = tianjax.train(
+            p.config, run_dir=os.path.join(out, f"p{p.index:02d}"), progress=False, verbose=False
+        )
         wall = time.perf_counter() - t
         s = r.summary
-        rows.append(dict(name=p.name, final=s.get("final_return_per_seed") or [s["final_return"]],
-                         steps=s["env_steps"], train_s=s["env_steps"] / s["env_steps_per_s"], wall_s=wall,
-                         compile_s=s["compile_time_s"]))
-        print(f"  separate {p.name}: final {rows[-1]['final']}, {rows[-1]['train_s']:.1f} s training, "
-              f"{rows[-1]['compile_s']:.1f} s compile", flush=True)
+        rows.append(
+            dict(
+                name=p.name,
+                final=s.get("final_return_per_seed") or [s["final_return"]],
+                steps=s["env_steps"],
+                train_s=s["env_steps"] / s["env_steps_per_s"],
+                wall_s=wall,
+                compile_s=s["compile_time_s"],
+            )
+        )
+        print(
+            f"  separate {p.name}: final {rows[-1]['final']}, {rows[-1]['train_s']:.1f} s training, "
+            f"{rows[-1]['compile_s']:.1f} s compile",
+            flush=True,
+        )
     return rows
 
 
@@ -53,7 +65,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("config")
     ap.add_argument("assignments", nargs="*", metavar="key=v1,v2,...")
-    ap.add_argument("--separate", action="store_true", help="also train every point on its own (reference)")
+    ap.add_argument(
+        "--separate", action="store_true", help="also train every point on its own (reference)"
+    )
     ap.add_argument("--out", help="the sweep directory (default: a temporary one)")
     args = ap.parse_args()
     use_cpu_cores()  # as `tianjax sweep` does (the separate runs use one device each)
@@ -77,11 +91,17 @@ def main():
         fmt = lambda xs: "/".join("-" if x is None else f"{x:.1f}" for x in xs)  # noqa: E731
         print(f"{p.name:<36}{fmt(p.final_return_per_seed):>14}{fmt(r['final']):>16}")
     print(f"\n{'':<36}{'env steps':>12}{'steps/s (train)':>17}{'steps/s (wall)':>16}")
-    print(f"{'sweep, ' + str(len(result.groups)) + ' program(s)':<36}{steps:>12,}{steps / train_s:>17,.0f}"
-          f"{steps / sweep_wall:>16,.0f}")
-    print(f"{'separate train() runs':<36}{sep_steps:>12,}{sep_steps / sep_train:>17,.0f}{sep_steps / sep_wall:>16,.0f}")
-    print(f"{'ratio (sweep / separate)':<36}{'':>12}{(steps / train_s) / (sep_steps / sep_train):>17.2f}"
-          f"{(steps / sweep_wall) / (sep_steps / sep_wall):>16.2f}")
+    print(
+        f"{'sweep, ' + str(len(result.groups)) + ' program(s)':<36}{steps:>12,}{steps / train_s:>17,.0f}"
+        f"{steps / sweep_wall:>16,.0f}"
+    )
+    print(
+        f"{'separate train() runs':<36}{sep_steps:>12,}{sep_steps / sep_train:>17,.0f}{sep_steps / sep_wall:>16,.0f}"
+    )
+    print(
+        f"{'ratio (sweep / separate)':<36}{'':>12}{(steps / train_s) / (sep_steps / sep_train):>17.2f}"
+        f"{(steps / sweep_wall) / (sep_steps / sep_wall):>16.2f}"
+    )
 
 
 if __name__ == "__main__":

@@ -28,14 +28,24 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         spec_dir = Path(tmp) / "kernels" / "python3"
         spec_dir.mkdir(parents=True)
-        spec = {"argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-                "display_name": "Python 3", "language": "python",
-                "env": {"MPLBACKEND": "Agg", "IPYTHONDIR": str(Path(tmp) / "ipython")}}
+        spec = {
+            "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+            "display_name": "Python 3",
+            "language": "python",
+            "env": {"MPLBACKEND": "Agg", "IPYTHONDIR": str(Path(tmp) / "ipython")},
+        }
         (spec_dir / "kernel.json").write_text(json.dumps(spec))
-        km = AsyncKernelManager(kernel_name="python3",
-                                kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(Path(tmp) / "kernels")]))
-        nbclient.NotebookClient(nb, km=km, timeout=1200, startup_timeout=120,
-                                resources={"metadata": {"path": str(ROOT)}}).execute()
+        km = AsyncKernelManager(
+            kernel_name="python3",
+            kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(Path(tmp) / "kernels")]),
+        )
+        nbclient.NotebookClient(
+            nb,
+            km=km,
+            timeout=1200,
+            startup_timeout=120,
+            resources={"metadata": {"path": str(ROOT)}},
+        ).execute()
     for cell in nb.cells:
         for out in cell.get("outputs", []):
             if out.get("output_type") == "stream":

@@ -73,18 +73,39 @@ def _set_parent_death_signal() -> None:
 
 
 def start_launcher(args, run_dir: Path, log_dir: Path) -> subprocess.Popen:
-    overrides = [f"num_actors={args.actors}", f"runtime.max_actor_restarts={args.max_restarts}",
-                 f"total_env_steps={args.total_env_steps}", f"run_dir={run_dir}", *args.set]
+    overrides = [
+        f"num_actors={args.actors}",
+        f"runtime.max_actor_restarts={args.max_restarts}",
+        f"total_env_steps={args.total_env_steps}",
+        f"run_dir={run_dir}",
+        *args.set,
+    ]
     env = dict(os.environ)
     env.setdefault("PYTHONUNBUFFERED", "1")
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
-    cmd = [sys.executable, "-m", "tianjax.cli", "train", str(args.config), *overrides, "--no-progress"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "tianjax.cli",
+        "train",
+        str(args.config),
+        *overrides,
+        "--no-progress",
+    ]
     with open(log_dir / "launcher.out", "wb") as out, open(log_dir / "launcher.err", "wb") as err:
         # NOTE: preexec_fn is safe here: the launcher starts before this script starts a thread
-        return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
-                                start_new_session=True,
-                                preexec_fn=_set_parent_death_signal if sys.platform.startswith("linux")  # noqa: PLW1509
-                                else None)
+        return subprocess.Popen(
+            cmd,
+            cwd=REPO,
+            env=env,
+            stdout=out,
+            stderr=err,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=_set_parent_death_signal
+            if sys.platform.startswith("linux")  # noqa: PLW1509
+            else None,
+        )
 
 
 def _gone(p: psutil.Process) -> bool:
@@ -104,7 +125,11 @@ def actor_processes(pid: int) -> list[psutil.Process]:
     for p in children:
         try:
             cmd = p.cmdline()
-            if ROLE_MARK in cmd and cmd[cmd.index(ROLE_MARK) + 1:][:1] == ["actor"] and not _gone(p):
+            if (
+                ROLE_MARK in cmd
+                and cmd[cmd.index(ROLE_MARK) + 1 :][:1] == ["actor"]
+                and not _gone(p)
+            ):
                 out.append(p)
         except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
             pass
@@ -143,8 +168,13 @@ def listening_ports(pid: int) -> list[int]:
         conns = psutil.Process(pid).net_connections(kind="tcp")
     except psutil.Error:
         return []
-    return sorted({c.laddr.port for c in conns
-                   if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.ip == "127.0.0.1"})
+    return sorted(
+        {
+            c.laddr.port
+            for c in conns
+            if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.ip == "127.0.0.1"
+        }
+    )
 
 
 def read_records(run_dir: Path) -> list[dict]:
@@ -184,14 +214,14 @@ class RecordTail:
 
 # ----------------------------------------------------------------------------- garbage
 GARBAGE_KINDS = {  # kind -> weight
-    "noise": 3,          # 1-6 frames of random bytes
-    "one_frame": 2,      # a single frame: too few to be a message
-    "empty_frames": 1,   # 1-64 empty frames
-    "forged": 3,         # a well-formed header with a random tag
+    "noise": 3,  # 1-6 frames of random bytes
+    "one_frame": 2,  # a single frame: too few to be a message
+    "empty_frames": 1,  # 1-64 empty frames
+    "forged": 3,  # a well-formed header with a random tag
     "garbled_header": 2,  # a cut or bit-flipped header behind a random tag
-    "bad_tag_len": 1,    # a tag frame of the wrong length
-    "oversized": 0.5,    # a header frame over the codec's limit
-    "large": 0.5,        # 1-3 MiB of leaves behind a random tag: the learner must MAC them
+    "bad_tag_len": 1,  # a tag frame of the wrong length
+    "oversized": 0.5,  # a header frame over the codec's limit
+    "large": 0.5,  # 1-3 MiB of leaves behind a random tag: the learner must MAC them
 }
 
 
@@ -225,18 +255,27 @@ class GarbageStreamer(threading.Thread):
 
     def _slice(self, n: int) -> memoryview:
         off = self.rng.randrange(len(self._pool) - n + 1)
-        return memoryview(self._pool)[off:off + n]
+        return memoryview(self._pool)[off : off + n]
 
     def _header(self, kind: str) -> bytes:
         n_leaves = self.rng.randrange(0, 8)
-        h = {"m": "tianjax", "p": 2, "kind": kind, "schema": self._rand(8).hex(),
-             "version": self.rng.randrange(-5, 10**6), "sender": f"actor-{self.rng.randrange(8)}",
-             "seq": time.time_ns() + self.rng.randrange(-10**9, 10**9), "nonce": self._rand(16).hex(),
-             "leaves": [["float32", [self.rng.randrange(64), 16]] for _ in range(n_leaves)],
-             "nbytes": self.rng.randrange(10**6)}
+        h = {
+            "m": "tianjax",
+            "p": 2,
+            "kind": kind,
+            "schema": self._rand(8).hex(),
+            "version": self.rng.randrange(-5, 10**6),
+            "sender": f"actor-{self.rng.randrange(8)}",
+            "seq": time.time_ns() + self.rng.randrange(-(10**9), 10**9),
+            "nonce": self._rand(16).hex(),
+            "leaves": [["float32", [self.rng.randrange(64), 16]] for _ in range(n_leaves)],
+            "nbytes": self.rng.randrange(10**6),
+        }
         if kind == "ctrl.up":
-            h["body"] = {"type": self.rng.choice(["register", "heartbeat", "stop", "credit"]),
-                         "actor": self.rng.randrange(8)}
+            h["body"] = {
+                "type": self.rng.choice(["register", "heartbeat", "stop", "credit"]),
+                "actor": self.rng.randrange(8),
+            }
         return json.dumps(h).encode()
 
     def message(self, target: str) -> tuple[str, list]:
@@ -250,12 +289,13 @@ class GarbageStreamer(threading.Thread):
         elif kind == "empty_frames":
             frames = [b""] * r.randrange(1, 65)
         elif kind == "forged":
-            frames = [rand(TAG_BYTES), self._header(hkind)] + [rand(r.randrange(4097))
-                                                               for _ in range(r.randrange(0, 4))]
+            frames = [rand(TAG_BYTES), self._header(hkind)] + [
+                rand(r.randrange(4097)) for _ in range(r.randrange(0, 4))
+            ]
         elif kind == "garbled_header":
             h = bytearray(self._header(hkind))
             if r.random() < 0.5:
-                h = h[:r.randrange(len(h))]  # cut
+                h = h[: r.randrange(len(h))]  # cut
             else:
                 for _ in range(r.randrange(1, 8)):  # flip bytes
                     h[r.randrange(len(h))] = r.randrange(256)
@@ -267,8 +307,9 @@ class GarbageStreamer(threading.Thread):
             limit = CONTROL_MAX_BYTES if target == "DEALER" else MAX_HEADER_BYTES
             frames = [rand(TAG_BYTES), self._slice(limit + r.randrange(1, 64 << 10))]
         else:  # large
-            frames = [rand(TAG_BYTES), self._header(hkind)] + [self._slice(r.randrange(256 << 10, 1 << 20))
-                                                               for _ in range(r.randrange(1, 4))]
+            frames = [rand(TAG_BYTES), self._header(hkind)] + [
+                self._slice(r.randrange(256 << 10, 1 << 20)) for _ in range(r.randrange(1, 4))
+            ]
         return kind, frames
 
     def _connect_all(self, ctx: zmq.Context) -> list[tuple[str, int, zmq.Socket]]:
@@ -341,7 +382,9 @@ class GarbageStreamer(threading.Thread):
         period = 1.0 / self.rate
         while not self._halt.wait(period):
             port = self.rng.choice(self.ports)
-            data = (greeting if self.rng.random() < 0.5 else b"") + self._rand(self.rng.randrange(1, 4097))
+            data = (greeting if self.rng.random() < 0.5 else b"") + self._rand(
+                self.rng.randrange(1, 4097)
+            )
             try:
                 with socket.create_connection(("127.0.0.1", port), timeout=1.0) as s:
                     s.sendall(data)
@@ -352,26 +395,49 @@ class GarbageStreamer(threading.Thread):
             self.sent_bytes += len(data)
 
     def report(self) -> dict:
-        return {"sent": self.sent, "raw_sent": self.raw_sent, "handshake_refused": self.handshake_refused, "sent_mib": self.sent_bytes / 2**20, "refused_at_hwm": self.refused_hwm,
-                "by_target": {"PUSH->PULL (trajectories)": self.by_target["PUSH"],
-                              "DEALER->ROUTER (control)": self.by_target["DEALER"]},
-                "by_kind": self.by_kind, "connected": self.connected, "refused_pairs": self.refused_pairs,
-                "ports": self.ports, "error": self.error}
+        return {
+            "sent": self.sent,
+            "raw_sent": self.raw_sent,
+            "handshake_refused": self.handshake_refused,
+            "sent_mib": self.sent_bytes / 2**20,
+            "refused_at_hwm": self.refused_hwm,
+            "by_target": {
+                "PUSH->PULL (trajectories)": self.by_target["PUSH"],
+                "DEALER->ROUTER (control)": self.by_target["DEALER"],
+            },
+            "by_kind": self.by_kind,
+            "connected": self.connected,
+            "refused_pairs": self.refused_pairs,
+            "ports": self.ports,
+            "error": self.error,
+        }
 
 
 # ----------------------------------------------------------------------------- sampling
-def sample(launcher: psutil.Process, t: float, tail: RecordTail, garbage: GarbageStreamer | None,
-           kills: int) -> dict:
+def sample(
+    launcher: psutil.Process,
+    t: float,
+    tail: RecordTail,
+    garbage: GarbageStreamer | None,
+    kills: int,
+) -> dict:
     rec = tail.poll()
-    s = {"t": round(t, 2), "updates": rec["updates"] if rec else None,
-         "env_steps": rec["env_steps"] if rec else None,
-         "return_mean_100": rec.get("return_mean_100") if rec else None,
-         "rejected": rec.get("rejected_messages") if rec else None,
-         "garbage_sent": garbage.sent if garbage else 0, "kills": kills}
+    s = {
+        "t": round(t, 2),
+        "updates": rec["updates"] if rec else None,
+        "env_steps": rec["env_steps"] if rec else None,
+        "return_mean_100": rec.get("return_mean_100") if rec else None,
+        "rejected": rec.get("rejected_messages") if rec else None,
+        "garbage_sent": garbage.sent if garbage else 0,
+        "kills": kills,
+    }
     try:
         with launcher.oneshot():
-            s.update(launcher_rss_mib=launcher.memory_info().rss / 2**20, fds=launcher.num_fds(),
-                     threads=launcher.num_threads())
+            s.update(
+                launcher_rss_mib=launcher.memory_info().rss / 2**20,
+                fds=launcher.num_fds(),
+                threads=launcher.num_threads(),
+            )
     except psutil.Error:
         s.update(launcher_rss_mib=None, fds=None, threads=None)
     rss = []
@@ -380,7 +446,9 @@ def sample(launcher: psutil.Process, t: float, tail: RecordTail, garbage: Garbag
             rss.append(a.memory_info().rss / 2**20)
         except psutil.Error:
             pass
-    s.update(actors_alive=len(rss), actors_rss_mib=sum(rss), actor_rss_max_mib=max(rss, default=None))
+    s.update(
+        actors_alive=len(rss), actors_rss_mib=sum(rss), actor_rss_max_mib=max(rss, default=None)
+    )
     return s
 
 
@@ -409,13 +477,19 @@ def table(samples: list[dict], max_rows: int) -> list[str]:
     if len(rows) > max_rows > 1:  # evenly thinned, first and last kept
         step = (len(rows) - 1) / (max_rows - 1)
         rows = [rows[round(i * step)] for i in range(max_rows)]
-    lines = [(f"{'t s':>7} {'phase':<7}{'updates':>8}{'upd/min':>9}{'RSS MiB':>9}{'actors MiB':>11}"
-              f"{'fds':>5}{'thr':>5}{'actors':>7}{'kills':>6}{'garbage':>8}{'rejected':>9}")]
+    lines = [
+        (
+            f"{'t s':>7} {'phase':<7}{'updates':>8}{'upd/min':>9}{'RSS MiB':>9}{'actors MiB':>11}"
+            f"{'fds':>5}{'thr':>5}{'actors':>7}{'kills':>6}{'garbage':>8}{'rejected':>9}"
+        )
+    ]
     for s in rows:
-        lines.append(f"{s['t']:>7.1f} {s['phase']:<7}{_fmt(s['updates']):>8}{_fmt(s['updates_per_min']):>9}"
-                     f"{_fmt(s['launcher_rss_mib']):>9}{_fmt(s['actors_rss_mib']):>11}{_fmt(s['fds']):>5}"
-                     f"{_fmt(s['threads']):>5}{s['actors_alive']:>7}{s['kills']:>6}{s['garbage_sent']:>8}"
-                     f"{_fmt(s['rejected']):>9}")
+        lines.append(
+            f"{s['t']:>7.1f} {s['phase']:<7}{_fmt(s['updates']):>8}{_fmt(s['updates_per_min']):>9}"
+            f"{_fmt(s['launcher_rss_mib']):>9}{_fmt(s['actors_rss_mib']):>11}{_fmt(s['fds']):>5}"
+            f"{_fmt(s['threads']):>5}{s['actors_alive']:>7}{s['kills']:>6}{s['garbage_sent']:>8}"
+            f"{_fmt(s['rejected']):>9}"
+        )
     return lines
 
 
@@ -425,43 +499,73 @@ def summarise(args, samples, ended, summary, records, err_text, garbage, kills, 
     # restarts: summary.json when the run wrote one, else the launcher's console lines
     console_restarts = err_text.count(") restarted; see ")
     if summary is not None:
-        out.update(restarts=summary.get("actor_restarts"), actors_lost=summary.get("actors_lost"),
-                   restarts_source="summary.json")
+        out.update(
+            restarts=summary.get("actor_restarts"),
+            actors_lost=summary.get("actors_lost"),
+            restarts_source="summary.json",
+        )
     else:
-        out.update(restarts=console_restarts, actors_lost=err_text.count("is out of restarts"),
-                   restarts_source="launcher console (no summary.json)")
+        out.update(
+            restarts=console_restarts,
+            actors_lost=err_text.count("is out of restarts"),
+            restarts_source="launcher console (no summary.json)",
+        )
     out["console_restarts"] = console_restarts
     last = records[-1] if records else {}
     if summary is not None:
-        out.update(rejected=summary.get("rejected_messages"), rejected_by_reason=summary.get("rejected_by_reason"),
-                   rejected_source="summary.json", final_return=summary.get("final_return"),
-                   updates=summary.get("updates"), env_steps=summary.get("env_steps"))
+        out.update(
+            rejected=summary.get("rejected_messages"),
+            rejected_by_reason=summary.get("rejected_by_reason"),
+            rejected_source="summary.json",
+            final_return=summary.get("final_return"),
+            updates=summary.get("updates"),
+            env_steps=summary.get("env_steps"),
+        )
     else:
-        out.update(rejected=last.get("rejected_messages"), rejected_by_reason=None,
-                   rejected_source="last metrics.jsonl record (no summary.json)",
-                   final_return=last.get("return_mean_100"), updates=last.get("updates"),
-                   env_steps=last.get("env_steps"))
+        out.update(
+            rejected=last.get("rejected_messages"),
+            rejected_by_reason=None,
+            rejected_source="last metrics.jsonl record (no summary.json)",
+            final_return=last.get("return_mean_100"),
+            updates=last.get("updates"),
+            env_steps=last.get("env_steps"),
+        )
     g = garbage.report() if garbage else None
     out["garbage"] = g
-    out["rejected_share_of_sent"] = (out["rejected"] / g["sent"]) if g and g["sent"] and out["rejected"] is not None \
-        else None
+    out["rejected_share_of_sent"] = (
+        (out["rejected"] / g["sent"]) if g and g["sent"] and out["rejected"] is not None else None
+    )
     rates = [s["updates_per_min"] for s in steady]
     out["steady_samples"] = len(steady)
-    out["updates_per_min"] = {"min": min(rates, default=None), "median": statistics.median(rates) if rates else None,
-                              "max": max(rates, default=None),
-                              "all_positive": bool(rates) and all(r is not None and r > 0 for r in rates)}
+    out["updates_per_min"] = {
+        "min": min(rates, default=None),
+        "median": statistics.median(rates) if rates else None,
+        "max": max(rates, default=None),
+        "all_positive": bool(rates) and all(r is not None and r > 0 for r in rates),
+    }
     rss = [s["launcher_rss_mib"] for s in steady if s["launcher_rss_mib"] is not None]
     fds = [s["fds"] for s in steady if s["fds"] is not None]
     growth = rss[-1] / rss[0] if len(rss) >= 2 else None
     spread = max(fds) - min(fds) if fds else None
-    out["rss_mib"] = {"first": rss[0] if rss else None, "last": rss[-1] if rss else None,
-                      "max": max(rss, default=None), "growth": growth, "bound": args.max_rss_growth,
-                      "held": growth is not None and growth <= args.max_rss_growth}
+    out["rss_mib"] = {
+        "first": rss[0] if rss else None,
+        "last": rss[-1] if rss else None,
+        "max": max(rss, default=None),
+        "growth": growth,
+        "bound": args.max_rss_growth,
+        "held": growth is not None and growth <= args.max_rss_growth,
+    }
     actor_rss = [s["actor_rss_max_mib"] for s in steady if s["actor_rss_max_mib"] is not None]
     out["actor_rss_max_mib"] = max(actor_rss, default=None)
-    out["fds"] = {"min": min(fds, default=None), "max": max(fds, default=None), "spread": spread,
-                  "first": fds[0] if fds else None, "last": fds[-1] if fds else None,
-                  "bound": args.max_fd_spread, "held": spread is not None and spread <= args.max_fd_spread}
+    out["fds"] = {
+        "min": min(fds, default=None),
+        "max": max(fds, default=None),
+        "spread": spread,
+        "first": fds[0] if fds else None,
+        "last": fds[-1] if fds else None,
+        "bound": args.max_fd_spread,
+        "held": spread is not None and spread <= args.max_fd_spread,
+    }
     threads = [s["threads"] for s in steady if s["threads"] is not None]
     out["threads"] = {"min": min(threads, default=None), "max": max(threads, default=None)}
     out["actors_alive_min"] = min((s["actors_alive"] for s in steady), default=None)
@@ -473,47 +577,74 @@ def summarise(args, samples, ended, summary, records, err_text, garbage, kills, 
 def print_report(args, res: dict, samples: list[dict]) -> None:
     s = res["summary"]
     e = s["ended"]
-    print(f"\nsoak: async PPO, envpool CartPole-v1, {args.actors} actors, {res['duration_s']:.0f} s "
-          f"(asked {args.minutes:g} min), a kill every {args.kill_every:g} s, {args.garbage_rate:g} garbage msgs/s")
+    print(
+        f"\nsoak: async PPO, envpool CartPole-v1, {args.actors} actors, {res['duration_s']:.0f} s "
+        f"(asked {args.minutes:g} min), a kill every {args.kill_every:g} s, {args.garbage_rate:g} garbage msgs/s"
+    )
     print(f"run: {e['how']}, exit code {e['exit_code']}; run dir {res['run_dir']}")
     print()
     print("\n".join(table(samples, args.table_rows)))
-    print(f"(phase: warmup = the first {args.warmup:g} s of training; ending = the run had made its last "
-          "update and was stopping; bounds and rates use the steady samples)")
+    print(
+        f"(phase: warmup = the first {args.warmup:g} s of training; ending = the run had made its last "
+        "update and was stopping; bounds and rates use the steady samples)"
+    )
     print()
-    print(f"actor restarts      {_fmt(s['restarts'])} ({s['restarts_source']}) for {s['kills']} kills; "
-          f"actors lost {_fmt(s['actors_lost'])}; fewest alive after warm-up {_fmt(s['actors_alive_min'])}")
+    print(
+        f"actor restarts      {_fmt(s['restarts'])} ({s['restarts_source']}) for {s['kills']} kills; "
+        f"actors lost {_fmt(s['actors_lost'])}; fewest alive after warm-up {_fmt(s['actors_alive_min'])}"
+    )
     g = s["garbage"]
     if g:
-        reasons = ", ".join(f"{k} {v}" for k, v in sorted((s["rejected_by_reason"] or {}).items())) \
-            if s["rejected_by_reason"] is not None else "- (only summary.json has them)"
+        reasons = (
+            ", ".join(f"{k} {v}" for k, v in sorted((s["rejected_by_reason"] or {}).items()))
+            if s["rejected_by_reason"] is not None
+            else "- (only summary.json has them)"
+        )
         pairs = ", ".join(f"{c['type']}->{c['port']}" for c in g["connected"]) or "none"
-        print(f"garbage sent        {g['sent']:,} msgs ({g['sent_mib']:.1f} MiB; "
-              + ", ".join(f"{k} {v:,}" for k, v in g["by_target"].items())
-              + f"); refused at our HWM {g['refused_at_hwm']:,}; connected {pairs}")
+        print(
+            f"garbage sent        {g['sent']:,} msgs ({g['sent_mib']:.1f} MiB; "
+            + ", ".join(f"{k} {v:,}" for k, v in g["by_target"].items())
+            + f"); refused at our HWM {g['refused_at_hwm']:,}; connected {pairs}"
+        )
         share = s["rejected_share_of_sent"]
-        print(f"learner rejected    {_fmt(s['rejected'])} ({s['rejected_source']}): "
-              f"{_fmt(share, '.1%') if share is not None else '-'} of sent; by reason: {reasons}")
+        print(
+            f"learner rejected    {_fmt(s['rejected'])} ({s['rejected_source']}): "
+            f"{_fmt(share, '.1%') if share is not None else '-'} of sent; by reason: {reasons}"
+        )
         if e["how"] == "finished":
-            print("                    (sent includes what came while the finished run was stopping its actors, "
-                  "no longer read)")
+            print(
+                "                    (sent includes what came while the finished run was stopping its actors, "
+                "no longer read)"
+            )
         if g["error"]:
             print(f"garbage error       {g['error']}")
-    print(f"final return        {_fmt(s['final_return'], '.1f')} after {_fmt(s['updates'])} updates, "
-          f"{_fmt(s['env_steps'])} env steps")
+    print(
+        f"final return        {_fmt(s['final_return'], '.1f')} after {_fmt(s['updates'])} updates, "
+        f"{_fmt(s['env_steps'])} env steps"
+    )
     u = s["updates_per_min"]
-    print(f"updates/min         after warm-up ({s['steady_samples']} samples): min {_fmt(u['min'])}, "
-          f"median {_fmt(u['median'])}, max {_fmt(u['max'])}; always > 0: {u['all_positive']}")
+    print(
+        f"updates/min         after warm-up ({s['steady_samples']} samples): min {_fmt(u['min'])}, "
+        f"median {_fmt(u['median'])}, max {_fmt(u['max'])}; always > 0: {u['all_positive']}"
+    )
     r = s["rss_mib"]
-    print(f"learner RSS         {_fmt(r['first'])} -> {_fmt(r['last'])} MiB (max {_fmt(r['max'])}), "
-          f"growth x{_fmt(r['growth'], '.3f')}; bound x{r['bound']:g}: {'held' if r['held'] else 'NOT held'}")
+    print(
+        f"learner RSS         {_fmt(r['first'])} -> {_fmt(r['last'])} MiB (max {_fmt(r['max'])}), "
+        f"growth x{_fmt(r['growth'], '.3f')}; bound x{r['bound']:g}: {'held' if r['held'] else 'NOT held'}"
+    )
     f = s["fds"]
-    print(f"learner fds         {_fmt(f['min'])}..{_fmt(f['max'])} (first {_fmt(f['first'])}, last "
-          f"{_fmt(f['last'])}), spread {_fmt(f['spread'])}; bound {f['bound']}: {'held' if f['held'] else 'NOT held'}")
-    print(f"learner threads     {_fmt(s['threads']['min'])}..{_fmt(s['threads']['max'])}; "
-          f"actor RSS max {_fmt(s['actor_rss_max_mib'])} MiB")
-    print(f"left behind         {len(s['leftover_processes'])} processes of the run's group; "
-          f"{s['tracebacks_in_launcher_stderr']} tracebacks in the launcher's stderr")
+    print(
+        f"learner fds         {_fmt(f['min'])}..{_fmt(f['max'])} (first {_fmt(f['first'])}, last "
+        f"{_fmt(f['last'])}), spread {_fmt(f['spread'])}; bound {f['bound']}: {'held' if f['held'] else 'NOT held'}"
+    )
+    print(
+        f"learner threads     {_fmt(s['threads']['min'])}..{_fmt(s['threads']['max'])}; "
+        f"actor RSS max {_fmt(s['actor_rss_max_mib'])} MiB"
+    )
+    print(
+        f"left behind         {len(s['leftover_processes'])} processes of the run's group; "
+        f"{s['tracebacks_in_launcher_stderr']} tracebacks in the launcher's stderr"
+    )
     print(f"json                {args.out}")
 
 
@@ -524,26 +655,52 @@ def _on_signal(signum, frame):
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--minutes", type=float, default=10.0, help="soak length from launch (default 10)")
-    ap.add_argument("--kill-every", type=float, default=30.0, help="seconds between actor kills (0: none)")
-    ap.add_argument("--garbage-rate", type=float, default=20.0, help="garbage messages per second (0: none)")
+    ap.add_argument(
+        "--minutes", type=float, default=10.0, help="soak length from launch (default 10)"
+    )
+    ap.add_argument(
+        "--kill-every", type=float, default=30.0, help="seconds between actor kills (0: none)"
+    )
+    ap.add_argument(
+        "--garbage-rate", type=float, default=20.0, help="garbage messages per second (0: none)"
+    )
     ap.add_argument("--actors", type=int, default=4)
-    ap.add_argument("--total-env-steps", type=int, default=None,
-                    help="the run's budget (default: 200k per second of --minutes, far more than it can do, "
-                         "so the soak ends by time)")
+    ap.add_argument(
+        "--total-env-steps",
+        type=int,
+        default=None,
+        help="the run's budget (default: 200k per second of --minutes, far more than it can do, "
+        "so the soak ends by time)",
+    )
     ap.add_argument("--sample-every", type=float, default=5.0, help="seconds between samples")
-    ap.add_argument("--rate-window", type=float, default=10.0, help="seconds over which updates/min is taken")
-    ap.add_argument("--warmup", type=float, default=30.0,
-                    help="seconds of training (from the first metrics record) before samples count")
-    ap.add_argument("--max-rss-growth", type=float, default=1.25, help="bound on last/first RSS after warm-up")
-    ap.add_argument("--max-fd-spread", type=int, default=32, help="bound on max - min fds after warm-up")
+    ap.add_argument(
+        "--rate-window", type=float, default=10.0, help="seconds over which updates/min is taken"
+    )
+    ap.add_argument(
+        "--warmup",
+        type=float,
+        default=30.0,
+        help="seconds of training (from the first metrics record) before samples count",
+    )
+    ap.add_argument(
+        "--max-rss-growth", type=float, default=1.25, help="bound on last/first RSS after warm-up"
+    )
+    ap.add_argument(
+        "--max-fd-spread", type=int, default=32, help="bound on max - min fds after warm-up"
+    )
     ap.add_argument("--max-restarts", type=int, default=100_000, help="runtime.max_actor_restarts")
     ap.add_argument("--config", default=str(CONFIG))
-    ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="more config overrides")
-    ap.add_argument("--dir", default=None, help="where the run and logs go (default: runs/soak_<time>)")
+    ap.add_argument(
+        "--set", nargs="*", default=[], metavar="KEY=VALUE", help="more config overrides"
+    )
+    ap.add_argument(
+        "--dir", default=None, help="where the run and logs go (default: runs/soak_<time>)"
+    )
     ap.add_argument("--out", default=None, help="JSON results (default: DIR/soak.json)")
     ap.add_argument("--seed", type=int, default=0, help="seeds the kills and the garbage")
-    ap.add_argument("--stop-grace", type=float, default=60.0, help="seconds the run gets to stop after SIGTERM")
+    ap.add_argument(
+        "--stop-grace", type=float, default=60.0, help="seconds the run gets to stop after SIGTERM"
+    )
     ap.add_argument("--table-rows", type=int, default=40)
     args = ap.parse_args()
     if args.total_env_steps is None:
@@ -605,13 +762,17 @@ def main() -> int:
             if t_next_sample is None or now >= t_next_sample:
                 t_next_sample = (t_next_sample or now) + args.sample_every
                 s = sample(launcher, now - t0, tail, garbage, len(kills))
-                s["phase"] = "startup" if t_train is None else (
-                    "warmup" if now - t_train < args.warmup else "steady")
+                s["phase"] = (
+                    "startup"
+                    if t_train is None
+                    else ("warmup" if now - t_train < args.warmup else "steady")
+                )
                 samples.append(s)
             time.sleep(0.1)
     except KeyboardInterrupt:
         ended["how"] = "interrupted"
     finally:
+
         def _hurry(signum, frame):  # a second Ctrl-C or SIGTERM: no more grace
             try:
                 os.killpg(proc.pid, signal.SIGKILL)
@@ -661,11 +822,18 @@ def main() -> int:
     err_text = (base / "launcher.err").read_text(errors="replace")
     still = [pid for pid in sorted(seen_actor_pids) if alive_pid(pid)]
     res = {
-        "args": vars(args), "run_dir": str(run_dir), "launcher_pid": proc.pid, "duration_s": t_end - t0,
+        "args": vars(args),
+        "run_dir": str(run_dir),
+        "launcher_pid": proc.pid,
+        "duration_s": t_end - t0,
         "training_started_s": None if t_train is None else t_train - t0,
-        "samples": samples, "kill_events": kills, "actor_pids_seen": sorted(seen_actor_pids),
+        "samples": samples,
+        "kill_events": kills,
+        "actor_pids_seen": sorted(seen_actor_pids),
         "actor_pids_alive_at_end": still,
-        "summary": summarise(args, samples, ended, summary, records, err_text, garbage, kills, leftovers),
+        "summary": summarise(
+            args, samples, ended, summary, records, err_text, garbage, kills, leftovers
+        ),
         "run_summary": summary,
     }
     with open(args.out, "w") as f:

@@ -9,8 +9,7 @@ import pytest
 from tianjax.algos import make_algorithm
 from tianjax.algos.dqn import loss as dqn
 from tianjax.config import ConfigError, load_config
-from tianjax.core.types import ActionSpec
-from tianjax.core.types import Transition
+from tianjax.core.types import ActionSpec, Transition
 
 JIT = [False, True]
 
@@ -39,13 +38,21 @@ def _onehot(states):
 
 def _hand_batch():
     #            s  a  r    s' terminated
-    rows = [(0, 1, 1.0, 1, False),  # double: argmax Qo(1)=0 -> Qt(1,0)=5; max Qt(1)=7
-            (2, 0, 0.5, 2, True),  # terminal: target = r
-            (1, 0, 0.0, 0, False),  # both: Qt(0,1)=20
-            (2, 1, 3.0, 2, False)]  # both: Qt(2,1)=2; |td| < delta (quadratic part)
+    rows = [
+        (0, 1, 1.0, 1, False),  # double: argmax Qo(1)=0 -> Qt(1,0)=5; max Qt(1)=7
+        (2, 0, 0.5, 2, True),  # terminal: target = r
+        (1, 0, 0.0, 0, False),  # both: Qt(0,1)=20
+        (2, 1, 3.0, 2, False),
+    ]  # both: Qt(2,1)=2; |td| < delta (quadratic part)
     s, a, r, s2, term = map(np.array, zip(*rows))
-    return Transition(_onehot(s), jnp.asarray(a, jnp.int32), jnp.asarray(r, jnp.float32),
-                      _onehot(s2), jnp.asarray(term), jnp.zeros((4,), jnp.int32))
+    return Transition(
+        _onehot(s),
+        jnp.asarray(a, jnp.int32),
+        jnp.asarray(r, jnp.float32),
+        _onehot(s2),
+        jnp.asarray(term),
+        jnp.zeros((4,), jnp.int32),
+    )
 
 
 def _huber(x, d=DELTA):
@@ -68,8 +75,9 @@ def test_each_transitions_hand_values_through_the_loss(jit, double_q):
     """Each transition alone through the real loss: its loss is the hand-computed Huber
     value, its target and |td| the ones worked out above (the sign of td too, from
     q_mean - target_mean), and the hand Huber values agree with Huber's closed form."""
-    loss_fn = _maybe_jit(dqn.make_loss(table_apply, gamma=GAMMA, double_q=double_q,
-                                       huber_delta=DELTA), jit)
+    loss_fn = _maybe_jit(
+        dqn.make_loss(table_apply, gamma=GAMMA, double_q=double_q, huber_delta=DELTA), jit
+    )
     params, target = {"q": jnp.asarray(Q_ONLINE)}, {"q": jnp.asarray(Q_TARGET)}
     batch = _hand_batch()
     huber = DOUBLE_HUBER if double_q else PLAIN_HUBER
@@ -77,7 +85,7 @@ def test_each_transitions_hand_values_through_the_loss(jit, double_q):
     np.testing.assert_allclose([_huber(x) for x in td], huber, rtol=1e-6)
     q_sa = [2.0, 0.5, 3.0, 4.0]
     for i in range(4):
-        one = jax.tree.map(lambda x: x[i:i + 1], batch)
+        one = jax.tree.map(lambda x: x[i : i + 1], batch)
         loss, m = loss_fn(params, target, one, jnp.ones(1))
         np.testing.assert_allclose(loss, huber[i], rtol=1e-6, atol=1e-7, err_msg=f"transition {i}")
         np.testing.assert_allclose(m["q_mean"], q_sa[i], rtol=1e-6)
@@ -89,8 +97,9 @@ def test_each_transitions_hand_values_through_the_loss(jit, double_q):
 @pytest.mark.parametrize("jit", JIT)
 @pytest.mark.parametrize("double_q", [True, False])
 def test_loss_hand_computed(jit, double_q):
-    loss_fn = _maybe_jit(dqn.make_loss(table_apply, gamma=GAMMA, double_q=double_q,
-                                       huber_delta=DELTA), jit)
+    loss_fn = _maybe_jit(
+        dqn.make_loss(table_apply, gamma=GAMMA, double_q=double_q, huber_delta=DELTA), jit
+    )
     params, target = {"q": jnp.asarray(Q_ONLINE)}, {"q": jnp.asarray(Q_TARGET)}
     batch = _hand_batch()
     huber = DOUBLE_HUBER if double_q else PLAIN_HUBER
@@ -122,8 +131,9 @@ def test_loss_time_batch_shape_matches_flat():
 def test_loss_gradient_only_through_online_q_sa(jit):
     loss_fn = dqn.make_loss(table_apply, gamma=GAMMA, double_q=True, huber_delta=DELTA)
     grad = _maybe_jit(jax.grad(loss_fn, argnums=(0, 1), has_aux=True), jit)
-    (g_online, g_target), _ = grad({"q": jnp.asarray(Q_ONLINE)}, {"q": jnp.asarray(Q_TARGET)},
-                                   _hand_batch(), jnp.ones(4))
+    (g_online, g_target), _ = grad(
+        {"q": jnp.asarray(Q_ONLINE)}, {"q": jnp.asarray(Q_TARGET)}, _hand_batch(), jnp.ones(4)
+    )
     # d/dQ(s,a) mean huber = clip(td, -delta, delta) / N, only at the taken (s, a); the
     # target (bootstrap and double-Q argmax alike) carries no gradient.
     expected = np.zeros((3, 2), np.float32)
@@ -139,12 +149,30 @@ def test_loss_gradient_only_through_online_q_sa(jit):
 
 
 def _config(**dqn_kw):
-    base = dict(lr=1e-2, batch_size=8, buffer_size=64, learning_starts=0, updates_per_rollout=1,
-                target_update_every=3, target_tau=1.0, eps_start=1.0, eps_end=0.1, eps_fraction=0.5)
+    base = dict(
+        lr=1e-2,
+        batch_size=8,
+        buffer_size=64,
+        learning_starts=0,
+        updates_per_rollout=1,
+        target_update_every=3,
+        target_tau=1.0,
+        eps_start=1.0,
+        eps_end=0.1,
+        eps_fraction=0.5,
+    )
     base.update(dqn_kw)
-    return load_config({"algo": "dqn", "total_env_steps": 1000, "num_envs": 2, "rollout_len": 4,
-                        "network": {"hidden": [8]}, "dqn": base,
-                        "staleness": {"schedule": "polynomial", "power": 1.0}})
+    return load_config(
+        {
+            "algo": "dqn",
+            "total_env_steps": 1000,
+            "num_envs": 2,
+            "rollout_len": 4,
+            "network": {"hidden": [8]},
+            "dqn": base,
+            "staleness": {"schedule": "polynomial", "power": 1.0},
+        }
+    )
 
 
 OBS_SHAPE = (4,)
@@ -153,9 +181,14 @@ SPEC = ActionSpec(discrete=True, num_actions=3)
 
 def _random_batch(key, n=8, version=0):
     k1, k2, k3, k4, k5 = jax.random.split(key, 5)
-    return Transition(jax.random.normal(k1, (n,) + OBS_SHAPE), jax.random.randint(k2, (n,), 0, 3),
-                      jax.random.normal(k3, (n,)), jax.random.normal(k4, (n,) + OBS_SHAPE),
-                      jax.random.bernoulli(k5, 0.3, (n,)), jnp.full((n,), version, jnp.int32))
+    return Transition(
+        jax.random.normal(k1, (n,) + OBS_SHAPE),
+        jax.random.randint(k2, (n,), 0, 3),
+        jax.random.normal(k3, (n,)),
+        jax.random.normal(k4, (n,) + OBS_SHAPE),
+        jax.random.bernoulli(k5, 0.3, (n,)),
+        jnp.full((n,), version, jnp.int32),
+    )
 
 
 def test_registry_builds_dqn():
@@ -288,8 +321,11 @@ def test_polyak_target_update(jit):
     jax.tree.map(np.testing.assert_array_equal, s1.target_params, s0.params)  # no sync yet
     s2, _ = update(s1, _random_batch(jax.random.key(2)))
     expected = jax.tree.map(lambda p, t: 0.25 * p + 0.75 * t, s2.params, s0.params)
-    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7),
-                 s2.target_params, expected)
+    jax.tree.map(
+        lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7),
+        s2.target_params,
+        expected,
+    )
 
 
 def test_update_learns_fixed_batch():
@@ -312,18 +348,32 @@ def test_guarded_skips_non_finite():
     new, m = jax.jit(algo.update)(state, bad)
     assert float(m["update_skipped"]) == 1.0 and int(new.skipped_updates) == 1
     assert int(new.version) == 0
-    assert _tree_equal(new.params, state.params) and _tree_equal(new.target_params, state.target_params)
+    assert _tree_equal(new.params, state.params) and _tree_equal(
+        new.target_params, state.target_params
+    )
 
 
 def test_fused_replay_smoke():
     """A few fused iterations: replay fills, updates start at learning_starts."""
-    from tianjax.envs.gymnax_env import make_gymnax
     from tianjax.core.fused_loop import make_fused
+    from tianjax.envs.gymnax_env import make_gymnax
 
-    config = load_config({"algo": "dqn", "total_env_steps": 1000, "num_envs": 2, "rollout_len": 4,
-                          "network": {"hidden": [16]},
-                          "dqn": {"batch_size": 8, "buffer_size": 20, "learning_starts": 16,
-                                  "updates_per_rollout": 2, "target_update_every": 2}})
+    config = load_config(
+        {
+            "algo": "dqn",
+            "total_env_steps": 1000,
+            "num_envs": 2,
+            "rollout_len": 4,
+            "network": {"hidden": [16]},
+            "dqn": {
+                "batch_size": 8,
+                "buffer_size": 20,
+                "learning_starts": 16,
+                "updates_per_rollout": 2,
+                "target_update_every": 2,
+            },
+        }
+    )
     env = make_gymnax("CartPole-v1")
     algo = make_algorithm(config, env.obs_shape, env.action_spec, correct_staleness=False)
     init, run = make_fused(config, env, algo)

@@ -8,13 +8,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tianjax.core import distributions as D
-from tianjax.core import staleness as S
 from tianjax.algos import make_algorithm
 from tianjax.algos.impala import loss as impala
 from tianjax.config import load_config
-from tianjax.core.types import ActionSpec
-from tianjax.core.types import Trajectory
+from tianjax.core import distributions as D
+from tianjax.core import staleness as S
+from tianjax.core.types import ActionSpec, Trajectory
 
 T, B, OBS = 6, 4, (4,)
 DISCRETE = ActionSpec(discrete=True, num_actions=3)
@@ -26,21 +25,38 @@ def maybe_jit(request):
 
 
 def make_config(**impala_kw):
-    return load_config({
-        "algo": "impala", "num_envs": B, "rollout_len": T, "total_env_steps": 100 * T * B,
-        "network": {"hidden": [16, 16]},
-        "impala": {"gamma": 0.9, "rho_bar": 1.2, "c_bar": 0.9, "pg_rho_bar": 1.1, "ent_coef": 0.05,
-                   "lr": 1e-2, "anneal_lr": False, **impala_kw},
-        # a non-trivial schedule: fresh samples must still weigh exactly 1
-        "staleness": {"schedule": "polynomial", "power": 1.0, "max_staleness": 3},
-    })
+    return load_config(
+        {
+            "algo": "impala",
+            "num_envs": B,
+            "rollout_len": T,
+            "total_env_steps": 100 * T * B,
+            "network": {"hidden": [16, 16]},
+            "impala": {
+                "gamma": 0.9,
+                "rho_bar": 1.2,
+                "c_bar": 0.9,
+                "pg_rho_bar": 1.1,
+                "ent_coef": 0.05,
+                "lr": 1e-2,
+                "anneal_lr": False,
+                **impala_kw,
+            },
+            # a non-trivial schedule: fresh samples must still weigh exactly 1
+            "staleness": {"schedule": "polynomial", "power": 1.0, "max_staleness": 3},
+        }
+    )
 
 
 @functools.lru_cache(maxsize=None)
 def jitted(num_minibatches=1, correct_staleness=True):
     """(algo, jitted update), built once per variant: compiling is the slow part here."""
-    algo = impala.make(make_config(num_minibatches=num_minibatches), OBS, DISCRETE,
-                       correct_staleness=correct_staleness)
+    algo = impala.make(
+        make_config(num_minibatches=num_minibatches),
+        OBS,
+        DISCRETE,
+        correct_staleness=correct_staleness,
+    )
     return algo, jax.jit(algo.update)
 
 
@@ -62,8 +78,12 @@ def random_traj(algo, params, seed=0, version=0, action_spec=DISCRETE):
         action=jnp.asarray(action),
         reward=jnp.asarray(rng.normal(size=(T, B)).astype(np.float32)),
         done=jnp.asarray(done),
-        bootstrap_value=jnp.asarray(np.where(truncated, rng.normal(size=(T, B)), 0.0).astype(np.float32)),
-        behaviour_log_prob=jnp.asarray((log_pi + rng.normal(scale=0.7, size=(T, B))).astype(np.float32)),
+        bootstrap_value=jnp.asarray(
+            np.where(truncated, rng.normal(size=(T, B)), 0.0).astype(np.float32)
+        ),
+        behaviour_log_prob=jnp.asarray(
+            (log_pi + rng.normal(scale=0.7, size=(T, B))).astype(np.float32)
+        ),
         behaviour_value=jnp.asarray(rng.normal(size=(T, B)).astype(np.float32)),
         version=jnp.full((T, B), version, jnp.int32),
         last_obs=jnp.asarray(rng.normal(size=(B,) + OBS).astype(np.float32)),
@@ -94,21 +114,36 @@ def reference_loss(algo, params, traj, weight, cfg):
     values = np.asarray(values, np.float64)
     last_value = np.asarray(last_value, np.float64)
     rho = np.exp(log_pi - np.asarray(traj.behaviour_log_prob, np.float64))
-    r = np.asarray(traj.reward, np.float64) + cfg.gamma * np.asarray(traj.bootstrap_value, np.float64)
+    r = np.asarray(traj.reward, np.float64) + cfg.gamma * np.asarray(
+        traj.bootstrap_value, np.float64
+    )
     disc = cfg.gamma * (1.0 - np.asarray(traj.done, np.float64))
     w = np.asarray(weight, np.float64)
     vs = np.zeros_like(values)
     pg = np.zeros_like(values)
     for b in range(values.shape[1]):
         v_t = np.append(values[1:, b], last_value[b])
-        vs[:, b], pg[:, b] = vtrace_reference(values[:, b], v_t, r[:, b], disc[:, b], rho[:, b],
-                                              cfg.rho_bar, cfg.c_bar, cfg.pg_rho_bar)
+        vs[:, b], pg[:, b] = vtrace_reference(
+            values[:, b],
+            v_t,
+            r[:, b],
+            disc[:, b],
+            rho[:, b],
+            cfg.rho_bar,
+            cfg.c_bar,
+            cfg.pg_rho_bar,
+        )
     policy_loss = -np.mean(w * pg * log_pi)
     value_loss = 0.5 * np.mean(w * (vs - values) ** 2)
     entropy = np.mean(w * ent)
     loss = policy_loss + cfg.vf_coef * value_loss - cfg.ent_coef * entropy
-    return dict(loss=loss, policy_loss=policy_loss, value_loss=value_loss, entropy=entropy,
-                rho_mean=rho.mean())
+    return dict(
+        loss=loss,
+        policy_loss=policy_loss,
+        value_loss=value_loss,
+        entropy=entropy,
+        rho_mean=rho.mean(),
+    )
 
 
 # ----------------------------------------------------------------------------- the loss
@@ -120,11 +155,15 @@ def test_loss_matches_numpy_reference(maybe_jit, uniform_weight):
     algo = impala.make(config, OBS, DISCRETE)
     params = algo.init(jax.random.key(0)).params
     traj = random_traj(algo, params, seed=1)
-    rho = np.exp(np.asarray(D.log_prob(algo.network.apply(params, traj.obs)[0], traj.action))
-                 - np.asarray(traj.behaviour_log_prob))
+    rho = np.exp(
+        np.asarray(D.log_prob(algo.network.apply(params, traj.obs)[0], traj.action))
+        - np.asarray(traj.behaviour_log_prob)
+    )
     assert (rho > 1.2).any() and (rho < 0.9).any()  # every clip is exercised
     rng = np.random.default_rng(2)
-    weight = jnp.ones((T, B)) if uniform_weight else jnp.asarray(rng.uniform(0, 2, (T, B)), jnp.float32)
+    weight = (
+        jnp.ones((T, B)) if uniform_weight else jnp.asarray(rng.uniform(0, 2, (T, B)), jnp.float32)
+    )
 
     loss, metrics = maybe_jit(algo.loss_fn)(params, traj, weight)
     ref = reference_loss(algo, params, traj, weight, config.impala)
@@ -139,12 +178,17 @@ def test_value_gradient_flows_only_through_values():
     algo = impala.make(make_config(), OBS, DISCRETE)
     traj = random_traj(algo, algo.init(jax.random.key(0)).params, seed=3)
     # A single-row "network": values are free parameters, the policy is fixed.
-    apply_fn = lambda p, obs: (jnp.zeros(obs.shape[:-1] + (3,)),  # noqa: E731
-                               p["v"] if obs.ndim == 3 else p["last"])
-    loss_fn = impala.make_loss(apply_fn, gamma=0.9, rho_bar=1.0, c_bar=1.0, pg_rho_bar=1.0,
-                               vf_coef=1.0, ent_coef=0.0)
-    p = {"v": jnp.asarray(np.random.default_rng(0).normal(size=(T, B)), jnp.float32),
-         "last": jnp.zeros((B,), jnp.float32)}
+    apply_fn = lambda p, obs: (
+        jnp.zeros(obs.shape[:-1] + (3,)),  # noqa: E731
+        p["v"] if obs.ndim == 3 else p["last"],
+    )
+    loss_fn = impala.make_loss(
+        apply_fn, gamma=0.9, rho_bar=1.0, c_bar=1.0, pg_rho_bar=1.0, vf_coef=1.0, ent_coef=0.0
+    )
+    p = {
+        "v": jnp.asarray(np.random.default_rng(0).normal(size=(T, B)), jnp.float32),
+        "last": jnp.zeros((B,), jnp.float32),
+    }
     w = jnp.asarray(np.random.default_rng(1).uniform(0.5, 1.5, (T, B)), jnp.float32)
 
     def value_loss(p):
@@ -157,8 +201,9 @@ def test_value_gradient_flows_only_through_values():
     r = np.asarray(traj.reward) + 0.9 * np.asarray(traj.bootstrap_value)
     disc = 0.9 * (1 - np.asarray(traj.done, np.float64))
     for b in range(B):
-        vs[:, b], _ = vtrace_reference(np.asarray(p["v"])[:, b], v_t[:, b], r[:, b], disc[:, b],
-                                       rho[:, b], 1.0, 1.0, 1.0)
+        vs[:, b], _ = vtrace_reference(
+            np.asarray(p["v"])[:, b], v_t[:, b], r[:, b], disc[:, b], rho[:, b], 1.0, 1.0, 1.0
+        )
     expected = np.asarray(w) * (np.asarray(p["v"]) - vs) / (T * B)
     np.testing.assert_allclose(np.asarray(g["v"]), expected, rtol=1e-4, atol=1e-6)
     # the bootstrap value only enters the targets: no gradient
@@ -203,18 +248,32 @@ def test_vtrace_by_hand_with_time_limit_cuts_inside_the_trajectories():
     obs = np.arange(T_ * B_).reshape(T_, B_)  # row t * B + b holds V(x_t) of env b
     rho = np.array([[2, 0.5, 1, 1.5], [1, 1.5, 0.8, 0.5]]).T
     traj = Trajectory(
-        obs=jnp.asarray(obs), action=jnp.asarray(np.array([[0, 1], [1, 0], [0, 0], [1, 1]]), jnp.int32),
+        obs=jnp.asarray(obs),
+        action=jnp.asarray(np.array([[0, 1], [1, 0], [0, 0], [1, 1]]), jnp.int32),
         reward=jnp.asarray(np.array([[1, 0, -1, 2], [0.5, 1, 2, -1]], np.float32).T),
         done=jnp.asarray(np.array([[False, True, False, False], [True, False, True, False]]).T),
         bootstrap_value=jnp.asarray(np.array([[0, 99, 0, 0], [7, 0, 50, 0]], np.float32).T),
         behaviour_log_prob=jnp.asarray(np.log(0.5 / rho), jnp.float32),
-        behaviour_value=jnp.zeros((T_, B_)), version=jnp.zeros((T_, B_), jnp.int32),
-        last_obs=jnp.array([8, 9]), trunc_obs=jnp.array([10, 11]), trunc_t=jnp.array([1, 2], jnp.int32))
-    loss_fn = impala.make_loss(lambda p, o: (p["logits"][o], p["v"][o]), gamma=0.9, rho_bar=1.5, c_bar=1.0,
-                               pg_rho_bar=1.2, vf_coef=1.0, ent_coef=0.0)
+        behaviour_value=jnp.zeros((T_, B_)),
+        version=jnp.zeros((T_, B_), jnp.int32),
+        last_obs=jnp.array([8, 9]),
+        trunc_obs=jnp.array([10, 11]),
+        trunc_t=jnp.array([1, 2], jnp.int32),
+    )
+    loss_fn = impala.make_loss(
+        lambda p, o: (p["logits"][o], p["v"][o]),
+        gamma=0.9,
+        rho_bar=1.5,
+        c_bar=1.0,
+        pg_rho_bar=1.2,
+        vf_coef=1.0,
+        ent_coef=0.0,
+    )
     params = {"logits": jnp.zeros((12, 2)), "v": jnp.asarray(table_v)}
     g_v = jax.grad(lambda p: loss_fn(p, traj, jnp.ones((T_, B_)))[1]["value_loss"])(params)["v"]
-    g_pi = jax.grad(lambda p: loss_fn(p, traj, jnp.ones((T_, B_)))[1]["policy_loss"])(params)["logits"]
+    g_pi = jax.grad(lambda p: loss_fn(p, traj, jnp.ones((T_, B_)))[1]["policy_loss"])(params)[
+        "logits"
+    ]
     n = T_ * B_
     vs = values - n * np.asarray(g_v)[:n].reshape(T_, B_)
     rows = np.arange(n)
@@ -229,9 +288,13 @@ def test_vtrace_by_hand_with_time_limit_cuts_inside_the_trajectories():
     loss, m = loss_fn(params, traj, jnp.ones((T_, B_)))
     expected_vs = np.array([[6.85, 5.5, 5.975, 7.75], [6.8, 2.459, 0.26, 1.35]]).T
     np.testing.assert_allclose(float(m["vs_mean"]), expected_vs.mean(), rtol=1e-5)
-    np.testing.assert_allclose(float(m["value_loss"]), 0.5 * np.mean((expected_vs - values) ** 2), rtol=1e-5)
+    np.testing.assert_allclose(
+        float(m["value_loss"]), 0.5 * np.mean((expected_vs - values) ** 2), rtol=1e-5
+    )
     expected_pg = np.array([[5.94, 3.5, 2.975, 3.0], [4.8, 2.6808, -0.24, 0.35]]).T
-    np.testing.assert_allclose(float(m["policy_loss"]), -np.mean(expected_pg * np.log(0.5)), rtol=1e-5)
+    np.testing.assert_allclose(
+        float(m["policy_loss"]), -np.mean(expected_pg * np.log(0.5)), rtol=1e-5
+    )
 
 
 def test_zero_weight_samples_do_not_matter():
@@ -240,8 +303,10 @@ def test_zero_weight_samples_do_not_matter():
     params = algo.init(jax.random.key(0)).params
     traj = random_traj(algo, params, seed=4)
     w = jnp.ones((T, B)).at[:, 2].set(0.0)  # env 2's trajectory dropped
-    other = traj._replace(reward=traj.reward.at[:, 2].add(100.0),
-                          behaviour_log_prob=traj.behaviour_log_prob.at[:, 2].add(-1.0))
+    other = traj._replace(
+        reward=traj.reward.at[:, 2].add(100.0),
+        behaviour_log_prob=traj.behaviour_log_prob.at[:, 2].add(-1.0),
+    )
     g1 = jax.grad(lambda p: algo.loss_fn(p, traj, w)[0])(params)
     g2 = jax.grad(lambda p: algo.loss_fn(p, other, w)[0])(params)
     chex.assert_trees_all_close(g1, g2, rtol=1e-5, atol=1e-7)
@@ -270,7 +335,10 @@ def test_fresh_corrected_update_equals_plain_update(num_minibatches):
     """With every sample fresh (tau = 0), the staleness-corrected update is the plain one,
     even though the batch is off-policy (V-trace, not the staleness weights, corrects it)."""
     # jitted only: the loss-level equivalence above is checked eagerly too
-    (corrected, up_c), (_plain, up_p) = jitted(num_minibatches, True), jitted(num_minibatches, False)
+    (corrected, up_c), (_plain, up_p) = (
+        jitted(num_minibatches, True),
+        jitted(num_minibatches, False),
+    )
     state = corrected.init(jax.random.key(1))._replace(version=jnp.asarray(5, jnp.int32))
     traj = random_traj(corrected, state.params, seed=6, version=5)
     s_c, m_c = up_c(state, traj)
@@ -291,7 +359,9 @@ def test_stale_samples_change_the_update():
     # tau = [0, 1, 2, 5]; w = 1 / (1 + tau) with tau = 5 > max_staleness dropped, renormalised
     w = np.array([1.0, 0.5, 1 / 3, 0.0])
     w = w * 3 / w.sum()
-    np.testing.assert_allclose([float(m_c["weight_min"]), float(m_c["weight_max"])], [0.0, w[0]], rtol=1e-6)
+    np.testing.assert_allclose(
+        [float(m_c["weight_min"]), float(m_c["weight_max"])], [0.0, w[0]], rtol=1e-6
+    )
     diff = jax.tree.map(lambda a, b: float(jnp.max(jnp.abs(a - b))), s_c.params, s_p.params)
     assert max(jax.tree.leaves(diff)) > 1e-6
 
@@ -309,9 +379,13 @@ def test_split_batch_keeps_whole_trajectories():
     assert chunks.last_obs.shape == (2, B // 2) + OBS
     for k in range(2):
         cols = slice(k * B // 2, (k + 1) * B // 2)
-        np.testing.assert_array_equal(np.asarray(chunks.reward[k]), np.asarray(traj.reward[:, cols]))
+        np.testing.assert_array_equal(
+            np.asarray(chunks.reward[k]), np.asarray(traj.reward[:, cols])
+        )
         np.testing.assert_array_equal(np.asarray(chunks.obs[k]), np.asarray(traj.obs[:, cols]))
-        np.testing.assert_array_equal(np.asarray(chunks.last_obs[k]), np.asarray(traj.last_obs[cols]))
+        np.testing.assert_array_equal(
+            np.asarray(chunks.last_obs[k]), np.asarray(traj.last_obs[cols])
+        )
         np.testing.assert_array_equal(np.asarray(wc[k]), np.asarray(w[:, cols]))
 
 

@@ -5,17 +5,20 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tianjax.algos.ippo import loss as I
 from tianjax.algos import make_algorithm
+from tianjax.algos.ippo import loss as I
 from tianjax.algos.ppo.loss import PPOBatch
 from tianjax.config import ConfigError, load_config
-from tianjax.core.types import MAObs
-from tianjax.core.types import ActionSpec
-from tianjax.core.types import Trajectory
+from tianjax.core.types import ActionSpec, MAObs, Trajectory
 
 T, B, D, A = 8, 4, 5, 3
 SPEC = ActionSpec(discrete=True, num_actions=A)
-PPO_KEYS = {"num_envs": B, "rollout_len": T, "total_env_steps": 10 * T * B, "ppo.num_minibatches": 2}
+PPO_KEYS = {
+    "num_envs": B,
+    "rollout_len": T,
+    "total_env_steps": 10 * T * B,
+    "ppo.num_minibatches": 2,
+}
 
 
 def _config(algo, **kw):
@@ -42,6 +45,7 @@ def _single_agent_traj(key, version=0):
 
 def _one_agent(traj):
     """The same data as a multi-agent trajectory with N = 1."""
+
     def ma(o):
         return MAObs(o[..., None, :], o, jnp.ones(o.shape[:-1] + (1, A), bool))
 
@@ -64,8 +68,12 @@ def _one_agent(traj):
 @pytest.mark.parametrize("correct_staleness", [False, True])
 def test_one_agent_ippo_update_equals_ppo(correct_staleness):
     ppo = make_algorithm(_config("ppo"), (D,), SPEC, correct_staleness=correct_staleness)
-    ippo = make_algorithm(_config("ippo", **{"marl.agent_id": False}), MAObs((1, D), (D,), (1, A)), SPEC,
-                          correct_staleness=correct_staleness)
+    ippo = make_algorithm(
+        _config("ippo", **{"marl.agent_id": False}),
+        MAObs((1, D), (D,), (1, A)),
+        SPEC,
+        correct_staleness=correct_staleness,
+    )
     state = ppo.init(jax.random.key(0))
     jax.tree.map(np.testing.assert_array_equal, state.params, ippo.init(jax.random.key(0)).params)
     # learner version 3, data from version 1: tau = 2 exercises the staleness weights too
@@ -73,8 +81,11 @@ def test_one_agent_ippo_update_equals_ppo(correct_staleness):
     traj = _single_agent_traj(jax.random.key(1), version=1)
     s_ppo, m_ppo = jax.jit(ppo.update)(state, traj)
     s_ippo, m_ippo = jax.jit(ippo.update)(state, _one_agent(traj))
-    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), s_ppo.params,
-                 s_ippo.params)
+    jax.tree.map(
+        lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6),
+        s_ppo.params,
+        s_ippo.params,
+    )
     for k in m_ppo:
         np.testing.assert_allclose(m_ppo[k], m_ippo[k], rtol=1e-5, atol=1e-6, err_msg=k)
     assert int(s_ippo.version) == 4
@@ -85,15 +96,24 @@ def test_one_agent_ippo_update_equals_ppo(correct_staleness):
 @pytest.mark.parametrize("jit", [False, True])
 def test_one_agent_ippo_loss_equals_ppo_loss(jit):
     ppo = make_algorithm(_config("ppo"), (D,), SPEC)
-    ippo = make_algorithm(_config("ippo", **{"marl.agent_id": False}), MAObs((1, D), (D,), (1, A)), SPEC)
+    ippo = make_algorithm(
+        _config("ippo", **{"marl.agent_id": False}), MAObs((1, D), (D,), (1, A)), SPEC
+    )
     params = ppo.init(jax.random.key(2)).params
     traj = _single_agent_traj(jax.random.key(3))
     n = T * B
     flat = lambda x: x.reshape((n,) + x.shape[2:])  # noqa: E731
     adv = jax.random.normal(jax.random.key(4), (n,))
     w = jax.random.uniform(jax.random.key(5), (n,), minval=0.5, maxval=1.5)
-    batch = PPOBatch(flat(traj.obs), flat(traj.action), flat(traj.behaviour_log_prob),
-                     flat(traj.behaviour_value), adv, adv + flat(traj.behaviour_value), w)
+    batch = PPOBatch(
+        flat(traj.obs),
+        flat(traj.action),
+        flat(traj.behaviour_log_prob),
+        flat(traj.behaviour_value),
+        adv,
+        adv + flat(traj.behaviour_value),
+        w,
+    )
     agent_obs = I.AgentObs(batch.obs, batch.obs, jnp.ones((n, A), bool), jnp.ones((n, 1)))
     f_ppo, f_ippo = (jax.jit(a.loss_fn) if jit else a.loss_fn for a in (ppo, ippo))
     l_ppo, m_ppo = f_ppo(params, batch)
@@ -106,7 +126,9 @@ def test_one_agent_ippo_loss_equals_ppo_loss(jit):
 def test_agent_columns_by_hand():
     t, b, n = 2, 2, 3
     val = jnp.arange(t * b * n, dtype=jnp.float32).reshape(t, b, n)  # agent i of env b at t
-    obs = MAObs(val[..., None], jnp.stack([val[..., 0], -val[..., 0]], -1), jnp.ones((t, b, n, 2), bool))
+    obs = MAObs(
+        val[..., None], jnp.stack([val[..., 0], -val[..., 0]], -1), jnp.ones((t, b, n, 2), bool)
+    )
     traj = Trajectory(
         obs=obs,
         action=val.astype(jnp.int32),
@@ -141,7 +163,9 @@ def test_agent_id_separates_agents_and_masks_hold():
     avail = jnp.broadcast_to(jnp.array([True, False, True]), (64, 3, A))
     obs = MAObs(same, jnp.zeros((64, 7)), avail)
     out = algo.act(params, obs, jax.random.key(1))
-    assert out.action.shape == (64, 3) and out.log_prob.shape == (64, 3) and out.value.shape == (64, 3)
+    assert (
+        out.action.shape == (64, 3) and out.log_prob.shape == (64, 3) and out.value.shape == (64, 3)
+    )
     assert not bool(jnp.any(out.action == 1))  # the masked action is never taken
     v = algo.value(params, obs)[0]
     assert len({float(x) for x in v}) == 3  # the one-hot id tells identical agents apart
@@ -152,7 +176,9 @@ def test_centralised_value_reads_the_state_not_the_obs():
     algo = make_algorithm(cfg, MAObs((2, D), (6,), (2, A)), SPEC)
     params = algo.init(jax.random.key(0)).params
     k1, k2 = jax.random.split(jax.random.key(1))
-    obs = MAObs(jax.random.normal(k1, (4, 2, D)), jax.random.normal(k2, (4, 6)), jnp.ones((4, 2, A), bool))
+    obs = MAObs(
+        jax.random.normal(k1, (4, 2, D)), jax.random.normal(k2, (4, 6)), jnp.ones((4, 2, A), bool)
+    )
     v = algo.value(params, obs)
     np.testing.assert_array_equal(v, algo.value(params, obs._replace(obs=obs.obs + 1.0)))
     assert not np.allclose(v, algo.value(params, obs._replace(state=obs.state + 1.0)))
@@ -179,11 +205,24 @@ def test_fused_ippo_on_smax_reports_wins(tmp_path):
     import tianjax
 
     run = tmp_path / "smax"
-    result = tianjax.train({"algo": "ippo", "env": "SMAX_3m", "env_backend": "jaxmarl", "num_envs": 4,
-                            "rollout_len": 64, "total_env_steps": 512, "log_every": 1, "target_return": None,
-                            "target_win_rate": 0.9, "compile_cache": None, "eval_episodes": 8},
-                           run_dir=str(run),
-                           progress=False, verbose=False)
+    result = tianjax.train(
+        {
+            "algo": "ippo",
+            "env": "SMAX_3m",
+            "env_backend": "jaxmarl",
+            "num_envs": 4,
+            "rollout_len": 64,
+            "total_env_steps": 512,
+            "log_every": 1,
+            "target_return": None,
+            "target_win_rate": 0.9,
+            "compile_cache": None,
+            "eval_episodes": 8,
+        },
+        run_dir=str(run),
+        progress=False,
+        verbose=False,
+    )
     s = result.summary
     assert s["env_steps"] == 512 and s["updates"] == 2 and s["target_win_rate"] == 0.9
     # 128 steps per env: every env has ended at least one battle (SMAX's limit is 101 steps)
@@ -209,7 +248,9 @@ def test_progress_counts_env_steps_not_agent_samples():
     algo = make_algorithm(cfg, MAObs((3, D), (7,), (3, A)), SPEC)
     state = algo.init(jax.random.key(0))
     k = jax.random.split(jax.random.key(1), 4)
-    obs = MAObs(jax.random.normal(k[0], (T, B, 3, D)), jnp.zeros((T, B, 7)), jnp.ones((T, B, 3, A), bool))
+    obs = MAObs(
+        jax.random.normal(k[0], (T, B, 3, D)), jnp.zeros((T, B, 7)), jnp.ones((T, B, 3, A), bool)
+    )
     last = MAObs(jnp.zeros((B, 3, D)), jnp.zeros((B, 7)), jnp.ones((B, 3, A), bool))
     z = jnp.zeros((T, B, 3))
     traj = Trajectory(
@@ -226,6 +267,8 @@ def test_progress_counts_env_steps_not_agent_samples():
         trunc_t=jnp.full((B,), -1, jnp.int32),
     )
     new, metrics = jax.jit(algo.update)(state, traj)
-    assert int(new.fresh_steps) == T * B  # 3 agents, but T * B env steps: the lr anneals on env steps
+    assert (
+        int(new.fresh_steps) == T * B
+    )  # 3 agents, but T * B env steps: the lr anneals on env steps
     new, _ = jax.jit(algo.update)(new, traj, False)  # a reuse pass adds no progress
     assert int(new.fresh_steps) == T * B

@@ -9,19 +9,27 @@ import pytest
 from tianjax.algos import make_algorithm
 from tianjax.algos.maddpg import loss as M
 from tianjax.config import ConfigError, load_config
-from tianjax.core.types import MAObs
-from tianjax.core.types import ActionSpec
-from tianjax.core.types import Transition
+from tianjax.core.types import ActionSpec, MAObs, Transition
 
 N, D, S, A = 3, 4, 12, 2
-SPEC = ActionSpec(discrete=False, shape=(A,), low=np.zeros(A, np.float32), high=np.ones(A, np.float32))
+SPEC = ActionSpec(
+    discrete=False, shape=(A,), low=np.zeros(A, np.float32), high=np.ones(A, np.float32)
+)
 SHAPES = MAObs((N, D), (S,), (N, 1))
 
 
 def _algo(**kw):
-    cfg = load_config({"algo": "maddpg", "env": "MPE_simple_spread_v3_continuous", "env_backend": "jaxmarl",
-                       "num_envs": 4, "rollout_len": 8, "total_env_steps": 64,
-                       "maddpg": dict({"buffer_size": 64, "batch_size": 16}, **kw)})
+    cfg = load_config(
+        {
+            "algo": "maddpg",
+            "env": "MPE_simple_spread_v3_continuous",
+            "env_backend": "jaxmarl",
+            "num_envs": 4,
+            "rollout_len": 8,
+            "total_env_steps": 64,
+            "maddpg": dict({"buffer_size": 64, "batch_size": 16}, **kw),
+        }
+    )
     return cfg, make_algorithm(cfg, SHAPES, SPEC)
 
 
@@ -57,10 +65,24 @@ def test_actors_are_per_agent_and_exploration_stays_in_bounds():
 
 def _batch(key, B=16):
     ks = jax.random.split(key, 6)
-    obs = MAObs(jax.random.normal(ks[0], (B, N, D)), jax.random.normal(ks[1], (B, S)), jnp.ones((B, N, 1), bool))
-    nxt = MAObs(jax.random.normal(ks[2], (B, N, D)), jax.random.normal(ks[3], (B, S)), jnp.ones((B, N, 1), bool))
-    return Transition(obs, jax.random.uniform(ks[4], (B, N, A)), jax.random.normal(ks[5], (B, N)), nxt,
-                      jnp.arange(B) % 4 == 0, jnp.zeros((B,), jnp.int32))
+    obs = MAObs(
+        jax.random.normal(ks[0], (B, N, D)),
+        jax.random.normal(ks[1], (B, S)),
+        jnp.ones((B, N, 1), bool),
+    )
+    nxt = MAObs(
+        jax.random.normal(ks[2], (B, N, D)),
+        jax.random.normal(ks[3], (B, S)),
+        jnp.ones((B, N, 1), bool),
+    )
+    return Transition(
+        obs,
+        jax.random.uniform(ks[4], (B, N, A)),
+        jax.random.normal(ks[5], (B, N)),
+        nxt,
+        jnp.arange(B) % 4 == 0,
+        jnp.zeros((B,), jnp.int32),
+    )
 
 
 def test_target_by_hand_and_actor_gradient_only_reaches_actors():
@@ -70,7 +92,9 @@ def test_target_by_hand_and_actor_gradient_only_reaches_actors():
     actor_apply, critic_apply, _, _ = M.make_networks(cfg, N, SPEC)
     batch = _batch(jax.random.key(4))
     _, m = algo.loss_fn(params, target, batch, jnp.ones((16,)))
-    q_next = critic_apply(target.critic, batch.next_obs.state, actor_apply(target.actor, batch.next_obs.obs))
+    q_next = critic_apply(
+        target.critic, batch.next_obs.state, actor_apply(target.actor, batch.next_obs.obs)
+    )
     y = batch.reward + cfg.maddpg.gamma * (1.0 - batch.terminated[:, None]) * q_next
     np.testing.assert_allclose(m["target_mean"], jnp.mean(y), rtol=1e-5)
     # the actor term moves no critic: its gradient w.r.t. the critics is zero
@@ -111,8 +135,11 @@ def test_actor_gradient_is_each_agents_own_chain_rule():
     # the critic loss does not depend on the actors, so the whole loss's actor gradient is it
     got = jax.grad(lambda p: algo.loss_fn(p, target, batch, w)[0])(params).actor
     chex.assert_trees_all_close(got, expected, rtol=2e-4, atol=1e-6)
-    np.testing.assert_allclose(float(algo.loss_fn(params, target, batch, w)[1]["actor_loss"]),
-                               float(closed_form(params.actor)), rtol=1e-5)
+    np.testing.assert_allclose(
+        float(algo.loss_fn(params, target, batch, w)[1]["actor_loss"]),
+        float(closed_form(params.actor)),
+        rtol=1e-5,
+    )
     assert all(float(jnp.abs(x).max()) > 1e-4 for x in jax.tree.leaves(expected))
 
 
@@ -121,8 +148,11 @@ def test_soft_target_update():
     state = algo.init(jax.random.key(0))
     state = state._replace(target_params=jax.tree.map(jnp.zeros_like, state.params))
     new, _ = jax.jit(algo.update)(state, _batch(jax.random.key(5)))
-    jax.tree.map(lambda t, p: np.testing.assert_allclose(t, 0.25 * p, rtol=1e-5, atol=1e-7),
-                 new.target_params, new.params)
+    jax.tree.map(
+        lambda t, p: np.testing.assert_allclose(t, 0.25 * p, rtol=1e-5, atol=1e-7),
+        new.target_params,
+        new.params,
+    )
 
 
 def test_discrete_env_is_refused_by_name():
@@ -134,10 +164,22 @@ def test_discrete_env_is_refused_by_name():
 def test_fused_maddpg_runs_its_config_small(tmp_path):
     import tianjax
 
-    result = tianjax.train("configs/maddpg_mpe_spread.yaml",
-                           ["total_env_steps=2048", "num_envs=4", "rollout_len=32", "log_every=4",
-                            "maddpg.learning_starts=512", "maddpg.batch_size=64", "eval_episodes=2",
-                            "compile_cache=null"], run_dir=str(tmp_path / "m"), progress=False, verbose=False)
+    result = tianjax.train(
+        "configs/maddpg_mpe_spread.yaml",
+        [
+            "total_env_steps=2048",
+            "num_envs=4",
+            "rollout_len=32",
+            "log_every=4",
+            "maddpg.learning_starts=512",
+            "maddpg.batch_size=64",
+            "eval_episodes=2",
+            "compile_cache=null",
+        ],
+        run_dir=str(tmp_path / "m"),
+        progress=False,
+        verbose=False,
+    )
     s = result.summary
     # 16 iterations of 128 env steps, learning from the 4th (512 steps collected): 13 x 4 updates
     assert s["env_steps"] == 2048 and s["updates"] == 52 and s["skipped_updates"] == 0

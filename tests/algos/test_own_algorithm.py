@@ -56,7 +56,9 @@ def discounted_returns(reward, done, bootstrap, last_value, gamma):
         g = r + gamma * (b + (1.0 - d) * g_next)
         return g, g
 
-    _, g = jax.lax.scan(back, last_value, (reward, done.astype(jnp.float32), bootstrap), reverse=True)
+    _, g = jax.lax.scan(
+        back, last_value, (reward, done.astype(jnp.float32), bootstrap), reverse=True
+    )
     return g
 
 
@@ -83,23 +85,58 @@ def make_vpg(config, obs_shape, action_spec, *, correct_staleness: bool = True) 
             w, _ = S.staleness_weights(state.version, traj.version, config.staleness)
         else:
             w = jnp.ones(traj.reward.shape, jnp.float32)
-        flat = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), VPGBatch(traj.obs, traj.action, ret, w))
-        params, opt_state, metrics = gradient_step(loss_fn, optimizer, state.params, state.opt_state, flat)
-        return state._replace(params=params, opt_state=opt_state, version=state.version + 1), metrics
+        flat = jax.tree.map(
+            lambda x: x.reshape((-1,) + x.shape[2:]), VPGBatch(traj.obs, traj.action, ret, w)
+        )
+        params, opt_state, metrics = gradient_step(
+            loss_fn, optimizer, state.params, state.opt_state, flat
+        )
+        return state._replace(
+            params=params, opt_state=opt_state, version=state.version + 1
+        ), metrics
 
-    return Algorithm("vpg", ON_POLICY, init, policy.act, policy.value, policy.greedy, guarded(update), loss_fn,
-                     policy.network)
+    return Algorithm(
+        "vpg",
+        ON_POLICY,
+        init,
+        policy.act,
+        policy.value,
+        policy.greedy,
+        guarded(update),
+        loss_fn,
+        policy.network,
+    )
 
 
 def check_vpg(config) -> None:
-    check_key(config.rollout_len >= 8, "rollout_len", f"vpg needs rollouts of 8 steps or more, got {config.rollout_len}")
+    check_key(
+        config.rollout_len >= 8,
+        "rollout_len",
+        f"vpg needs rollouts of 8 steps or more, got {config.rollout_len}",
+    )
 
 
-SPEC = tianjax.algos.register(AlgorithmSpec("vpg", make_vpg, config=VPGConfig, check=check_vpg,
-                                            shape_keys=("vpg.hidden_probe",), sweepable=("vpg.lr", "vpg.gamma")))
+SPEC = tianjax.algos.register(
+    AlgorithmSpec(
+        "vpg",
+        make_vpg,
+        config=VPGConfig,
+        check=check_vpg,
+        shape_keys=("vpg.hidden_probe",),
+        sweepable=("vpg.lr", "vpg.gamma"),
+    )
+)
 
-BASE = {"algo": "vpg", "env": "CartPole-v1", "env_backend": "gymnax", "num_envs": 8, "rollout_len": 32,
-        "target_return": None, "loggers": [], "eval_episodes": 0}
+BASE = {
+    "algo": "vpg",
+    "env": "CartPole-v1",
+    "env_backend": "gymnax",
+    "num_envs": 8,
+    "rollout_len": 32,
+    "target_return": None,
+    "loggers": [],
+    "eval_episodes": 0,
+}
 
 
 def test_its_section_is_loaded_overridden_and_checked_like_a_built_in_one():
@@ -121,8 +158,13 @@ def test_its_section_is_loaded_overridden_and_checked_like_a_built_in_one():
 
 
 def test_it_trains_fused(tmp_path):
-    result = tianjax.train(BASE, ["total_env_steps=8192"], run_dir=str(tmp_path / "fused"), progress=False,
-                           verbose=False)
+    result = tianjax.train(
+        BASE,
+        ["total_env_steps=8192"],
+        run_dir=str(tmp_path / "fused"),
+        progress=False,
+        verbose=False,
+    )
     assert result.summary["updates"] == 8192 // (8 * 32)
     assert result.summary["episodes"] > 0
     with open(os.path.join(result.run_dir, "config.yaml")) as f:
@@ -132,8 +174,13 @@ def test_it_trains_fused(tmp_path):
 @pytest.mark.slow
 def test_it_trains_async_with_an_actor_process_that_imports_this_file(tmp_path):
     config = dict(BASE, mode="async", num_actors=1, imports=[os.path.abspath(__file__)])
-    result = tianjax.train(config, ["total_env_steps=8192"], run_dir=str(tmp_path / "async"), progress=False,
-                           verbose=False)
+    result = tianjax.train(
+        config,
+        ["total_env_steps=8192"],
+        run_dir=str(tmp_path / "async"),
+        progress=False,
+        verbose=False,
+    )
     assert result.summary["env_steps"] >= 8192 - 8 * 32
     assert result.summary["updates"] >= 8192 // (8 * 32) - 1
     assert result.summary["episodes"] > 0

@@ -8,13 +8,12 @@ import numpy as np
 import pytest
 
 from tianjax.algos import make_algorithm
-from tianjax.core import staleness as S
 from tianjax.algos.ppo.loss import PPOBatch, advantages, make_batch, make_loss, weighted_normalise
-from tianjax.core.update import init_state, make_optimizer
-from tianjax.core.types import Trajectory
 from tianjax.config import load_config
-from tianjax.envs.gymnax_env import make_gymnax
 from tianjax.core.rollout import make_rollout
+from tianjax.core.types import Trajectory
+from tianjax.core.update import init_state, make_optimizer
+from tianjax.envs.gymnax_env import make_gymnax
 
 
 def _stub_apply(params, obs):
@@ -70,13 +69,21 @@ def test_advantages_on_a_trajectory_with_truncation_and_termination():
     # B = 1, T = 3; step 0 truncated (bootstrap value 10), step 1 terminated.
     g, lam = 0.9, 0.5
     traj = Trajectory(
-        obs=jnp.zeros((3, 1, 1)), action=jnp.zeros((3, 1), jnp.int32),
-        reward=jnp.array([[1.0], [2.0], [3.0]]), done=jnp.array([[True], [True], [False]]),
+        obs=jnp.zeros((3, 1, 1)),
+        action=jnp.zeros((3, 1), jnp.int32),
+        reward=jnp.array([[1.0], [2.0], [3.0]]),
+        done=jnp.array([[True], [True], [False]]),
         bootstrap_value=jnp.array([[10.0], [0.0], [0.0]]),
-        behaviour_log_prob=jnp.zeros((3, 1)), behaviour_value=jnp.array([[4.0], [5.0], [6.0]]),
-        version=jnp.zeros((3, 1), jnp.int32), last_obs=jnp.zeros((1, 1)),
-        trunc_obs=jnp.zeros((1, 1)), trunc_t=jnp.array([0], jnp.int32))
-    adv, target = advantages(traj, traj.behaviour_value, jnp.array([7.0]), traj.bootstrap_value, g, lam)
+        behaviour_log_prob=jnp.zeros((3, 1)),
+        behaviour_value=jnp.array([[4.0], [5.0], [6.0]]),
+        version=jnp.zeros((3, 1), jnp.int32),
+        last_obs=jnp.zeros((1, 1)),
+        trunc_obs=jnp.zeros((1, 1)),
+        trunc_t=jnp.array([0], jnp.int32),
+    )
+    adv, target = advantages(
+        traj, traj.behaviour_value, jnp.array([7.0]), traj.bootstrap_value, g, lam
+    )
     a2 = 3 + g * 7 - 6  # bootstraps from the last value
     a1 = 2 - 5  # terminated: no bootstrap
     a0 = 1 + g * 10 - 4  # truncated: bootstraps from V(final obs), nothing leaks from step 1
@@ -94,8 +101,15 @@ def _trajectory(cfg):
 
 
 def test_corrected_update_equals_plain_update_when_nothing_is_stale():
-    cfg = load_config("configs/ppo_cartpole.yaml", ["num_envs=4", "rollout_len=16",
-                                                    "staleness.schedule=polynomial", "staleness.max_staleness=3"])
+    cfg = load_config(
+        "configs/ppo_cartpole.yaml",
+        [
+            "num_envs=4",
+            "rollout_len=16",
+            "staleness.schedule=polynomial",
+            "staleness.max_staleness=3",
+        ],
+    )
     env, state, traj = _trajectory(cfg)
     corrected = make_algorithm(cfg, env.obs_shape, env.action_spec, correct_staleness=True)
     plain = make_algorithm(cfg, env.obs_shape, env.action_spec, correct_staleness=False)
@@ -107,8 +121,10 @@ def test_corrected_update_equals_plain_update_when_nothing_is_stale():
 
 
 def test_stale_samples_change_the_update():
-    cfg = load_config("configs/ppo_cartpole.yaml", ["num_envs=4", "rollout_len=16",
-                                                    "staleness.schedule=polynomial", "staleness.power=2"])
+    cfg = load_config(
+        "configs/ppo_cartpole.yaml",
+        ["num_envs=4", "rollout_len=16", "staleness.schedule=polynomial", "staleness.power=2"],
+    )
     env, state, traj = _trajectory(cfg)
     algo = make_algorithm(cfg, env.obs_shape, env.action_spec)
     half_stale = traj._replace(version=traj.version.at[:, :2].set(-6))  # tau = 6 on two envs
@@ -157,26 +173,46 @@ def _wnorm(x, w):
 
 
 def _decoupled_case(rho_bar=1.0):
-    cfg = load_config(None, ["num_envs=2", "rollout_len=3", "total_env_steps=6", "ppo.num_minibatches=1",
-                             "staleness.schedule=polynomial", "staleness.power=1.0",
-                             f"staleness.rho_bar={rho_bar}", "ppo.vf_coef=0.0", "ppo.ent_coef=0.0"])
+    cfg = load_config(
+        None,
+        [
+            "num_envs=2",
+            "rollout_len=3",
+            "total_env_steps=6",
+            "ppo.num_minibatches=1",
+            "staleness.schedule=polynomial",
+            "staleness.power=1.0",
+            f"staleness.rho_bar={rho_bar}",
+            "ppo.vf_coef=0.0",
+            "ppo.ent_coef=0.0",
+        ],
+    )
     rng = np.random.default_rng(3)
     T, B, A = 3, 2, 3
-    params = {"W": jnp.asarray(rng.normal(size=(2, A)).astype(np.float32)),
-              "u": jnp.asarray(rng.normal(size=(2,)).astype(np.float32))}
+    params = {
+        "W": jnp.asarray(rng.normal(size=(2, A)).astype(np.float32)),
+        "u": jnp.asarray(rng.normal(size=(2,)).astype(np.float32)),
+    }
     obs = jnp.asarray(rng.normal(size=(T, B, 2)).astype(np.float32))
     action = jnp.asarray(rng.integers(0, A, size=(T, B)).astype(np.int32))
-    logp0 = np.take_along_axis(np.asarray(jax.nn.log_softmax(obs @ params["W"])), np.asarray(action)[..., None],
-                               axis=-1)[..., 0]
+    logp0 = np.take_along_axis(
+        np.asarray(jax.nn.log_softmax(obs @ params["W"])), np.asarray(action)[..., None], axis=-1
+    )[..., 0]
     # a stale behaviour policy: pi_0 / mu spans 1/3 .. 3, far outside the clip range
     log_mu = logp0 + np.log(np.array([[3.0, 0.5], [1.0, 1 / 3], [2.0, 1.2]], np.float32))
-    traj = Trajectory(obs=obs, action=action, reward=jnp.asarray(rng.normal(size=(T, B)).astype(np.float32)),
-                      done=jnp.zeros((T, B), bool), bootstrap_value=jnp.zeros((T, B)),
-                      behaviour_log_prob=jnp.asarray(log_mu, jnp.float32),
-                      behaviour_value=jnp.asarray(rng.normal(size=(T, B)).astype(np.float32)),
-                      version=jnp.array([[2, 5], [4, 5], [0, 5]], jnp.int32),
-                      last_obs=jnp.asarray(rng.normal(size=(B, 2)).astype(np.float32)),
-                      trunc_obs=jnp.zeros((B, 2)), trunc_t=jnp.full((B,), -1, jnp.int32))
+    traj = Trajectory(
+        obs=obs,
+        action=action,
+        reward=jnp.asarray(rng.normal(size=(T, B)).astype(np.float32)),
+        done=jnp.zeros((T, B), bool),
+        bootstrap_value=jnp.zeros((T, B)),
+        behaviour_log_prob=jnp.asarray(log_mu, jnp.float32),
+        behaviour_value=jnp.asarray(rng.normal(size=(T, B)).astype(np.float32)),
+        version=jnp.array([[2, 5], [4, 5], [0, 5]], jnp.int32),
+        last_obs=jnp.asarray(rng.normal(size=(B, 2)).astype(np.float32)),
+        trunc_obs=jnp.zeros((B, 2)),
+        trunc_t=jnp.full((B,), -1, jnp.int32),
+    )
     state = init_state(params, make_optimizer(1e-3, 1.0), jax.random.key(0), version=5)
     return cfg, params, traj, state, np.exp(logp0 - log_mu)
 
@@ -196,7 +232,9 @@ def test_decoupled_gradient_at_theta0_is_the_once_corrected_policy_gradient(rho_
     w = w * len(w) / w.sum()
     np.testing.assert_allclose(flat.weight, w, rtol=1e-5)
     a_hat = np.asarray(flat.advantage, np.float64)  # normalised with w by make_batch (pinned below)
-    assert abs((w * a_hat).sum() / w.sum()) < 1e-5 and (w * a_hat ** 2).sum() / w.sum() == pytest.approx(1, rel=1e-4)
+    assert abs((w * a_hat).sum() / w.sum()) < 1e-5 and (
+        w * a_hat**2
+    ).sum() / w.sum() == pytest.approx(1, rel=1e-4)
     s = np.asarray(traj.obs, np.float64).reshape(6, 2)
     pi0 = np.asarray(jax.nn.softmax(traj.obs @ params["W"]), np.float64).reshape(6, 3)
     onehot = np.eye(3)[np.asarray(traj.action).reshape(-1)]
@@ -208,9 +246,13 @@ def test_decoupled_gradient_at_theta0_is_the_once_corrected_policy_gradient(rho_
     # it sums to the gradient above, and over the sample's textbook term A_i grad log pi_i / N
     # it gives the weight the code applied to that sample.
     per_sample_apply = lambda p, obs: (jnp.einsum("nj,njk->nk", obs, p["W"]), obs @ p["u"])  # noqa: E731
-    per_sample_loss = make_loss(per_sample_apply, clip_eps=0.2, clip_value=True, vf_coef=0.0, ent_coef=0.0)
+    per_sample_loss = make_loss(
+        per_sample_apply, clip_eps=0.2, clip_value=True, vf_coef=0.0, ent_coef=0.0
+    )
     own = {"W": jnp.broadcast_to(params["W"], (6,) + params["W"].shape), "u": params["u"]}
-    g_own = np.asarray(jax.grad(lambda p: per_sample_loss(p, flat)[0])(own)["W"], np.float64)  # [N, 2, A]
+    g_own = np.asarray(
+        jax.grad(lambda p: per_sample_loss(p, flat)[0])(own)["W"], np.float64
+    )  # [N, 2, A]
     np.testing.assert_allclose(g_own.sum(0), grad, rtol=1e-4, atol=1e-6)
     term = -a_hat[:, None, None] * grad_logp / 6
     w_code = (g_own * term).sum((1, 2)) / (term * term).sum((1, 2))
@@ -228,11 +270,17 @@ def test_decoupled_gradient_at_theta0_is_the_once_corrected_policy_gradient(rho_
 
 def test_decoupled_loss_equals_plain_ppo_when_mu_is_pi0_and_nothing_is_stale():
     cfg, params, traj, state, _ = _decoupled_case()
-    logp0 = np.take_along_axis(np.asarray(jax.nn.log_softmax(traj.obs @ params["W"])),
-                               np.asarray(traj.action)[..., None], axis=-1)[..., 0]
+    logp0 = np.take_along_axis(
+        np.asarray(jax.nn.log_softmax(traj.obs @ params["W"])),
+        np.asarray(traj.action)[..., None],
+        axis=-1,
+    )[..., 0]
     v0 = traj.obs @ params["u"]
-    traj = traj._replace(behaviour_log_prob=jnp.asarray(logp0), behaviour_value=v0,
-                         version=jnp.full((3, 2), 5, jnp.int32))
+    traj = traj._replace(
+        behaviour_log_prob=jnp.asarray(logp0),
+        behaviour_value=v0,
+        version=jnp.full((3, 2), 5, jnp.int32),
+    )
     corrected = make_batch(_linear_apply, cfg, state, traj, correct_staleness=True)
     plain = make_batch(_linear_apply, cfg, state, traj, correct_staleness=False)
     chex.assert_trees_all_close(corrected, plain, atol=1e-6)
@@ -241,7 +289,9 @@ def test_decoupled_loss_equals_plain_ppo_when_mu_is_pi0_and_nothing_is_stale():
     # plain PPO by its textbook formula at some theta != theta_0, ratio against mu = pi_0
     theta = jax.tree.map(lambda x: x + 0.3, params)
     logits, v = _linear_apply(theta, flat.obs)
-    logp = np.take_along_axis(np.asarray(jax.nn.log_softmax(logits)), np.asarray(flat.action)[:, None], -1)[:, 0]
+    logp = np.take_along_axis(
+        np.asarray(jax.nn.log_softmax(logits)), np.asarray(flat.action)[:, None], -1
+    )[:, 0]
     r = np.exp(logp - logp0.reshape(-1))
     a = np.asarray(flat.advantage)  # normalised over the batch (every weight 1: the plain way)
     np.testing.assert_allclose([a.mean(), a.std()], [0.0, 1.0], atol=1e-5)
@@ -259,8 +309,12 @@ def test_gae_uses_the_learners_critic_throughout():
     cfg, params, traj, state, _ = _decoupled_case()
     # a truncation at step 1 of env 0, whose final observation is stored
     final = jnp.array([[0.5, -1.0], [0.0, 0.0]])
-    traj = traj._replace(done=traj.done.at[1, 0].set(True), bootstrap_value=traj.bootstrap_value.at[1, 0].set(99.0),
-                         trunc_obs=final, trunc_t=jnp.array([1, -1], jnp.int32))
+    traj = traj._replace(
+        done=traj.done.at[1, 0].set(True),
+        bootstrap_value=traj.bootstrap_value.at[1, 0].set(99.0),
+        trunc_obs=final,
+        trunc_t=jnp.array([1, -1], jnp.int32),
+    )
     batch = make_batch(_linear_apply, cfg, state, traj, correct_staleness=True)
     u = params["u"]
     v0 = traj.obs @ u
@@ -291,11 +345,17 @@ def test_truncated_traces_cut_gae_by_the_later_steps_ratio_and_vanish_when_mu_is
         by_hand[:, b] = [a0, a1, a2]
     np.testing.assert_allclose(batch.advantage, _wnorm(by_hand, batch.weight), rtol=1e-4, atol=1e-5)
     # mu = pi_0: every trace is whole, and the batch is plain GAE's
-    logp0 = np.take_along_axis(np.asarray(jax.nn.log_softmax(traj.obs @ params["W"])),
-                               np.asarray(traj.action)[..., None], axis=-1)[..., 0]
+    logp0 = np.take_along_axis(
+        np.asarray(jax.nn.log_softmax(traj.obs @ params["W"])),
+        np.asarray(traj.action)[..., None],
+        axis=-1,
+    )[..., 0]
     on = traj._replace(behaviour_log_prob=jnp.asarray(logp0))
-    chex.assert_trees_all_close(make_batch(_linear_apply, cfg_traced, state, on, correct_staleness=True),
-                                make_batch(_linear_apply, cfg, state, on, correct_staleness=True), atol=1e-6)
+    chex.assert_trees_all_close(
+        make_batch(_linear_apply, cfg_traced, state, on, correct_staleness=True),
+        make_batch(_linear_apply, cfg, state, on, correct_staleness=True),
+        atol=1e-6,
+    )
 
 
 def test_behaviour_clip_zeroes_exactly_the_samples_the_textbook_clip_stops_at_theta0():
@@ -326,11 +386,17 @@ def test_behaviour_clip_zeroes_exactly_the_samples_the_textbook_clip_stops_at_th
     expected = -np.einsum("i,i,ijk->jk", wk, ak, grad_logp) / 6
     np.testing.assert_allclose(grad, expected, rtol=1e-4, atol=1e-6)
     # with mu = pi_0 nothing has moved: the batch is the decoupled one, unchanged
-    logp0 = np.take_along_axis(np.asarray(jax.nn.log_softmax(traj.obs @ params["W"])),
-                               np.asarray(traj.action)[..., None], axis=-1)[..., 0]
+    logp0 = np.take_along_axis(
+        np.asarray(jax.nn.log_softmax(traj.obs @ params["W"])),
+        np.asarray(traj.action)[..., None],
+        axis=-1,
+    )[..., 0]
     on = traj._replace(behaviour_log_prob=jnp.asarray(logp0))
-    chex.assert_trees_all_close(make_batch(_linear_apply, cfg_b, state, on, correct_staleness=True),
-                                make_batch(_linear_apply, cfg, state, on, correct_staleness=True), atol=1e-6)
+    chex.assert_trees_all_close(
+        make_batch(_linear_apply, cfg_b, state, on, correct_staleness=True),
+        make_batch(_linear_apply, cfg, state, on, correct_staleness=True),
+        atol=1e-6,
+    )
 
 
 def test_advantages_are_normalised_once_over_the_batch_before_the_mask_and_the_loss_keeps_them():
@@ -386,9 +452,14 @@ def test_advantages_are_normalised_once_over_the_batch_before_the_mask_and_the_l
         logp = jnp.take_along_axis(jax.nn.log_softmax(logits), mb.action[:, None], -1)[:, 0]
         ratio = jnp.exp(logp - mb.prox_log_prob)
         a = jnp.asarray(ak, jnp.float32)
-        return jnp.mean(jnp.asarray(kw, jnp.float32)
-                        * -jnp.minimum(ratio * a, jnp.clip(ratio, 0.8, 1.2) * a))
+        return jnp.mean(
+            jnp.asarray(kw, jnp.float32) * -jnp.minimum(ratio * a, jnp.clip(ratio, 0.8, 1.2) * a)
+        )
 
     theta = jax.tree.map(lambda x: x + 0.05, params)
-    np.testing.assert_allclose(jax.grad(lambda p: loss_fn(p, mb)[0])(theta)["W"], jax.grad(formula)(theta)["W"],
-                               rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(
+        jax.grad(lambda p: loss_fn(p, mb)[0])(theta)["W"],
+        jax.grad(formula)(theta)["W"],
+        rtol=1e-4,
+        atol=1e-6,
+    )

@@ -7,8 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tianjax.algos.qmix import loss as Q
-from tianjax.core.types import MAObs
-from tianjax.core.types import Sequences
+from tianjax.core.types import MAObs, Sequences
 
 N, S = 3, 4
 MIXER = Q.Mixer(embed_dim=8, hyper_hidden=16)
@@ -17,8 +16,12 @@ _grad = jax.jit(jax.grad(lambda p, q, s: MIXER.apply(p, q, s), argnums=1))
 
 
 @settings(max_examples=40, deadline=None)
-@given(seed=st.integers(0, 2**30), scale=st.floats(0.1, 10.0), i=st.integers(0, N - 1),
-       delta=st.floats(1e-3, 5.0))
+@given(
+    seed=st.integers(0, 2**30),
+    scale=st.floats(0.1, 10.0),
+    i=st.integers(0, N - 1),
+    delta=st.floats(1e-3, 5.0),
+)
 def test_mixer_is_monotonic_in_each_agent_q(seed, scale, i, delta):
     k_p, k_q, k_s = jax.random.split(jax.random.key(seed), 3)
     params = MIXER.init(k_p, jnp.zeros((N,)), jnp.zeros((S,)))
@@ -32,7 +35,9 @@ def _randomised(params, seed):
     """Every leaf of `params` drawn at random (biases too), so each term of a formula counts."""
     leaves, treedef = jax.tree.flatten(params)
     keys = jax.random.split(jax.random.key(seed), len(leaves))
-    return jax.tree.unflatten(treedef, [0.7 * jax.random.normal(k, x.shape) for k, x in zip(keys, leaves)])
+    return jax.tree.unflatten(
+        treedef, [0.7 * jax.random.normal(k, x.shape) for k, x in zip(keys, leaves)]
+    )
 
 
 def _np(params):
@@ -74,14 +79,18 @@ def test_target_by_hand_on_a_two_agent_batch():
     # each term of the formula below counts
     leaves, treedef = jax.tree.flatten(params)
     keys = jax.random.split(jax.random.key(8), len(leaves))
-    params = jax.tree.unflatten(treedef, [jax.random.normal(k, x.shape) for k, x in zip(keys, leaves)])
+    params = jax.tree.unflatten(
+        treedef, [jax.random.normal(k, x.shape) for k, x in zip(keys, leaves)]
+    )
     p = jax.tree.map(np.asarray, params["params"])
     assert abs(p["hyper_b1"]["kernel"]).min() > 0 and abs(p["hyper_b2"]["kernel"]).min() > 0
     # two transitions, two agents, three actions; the second agent cannot take action 2 next
-    q_next_online = jnp.array([[[1.0, 3.0, 2.0], [0.5, 0.1, 9.0]],
-                               [[4.0, 0.0, 1.0], [2.0, 3.0, 1.0]]])
-    q_next_target = jnp.array([[[10.0, 20.0, 30.0], [-1.0, -2.0, -3.0]],
-                               [[7.0, 8.0, 9.0], [0.5, 0.25, 0.125]]])
+    q_next_online = jnp.array(
+        [[[1.0, 3.0, 2.0], [0.5, 0.1, 9.0]], [[4.0, 0.0, 1.0], [2.0, 3.0, 1.0]]]
+    )
+    q_next_target = jnp.array(
+        [[[10.0, 20.0, 30.0], [-1.0, -2.0, -3.0]], [[7.0, 8.0, 9.0], [0.5, 0.25, 0.125]]]
+    )
     avail = jnp.array([[[True, True, True], [True, True, False]]] * 2)
     reward = jnp.array([1.0, -0.5])
     terminated = jnp.array([False, True])
@@ -119,10 +128,16 @@ def test_lambda_targets_by_hand_stop_at_episode_ends():
     y = Q.lambda_targets(r, terminated.at[2, 0].set(True), done.at[2, 0].set(True), v, g, lam)
     np.testing.assert_allclose(y[1:3, 0], [y1, 0.5], rtol=1e-6)
     # lambda = 0 is the one-step target; lambda = 1 the discounted sum to the cut
-    np.testing.assert_allclose(Q.lambda_targets(r, terminated, done, v, g, 0.0),
-                               Q.td_targets(r, terminated, v, g), rtol=1e-6)
-    np.testing.assert_allclose(Q.lambda_targets(r, terminated, done, v, g, 1.0)[2:, 0],
-                               [0.5 + g * (-1.0 + g * 40.0), -1.0 + g * 40.0], rtol=1e-6)
+    np.testing.assert_allclose(
+        Q.lambda_targets(r, terminated, done, v, g, 0.0),
+        Q.td_targets(r, terminated, v, g),
+        rtol=1e-6,
+    )
+    np.testing.assert_allclose(
+        Q.lambda_targets(r, terminated, done, v, g, 1.0)[2:, 0],
+        [0.5 + g * (-1.0 + g * 40.0), -1.0 + g * 40.0],
+        rtol=1e-6,
+    )
 
 
 def test_agent_and_team_qs_start_near_zero_on_smax_states():
@@ -157,8 +172,11 @@ def _seq(key, T=6, B=2, D=5, A=4, H=8):
         action=jax.random.randint(ks[2], (T, B, N), 0, A),
         reward=jax.random.normal(ks[3], (T, B)),
         next_obs=MAObs(obs[1:], state[1:], avail[1:]),
-        terminated=done, done=done,
-        carry=jnp.zeros((B, N, H)), version=jnp.zeros((T, B), jnp.int32))
+        terminated=done,
+        done=done,
+        carry=jnp.zeros((B, N, H)),
+        version=jnp.zeros((T, B), jnp.int32),
+    )
 
 
 def test_hidden_state_resets_after_an_episode_end_and_next_q_is_the_next_step():
@@ -176,8 +194,10 @@ def test_hidden_state_resets_after_an_episode_end_and_next_q_is_the_next_step():
 def test_burn_in_steps_carry_no_loss():
     agent, mixer = Q.AgentRNN(hidden_dim=8, num_actions=4), Q.Mixer(embed_dim=8, hyper_hidden=16)
     seq = _seq(jax.random.key(2))
-    params = Q.QMIXParams(agent.init(jax.random.key(3), jnp.zeros((2, N, 8)), jnp.zeros((2, N, 5 + N))),
-                          mixer.init(jax.random.key(4), jnp.zeros((2, N)), jnp.zeros((2, S))))
+    params = Q.QMIXParams(
+        agent.init(jax.random.key(3), jnp.zeros((2, N, 8)), jnp.zeros((2, N, 5 + N))),
+        mixer.init(jax.random.key(4), jnp.zeros((2, N)), jnp.zeros((2, S))),
+    )
     loss_fn = Q.make_loss(agent, mixer, gamma=0.99, burn_in=2)
     w = jnp.ones(seq.reward.shape)
     base, m = loss_fn(params, params, seq, w)
@@ -189,8 +209,9 @@ def test_burn_in_steps_carry_no_loss():
     assert float(loss_fn(params, params, bumped, w)[0]) > float(base) + 1.0
     # zero-weight (e.g. too stale) samples drop out
     w3 = w.at[3].set(0.0)
-    np.testing.assert_allclose(loss_fn(params, params, bumped, w3)[0], loss_fn(params, params, seq, w3)[0],
-                               rtol=1e-6)
+    np.testing.assert_allclose(
+        loss_fn(params, params, bumped, w3)[0], loss_fn(params, params, seq, w3)[0], rtol=1e-6
+    )
 
 
 def test_loss_targets_by_hand_per_step():
@@ -208,9 +229,16 @@ def test_loss_targets_by_hand_per_step():
 
     def init(seed):
         return Q.QMIXParams(
-            _randomised(agent.init(jax.random.key(seed), jnp.zeros((1, N2, H)), jnp.zeros((1, N2, D2 + N2))),
-                        seed + 1),
-            _randomised(mixer.init(jax.random.key(seed), jnp.zeros((1, N2)), jnp.zeros((1, S2))), seed + 2))
+            _randomised(
+                agent.init(
+                    jax.random.key(seed), jnp.zeros((1, N2, H)), jnp.zeros((1, N2, D2 + N2))
+                ),
+                seed + 1,
+            ),
+            _randomised(
+                mixer.init(jax.random.key(seed), jnp.zeros((1, N2)), jnp.zeros((1, S2))), seed + 2
+            ),
+        )
 
     online, target = init(10), init(20)
     rng = np.random.default_rng(0)
@@ -251,7 +279,9 @@ def test_loss_targets_by_hand_per_step():
     chosen = np.zeros((T, N2))
     for t in range(T):
         for i in range(N2):
-            best = max((a for a in range(A2) if avail_next[t, i, a]), key=lambda a: q_next_on[t, i, a])
+            best = max(
+                (a for a in range(A2) if avail_next[t, i, a]), key=lambda a: q_next_on[t, i, a]
+            )
             chosen[t, i] = q_next_tg[t, i, best]
     assert chosen[0, 0] != q_next_tg[0, 0, q_next_on[0, 0].argmax()]  # the mask matters here
     v = [_mixer_np(_np(target.mixer), chosen[t], next_state[t]) for t in range(T)]
@@ -262,21 +292,26 @@ def test_loss_targets_by_hand_per_step():
     y_lambda[2] = reward[2] + g * ((1 - lam) * v[2] + lam * y_lambda[3])
     y_lambda[1] = reward[1] + g * v[1]  # cut by the time limit: its final observation's value only
     y_lambda[0] = reward[0] + g * ((1 - lam) * v[0] + lam * y_lambda[1])
-    y_one_step = np.array([reward[0] + g * v[0], reward[1] + g * v[1], reward[2] + g * v[2], reward[3]])
+    y_one_step = np.array(
+        [reward[0] + g * v[0], reward[1] + g * v[1], reward[2] + g * v[2], reward[3]]
+    )
 
     avail = np.ones((T + 1, N2, A2), bool)
     avail[1:] = avail_next
     f32 = lambda x: jnp.asarray(x[:, None], jnp.float32)  # noqa: E731  [T, ...] -> [T, B = 1, ...]
     seq = Sequences(
         obs=MAObs(f32(obs[:-1]), f32(state[:-1]), jnp.asarray(avail[:-1, None])),
-        action=jnp.asarray(action[:, None], jnp.int32), reward=f32(reward),
+        action=jnp.asarray(action[:, None], jnp.int32),
+        reward=f32(reward),
         next_obs=MAObs(f32(next_obs), f32(next_state), jnp.asarray(avail_next[:, None])),
-        terminated=jnp.asarray(terminated[:, None]), done=jnp.asarray(done[:, None]),
-        carry=jnp.asarray(carry[None], jnp.float32), version=jnp.zeros((T, 1), jnp.int32))
+        terminated=jnp.asarray(terminated[:, None]),
+        done=jnp.asarray(done[:, None]),
+        carry=jnp.asarray(carry[None], jnp.float32),
+        version=jnp.zeros((T, 1), jnp.int32),
+    )
     for lam_, expected in ((lam, y_lambda), (0.0, y_one_step)):
         loss_fn = Q.make_loss(agent, mixer, gamma=g, burn_in=0, td_lambda=lam_)
-        grad_b2 = jax.jit(jax.grad(
-            lambda p, w: loss_fn(p, target, seq, w)[0]))
+        grad_b2 = jax.jit(jax.grad(lambda p, w: loss_fn(p, target, seq, w)[0]))
         y = []
         for t in range(T):
             w = jnp.zeros((T, 1)).at[t, 0].set(1.0)
@@ -291,13 +326,21 @@ def test_rollout_stores_the_hidden_state_that_replays_its_actions():
     episodes are 26 steps; two rollouts of 20 steps cross one)."""
     from tianjax.algos import make_algorithm
     from tianjax.config import load_config
-    from tianjax.envs.marl import make_jaxmarl
     from tianjax.core.rollout import make_rollout
+    from tianjax.envs.marl import make_jaxmarl
 
     env = make_jaxmarl("MPE_simple_spread_v3")
-    cfg = load_config({"algo": "qmix", "env": env.name, "env_backend": "jaxmarl", "num_envs": 3,
-                       "rollout_len": 20, "total_env_steps": 600,
-                       "qmix": {"eps_start": 0.0, "eps_end": 0.0, "hidden_dim": 16}})
+    cfg = load_config(
+        {
+            "algo": "qmix",
+            "env": env.name,
+            "env_backend": "jaxmarl",
+            "num_envs": 3,
+            "rollout_len": 20,
+            "total_env_steps": 600,
+            "qmix": {"eps_start": 0.0, "eps_end": 0.0, "hidden_dim": 16},
+        }
+    )
     algo = make_algorithm(cfg, env.obs_shape, env.action_spec)
     params = algo.init(jax.random.key(0)).params
     init, rollout = make_rollout(env, algo, 3, 20)
@@ -319,12 +362,28 @@ def test_rollout_stores_the_hidden_state_that_replays_its_actions():
 def test_fused_qmix_learns_from_replayed_sequences(tmp_path):
     import tianjax
 
-    result = tianjax.train({"algo": "qmix", "env": "MPE_simple_spread_v3", "env_backend": "jaxmarl",
-                            "num_envs": 4, "rollout_len": 16, "total_env_steps": 1024, "log_every": 4,
-                            "target_return": None, "compile_cache": None,
-                            "qmix": {"learning_starts": 256, "batch_size": 4, "hidden_dim": 16,
-                                     "target_update_every": 2}},
-                           run_dir=str(tmp_path / "q"), progress=False, verbose=False)
+    result = tianjax.train(
+        {
+            "algo": "qmix",
+            "env": "MPE_simple_spread_v3",
+            "env_backend": "jaxmarl",
+            "num_envs": 4,
+            "rollout_len": 16,
+            "total_env_steps": 1024,
+            "log_every": 4,
+            "target_return": None,
+            "compile_cache": None,
+            "qmix": {
+                "learning_starts": 256,
+                "batch_size": 4,
+                "hidden_dim": 16,
+                "target_update_every": 2,
+            },
+        },
+        run_dir=str(tmp_path / "q"),
+        progress=False,
+        verbose=False,
+    )
     # 16 iterations, learning from the 4th on (256 env steps collected): 13 updates
     assert result.summary["updates"] == 13 and result.summary["skipped_updates"] == 0
     assert np.isfinite(result.metrics["loss"][-1]) and result.metrics["target_synced"][-1] >= 0
@@ -333,4 +392,6 @@ def test_fused_qmix_learns_from_replayed_sequences(tmp_path):
     # `tianjax eval`: the checkpoint restores, and the greedy policy carries its GRU state
     out = evaluate_run(str(tmp_path / "q"), episodes=2)
     assert out.returns.shape == (2,) and np.all(np.isfinite(out.returns)) and out.returns.max() < 0
-    assert out.won is None and out.win_rate is None and "win rate" not in out.line()  # MPE reports none
+    assert (
+        out.won is None and out.win_rate is None and "win rate" not in out.line()
+    )  # MPE reports none

@@ -26,8 +26,12 @@ PER_UPDATE = 4 * 128  # num_envs x rollout_len of the default config
 
 
 def _state(shift: float = 0.0):
-    return {"w": jnp.arange(6.0).reshape(2, 3) + shift, "key": jax.random.key(3),
-            "version": jnp.int32(7), "nested": (jnp.ones(4, jnp.uint8), jnp.zeros((3, 2), jnp.bfloat16))}
+    return {
+        "w": jnp.arange(6.0).reshape(2, 3) + shift,
+        "key": jax.random.key(3),
+        "version": jnp.int32(7),
+        "nested": (jnp.ones(4, jnp.uint8), jnp.zeros((3, 2), jnp.bfloat16)),
+    }
 
 
 def _equal(a, b) -> bool:
@@ -108,7 +112,12 @@ def test_damaged_latest_falls_back_to_previous(tmp_path, damage):
 
 def _meta_file(run_dir, step):
     root = os.path.join(ckpt.checkpoint_dir(str(run_dir)), str(step), "meta")
-    return next(os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs if f.endswith(".json") or "meta" in f)
+    return next(
+        os.path.join(d, f)
+        for d, _, fs in os.walk(root)
+        for f in fs
+        if f.endswith(".json") or "meta" in f
+    )
 
 
 def test_the_digest_covers_the_counters(tmp_path):
@@ -153,7 +162,9 @@ def test_an_unreadable_step_is_moved_aside_and_written_again(tmp_path):
 def test_unfinished_save_is_ignored(tmp_path):
     _save_steps(tmp_path, [5])
     # what a crash mid-save leaves: orbax's temporary directory, never renamed into place
-    partial = os.path.join(ckpt.checkpoint_dir(str(tmp_path)), "10.orbax-checkpoint-tmp-1234", "state")
+    partial = os.path.join(
+        ckpt.checkpoint_dir(str(tmp_path)), "10.orbax-checkpoint-tmp-1234", "state"
+    )
     os.makedirs(partial)
     with open(os.path.join(partial, "half-written"), "wb") as f:
         f.write(b"\0" * 100)
@@ -196,20 +207,32 @@ def test_section_keys_that_shape_the_arrays_are_named():
     meta = ckpt.run_meta(load_config(dqn, actors))
     ckpt.check_compatible(meta, load_config(dqn, actors + ["dqn.buffer_size=1000"]), "r")
     # a checkpoint written before a key was recorded is not refused for it
-    ckpt.check_compatible({"config": {"algo": "dqn"}}, load_config(dqn, ["dqn.frame_once=true"]), "r")
+    ckpt.check_compatible(
+        {"config": {"algo": "dqn"}}, load_config(dqn, ["dqn.frame_once=true"]), "r"
+    )
     # the sections that size a multi-agent algorithm's networks
     qmix = os.path.join(os.path.dirname(CFG), "qmix_smax_3m.yaml")
     with pytest.raises(ckpt.CheckpointError, match="config key 'qmix.hidden_dim'"):
-        ckpt.check_compatible(ckpt.run_meta(load_config(qmix)), load_config(qmix, ["qmix.hidden_dim=32"]), "r")
+        ckpt.check_compatible(
+            ckpt.run_meta(load_config(qmix)), load_config(qmix, ["qmix.hidden_dim=32"]), "r"
+        )
     ippo = os.path.join(os.path.dirname(CFG), "ippo_mpe_spread.yaml")
     with pytest.raises(ckpt.CheckpointError, match="config key 'marl.agent_id'"):
-        ckpt.check_compatible(ckpt.run_meta(load_config(ippo)), load_config(ippo, ["marl.agent_id=false"]), "r")
+        ckpt.check_compatible(
+            ckpt.run_meta(load_config(ippo)), load_config(ippo, ["marl.agent_id=false"]), "r"
+        )
 
 
 # ----------------------------------------------------------------------------- resume
 def _train(run_dir, updates, *extra):
-    overrides = ["ppo.anneal_lr=false", "log_every=4", "eval_episodes=0", "checkpoint.every=8",
-                 f"total_env_steps={updates * PER_UPDATE}", *extra]
+    overrides = [
+        "ppo.anneal_lr=false",
+        "log_every=4",
+        "eval_episodes=0",
+        "checkpoint.every=8",
+        f"total_env_steps={updates * PER_UPDATE}",
+        *extra,
+    ]
     kw = {"run_dir": str(run_dir)} if run_dir is not None else {}
     return tianjax.train(CFG, overrides, progress=False, verbose=False, **kw)
 
@@ -260,8 +283,16 @@ def test_eval_reads_the_newest_checkpoint(tmp_path, capsys):
     assert capsys.readouterr().out.strip().splitlines()[-1] == line
 
 
-@pytest.mark.parametrize("args", [["nowhere"], ["{run}", "episodes=0"], ["{run}", "episode=3"],
-                                  ["{run}", "greedy=maybe"], ["{run}/checkpoints/999"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["nowhere"],
+        ["{run}", "episodes=0"],
+        ["{run}", "episode=3"],
+        ["{run}", "greedy=maybe"],
+        ["{run}/checkpoints/999"],
+    ],
+)
 def test_eval_bad_input_is_one_line(tmp_path, capsys, args):
     run = tmp_path / "a"
     _save_steps(run, [5])  # a checkpoints directory...

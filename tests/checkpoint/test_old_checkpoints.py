@@ -29,9 +29,15 @@ def _copy(name: str, tmp_path: Path) -> Path:
 def test_a_fused_checkpoint_from_before_the_rooms_resumes(tmp_path, name, more):
     old = _copy(name, tmp_path)
     meta = ckpt.read_meta(str(old))
-    config = tianjax.load_config(str(old / "config.yaml"),
-                                 [f"total_env_steps={meta['env_steps'] + more}", f"resume={old}",
-                                  "loggers=[]", "eval_episodes=0"])
+    config = tianjax.load_config(
+        str(old / "config.yaml"),
+        [
+            f"total_env_steps={meta['env_steps'] + more}",
+            f"resume={old}",
+            "loggers=[]",
+            "eval_episodes=0",
+        ],
+    )
     result = tianjax.train(config, progress=False, verbose=False)
     assert result.summary["resumed_from_step"] == meta["step"]
     assert result.summary["env_steps"] > meta["env_steps"]
@@ -42,9 +48,10 @@ def test_a_fused_checkpoint_from_before_the_rooms_resumes(tmp_path, name, more):
 def test_an_async_learner_checkpoint_from_before_the_rooms_resumes(tmp_path):
     old = _copy("async", tmp_path)
     meta = ckpt.read_meta(str(old))
-    config = tianjax.load_config(str(old / "config.yaml"),
-                                 [f"total_env_steps={meta['env_steps'] + 4096}", f"resume={old}",
-                                  "loggers=[]"])
+    config = tianjax.load_config(
+        str(old / "config.yaml"),
+        [f"total_env_steps={meta['env_steps'] + 4096}", f"resume={old}", "loggers=[]"],
+    )
     result = tianjax.train(config, progress=False, verbose=False)
     assert result.summary["resumed_from_step"] == meta["step"] == meta["updates"]
     assert result.summary["updates"] > meta["updates"]

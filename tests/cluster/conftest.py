@@ -47,11 +47,17 @@ class HostProcs:
     def __init__(self, log_dir: Path):
         self.log_dir = log_dir
 
-    def start(self, cluster: netns.NamespaceCluster, host: str, args: list[str], name: str,
-              env: dict) -> subprocess.Popen:
+    def start(
+        self, cluster: netns.NamespaceCluster, host: str, args: list[str], name: str, env: dict
+    ) -> subprocess.Popen:
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        with open(self.log_dir / f"{name}.out", "wb") as out, open(self.log_dir / f"{name}.err", "wb") as err:
-            p = cluster.run(host, [sys.executable, *args], env=env, cwd=REPO, stdout=out, stderr=err)
+        with (
+            open(self.log_dir / f"{name}.out", "wb") as out,
+            open(self.log_dir / f"{name}.err", "wb") as err,
+        ):
+            p = cluster.run(
+                host, [sys.executable, *args], env=env, cwd=REPO, stdout=out, stderr=err
+            )
         p.log_name = name
         return p
 
@@ -70,8 +76,10 @@ class HostProcs:
                 p.wait(2)
             except subprocess.TimeoutExpired:
                 pass
-            raise AssertionError(f"{p.log_name} still running after {timeout:.0f} s; stderr:\n"
-                                 + self.stderr(p)[-6000:]) from None
+            raise AssertionError(
+                f"{p.log_name} still running after {timeout:.0f} s; stderr:\n"
+                + self.stderr(p)[-6000:]
+            ) from None
 
 
 @pytest.fixture

@@ -29,9 +29,9 @@ def separate_hosts_commands(run_dir: Path, *overrides: str) -> list[tuple[str, l
     `python`): `tianjax` is `-m tianjax.cli`, learners run where their comment says, the
     actors ("anywhere") on host2 and host3; `overrides` go with the config's."""
     text = (REPO / "docs" / "multihost.md").read_text()
-    block = text[text.index("On separate hosts"):]
-    block = block[block.index("```bash") + len("```bash"):]
-    block = block[:block.index("```")].replace("\\\n", " ")
+    block = text[text.index("On separate hosts") :]
+    block = block[block.index("```bash") + len("```bash") :]
+    block = block[: block.index("```")].replace("\\\n", " ")
     out, actors = [], iter(ACTOR_HOSTS)
     for line in block.splitlines():
         command, _, where = line.partition("#")
@@ -51,12 +51,16 @@ def separate_hosts_commands(run_dir: Path, *overrides: str) -> list[tuple[str, l
 
 
 @pytest.mark.slow
-def test_the_separate_hosts_block_reaches_the_target_with_debians_hosts_file(make_cluster, host_procs, tmp_path):
+def test_the_separate_hosts_block_reaches_the_target_with_debians_hosts_file(
+    make_cluster, host_procs, tmp_path
+):
     cluster = make_cluster(["host0", "host1", "host2", "host3"], hosts_style="debian")
     env = child_env(TIANJAX_RUN_KEY=os.urandom(32).hex())
     cmds = separate_hosts_commands(tmp_path / "run")
     names = ["learner-0", "learner-1", "actor-0", "actor-1"]
-    procs = [host_procs.start(cluster, host, argv, name, env) for (host, argv), name in zip(cmds, names)]
+    procs = [
+        host_procs.start(cluster, host, argv, name, env) for (host, argv), name in zip(cmds, names)
+    ]
     learners, actors = procs[:2], procs[2:]
     for p in learners:
         assert host_procs.wait(p, 420) == 0, host_procs.stderr(p)[-4000:]
@@ -81,7 +85,8 @@ def _error_lines(text: str) -> list[str]:
 
 @pytest.mark.slow
 def test_actors_whose_learner_never_comes_or_ends_silent_stop_after_the_heartbeat_timeout(
-        make_cluster, host_procs, tmp_path):
+    make_cluster, host_procs, tmp_path
+):
     """Learner 1 never starts; learner 0 starts and waits in jax.distributed for it, holding
     its ports but saying nothing to its actor. Actor 1 stops once heartbeat_timeout_s has
     passed without a learner; actor 0 waits on while its learner is there, and stops the
@@ -92,9 +97,19 @@ def test_actors_whose_learner_never_comes_or_ends_silent_stop_after_the_heartbea
     cmds = separate_hosts_commands(tmp_path / "run", f"runtime.heartbeat_timeout_s={timeout}")
     learner0 = host_procs.start(cluster, *cmds[0], "learner-0", env)
     knock = "import socket, sys; socket.create_connection(('host0', 5557), timeout=2).close()"
-    wait_for(lambda: cluster.call("host2", [sys.executable, "-c", knock], check=False).returncode == 0
-             or learner0.poll() is not None, 120, interval=0.5, what="learner 0 to hold its ports")
-    actors = [host_procs.start(cluster, host, argv, f"actor-{k}", env) for k, (host, argv) in enumerate(cmds[2:])]
+    wait_for(
+        lambda: (
+            cluster.call("host2", [sys.executable, "-c", knock], check=False).returncode == 0
+            or learner0.poll() is not None
+        ),
+        120,
+        interval=0.5,
+        what="learner 0 to hold its ports",
+    )
+    actors = [
+        host_procs.start(cluster, host, argv, f"actor-{k}", env)
+        for k, (host, argv) in enumerate(cmds[2:])
+    ]
 
     # the default connect_timeout_s (600 s) would keep it far longer than this wait
     assert host_procs.wait(actors[1], timeout + 120) == 1
@@ -105,8 +120,14 @@ def test_actors_whose_learner_never_comes_or_ends_silent_stop_after_the_heartbea
     assert "restarted" not in err
 
     # actor 0's learner is there, starting: it has waited as long, and waits on
-    wait_for(lambda: "tianjax: actor 0 ->" in host_procs.stdout(actors[0]), 60, what="actor 0's start line")
-    assert actors[0].poll() is None and learner0.poll() is None, host_procs.stderr(actors[0])[-3000:]
+    wait_for(
+        lambda: "tianjax: actor 0 ->" in host_procs.stdout(actors[0]),
+        60,
+        what="actor 0's start line",
+    )
+    assert actors[0].poll() is None and learner0.poll() is None, host_procs.stderr(actors[0])[
+        -3000:
+    ]
     cluster.kill("host0")  # the host goes down with its learner
     assert host_procs.wait(actors[0], timeout + 60) == 1
     err = host_procs.stderr(actors[0])
@@ -115,7 +136,9 @@ def test_actors_whose_learner_never_comes_or_ends_silent_stop_after_the_heartbea
 
 
 @pytest.mark.slow
-def test_a_learner_that_cannot_reach_another_says_which_address_it_tried(make_cluster, host_procs, tmp_path):
+def test_a_learner_that_cannot_reach_another_says_which_address_it_tried(
+    make_cluster, host_procs, tmp_path
+):
     """Learner 1 binds (--bind-host) an address of another subnet, which host0 has no route
     to: both learners end before any collective, each with one line naming the address
     learner 0 tried."""
@@ -124,11 +147,16 @@ def test_a_learner_that_cannot_reach_another_says_which_address_it_tried(make_cl
     env = child_env(TIANJAX_RUN_KEY=os.urandom(32).hex())
     cmds = separate_hosts_commands(tmp_path / "run")[:2]
     cmds[1][1][cmds[1][1].index("--bind-host") + 1] = "10.214.0.3"
-    learners = [host_procs.start(cluster, host, argv, f"learner-{i}", env) for i, (host, argv) in enumerate(cmds)]
+    learners = [
+        host_procs.start(cluster, host, argv, f"learner-{i}", env)
+        for i, (host, argv) in enumerate(cmds)
+    ]
     for i, p in enumerate(learners):
         assert host_procs.wait(p, 180) == 1
         err = host_procs.stderr(p)
         lines = _error_lines(err)
-        assert len(lines) == 1 and lines[0].startswith(f"tianjax: error: learner {i}/2: "), err[-3000:]
+        assert len(lines) == 1 and lines[0].startswith(f"tianjax: error: learner {i}/2: "), err[
+            -3000:
+        ]
         assert "learner 0 cannot reach learner 1 at 10.214.0.3 (port " in lines[0], lines[0]
         assert "Traceback" not in err

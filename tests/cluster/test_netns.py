@@ -67,8 +67,12 @@ def _connect(cluster, host, target, mb=None) -> list[str]:
 
 
 def _reachable(cluster, host, target) -> list[str]:
-    return wait_for(lambda: (out := _connect(cluster, host, target))[0] != "error" and out, 30,
-                    interval=0.2, what=f"{target} to answer {host}")
+    return wait_for(
+        lambda: (out := _connect(cluster, host, target))[0] != "error" and out,
+        30,
+        interval=0.2,
+        what=f"{target} to answer {host}",
+    )
 
 
 def test_hosts_reach_each_other_by_name_and_by_address(make_cluster):
@@ -85,13 +89,17 @@ def test_hosts_reach_each_other_by_name_and_by_address(make_cluster):
 @pytest.mark.parametrize("style", ["own", "debian"])
 def test_each_host_has_its_own_name_and_hosts_file(make_cluster, style):
     cluster = make_cluster(["alpha", "beta"], hosts_style=style)
-    lookup = ("import socket; name = socket.gethostname(); "
-              "print(name, *(socket.gethostbyname(h) for h in (name, 'beta', 'localhost')))")
+    lookup = (
+        "import socket; name = socket.gethostname(); "
+        "print(name, *(socket.gethostbyname(h) for h in (name, 'beta', 'localhost')))"
+    )
     out = cluster.call("alpha", [sys.executable, "-c", lookup]).stdout.split()
     own = "127.0.1.1" if style == "debian" else cluster.addr("alpha")  # Debian's default file
     assert out == ["alpha", own, cluster.addr("beta"), "127.0.0.1"]
     with open(os.path.join(netns.NETNS_ETC, cluster.netns("alpha"), "hosts")) as f:
-        assert f.read() == netns.hosts_file("alpha", {h: cluster.addr(h) for h in cluster.hosts}, style)
+        assert f.read() == netns.hosts_file(
+            "alpha", {h: cluster.addr(h) for h in cluster.hosts}, style
+        )
 
 
 def test_a_cut_host_is_unreachable_until_healed(make_cluster):
@@ -99,7 +107,9 @@ def test_a_cut_host_is_unreachable_until_healed(make_cluster):
     _serve(cluster, "host1")
     _reachable(cluster, "host0", "host1")
     cluster.cut("host1")
-    assert _connect(cluster, "host0", "host1")[0] == "error"  # (a timeout, or no host at its address)
+    assert (
+        _connect(cluster, "host0", "host1")[0] == "error"
+    )  # (a timeout, or no host at its address)
     assert _connect(cluster, "host1", "host0")[0] == "error"
     cluster.heal("host1")
     assert _reachable(cluster, "host0", "host1")[:2] == ["host0", "host1"]
@@ -118,8 +128,10 @@ def test_a_cap_installs_tbf_at_the_rate_asked_both_ways(make_cluster):
     for out in (free, capped):  # every byte arrived
         assert out[:2] == ["host0", str(mb * 2**20)], out
     # a figure, not a check: the machine is shared
-    print(f"\n{mb} MB from host0 to host1: {float(free[2]):.3f} s uncapped, {float(capped[2]):.3f} s "
-          f"at 40mbit ({mb * 8 * 2**20 / 40e6:.3f} s at the line rate)")
+    print(
+        f"\n{mb} MB from host0 to host1: {float(free[2]):.3f} s uncapped, {float(capped[2]):.3f} s "
+        f"at 40mbit ({mb * 8 * 2**20 / 40e6:.3f} s at the line rate)"
+    )
     cluster.uncap("host1")
     assert not any("tbf" in side for side in cluster.qdisc("host1"))
 
@@ -135,8 +147,13 @@ def _gone(pids) -> bool:
 
 
 def _leftovers(prefix: str) -> list[str]:
-    names = [line.split()[0] for line in subprocess.run(["ip", "netns", "list"], capture_output=True,
-                                                        text=True).stdout.splitlines() if line.strip()]
+    names = [
+        line.split()[0]
+        for line in subprocess.run(
+            ["ip", "netns", "list"], capture_output=True, text=True
+        ).stdout.splitlines()
+        if line.strip()
+    ]
     etc = os.listdir(netns.NETNS_ETC) if os.path.isdir(netns.NETNS_ETC) else []
     return [n for n in names + etc if n.startswith(f"{prefix}-")]
 
@@ -145,11 +162,20 @@ def test_closing_leaves_no_namespace_no_hosts_file_and_no_process(make_cluster):
     cluster = make_cluster(2)
     # a process, and a grandchild in a session of its own (out of the first one's group)
     cluster.run("host0", ["sleep", "300"])
-    cluster.run("host1", [sys.executable, "-c",
-                          "import subprocess; subprocess.Popen(['sleep', '300'], start_new_session=True); "
-                          "import time; time.sleep(300)"])
-    pids = wait_for(lambda: (p := cluster.pids("host0") + cluster.pids("host1")) and len(p) == 3 and p, 30,
-                    what="3 processes on the hosts")
+    cluster.run(
+        "host1",
+        [
+            sys.executable,
+            "-c",
+            "import subprocess; subprocess.Popen(['sleep', '300'], start_new_session=True); "
+            "import time; time.sleep(300)",
+        ],
+    )
+    pids = wait_for(
+        lambda: (p := cluster.pids("host0") + cluster.pids("host1")) and len(p) == 3 and p,
+        30,
+        what="3 processes on the hosts",
+    )
     assert _leftovers(cluster.prefix)
     cluster.close()
     assert _leftovers(cluster.prefix) == []
@@ -182,9 +208,12 @@ def test_a_killed_owners_leftovers_are_cleaned_and_a_live_prefix_is_refused():
     if (why := netns.available()) is not None:
         pytest.skip(why)
     prefix = f"tjt{os.getpid()}"
-    owner = subprocess.Popen([sys.executable, "-c", OWNER, prefix], stdout=subprocess.PIPE,
-                             env={**os.environ, "PYTHONPATH": str(REPO)},
-                             start_new_session=True)
+    owner = subprocess.Popen(
+        [sys.executable, "-c", OWNER, prefix],
+        stdout=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        start_new_session=True,
+    )
     try:
         assert owner.stdout.readline().strip() == b"ready"
         with pytest.raises(netns.NetnsError, match="in use by a running process"):
@@ -196,6 +225,9 @@ def test_a_killed_owners_leftovers_are_cleaned_and_a_live_prefix_is_refused():
     assert _leftovers(prefix) and not _gone(left)  # what a killed run leaves behind
     with netns.NamespaceCluster(["a"], prefix=prefix) as cluster:
         assert _gone(left)
-        assert set(_leftovers(prefix)) == {f"{prefix}-a", f"{prefix}-switch"}  # its own, made afresh
+        assert set(_leftovers(prefix)) == {
+            f"{prefix}-a",
+            f"{prefix}-switch",
+        }  # its own, made afresh
         assert cluster.pids("a") == []
     assert _leftovers(prefix) == []

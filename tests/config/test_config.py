@@ -6,15 +6,28 @@ from tianjax.config import Config, ConfigError, load_config
 def test_default_config_file_loads_and_matches_documented_defaults():
     cfg = load_config("configs/ppo_cartpole.yaml")
     assert isinstance(cfg, Config)
-    assert (cfg.algo, cfg.env, cfg.mode, cfg.env_backend) == ("ppo", "CartPole-v1", "fused", "gymnax")
+    assert (cfg.algo, cfg.env, cfg.mode, cfg.env_backend) == (
+        "ppo",
+        "CartPole-v1",
+        "fused",
+        "gymnax",
+    )
     assert cfg.ppo.lr == pytest.approx(2.5e-4)  # YAML 1.1 reads 2.5e-4 as a string
     assert cfg.network.hidden == (64, 64)
     assert cfg.steps_per_update == 512
 
 
 def test_dotted_overrides_are_typed():
-    cfg = load_config("configs/ppo_cartpole.yaml", ["ppo.lr=1e-3", "num_envs=8", "network.hidden=[32, 32]",
-                                                    "target_return=null", "total_env_steps=5e4"])
+    cfg = load_config(
+        "configs/ppo_cartpole.yaml",
+        [
+            "ppo.lr=1e-3",
+            "num_envs=8",
+            "network.hidden=[32, 32]",
+            "target_return=null",
+            "total_env_steps=5e4",
+        ],
+    )
     assert cfg.ppo.lr == pytest.approx(1e-3)
     assert cfg.num_envs == 8
     assert cfg.network.hidden == (32, 32)
@@ -28,27 +41,30 @@ def test_config_is_frozen():
         cfg.seed = 3  # type: ignore[misc]
 
 
-@pytest.mark.parametrize("overrides, key", [
-    (["lerning_rate=1"], "lerning_rate"),
-    (["ppo.lr_typo=1"], "ppo.lr_typo"),
-    (["num_envs=four"], "num_envs"),
-    (["num_envs=2.5"], "num_envs"),
-    (["ppo.anneal_lr=3"], "ppo.anneal_lr"),
-    (["mode=turbo"], "mode"),
-    (["ppo.lr=-1"], "ppo.lr"),
-    (["ppo.num_minibatches=1024"], "ppo.num_minibatches"),  # minibatch larger than the batch
-    (["ppo.num_minibatches=3"], "ppo.num_minibatches"),  # does not divide 512
-    (["env_backend=envpool"], "mode"),  # fused needs a JAX env
-    (["ppo=3"], "ppo"),
-    (["network.hidden=[64, 0]"], "network.hidden"),
-    (["staleness.schedule=cutoff"], "staleness.max_staleness"),
-    (["total_env_steps=100"], "total_env_steps"),
-    (["ppo.gamma=nan"], "ppo.gamma"),
-    (["balance.mode=auto"], "balance.mode"),
-    (["balance.target_staleness=-1"], "balance.target_staleness"),
-    (["balance.target_replay_ratio=0"], "balance.target_replay_ratio"),
-    (["balance.deadband=1.5"], "balance.deadband"),
-])
+@pytest.mark.parametrize(
+    "overrides, key",
+    [
+        (["lerning_rate=1"], "lerning_rate"),
+        (["ppo.lr_typo=1"], "ppo.lr_typo"),
+        (["num_envs=four"], "num_envs"),
+        (["num_envs=2.5"], "num_envs"),
+        (["ppo.anneal_lr=3"], "ppo.anneal_lr"),
+        (["mode=turbo"], "mode"),
+        (["ppo.lr=-1"], "ppo.lr"),
+        (["ppo.num_minibatches=1024"], "ppo.num_minibatches"),  # minibatch larger than the batch
+        (["ppo.num_minibatches=3"], "ppo.num_minibatches"),  # does not divide 512
+        (["env_backend=envpool"], "mode"),  # fused needs a JAX env
+        (["ppo=3"], "ppo"),
+        (["network.hidden=[64, 0]"], "network.hidden"),
+        (["staleness.schedule=cutoff"], "staleness.max_staleness"),
+        (["total_env_steps=100"], "total_env_steps"),
+        (["ppo.gamma=nan"], "ppo.gamma"),
+        (["balance.mode=auto"], "balance.mode"),
+        (["balance.target_staleness=-1"], "balance.target_staleness"),
+        (["balance.target_replay_ratio=0"], "balance.target_replay_ratio"),
+        (["balance.deadband=1.5"], "balance.deadband"),
+    ],
+)
 def test_bad_values_name_the_key(overrides, key):
     with pytest.raises(ConfigError) as e:
         load_config("configs/ppo_cartpole.yaml", overrides)
@@ -88,7 +104,11 @@ def test_every_shipped_config_loads_and_every_key_is_commented():
 
 def test_balance_is_adaptive_by_default_in_async_only():
     assert load_config("configs/ppo_cartpole_async.yaml", ["balance.mode=null"]).balance_adaptive
-    assert not load_config("configs/ppo_cartpole_async.yaml", ["balance.mode=fixed"]).balance_adaptive
+    assert not load_config(
+        "configs/ppo_cartpole_async.yaml", ["balance.mode=fixed"]
+    ).balance_adaptive
     # sync and fused have nothing to balance: adaptive there is the fixed behaviour
-    assert not load_config("configs/ppo_cartpole_async.yaml", ["mode=sync", "balance.mode=adaptive"]).balance_adaptive
+    assert not load_config(
+        "configs/ppo_cartpole_async.yaml", ["mode=sync", "balance.mode=adaptive"]
+    ).balance_adaptive
     assert not load_config("configs/ppo_cartpole.yaml", []).balance_adaptive

@@ -59,7 +59,10 @@ def test_host_values_are_evaluated_only_where_cut_in_fixed_width_calls():
     values = values_where_cut(value, cut, final_obs, width=2)
     np.testing.assert_array_equal(values, np.where(cut, final_obs.sum(-1), 0.0))
     assert shapes == [(2, 2), (2, 2)]  # three cut observations, padded to two calls of two
-    assert values_where_cut(value, np.zeros_like(cut), final_obs, width=2).sum() == 0 and len(shapes) == 2
+    assert (
+        values_where_cut(value, np.zeros_like(cut), final_obs, width=2).sum() == 0
+        and len(shapes) == 2
+    )
 
 
 def test_cut_values_are_the_critic_of_the_final_obs_where_cut():

@@ -3,7 +3,6 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 import pytest
 
 import tianjax
@@ -13,16 +12,19 @@ from tianjax.core.update import fan_in_scale, make_optimizer, with_learning_rate
 from tianjax.envs.gymnax_env import make_gymnax
 
 
-@pytest.mark.parametrize("shape, base, factor", [
-    ((256, 64), 64, 0.25),  # a hidden layer fed by 256 units
-    ((256, 2), 64, 0.25),  # a head on a 256-wide torso
-    ((100, 7), 50, 0.5),
-    ((64, 64), 64, 1.0),  # as wide as the base: unchanged
-    ((4, 256), 64, 1.0),  # the input layer of a 4-d observation
-    ((256,), 64, 1.0),  # a bias
-    ((3, 3, 4, 32), 8, 1.0),  # a convolution kernel
-    ((256, 64), None, 1.0),
-])
+@pytest.mark.parametrize(
+    "shape, base, factor",
+    [
+        ((256, 64), 64, 0.25),  # a hidden layer fed by 256 units
+        ((256, 2), 64, 0.25),  # a head on a 256-wide torso
+        ((100, 7), 50, 0.5),
+        ((64, 64), 64, 1.0),  # as wide as the base: unchanged
+        ((4, 256), 64, 1.0),  # the input layer of a 4-d observation
+        ((256,), 64, 1.0),  # a bias
+        ((3, 3, 4, 32), 8, 1.0),  # a convolution kernel
+        ((256, 64), None, 1.0),
+    ],
+)
 def test_factor_by_hand(shape, base, factor):
     assert fan_in_scale(shape, base) == factor
 
@@ -42,12 +44,16 @@ def test_the_first_step_of_a_wide_kernel_is_a_quarter():
     # (float32's rounding of Adam's bias corrections is within 1e-4 of it)
     np.testing.assert_allclose(u_scaled["wide"][0, 0], 0.25 * 1e-2 * 1.0 / (1.0 + 1e-5), rtol=1e-4)
     # the learning rate stays a hyperparameter the update sets
-    assert float(with_learning_rate(state, 5e-3).hyperparams["learning_rate"]) == pytest.approx(5e-3)
+    assert float(with_learning_rate(state, 5e-3).hyperparams["learning_rate"]) == pytest.approx(
+        5e-3
+    )
 
 
 def _trained_params(overrides):
-    config = tianjax.load_config("configs/ppo_cartpole.yaml", ["num_envs=4", "rollout_len=16",
-                                                                "total_env_steps=128", *overrides])
+    config = tianjax.load_config(
+        "configs/ppo_cartpole.yaml",
+        ["num_envs=4", "rollout_len=16", "total_env_steps=128", *overrides],
+    )
     env = make_gymnax(config.env)
     algo = make_algorithm(config, env.obs_shape, env.action_spec, correct_staleness=False)
     init, run = make_fused(config, env, algo)
@@ -57,7 +63,11 @@ def _trained_params(overrides):
 
 def test_no_layer_wider_than_the_base_trains_exactly_as_without():
     """[64, 64] on CartPole: every kernel's fan-in is 4 or 64, so base 64 changes nothing."""
-    jax.tree.map(np.testing.assert_array_equal, _trained_params([]), _trained_params(["ppo.lr_base_width=64"]))
+    jax.tree.map(
+        np.testing.assert_array_equal,
+        _trained_params([]),
+        _trained_params(["ppo.lr_base_width=64"]),
+    )
 
 
 def test_a_wider_network_trains_differently():

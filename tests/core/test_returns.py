@@ -60,8 +60,11 @@ def test_traced_gae_hand_computed_cuts_traces_by_the_next_steps_ratio(maybe_jit)
     adv = traced(r_t, discount_t, 0.8, v_tm1, v_t, c_t)
     np.testing.assert_allclose(np.asarray(adv), [1.76, 1.0, 0.746, 2.2], rtol=1e-6, atol=1e-6)
     # with every trace whole it is GAE
-    np.testing.assert_allclose(np.asarray(traced(r_t, discount_t, 0.8, v_tm1, v_t, jnp.ones(4))),
-                               np.asarray(returns.gae(r_t, discount_t, 0.8, v_tm1, v_t)), rtol=1e-6)
+    np.testing.assert_allclose(
+        np.asarray(traced(r_t, discount_t, 0.8, v_tm1, v_t, jnp.ones(4))),
+        np.asarray(returns.gae(r_t, discount_t, 0.8, v_tm1, v_t)),
+        rtol=1e-6,
+    )
 
 
 # ----------------------------------------------------------------------------- V-trace
@@ -78,7 +81,9 @@ def vtrace_reference(v_tm1, v_t, r_t, discount_t, rho, lambda_, rho_bar, c_bar, 
     with v_T = V(x_T).
     """
     T = len(r_t)
-    v_tm1, v_t, r_t, discount_t, rho = (np.asarray(x, np.float64) for x in (v_tm1, v_t, r_t, discount_t, rho))
+    v_tm1, v_t, r_t, discount_t, rho = (
+        np.asarray(x, np.float64) for x in (v_tm1, v_t, r_t, discount_t, rho)
+    )
     vs = np.zeros(T)
     for s in range(T):
         total = v_tm1[s]
@@ -113,26 +118,36 @@ def _random_inputs(seed, T, with_dones):
 
 
 @pytest.mark.parametrize("with_dones", [False, True])
-@pytest.mark.parametrize("lambda_,rho_bar,c_bar,pg_rho_bar", [
-    (1.0, 1.0, 1.0, 1.0),
-    (1.0, 1.5, 0.8, 1.2),
-    (0.9, 0.7, 1.3, 2.0),
-])
+@pytest.mark.parametrize(
+    "lambda_,rho_bar,c_bar,pg_rho_bar",
+    [
+        (1.0, 1.0, 1.0, 1.0),
+        (1.0, 1.5, 0.8, 1.2),
+        (0.9, 0.7, 1.3, 2.0),
+    ],
+)
 def test_vtrace_matches_loop_reference(maybe_jit, with_dones, lambda_, rho_bar, c_bar, pg_rho_bar):
     for seed in range(3):
         v_tm1, v_t, r_t, discount_t, rho = _random_inputs(seed, 12, with_dones)
         # the ratios straddle every threshold, so each clip is exercised
-        assert (rho > max(rho_bar, c_bar, pg_rho_bar)).any() and (rho < min(rho_bar, c_bar, pg_rho_bar)).any()
-        fn = maybe_jit(lambda *a: returns.vtrace(*a, lambda_=lambda_, rho_bar=rho_bar, c_bar=c_bar,
-                                                  pg_rho_bar=pg_rho_bar))
+        assert (rho > max(rho_bar, c_bar, pg_rho_bar)).any() and (
+            rho < min(rho_bar, c_bar, pg_rho_bar)
+        ).any()
+        fn = maybe_jit(
+            lambda *a: returns.vtrace(
+                *a, lambda_=lambda_, rho_bar=rho_bar, c_bar=c_bar, pg_rho_bar=pg_rho_bar
+            )
+        )
         out = fn(*(jnp.asarray(x) for x in (v_tm1, v_t, r_t, discount_t, rho)))
-        vs_ref, pg_ref = vtrace_reference(v_tm1, v_t, r_t, discount_t, rho, lambda_, rho_bar, c_bar,
-                                          pg_rho_bar)
+        vs_ref, pg_ref = vtrace_reference(
+            v_tm1, v_t, r_t, discount_t, rho, lambda_, rho_bar, c_bar, pg_rho_bar
+        )
         np.testing.assert_allclose(np.asarray(out.errors) + v_tm1, vs_ref, rtol=1e-4, atol=1e-4)
         np.testing.assert_allclose(np.asarray(out.pg_advantage), pg_ref, rtol=1e-4, atol=1e-4)
         vs_next = np.append(vs_ref[1:], v_t[-1])
-        np.testing.assert_allclose(np.asarray(out.q_estimate), r_t + discount_t * vs_next,
-                                   rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(
+            np.asarray(out.q_estimate), r_t + discount_t * vs_next, rtol=1e-4, atol=1e-4
+        )
 
 
 def test_vtrace_on_policy_is_n_step_return(maybe_jit):

@@ -3,8 +3,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tianjax.core import staleness as S
 from tianjax.config import StalenessConfig
+from tianjax.core import staleness as S
 
 
 def test_staleness_is_learner_minus_behaviour_clipped_at_zero():
@@ -19,9 +19,13 @@ def test_schedule_shapes_known_values():
     np.testing.assert_allclose(S.constant(TAU), np.ones(9))
     np.testing.assert_allclose(S.polynomial(TAU, 1.0), 1.0 / (1.0 + np.arange(9)), rtol=1e-6)
     np.testing.assert_allclose(S.polynomial(jnp.array([3]), 0.5), [0.5], rtol=1e-6)
-    np.testing.assert_allclose(S.exponential(jnp.array([0, 4, 8]), 4.0), np.exp([0, -1, -2]), rtol=1e-6)
+    np.testing.assert_allclose(
+        S.exponential(jnp.array([0, 4, 8]), 4.0), np.exp([0, -1, -2]), rtol=1e-6
+    )
     # hinge: 1 up to tau0 = 3, then (1 + tau - 3)^-1
-    np.testing.assert_allclose(S.hinge(TAU, 3, 1.0), [1, 1, 1, 1, 1 / 2, 1 / 3, 1 / 4, 1 / 5, 1 / 6], rtol=1e-6)
+    np.testing.assert_allclose(
+        S.hinge(TAU, 3, 1.0), [1, 1, 1, 1, 1 / 2, 1 / 3, 1 / 4, 1 / 5, 1 / 6], rtol=1e-6
+    )
     np.testing.assert_allclose(S.cutoff(TAU, 4), [1, 1, 1, 1, 1, 0, 0, 0, 0])
 
 

@@ -13,14 +13,16 @@ import pytest
 
 from tianjax.algos import make_algorithm
 from tianjax.config import load_config
-from tianjax.envs.gymnax_env import make_gymnax
-from tianjax.core.update import learning_rate, lr_schedule, step_progress
 from tianjax.core.rollout import make_rollout
+from tianjax.core.update import learning_rate, lr_schedule, step_progress
+from tianjax.envs.gymnax_env import make_gymnax
 
 
 def test_lr_schedule_known_values():
     lr = lr_schedule(1e-3, True, 1000)
-    np.testing.assert_allclose(lr(jnp.array([0, 250, 1000, 5000])), [1e-3, 7.5e-4, 0.0, 0.0], rtol=1e-6)
+    np.testing.assert_allclose(
+        lr(jnp.array([0, 250, 1000, 5000])), [1e-3, 7.5e-4, 0.0, 0.0], rtol=1e-6
+    )
     flat = lr_schedule(1e-3, False, 1000)
     np.testing.assert_allclose(flat(jnp.array([0.0, 999.0])), [1e-3, 1e-3])
 
@@ -42,21 +44,37 @@ def _ppo(overrides):
 
 def test_without_reuse_the_learning_rate_is_the_linear_schedule_over_gradient_steps():
     # 3 updates of 2 epochs x 2 minibatches: optax's linear schedule over the 12 gradient steps
-    cfg, algo, state, traj = _ppo(["num_envs=2", "rollout_len=8", "total_env_steps=48", "ppo.num_epochs=2",
-                                   "ppo.num_minibatches=2"])
+    cfg, algo, state, traj = _ppo(
+        [
+            "num_envs=2",
+            "rollout_len=8",
+            "total_env_steps=48",
+            "ppo.num_epochs=2",
+            "ppo.num_minibatches=2",
+        ]
+    )
     reference = optax.linear_schedule(cfg.ppo.lr, 0.0, 12)
     update = jax.jit(algo.update)
     for u in range(3):
         state, m = update(state, traj)
         # the learning rate stored is the one the update's last gradient step used
-        assert float(learning_rate(state.opt_state)) == pytest.approx(float(reference(4 * u + 3)), rel=1e-5)
+        assert float(learning_rate(state.opt_state)) == pytest.approx(
+            float(reference(4 * u + 3)), rel=1e-5
+        )
         assert int(state.fresh_steps) == 16 * (u + 1)
     assert float(learning_rate(state.opt_state)) == pytest.approx(cfg.ppo.lr / 12, rel=1e-5)
 
 
 def test_a_reuse_pass_takes_gradient_steps_without_using_up_the_schedule():
-    cfg, algo, state, traj = _ppo(["num_envs=2", "rollout_len=8", "total_env_steps=48", "ppo.num_epochs=1",
-                                   "ppo.num_minibatches=1"])
+    cfg, algo, state, traj = _ppo(
+        [
+            "num_envs=2",
+            "rollout_len=8",
+            "total_env_steps=48",
+            "ppo.num_epochs=1",
+            "ppo.num_minibatches=1",
+        ]
+    )
     update = jax.jit(algo.update)
     state, _ = update(state, traj)  # fresh: progress 0 -> 1/3
     lr_fresh = float(learning_rate(state.opt_state))
@@ -64,7 +82,9 @@ def test_a_reuse_pass_takes_gradient_steps_without_using_up_the_schedule():
     for _ in range(4):  # reuse passes: the parameters move, the schedule stays
         state, _ = update(state, traj, jnp.bool_(False))
     assert int(state.fresh_steps) == 16 and int(state.version) == 5
-    assert float(learning_rate(state.opt_state)) == pytest.approx(cfg.ppo.lr * (1 - 16 / 48), rel=1e-5)
+    assert float(learning_rate(state.opt_state)) == pytest.approx(
+        cfg.ppo.lr * (1 - 16 / 48), rel=1e-5
+    )
     assert lr_fresh == pytest.approx(cfg.ppo.lr, rel=1e-6)  # one gradient step, taken at progress 0
     assert not np.array_equal(before, jax.tree.leaves(state.params)[0])
 
@@ -78,17 +98,22 @@ def test_a_state_resumed_under_a_larger_budget_goes_on_from_its_fresh_steps():
     for _ in range(3):
         state, _ = update(state, traj)
     assert int(state.fresh_steps) == 48 and float(learning_rate(state.opt_state)) == pytest.approx(
-        cfg.ppo.lr / 12, rel=1e-5)
+        cfg.ppo.lr / 12, rel=1e-5
+    )
     cfg96 = load_config("configs/ppo_cartpole.yaml", [*opts, "total_env_steps=96"])
     env = make_gymnax(cfg96.env)
     resumed = make_algorithm(cfg96, env.obs_shape, env.action_spec, correct_staleness=False)
     update = jax.jit(resumed.update)
     state, _ = update(state, traj)  # gradient steps at 48, 52, 56, 60 of 96
     assert int(state.fresh_steps) == 64 and int(state.version) == 4
-    assert float(learning_rate(state.opt_state)) == pytest.approx(cfg.ppo.lr * (1 - 60 / 96), rel=1e-5)
+    assert float(learning_rate(state.opt_state)) == pytest.approx(
+        cfg.ppo.lr * (1 - 60 / 96), rel=1e-5
+    )
     state, _ = update(state, traj, jnp.bool_(False))
     assert int(state.fresh_steps) == 64
-    assert float(learning_rate(state.opt_state)) == pytest.approx(cfg.ppo.lr * (1 - 64 / 96), rel=1e-5)
+    assert float(learning_rate(state.opt_state)) == pytest.approx(
+        cfg.ppo.lr * (1 - 64 / 96), rel=1e-5
+    )
 
 
 def test_importing_every_module_starts_no_jax_backend():

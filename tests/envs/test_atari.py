@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 import zmq
 
-from tianjax.config import ConfigError, load_config
 from tianjax.algos import make_algorithm
+from tianjax.config import ConfigError, load_config
+from tianjax.envs.factory import env_spec
 from tianjax.networks import resolve_torso
 from tianjax.runtime.actor.sources import batch_template, make_source
-from tianjax.envs.factory import env_spec
 from tianjax.transport.auth import RunKey
 from tianjax.transport.channels import TrajectoryReceiver, TrajectorySender
 
@@ -36,9 +36,13 @@ def test_pong_frames_are_uint8_from_env_to_learner():
     template = batch_template(config, source.algo, (4, 84, 84), np.uint8)
     ctx = zmq.Context()
     try:
-        with TrajectoryReceiver(KEY, template, ctx=ctx) as rx, \
-                TrajectorySender(KEY, rx.endpoint, sender="actor-0", to=rx.address, ctx=ctx) as tx:
-            assert tx.send((rollout.batch, rollout.episodes, np.asarray(0, np.int64)), 0, timeout_ms=5000)
+        with (
+            TrajectoryReceiver(KEY, template, ctx=ctx) as rx,
+            TrajectorySender(KEY, rx.endpoint, sender="actor-0", to=rx.address, ctx=ctx) as tx,
+        ):
+            assert tx.send(
+                (rollout.batch, rollout.episodes, np.asarray(0, np.int64)), 0, timeout_ms=5000
+            )
             msg = rx.recv(timeout_ms=10_000)
     finally:
         ctx.term()
@@ -49,9 +53,17 @@ def test_pong_frames_are_uint8_from_env_to_learner():
 
 
 def test_env_options_reach_envpool_and_bad_ones_name_the_key():
-    with pytest.raises(ConfigError, match="config key 'env_options.no_such_option': 'Pong-v5' takes no option 'no_such_option'"):
-        make_source(load_config("configs/ppo_pong_async.yaml", ["num_envs=1", "rollout_len=4",
-                                                                "env_options.no_such_option=1"]), seed=0)
+    with pytest.raises(
+        ConfigError,
+        match="config key 'env_options.no_such_option': 'Pong-v5' takes no option 'no_such_option'",
+    ):
+        make_source(
+            load_config(
+                "configs/ppo_pong_async.yaml",
+                ["num_envs=1", "rollout_len=4", "env_options.no_such_option=1"],
+            ),
+            seed=0,
+        )
     with pytest.raises(ConfigError, match="config key 'env_options': is for host envs"):
         load_config("configs/ppo_cartpole.yaml", ["env_options.max_steps_in_episode=10"])
     with pytest.raises(ConfigError, match="config key 'env_options.stack_num': must be a number"):
@@ -76,18 +88,42 @@ def test_atari_configs_load_with_the_deepmind_preprocessing(path):
     assert (config.mode, config.num_actors) == ("async", 2)
     assert config.env_options["episodic_life"] is True and config.env_options["reward_clip"] is True
     if path != "configs/ppo_pong_async.yaml":  # the new ones spell the preprocessing out
-        assert {k: config.env_options[k] for k in ("img_height", "img_width", "gray_scale", "stack_num",
-                                                   "frame_skip", "noop_max")} == \
-            {"img_height": 84, "img_width": 84, "gray_scale": True, "stack_num": 4, "frame_skip": 4,
-             "noop_max": 30}
+        assert {
+            k: config.env_options[k]
+            for k in (
+                "img_height",
+                "img_width",
+                "gray_scale",
+                "stack_num",
+                "frame_skip",
+                "noop_max",
+            )
+        } == {
+            "img_height": 84,
+            "img_width": 84,
+            "gray_scale": True,
+            "stack_num": 4,
+            "frame_skip": 4,
+            "noop_max": 30,
+        }
     # envpool takes the options: 4 stacked 84x84 grey uint8 frames, and auto would agree
     obs_shape, obs_dtype, action_spec = env_spec(config)
     assert (tuple(obs_shape), np.dtype(obs_dtype)) == ((4, 84, 84), np.uint8)
     assert action_spec.discrete and action_spec.num_actions == {"Pong-v5": 6, "Breakout-v5": 4}[env]
     assert config.network.torso == resolve_torso("auto", obs_shape, obs_dtype) == "nature_cnn"
-    template = batch_template(config, make_algorithm(config, obs_shape, action_spec, obs_dtype=obs_dtype),
-                              obs_shape, obs_dtype)[0]
-    assert template.obs.dtype == np.uint8 and template.obs.shape == (config.rollout_len, config.num_envs, 4, 84, 84)
+    template = batch_template(
+        config,
+        make_algorithm(config, obs_shape, action_spec, obs_dtype=obs_dtype),
+        obs_shape,
+        obs_dtype,
+    )[0]
+    assert template.obs.dtype == np.uint8 and template.obs.shape == (
+        config.rollout_len,
+        config.num_envs,
+        4,
+        84,
+        84,
+    )
     if algo == "dqn":
         assert template.next_obs.dtype == np.uint8
         # the replay ratio of the Nature DQN: 8 samples learned per env step
@@ -114,8 +150,19 @@ class _Recorder:
             self.restarts += len(env_ids)
             return out
         assert np.array_equal(info["env_id"], np.arange(len(env_ids)))  # sync mode: in order
-        self.steps.append(tuple(np.array(x) for x in (reward, terminated, truncated, info["reward"],
-                                                      info["terminated"], info["lives"])))
+        self.steps.append(
+            tuple(
+                np.array(x)
+                for x in (
+                    reward,
+                    terminated,
+                    truncated,
+                    info["reward"],
+                    info["terminated"],
+                    info["lives"],
+                )
+            )
+        )
         return out
 
     def __getattr__(self, name):
@@ -141,22 +188,32 @@ def test_breakout_reports_the_unclipped_score_of_whole_games():
     the sums of envpool's raw info["reward"] from one game over to the next."""
     B, T = 2, 32
     # a tiny MLP policy: this is about the bookkeeping, and random play is what it needs
-    config = load_config("configs/ppo_breakout_async.yaml", [f"num_envs={B}", f"rollout_len={T}",
-                                                             "network.torso=mlp", "network.hidden=[8]"])
+    config = load_config(
+        "configs/ppo_breakout_async.yaml",
+        [f"num_envs={B}", f"rollout_len={T}", "network.torso=mlp", "network.hidden=[8]"],
+    )
     source = make_source(config, seed=SEED)
     recorder = source.env._env = _Recorder(source.env._env)
     try:
         assert source.obs_dtype == np.uint8
         params = jax.jit(source.algo.init)(jax.random.key(0)).params  # near-uniform: random play
         rollouts = []
-        while len(rollouts) < 40 and not all(np.any([r.episodes.done[:, b] for r in rollouts]) for b in range(B)):
+        while len(rollouts) < 40 and not all(
+            np.any([r.episodes.done[:, b] for r in rollouts]) for b in range(B)
+        ):
             rollouts.append(source(params, 0, 0))
     finally:
         source.close()
     batch = rollouts[0].batch
-    assert batch.obs.dtype == np.uint8 and batch.obs.shape == (T, B, 4, 84, 84) and batch.obs.max() > 0
-    batch_rew, batch_done, ep_done, ep_ret = (np.concatenate(x) for x in zip(
-        *[(r.batch.reward, r.batch.done, r.episodes.done, r.episodes.returns) for r in rollouts]))
+    assert (
+        batch.obs.dtype == np.uint8 and batch.obs.shape == (T, B, 4, 84, 84) and batch.obs.max() > 0
+    )
+    batch_rew, batch_done, ep_done, ep_ret = (
+        np.concatenate(x)
+        for x in zip(
+            *[(r.batch.reward, r.batch.done, r.episodes.done, r.episodes.returns) for r in rollouts]
+        )
+    )
 
     clipped, term, trunc, raw, game_end, lives = (np.stack(x) for x in zip(*recorder.steps))
     assert len(clipped) == len(batch_rew)  # every env step is in the batch

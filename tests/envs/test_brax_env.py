@@ -13,8 +13,8 @@ import pytest
 
 from tianjax.algos import make_algorithm
 from tianjax.config import ConfigError, load_config
-from tianjax.envs.factory import make_jax_env
 from tianjax.core.rollout import make_rollout
+from tianjax.envs.factory import make_jax_env
 
 CONFIG = "configs/ppo_brax_inverted_pendulum.yaml"
 LIMIT = 10  # steps: a pole left alone stays up this long, full force topples it in 7
@@ -31,8 +31,12 @@ class Jitted(NamedTuple):
 def jitted():
     pytest.importorskip("brax")
     env = make_jax_env("brax", "inverted_pendulum", {"backend": "spring", "episode_length": LIMIT})
-    return Jitted(env, jax.jit(jax.vmap(env.reset)), jax.jit(jax.vmap(env.step)),
-                  jax.jit(jax.vmap(env.env.step)))
+    return Jitted(
+        env,
+        jax.jit(jax.vmap(env.reset)),
+        jax.jit(jax.vmap(env.step)),
+        jax.jit(jax.vmap(env.env.step)),
+    )
 
 
 def keys(seed, n=2):
@@ -94,8 +98,10 @@ def test_time_limit_truncates_termination_does_not_and_both_reset_in_the_same_st
 
 def test_rollout_bootstraps_truncation_from_the_final_obs():
     pytest.importorskip("brax")
-    cfg = load_config(CONFIG, ["num_envs=2", "rollout_len=8", "total_env_steps=16",
-                               "env_options.episode_length=5"])  # 5 steps: too short to fall
+    cfg = load_config(
+        CONFIG,
+        ["num_envs=2", "rollout_len=8", "total_env_steps=16", "env_options.episode_length=5"],
+    )  # 5 steps: too short to fall
     env = make_jax_env(cfg.env_backend, cfg.env, cfg.env_options)
     algo = make_algorithm(cfg, env.obs_shape, env.action_spec, correct_staleness=False)
     params = algo.init(jax.random.key(0)).params
@@ -119,9 +125,11 @@ def test_config_and_bad_input_are_one_line_naming_the_key():
     pytest.importorskip("brax")
     cfg = load_config(CONFIG)
     assert (cfg.env_backend, cfg.mode, cfg.env_options["backend"]) == ("brax", "fused", "spring")
-    for options, key in [({"env": "no_such_env"}, "'env'"),
-                         ({"env_options": {"backend": "bogus"}}, "'env_options'"),
-                         ({"env_options": {"episode_length": 0}}, "'env_options.episode_length'")]:
+    for options, key in [
+        ({"env": "no_such_env"}, "'env'"),
+        ({"env_options": {"backend": "bogus"}}, "'env_options'"),
+        ({"env_options": {"episode_length": 0}}, "'env_options.episode_length'"),
+    ]:
         cfg = load_config(CONFIG, **options)
         with pytest.raises(ConfigError, match=key) as e:
             make_jax_env(cfg.env_backend, cfg.env, cfg.env_options)
@@ -130,10 +138,16 @@ def test_config_and_bad_input_are_one_line_naming_the_key():
 
 def test_missing_brax_says_how_to_install_it(tmp_path):
     """Run without brax importable (even where it is installed): one line, exit 2."""
-    code = ("import sys; sys.modules['brax'] = None; sys.modules['brax.envs'] = None; "
-            "from tianjax.cli import main; sys.exit(main(sys.argv[1:]))")
-    proc = subprocess.run([sys.executable, "-c", code, "train", CONFIG, f"run_dir={tmp_path / 'run'}"],
-                          capture_output=True, text=True, timeout=300)
+    code = (
+        "import sys; sys.modules['brax'] = None; sys.modules['brax.envs'] = None; "
+        "from tianjax.cli import main; sys.exit(main(sys.argv[1:]))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, "train", CONFIG, f"run_dir={tmp_path / 'run'}"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 2, proc.stderr[-2000:]
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
@@ -145,7 +159,8 @@ def test_module_colon_env_id_imports_the_module_that_registers_it(tmp_path, monk
     (tmp_path / "my_brax_envs.py").write_text(
         "from brax import envs\n"
         "from brax.envs.inverted_pendulum import InvertedPendulum\n"
-        "envs.register_environment('my_pendulum', InvertedPendulum)\n")
+        "envs.register_environment('my_pendulum', InvertedPendulum)\n"
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     env = make_jax_env("brax", "my_brax_envs:my_pendulum", {"backend": "spring"})
     assert env.name == "my_brax_envs:my_pendulum" and env.obs_shape == (4,)

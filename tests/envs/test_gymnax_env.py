@@ -13,7 +13,9 @@ def test_gymnax_by_name_and_by_object():
     assert env.obs_shape == (4,) and env.action_spec.discrete and env.action_spec.num_actions == 2
     raw, params = gymnax.make("Pendulum-v1")
     env2 = make_gymnax(raw, params)
-    assert env2.obs_shape == (3,) and not env2.action_spec.discrete and env2.action_spec.shape == (1,)
+    assert (
+        env2.obs_shape == (3,) and not env2.action_spec.discrete and env2.action_spec.shape == (1,)
+    )
 
 
 def test_unknown_gymnax_env_names_the_key():
@@ -51,22 +53,30 @@ def test_termination_is_not_truncation():
     assert abs(float(out.final_obs[2])) > 0.2 or abs(float(out.final_obs[0])) > 2.4
 
 
-@pytest.mark.parametrize("backend, env_id, other", [
-    ("gymnax", "Pong-v5", "envpool"),
-    ("envpool", "Breakout-MinAtar", "gymnax"),
-    ("gymnasium", "SpaceInvaders-MinAtar", "gymnax"),
-    ("envpool", "inverted_pendulum", "brax"),
-])
+@pytest.mark.parametrize(
+    "backend, env_id, other",
+    [
+        ("gymnax", "Pong-v5", "envpool"),
+        ("envpool", "Breakout-MinAtar", "gymnax"),
+        ("gymnasium", "SpaceInvaders-MinAtar", "gymnax"),
+        ("envpool", "inverted_pendulum", "brax"),
+    ],
+)
 def test_an_env_id_of_another_backend_says_which_backend(backend, env_id, other):
     from tianjax.config import load_config
     from tianjax.envs.factory import env_spec
 
     mode = "fused" if backend == "gymnax" else "sync"
-    config = load_config("configs/ppo_cartpole.yaml", [f"env_backend={backend}", f"mode={mode}", f"env={env_id}"])
+    config = load_config(
+        "configs/ppo_cartpole.yaml", [f"env_backend={backend}", f"mode={mode}", f"env={env_id}"]
+    )
     with pytest.raises(ConfigError) as e:
         env_spec(config)
     msg = str(e.value)
-    assert msg.startswith(f"config key 'env': '{env_id}' is not") and f"set env_backend: {other}" in msg
+    assert (
+        msg.startswith(f"config key 'env': '{env_id}' is not")
+        and f"set env_backend: {other}" in msg
+    )
     assert "\n" not in msg
 
 
@@ -75,5 +85,7 @@ def test_unsupported_gymnax_spaces_are_one_line_naming_env():
 
     from tianjax.envs.spaces import action_spec
 
-    with pytest.raises(ConfigError, match="config key 'env': a Tuple action space is not supported"):
+    with pytest.raises(
+        ConfigError, match="config key 'env': a Tuple action space is not supported"
+    ):
         action_spec(spaces.Tuple([spaces.Discrete(2), spaces.Discrete(3)]))

@@ -63,7 +63,9 @@ def test_protocol_shapes_and_dtypes(backend):
         assert step.terminated.shape == (B,) and step.terminated.dtype == bool
         assert step.truncated.shape == (B,) and step.truncated.dtype == bool
         np.testing.assert_array_equal(step.final_obs, step.obs)  # nothing ended
-        np.testing.assert_allclose(step.obs[:, 0], obs[:, 0] + TAU * obs[:, 1], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(
+            step.obs[:, 0], obs[:, 0] + TAU * obs[:, 1], rtol=1e-5, atol=1e-6
+        )
     finally:
         env.close()
 
@@ -97,7 +99,9 @@ def test_truncation_resets_in_the_same_step(backend):
         assert step.truncated.all() and not step.terminated.any()
         assert np.allclose(g_final[-1][0], g_next[-2][0] + TAU * g_next[-2][1], atol=1e-6)
         # final_obs is where the episode ended (the dynamics continue from prev) ...
-        np.testing.assert_allclose(step.final_obs[:, 0], prev[:, 0] + TAU * prev[:, 1], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(
+            step.final_obs[:, 0], prev[:, 0] + TAU * prev[:, 1], rtol=1e-5, atol=1e-6
+        )
         assert not _fresh(step.final_obs)
         # ... and obs is already the first observation of the next episode
         assert _fresh(step.obs)
@@ -178,7 +182,9 @@ def test_random_play_never_loses_a_step(backend):
         for _ in range(300):
             step = env.step(rng.integers(0, 2, 8))
             assert np.all(step.reward == 1.0)
-            np.testing.assert_allclose(step.final_obs[:, 0], obs[:, 0] + TAU * obs[:, 1], rtol=1e-4, atol=1e-5)
+            np.testing.assert_allclose(
+                step.final_obs[:, 0], obs[:, 0] + TAU * obs[:, 1], rtol=1e-4, atol=1e-5
+            )
             done = step.terminated | step.truncated
             assert _fresh(step.obs[done])
             episodes += int(done.sum())
@@ -194,7 +200,9 @@ def test_continuous_actions_are_clipped(backend):
     try:
         spec = envs[0].action_spec
         assert not spec.discrete and spec.shape == (1,)
-        np.testing.assert_allclose(spec.low, [-2.0]) and np.testing.assert_allclose(spec.high, [2.0])
+        np.testing.assert_allclose(spec.low, [-2.0]) and np.testing.assert_allclose(
+            spec.high, [2.0]
+        )
         for e in envs:
             e.reset(0)
         big = envs[0].step(np.array([[50.0], [-50.0], [0.5]], np.float32))
@@ -219,7 +227,13 @@ class _Corridor(gymnasium.Env):
 
     def step(self, action):
         self.pos = max(0, self.pos + (1 if action == 1 else -1))
-        return np.array([self.pos], np.float32), 1.0 if self.pos == 3 else 0.0, self.pos == 3, False, {}
+        return (
+            np.array([self.pos], np.float32),
+            1.0 if self.pos == 3 else 0.0,
+            self.pos == 3,
+            False,
+            {},
+        )
 
 
 def test_gymnasium_takes_a_user_registered_env():
@@ -236,8 +250,15 @@ def test_gymnasium_takes_a_user_registered_env():
         env.close()
 
 
-@pytest.mark.parametrize("backend,env_id", [("envpool", "NoSuchEnv-v0"), ("gymnasium", "NoSuchEnv-v0"),
-                                            ("gymnasium", "CartPole-v9"), ("gymnasium", "nomodule:Env-v0")])
+@pytest.mark.parametrize(
+    "backend,env_id",
+    [
+        ("envpool", "NoSuchEnv-v0"),
+        ("gymnasium", "NoSuchEnv-v0"),
+        ("gymnasium", "CartPole-v9"),
+        ("gymnasium", "nomodule:Env-v0"),
+    ],
+)
 def test_unknown_env_id_is_a_config_error(backend, env_id):
     with pytest.raises(ConfigError, match=r"^config key 'env': .*list them with") as e:
         make_host_env(backend, env_id, 2)
@@ -261,14 +282,29 @@ class _ScriptedAtari:
         ids = np.asarray(env_ids)
         self.calls.append(("step", ids.tolist()))
         if len(ids) < 2:  # envpool's end-of-life restart: obs 7, reward 0
-            return (np.full((len(ids), 1), 7, np.uint8), np.zeros(len(ids), np.float32),
-                    np.zeros(len(ids), bool), np.zeros(len(ids), bool),
-                    {"env_id": ids, "reward": np.zeros(len(ids), np.float32),
-                     "terminated": np.zeros(len(ids), np.int32)})
+            return (
+                np.full((len(ids), 1), 7, np.uint8),
+                np.zeros(len(ids), np.float32),
+                np.zeros(len(ids), bool),
+                np.zeros(len(ids), bool),
+                {
+                    "env_id": ids,
+                    "reward": np.zeros(len(ids), np.float32),
+                    "terminated": np.zeros(len(ids), np.int32),
+                },
+            )
         reward, term, score, over = (np.asarray(x) for x in self.script.pop(0))
-        return (np.full((2, 1), 1, np.uint8), reward.astype(np.float32), term.astype(bool),
-                np.zeros(2, bool), {"env_id": ids, "reward": score.astype(np.float32),
-                                    "terminated": over.astype(np.int32)})
+        return (
+            np.full((2, 1), 1, np.uint8),
+            reward.astype(np.float32),
+            term.astype(bool),
+            np.zeros(2, bool),
+            {
+                "env_id": ids,
+                "reward": score.astype(np.float32),
+                "terminated": over.astype(np.int32),
+            },
+        )
 
     def reset(self, env_ids=None):
         ids = np.arange(2) if env_ids is None else np.asarray(env_ids)
@@ -282,11 +318,13 @@ def test_envpool_reports_the_unclipped_score_and_the_game_over_apart():
     would start a new game) but restarted by stepping that env alone."""
     env = EnvpoolEnv("Breakout-v5", 2, seed=0, episodic_life=True, reward_clip=True)
     env._env.close()
-    fake = env._env = _ScriptedAtari([
-        ([1, 1], [False, False], [4, 1], [0, 0]),  # env 0 hits a 4-point brick
-        ([0, 1], [True, False], [0, 7], [0, 0]),  # env 0 loses a life; env 1 scores 7
-        ([0, 0], [False, True], [0, 0], [0, 1]),  # env 1's game is over
-    ])
+    fake = env._env = _ScriptedAtari(
+        [
+            ([1, 1], [False, False], [4, 1], [0, 0]),  # env 0 hits a 4-point brick
+            ([0, 1], [True, False], [0, 7], [0, 0]),  # env 0 loses a life; env 1 scores 7
+            ([0, 0], [False, True], [0, 0], [0, 1]),  # env 1's game is over
+        ]
+    )
     s = env.step(np.zeros(2))
     np.testing.assert_array_equal(s.reward, [1, 1])
     np.testing.assert_array_equal(s.score, [4, 1])
@@ -311,8 +349,13 @@ def test_envpool_reports_the_unclipped_score_and_the_game_over_apart():
 def test_steps_without_a_score_report_what_they_learn_from():
     """A HostStep without score / game_over (other envs, or a user's HostEnv) reports its
     reward and ends its reported episode where it terminates or is truncated."""
-    s = HostStep(np.zeros((2, 1)), np.array([0.5, 2.0], np.float32), np.array([True, False]),
-                 np.array([False, True]), np.zeros((2, 1)))
+    s = HostStep(
+        np.zeros((2, 1)),
+        np.array([0.5, 2.0], np.float32),
+        np.array([True, False]),
+        np.array([False, True]),
+        np.zeros((2, 1)),
+    )
     np.testing.assert_array_equal(s.report_reward, [0.5, 2.0])
     np.testing.assert_array_equal(s.report_done, [True, True])
     env = _env("envpool", 2)
@@ -332,8 +375,12 @@ def test_lunarlander_continuous_config_builds_a_gaussian_policy():
     from tianjax.envs.factory import env_spec
 
     config = load_config("configs/ppo_lunarlander_continuous.yaml")
-    assert (config.env, config.env_backend, config.algo, config.target_return) == \
-        ("LunarLanderContinuous-v2", "envpool", "ppo", 200)
+    assert (config.env, config.env_backend, config.algo, config.target_return) == (
+        "LunarLanderContinuous-v2",
+        "envpool",
+        "ppo",
+        200,
+    )
     obs_shape, obs_dtype, spec = env_spec(config)
     assert tuple(obs_shape) == (8,) and np.dtype(obs_dtype) == np.float32
     assert not spec.discrete and spec.shape == (2,)

@@ -29,7 +29,9 @@ class FakeTime:
 
 def _vec(latency, actor, n=3, over=0.0):
     t = FakeTime(over)
-    return L.LatencyVectorEnv(CartPoleVectorEnv(n), latency, actor=actor, sleeper=L.Sleeper(t.clock, t.sleep)), t
+    return L.LatencyVectorEnv(
+        CartPoleVectorEnv(n), latency, actor=actor, sleeper=L.Sleeper(t.clock, t.sleep)
+    ), t
 
 
 def test_fixed_delay_with_a_certain_hiccup_and_a_slow_factor():
@@ -38,8 +40,9 @@ def test_fixed_delay_with_a_certain_hiccup_and_a_slow_factor():
     assert L.draw_delay_s(rng, lat, 1.0) == pytest.approx(0.316)
     assert L.draw_delay_s(rng, lat, 4.0) == pytest.approx(4 * 0.316)
     assert L.draw_delay_s(rng, L.Latency(step_ms=16), 1.0) == pytest.approx(0.016)
-    assert L.Latency(step_ms=16, hiccup_p=0.01, hiccup_ms=300, slow_actors=(2,), slow_factor=4).mean_ms(2) \
-        == pytest.approx(4 * 19.0)
+    assert L.Latency(
+        step_ms=16, hiccup_p=0.01, hiccup_ms=300, slow_actors=(2,), slow_factor=4
+    ).mean_ms(2) == pytest.approx(4 * 19.0)
 
 
 def test_lognormal_delay_has_mean_step_ms_and_median_below_it():
@@ -102,8 +105,12 @@ def test_each_actor_draws_from_its_own_seed():
 
 def test_the_dynamics_are_cartpoles_own():
     env = make_host_env("gymnasium", L.CARTPOLE_ID, 3, 5, step_ms=0.0)
-    ref = gym.make_vec("CartPole-v1", 3, vectorization_mode="sync",
-                       vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
+    ref = gym.make_vec(
+        "CartPole-v1",
+        3,
+        vectorization_mode="sync",
+        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
+    )
     obs = env.reset(5)
     ref_obs, _ = ref.reset(seed=5)
     np.testing.assert_array_equal(obs, ref_obs)
@@ -117,8 +124,12 @@ def test_the_dynamics_are_cartpoles_own():
         np.testing.assert_array_equal(s.terminated, term)
         ends += int(term.sum())
         if term.any():
-            np.testing.assert_array_equal(s.final_obs[term], info["final_obs"][term].astype(np.float32)
-                                          if info["final_obs"].dtype != object else np.stack(info["final_obs"][term]))
+            np.testing.assert_array_equal(
+                s.final_obs[term],
+                info["final_obs"][term].astype(np.float32)
+                if info["final_obs"].dtype != object
+                else np.stack(info["final_obs"][term]),
+            )
     assert ends > 0  # episodes ended, and the auto-reset matched
     env.close()
     ref.close()
@@ -134,12 +145,15 @@ def test_lunarlander_builds_from_envpool_dynamics():
     env.close()
 
 
-@pytest.mark.parametrize("backend, env_id, bad, hint", [
-    ("gymnasium", L.CARTPOLE_ID, "step_mss", "step_ms"),
-    ("gymnasium", L.CARTPOLE_ID, "slow_actor", "slow_actors"),
-    ("gymnasium", "CartPole-v1", "max_episode_step", "max_episode_steps"),
-    ("envpool", "CartPole-v1", "max_episode_step", "max_episode_steps"),
-])
+@pytest.mark.parametrize(
+    "backend, env_id, bad, hint",
+    [
+        ("gymnasium", L.CARTPOLE_ID, "step_mss", "step_ms"),
+        ("gymnasium", L.CARTPOLE_ID, "slow_actor", "slow_actors"),
+        ("gymnasium", "CartPole-v1", "max_episode_step", "max_episode_steps"),
+        ("envpool", "CartPole-v1", "max_episode_step", "max_episode_steps"),
+    ],
+)
 def test_a_misspelt_option_is_one_line_naming_it(backend, env_id, bad, hint):
     if backend == "envpool":
         pytest.importorskip("envpool")

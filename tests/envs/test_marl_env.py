@@ -48,8 +48,12 @@ def test_mpe_truncates_at_its_time_limit_and_auto_resets(spread):
     assert bool(out.truncated) and not bool(out.terminated) and out.won is None  # MPE has no wins
     # final_obs is what the un-reset step saw; obs is the next episode's first observation
     k_step, k_reset = jax.random.split(key)
-    raw_obs, *_ = spread.env.step_env(k_step, state, {a: action[i] for i, a in enumerate(spread.agents)})
-    np.testing.assert_allclose(out.final_obs.obs, np.stack([raw_obs[a] for a in spread.agents]), rtol=1e-6)
+    raw_obs, *_ = spread.env.step_env(
+        k_step, state, {a: action[i] for i, a in enumerate(spread.agents)}
+    )
+    np.testing.assert_allclose(
+        out.final_obs.obs, np.stack([raw_obs[a] for a in spread.agents]), rtol=1e-6
+    )
     reset_obs, _ = spread.reset(k_reset)
     np.testing.assert_array_equal(out.obs.obs, reset_obs.obs)
     assert int(out.state.step) == 0
@@ -66,14 +70,19 @@ def test_smax_masks_match_the_env(smax):
     # the world state, with unit positions (features 1 and 2 of 10 per unit) over the 32 x 32 map
     # and weapon cooldowns (feature 3) floored at 0
     inner = state.state
-    state = state.replace(state=inner.replace(unit_weapon_cooldowns=inner.unit_weapon_cooldowns.at[0].set(-7.0)
-                                              .at[1].set(0.5)))
-    obs = smax._observe(dict(smax.env.get_obs(state), world_state=smax.env.get_world_state(state)), state)
+    state = state.replace(
+        state=inner.replace(
+            unit_weapon_cooldowns=inner.unit_weapon_cooldowns.at[0].set(-7.0).at[1].set(0.5)
+        )
+    )
+    obs = smax._observe(
+        dict(smax.env.get_obs(state), world_state=smax.env.get_world_state(state)), state
+    )
     raw = np.asarray(smax.env.get_world_state(state))
     assert obs.state.shape == raw.shape == (72,)
     pos = np.zeros(72, bool)
     for u in range(6):
-        pos[u * 10 + 1:u * 10 + 3] = True
+        pos[u * 10 + 1 : u * 10 + 3] = True
     np.testing.assert_allclose(obs.state[pos], raw[pos] / 32.0, rtol=1e-6)
     assert 0.0 < float(obs.state[pos].min()) and float(obs.state[pos].max()) < 1.0
     assert raw[3] == -7.0 and obs.state[3] == 0.0 and obs.state[13] == 0.5
@@ -88,13 +97,21 @@ def test_smax_win_terminates_and_time_limit_truncates(smax):
     stop = jnp.full((3,), 4, jnp.int32)
     inner = state.state
     # every enemy dead: a decisive end, won, no bootstrap
-    won_state = state.replace(state=inner.replace(unit_health=inner.unit_health.at[3:].set(0.0),
-                                                  unit_alive=inner.unit_alive.at[3:].set(False)))
+    won_state = state.replace(
+        state=inner.replace(
+            unit_health=inner.unit_health.at[3:].set(0.0),
+            unit_alive=inner.unit_alive.at[3:].set(False),
+        )
+    )
     out = step(jax.random.key(3), won_state, stop)
     assert bool(out.terminated) and not bool(out.truncated) and bool(out.won)
     # every ally dead: terminated, lost
-    lost_state = state.replace(state=inner.replace(unit_health=inner.unit_health.at[:3].set(0.0),
-                                                   unit_alive=inner.unit_alive.at[:3].set(False)))
+    lost_state = state.replace(
+        state=inner.replace(
+            unit_health=inner.unit_health.at[:3].set(0.0),
+            unit_alive=inner.unit_alive.at[:3].set(False),
+        )
+    )
     out = step(jax.random.key(3), lost_state, stop)
     assert bool(out.terminated) and not bool(out.won)
     # the time limit with both armies standing: truncated (it bootstraps)
@@ -108,7 +125,9 @@ def test_smax_win_terminates_and_time_limit_truncates(smax):
 def test_continuous_mpe_and_heterogeneous_agents_are_padded():
     env = make_jaxmarl("MPE_simple_spread_v3_continuous")
     assert not env.action_spec.discrete and env.action_spec.shape == (5,)
-    out = jax.jit(env.step)(jax.random.key(0), env.reset(jax.random.key(0))[1], jnp.full((3, 5), 0.5))
+    out = jax.jit(env.step)(
+        jax.random.key(0), env.reset(jax.random.key(0))[1], jnp.full((3, 5), 0.5)
+    )
     assert out.reward.shape == (3,)
     adv = make_jaxmarl("MPE_simple_adversary_v3")  # observations of 8 and 10 floats
     obs, _ = adv.reset(jax.random.key(0))
@@ -130,9 +149,8 @@ def test_evaluator_counts_each_envs_first_battle_only():
     (auto-reset) until the long ones end, and may win later battles: those must not count."""
     from types import SimpleNamespace
 
-    from tianjax.core.types import JaxStep
     from tianjax.core.evaluation import make_evaluator
-    from tianjax.core.types import ActionSpec
+    from tianjax.core.types import ActionSpec, JaxStep
 
     def reset(key):
         kind = jax.random.randint(key, (), 0, 3)
@@ -145,15 +163,31 @@ def test_evaluator_counts_each_envs_first_battle_only():
         new_obs, new_state = reset(key)
         obs = kind[None].astype(jnp.float32)
         nxt_state = (jnp.where(done, new_state[0], kind), jnp.where(done, 0, t + 1))
-        return JaxStep(jnp.where(done, new_obs, obs), nxt_state, won.astype(jnp.float32), done,
-                       jnp.zeros((), bool), obs, won)
+        return JaxStep(
+            jnp.where(done, new_obs, obs),
+            nxt_state,
+            won.astype(jnp.float32),
+            done,
+            jnp.zeros((), bool),
+            obs,
+            won,
+        )
 
-    env = SimpleNamespace(reset=reset, step=step, reports_wins=True, name="toy",
-                          action_spec=ActionSpec(discrete=True, num_actions=2))
-    algo = SimpleNamespace(init_carry=None, greedy=lambda params, obs: jnp.ones(obs.shape[:1], jnp.int32))
+    env = SimpleNamespace(
+        reset=reset,
+        step=step,
+        reports_wins=True,
+        name="toy",
+        action_spec=ActionSpec(discrete=True, num_actions=2),
+    )
+    algo = SimpleNamespace(
+        init_carry=None, greedy=lambda params, obs: jnp.ones(obs.shape[:1], jnp.int32)
+    )
     key = jax.random.key(0)
     returns, won = make_evaluator(env, algo, 64, wins=True)(None, key)
-    first = np.asarray(jax.vmap(lambda k: reset(k)[1][0])(jax.random.split(jax.random.split(key)[1], 64)))
+    first = np.asarray(
+        jax.vmap(lambda k: reset(k)[1][0])(jax.random.split(jax.random.split(key)[1], 64))
+    )
     assert set(first.tolist()) == {0, 1, 2}  # every kind drawn: later wins were possible
     np.testing.assert_array_equal(np.asarray(won), first == 1)
     np.testing.assert_array_equal(np.asarray(returns), (first == 1).astype(np.float32))

@@ -102,8 +102,12 @@ def test_the_time_limit_truncates_and_restarts_the_cart():
         assert not term[0] and not trunc[0]
     obs, reward, term, trunc, info = env.step(np.array([1]))
     assert trunc[0] and not term[0] and reward[0] == 1.0
-    np.testing.assert_allclose(info["final_obs"][0], ref.step(1)[0], rtol=0, atol=1e-6)  # the last state
-    assert np.abs(obs[0]).max() <= 0.05 and not np.array_equal(obs[0], info["final_obs"][0])  # a new start
+    np.testing.assert_allclose(
+        info["final_obs"][0], ref.step(1)[0], rtol=0, atol=1e-6
+    )  # the last state
+    assert np.abs(obs[0]).max() <= 0.05 and not np.array_equal(
+        obs[0], info["final_obs"][0]
+    )  # a new start
     _, _, _, trunc, _ = env.step(np.array([1]))
     assert not trunc[0]  # the count started again
 
@@ -117,8 +121,9 @@ def test_actions_outside_the_space_are_refused():
 
 
 def test_the_latency_env_steps_these_carts_and_checks_their_options():
-    env = make_host_env("gymnasium", L.CARTPOLE_ID, 3, 5, step_ms=0.0, max_episode_steps=7,
-                        sutton_barto_reward=True)
+    env = make_host_env(
+        "gymnasium", L.CARTPOLE_ID, 3, 5, step_ms=0.0, max_episode_steps=7, sutton_barto_reward=True
+    )
     assert isinstance(env._env.unwrapped, CartPoleVectorEnv)  # noqa: SLF001
     env.reset(5)
     for _ in range(7):

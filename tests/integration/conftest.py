@@ -104,7 +104,9 @@ def ask_for_stacks(procs) -> None:
     time.sleep(2.0)
 
 
-def wait_exited(procs: list[psutil.Process], timeout: float, log_dir=None, what: str = "the processes to exit") -> None:
+def wait_exited(
+    procs: list[psutil.Process], timeout: float, log_dir=None, what: str = "the processes to exit"
+) -> None:
     """Waits until none of `procs` is alive. If some still are, raises with their stacks
     in the tail of their logs (`log_dir`/actor-N.log, as the launcher writes them), so a
     hang shows where it is."""
@@ -158,8 +160,15 @@ class Procs:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         out = open(self.log_dir / f"{name}.out", "wb")
         err = open(self.log_dir / f"{name}.err", "wb")
-        p = subprocess.Popen([sys.executable, *args], cwd=REPO, env=env or child_env(),
-                             stdout=out, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True)
+        p = subprocess.Popen(
+            [sys.executable, *args],
+            cwd=REPO,
+            env=env or child_env(),
+            stdout=out,
+            stderr=err,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         out.close()
         err.close()
         p.log_name = name
@@ -177,8 +186,10 @@ class Procs:
             return p.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             ask_for_stacks([p])  # where it hangs
-            raise AssertionError(f"{p.log_name} still running after {timeout:.0f} s; stderr:\n"
-                                 + self.stderr(p)[-6000:]) from None
+            raise AssertionError(
+                f"{p.log_name} still running after {timeout:.0f} s; stderr:\n"
+                + self.stderr(p)[-6000:]
+            ) from None
 
     def kill_all(self) -> None:
         for p, _ in self.started:
@@ -202,8 +213,13 @@ def procs(tmp_path):
         ps.kill_all()
 
 
-def run_in_process(config, logger=None, instrument=lambda actor: None, learner_kwargs=None,
-                   prepare=lambda learner: None):
+def run_in_process(
+    config,
+    logger=None,
+    instrument=lambda actor: None,
+    learner_kwargs=None,
+    prepare=lambda learner: None,
+):
     """A Learner in this process and its actors in threads, over real sockets: the learner's
     state stays readable. `prepare(learner)` runs before the actors are made and
     `instrument(actor)` on each actor before it runs. Returns (learner, result)."""
@@ -230,4 +246,3 @@ def run_in_process(config, logger=None, instrument=lambda actor: None, learner_k
             t.join(30)
         learner.close()
     return learner, out
-

@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -33,8 +32,15 @@ DQN = str(REPO / "configs" / "dqn_cartpole.yaml")
 HOST = str(REPO / "configs" / "ppo_cartpole_envpool.yaml")
 IMPALA = str(REPO / "configs" / "impala_cartpole.yaml")
 SMALL_PPO = ["num_envs=4", "rollout_len=32"]
-SMALL_DQN = ["num_envs=4", "rollout_len=16", "dqn.learning_starts=1000", "dqn.buffer_size=5000",
-             "dqn.batch_size=32", "dqn.updates_per_rollout=2", "env_backend=envpool"]
+SMALL_DQN = [
+    "num_envs=4",
+    "rollout_len=16",
+    "dqn.learning_starts=1000",
+    "dqn.buffer_size=5000",
+    "dqn.batch_size=32",
+    "dqn.updates_per_rollout=2",
+    "env_backend=envpool",
+]
 SMALL_IMPALA = ["env_backend=envpool", "num_envs=4", "rollout_len=32", "impala.num_minibatches=2"]
 # one step short of 8 updates of 4 x 4 x 32 steps: the budget admits 7 updates (3584), the
 # lowest count the bound allows (4095 - 4 * 128 = 3583, plus one)
@@ -47,7 +53,10 @@ CASES = {  # mode-algo-actors: (config, overrides); every budget is TOTAL unless
     "host-ppo": (HOST, ["num_envs=8", "rollout_len=32", "ppo.num_minibatches=2"]),
     "sync-ppo-1": (ASYNC_CFG, ["mode=sync", "num_actors=1", *SMALL_PPO, "ppo.num_minibatches=4"]),
     "sync-ppo-2": (ASYNC_CFG, ["mode=sync", "num_actors=2", *SMALL_PPO]),
-    "sync-ppo-4-edge": (ASYNC_CFG, ["mode=sync", "num_actors=4", *SMALL_PPO, f"total_env_steps={EDGE}"]),
+    "sync-ppo-4-edge": (
+        ASYNC_CFG,
+        ["mode=sync", "num_actors=4", *SMALL_PPO, f"total_env_steps={EDGE}"],
+    ),
     "sync-impala-2": (IMPALA, ["mode=sync", "num_actors=2", *SMALL_IMPALA]),
     "async-ppo-1": (ASYNC_CFG, ["num_actors=1", *SMALL_PPO, "ppo.num_minibatches=4"]),
     "async-ppo-2": (ASYNC_CFG, ["num_actors=2", *SMALL_PPO]),
@@ -62,8 +71,17 @@ CASES = {  # mode-algo-actors: (config, overrides); every budget is TOTAL unless
 @pytest.mark.parametrize("case", list(CASES))
 def test_every_mode_ends_within_one_batch_per_actor_of_the_budget(tmp_path, case):
     path, overrides = CASES[case]
-    config = load_config(path, [f"total_env_steps={TOTAL}", *overrides, "eval_episodes=0",
-                                "target_return=null", "checkpoint.final=false"], run_dir=str(tmp_path / case))
+    config = load_config(
+        path,
+        [
+            f"total_env_steps={TOTAL}",
+            *overrides,
+            "eval_episodes=0",
+            "target_return=null",
+            "checkpoint.final=false",
+        ],
+        run_dir=str(tmp_path / case),
+    )
     total = config.total_env_steps
     assert total % (config.batch_trajectories * config.num_envs * config.rollout_len) != 0
     s = tianjax.train(config, progress=False, verbose=False).summary
@@ -83,10 +101,21 @@ def _run_in_process(config, logger=None, instrument=lambda actor: None):
 
 
 def test_reuse_heavy_async_run_ends_its_learning_rate_schedule_exactly_at_the_budget(tmp_path):
-    config = load_config(ASYNC_CFG, ["num_actors=1", "num_envs=4", "rollout_len=16", "ppo.num_minibatches=2",
-                                     "ppo.num_epochs=2", "total_env_steps=3000", "runtime.max_reuse=4",
-                                     "staleness.max_staleness=null", "runtime.heartbeat_timeout_s=60"],
-                         run_dir=str(tmp_path / "run"))
+    config = load_config(
+        ASYNC_CFG,
+        [
+            "num_actors=1",
+            "num_envs=4",
+            "rollout_len=16",
+            "ppo.num_minibatches=2",
+            "ppo.num_epochs=2",
+            "total_env_steps=3000",
+            "runtime.max_reuse=4",
+            "staleness.max_staleness=null",
+            "runtime.heartbeat_timeout_s=60",
+        ],
+        run_dir=str(tmp_path / "run"),
+    )
     learner, out = _run_in_process(config)
     n = config.steps_per_update
     n_updates = 3000 // n  # 46 fresh batches
@@ -106,7 +135,9 @@ def epsilon_applied(log_prob, num_actions: int) -> np.ndarray:
     eps / A for a non-greedy action (at most 1 / A), 1 - eps (A - 1) / A for the greedy one
     (at least 1 / A)."""
     p = np.exp(np.asarray(log_prob, np.float64))
-    return np.where(p < 1.0 / num_actions, num_actions * p, (1.0 - p) * num_actions / (num_actions - 1))
+    return np.where(
+        p < 1.0 / num_actions, num_actions * p, (1.0 - p) * num_actions / (num_actions - 1)
+    )
 
 
 def test_epsilon_applied_is_read_back_from_the_behaviour_probability():
@@ -145,10 +176,22 @@ def _record_acting(calls: list, sends: list):
 
 @pytest.mark.parametrize("num_actors", [1, 2, 4])
 def test_async_dqn_actors_explore_on_one_global_schedule(tmp_path, num_actors):
-    config = load_config(DQN, ["mode=async", f"num_actors={num_actors}", *SMALL_DQN, "total_env_steps=16000",
-                               "log_every=20", "target_return=null", "checkpoint.final=false",
-                               "dqn.eps_fraction=0.5", "eval_episodes=0", "runtime.heartbeat_timeout_s=60"],
-                         run_dir=str(tmp_path / "run"))
+    config = load_config(
+        DQN,
+        [
+            "mode=async",
+            f"num_actors={num_actors}",
+            *SMALL_DQN,
+            "total_env_steps=16000",
+            "log_every=20",
+            "target_return=null",
+            "checkpoint.final=false",
+            "dqn.eps_fraction=0.5",
+            "eval_episodes=0",
+            "runtime.heartbeat_timeout_s=60",
+        ],
+        run_dir=str(tmp_path / "run"),
+    )
     logger = RunLogger(config, tensorboard=False)
     calls, sends = [], []
     learner, out = _run_in_process(config, logger, _record_acting(calls, sends))
@@ -169,7 +212,9 @@ def test_async_dqn_actors_explore_on_one_global_schedule(tmp_path, num_actors):
             for t in range(T):
                 env_steps, log_prob = steps[k * T + t]
                 assert env_steps == acted_at + t * B, (k, t)
-                assert np.allclose(epsilon_applied(log_prob, 2), float(eps(acted_at + t * B)), atol=1e-5), (k, t)
+                assert np.allclose(
+                    epsilon_applied(log_prob, 2), float(eps(acted_at + t * B)), atol=1e-5
+                ), (k, t)
             applied[acted_at] = float(epsilon_applied(steps[k * T][1], 2)[0])
     # in flight: every actor's credits, one held back and one being acted, and as much again
     # for delivery (the learner admits what has queued before it publishes, and under load
@@ -198,14 +243,33 @@ def test_a_replacement_actor_resumes_the_global_exploration_schedule(tmp_path, p
     from .conftest import actor_processes, read_summary, records, wait_for
 
     run_dir = tmp_path / "run"
-    overrides = ["mode=async", "num_actors=2", *SMALL_DQN, "total_env_steps=40000", "log_every=20",
-                 "target_return=null", "eval_episodes=0", "dqn.eps_fraction=0.8"]
-    launcher = procs.start(["-m", "tianjax.cli", "train", DQN, f"run_dir={run_dir}", *overrides, "--no-progress"],
-                           name="launcher")
-    actors = wait_for(lambda: len(actor_processes(launcher.pid)) == 2 and actor_processes(launcher.pid),
-                      120, what="2 actors")
-    wait_for(lambda: any(r.get("env_steps", 0) >= 12000 for r in records(run_dir)) or launcher.poll() is not None,
-             180, what="12k env steps")
+    overrides = [
+        "mode=async",
+        "num_actors=2",
+        *SMALL_DQN,
+        "total_env_steps=40000",
+        "log_every=20",
+        "target_return=null",
+        "eval_episodes=0",
+        "dqn.eps_fraction=0.8",
+    ]
+    launcher = procs.start(
+        ["-m", "tianjax.cli", "train", DQN, f"run_dir={run_dir}", *overrides, "--no-progress"],
+        name="launcher",
+    )
+    actors = wait_for(
+        lambda: len(actor_processes(launcher.pid)) == 2 and actor_processes(launcher.pid),
+        120,
+        what="2 actors",
+    )
+    wait_for(
+        lambda: (
+            any(r.get("env_steps", 0) >= 12000 for r in records(run_dir))
+            or launcher.poll() is not None
+        ),
+        180,
+        what="12k env steps",
+    )
     assert launcher.poll() is None, procs.stderr(launcher)
     killed_at = max(r["env_steps"] for r in records(run_dir))
     actors[0].send_signal(signal.SIGKILL)
@@ -228,11 +292,23 @@ def test_a_replacement_actor_resumes_the_global_exploration_schedule(tmp_path, p
 def test_async_dqn_with_frame_once_replay_stores_each_frame_once_and_holds_its_budget(tmp_path):
     from tianjax.core.replay import frames as frame_replay
 
-    config = load_config(DQN, ["mode=async", "num_actors=2", *SMALL_DQN, "total_env_steps=6000",
-                               "dqn.frame_once=true", "target_return=null", "checkpoint.final=false",
-                               "eval_episodes=0", "log_every=10", "runtime.heartbeat_timeout_s=60",
-                               "env_options={max_episode_steps: 30}"],  # truncations inside chunks
-                         run_dir=str(tmp_path / "run"))
+    config = load_config(
+        DQN,
+        [
+            "mode=async",
+            "num_actors=2",
+            *SMALL_DQN,
+            "total_env_steps=6000",
+            "dqn.frame_once=true",
+            "target_return=null",
+            "checkpoint.final=false",
+            "eval_episodes=0",
+            "log_every=10",
+            "runtime.heartbeat_timeout_s=60",
+            "env_options={max_episode_steps: 30}",
+        ],  # truncations inside chunks
+        run_dir=str(tmp_path / "run"),
+    )
     logger = RunLogger(config, tensorboard=False)
     learner, out = _run_in_process(config, logger)
     records = logger.read_records()
@@ -253,9 +329,18 @@ def test_a_trajectory_lost_on_the_way_has_its_slot_handed_back(tmp_path):
     # it had queued): the actor counts it as sent and says so in its heartbeats. Its slot
     # comes back once the actor has stopped, out of slots, for the grace of 10 heartbeat
     # periods, and the run still spends its budget, with the loss counted.
-    config = load_config(ASYNC_CFG, ["num_actors=2", *SMALL_PPO, "total_env_steps=6000",
-                                     "runtime.heartbeat_s=0.2", "balance.mode=fixed",
-                                     "runtime.credits_per_actor=1"], run_dir=str(tmp_path / "run"))
+    config = load_config(
+        ASYNC_CFG,
+        [
+            "num_actors=2",
+            *SMALL_PPO,
+            "total_env_steps=6000",
+            "runtime.heartbeat_s=0.2",
+            "balance.mode=fixed",
+            "runtime.credits_per_actor=1",
+        ],
+        run_dir=str(tmp_path / "run"),
+    )
 
     def lose_third(actor):
         if actor.actor_id != 0:
@@ -275,4 +360,7 @@ def test_a_trajectory_lost_on_the_way_has_its_slot_handed_back(tmp_path):
     assert s["trajectories_written_off"] == 1, s
     assert s["env_steps"] == 6000 // batch * batch
     # what came is what was admitted: the lost one never arrived
-    assert s["trajectories_received"] * per == s["env_steps"] + s["dropped_samples"] - s["balance"]["expired_samples"]
+    assert (
+        s["trajectories_received"] * per
+        == s["env_steps"] + s["dropped_samples"] - s["balance"]["expired_samples"]
+    )

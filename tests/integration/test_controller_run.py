@@ -12,16 +12,30 @@ import tianjax
 from .conftest import ASYNC_CFG
 
 # bounds that make samples stale: 4 credits per actor, a publication every 4 updates
-LOOSE = ["runtime.credits_per_actor=4", "runtime.publish_every=4", "runtime.max_reuse=2",
-         "total_env_steps=120000", "target_return=null", "balance.period_s=0.25",
-         "balance.target_staleness=0.5", "staleness.max_staleness=null"]
+LOOSE = [
+    "runtime.credits_per_actor=4",
+    "runtime.publish_every=4",
+    "runtime.max_reuse=2",
+    "total_env_steps=120000",
+    "target_return=null",
+    "balance.period_s=0.25",
+    "balance.target_staleness=0.5",
+    "staleness.max_staleness=null",
+]
 
 
 @pytest.mark.slow
 def test_adaptive_controller_brings_staleness_down_where_fixed_does_not(tmp_path):
-    runs = {mode: tianjax.train(ASYNC_CFG, [*LOOSE, f"balance.mode={mode}"], run_dir=str(tmp_path / mode),
-                                progress=False, verbose=False).summary
-            for mode in ("fixed", "adaptive")}
+    runs = {
+        mode: tianjax.train(
+            ASYNC_CFG,
+            [*LOOSE, f"balance.mode={mode}"],
+            run_dir=str(tmp_path / mode),
+            progress=False,
+            verbose=False,
+        ).summary
+        for mode in ("fixed", "adaptive")
+    }
     fixed, adaptive = runs["fixed"]["balance"], runs["adaptive"]["balance"]
     assert fixed["balance_moves"] == 0 and fixed["balance_publish_every"] == 4
     assert fixed["balance_window"] == 8

@@ -30,8 +30,18 @@ from .conftest import (
 
 
 def _launch(procs, run_dir, *overrides):
-    return procs.start(["-m", "tianjax.cli", "train", ASYNC_CFG, f"run_dir={run_dir}", *overrides,
-                        "--no-progress"], name="launcher")
+    return procs.start(
+        [
+            "-m",
+            "tianjax.cli",
+            "train",
+            ASYNC_CFG,
+            f"run_dir={run_dir}",
+            *overrides,
+            "--no-progress",
+        ],
+        name="launcher",
+    )
 
 
 def _registered(run_dir) -> int:
@@ -44,10 +54,20 @@ def _running(procs, launcher, run_dir, updates: int) -> list[psutil.Process]:
     trains on the first while the second may still be compiling: a process that never
     registered is not one the learner can find silent), and `updates` logged updates;
     returns the actors."""
-    actors = wait_for(lambda: len(actor_processes(launcher.pid)) == 2 and actor_processes(launcher.pid),
-                      120, what="2 actors")
-    wait_for(lambda: updates_logged(run_dir) >= updates and _registered(run_dir) == 2
-             or launcher.poll() is not None, 120, what=f"{updates} updates from 2 registered actors")
+    actors = wait_for(
+        lambda: len(actor_processes(launcher.pid)) == 2 and actor_processes(launcher.pid),
+        120,
+        what="2 actors",
+    )
+    wait_for(
+        lambda: (
+            updates_logged(run_dir) >= updates
+            and _registered(run_dir) == 2
+            or launcher.poll() is not None
+        ),
+        120,
+        what=f"{updates} updates from 2 registered actors",
+    )
     assert launcher.poll() is None, procs.stderr(launcher)
     return actors
 
@@ -82,8 +102,13 @@ def test_stopped_actor_times_out_and_is_replaced_while_the_learner_goes_on(tmp_p
     timeout = 4.0
     # a budget no machine spends before the test is done: the run must still be training
     # when the timeout fires and for a while after, however fast the surviving actor is
-    launcher = _launch(procs, run_dir, "total_env_steps=5000000", "log_every=2",
-                       f"runtime.heartbeat_timeout_s={timeout}")
+    launcher = _launch(
+        procs,
+        run_dir,
+        "total_env_steps=5000000",
+        "log_every=2",
+        f"runtime.heartbeat_timeout_s={timeout}",
+    )
     actors = _running(procs, launcher, run_dir, 10)
     victim = actors[1]
     victim_id = _actor_id(victim)
@@ -92,14 +117,22 @@ def test_stopped_actor_times_out_and_is_replaced_while_the_learner_goes_on(tmp_p
 
     said = f"actor {victim_id} (silent for more than {timeout:g} s) restarted"
     try:
-        wait_for(lambda: said in procs.stderr(launcher) or launcher.poll() is not None, 120,
-                 what="the silent actor's restart")
+        wait_for(
+            lambda: said in procs.stderr(launcher) or launcher.poll() is not None,
+            120,
+            what="the silent actor's restart",
+        )
     except TimeoutError as e:
-        raise AssertionError(f"{e}; last record: {records(run_dir)[-1:]}; stderr: {procs.stderr(launcher)}")
+        raise AssertionError(
+            f"{e}; last record: {records(run_dir)[-1:]}; stderr: {procs.stderr(launcher)}"
+        )
     assert launcher.poll() is None and said in procs.stderr(launcher), procs.stderr(launcher)
     restarted_at = len(records(run_dir))
-    wait_for(lambda: len(records(run_dir)) >= restarted_at + 10 or launcher.poll() is not None, 120,
-             what="10 records after the restart")
+    wait_for(
+        lambda: len(records(run_dir)) >= restarted_at + 10 or launcher.poll() is not None,
+        120,
+        what="10 records after the restart",
+    )
     seen = records(run_dir)
     launcher.send_signal(signal.SIGTERM)
     assert procs.wait(launcher, 120) == 130, procs.stderr(launcher)  # the CLI's stop by signal
@@ -111,7 +144,7 @@ def test_stopped_actor_times_out_and_is_replaced_while_the_learner_goes_on(tmp_p
     assert s["actor_restarts"] >= 1 and s["actors_lost"] == 0
     # the learner never stalled: from the stop on, records kept coming (every 2 updates)
     # at intervals well under the heartbeat timeout the replacement took
-    after = seen[stopped_at - 1:]
+    after = seen[stopped_at - 1 :]
     gaps = [b["wall_time_s"] - a["wall_time_s"] for a, b in zip(after, after[1:])]
     assert len(after) > 10 and max(gaps) < timeout, gaps
 
@@ -119,14 +152,31 @@ def test_stopped_actor_times_out_and_is_replaced_while_the_learner_goes_on(tmp_p
 @pytest.mark.slow
 def test_killed_learner_resumes_from_its_checkpoint_and_actors_follow(tmp_path, procs):
     run_dir = tmp_path / "run"
-    launcher = _launch(procs, run_dir, "runtime.restart_learner=true", "checkpoint.every=20",
-                       "total_env_steps=200000")
-    actors = wait_for(lambda: len(actor_processes(launcher.pid)) == 2 and actor_processes(launcher.pid),
-                      120, what="2 actors")
+    launcher = _launch(
+        procs,
+        run_dir,
+        "runtime.restart_learner=true",
+        "checkpoint.every=20",
+        "total_env_steps=200000",
+    )
+    actors = wait_for(
+        lambda: len(actor_processes(launcher.pid)) == 2 and actor_processes(launcher.pid),
+        120,
+        what="2 actors",
+    )
     ids = {a.pid: _actor_id(a) for a in actors}
-    learner = wait_for(lambda: actor_processes(launcher.pid, role="learner"), 60, what="the learner process")[0]
-    wait_for(lambda: ckpt.has_checkpoint(str(run_dir)) and ckpt.read_meta(str(run_dir))["updates"] >= 40
-             or launcher.poll() is not None, 120, what="a checkpoint at 40 updates")
+    learner = wait_for(
+        lambda: actor_processes(launcher.pid, role="learner"), 60, what="the learner process"
+    )[0]
+    wait_for(
+        lambda: (
+            ckpt.has_checkpoint(str(run_dir))
+            and ckpt.read_meta(str(run_dir))["updates"] >= 40
+            or launcher.poll() is not None
+        ),
+        120,
+        what="a checkpoint at 40 updates",
+    )
     assert launcher.poll() is None, procs.stderr(launcher)
     learner.send_signal(signal.SIGKILL)
     # what the replacement must start from (a checkpoint may still be written after this
@@ -134,10 +184,16 @@ def test_killed_learner_resumes_from_its_checkpoint_and_actors_follow(tmp_path, 
     last_step = ckpt.read_meta(str(run_dir))["updates"]
     logged_before = updates_logged(run_dir)
     # the replacement learner trains on what the same two actor processes send
-    wait_for(lambda: actor_processes(launcher.pid, role="learner") or launcher.poll() is not None, 60,
-             what="a new learner process")
-    wait_for(lambda: updates_logged(run_dir) >= logged_before + 20 or launcher.poll() is not None, 120,
-             what="20 updates by the new learner")
+    wait_for(
+        lambda: actor_processes(launcher.pid, role="learner") or launcher.poll() is not None,
+        60,
+        what="a new learner process",
+    )
+    wait_for(
+        lambda: updates_logged(run_dir) >= logged_before + 20 or launcher.poll() is not None,
+        120,
+        what="20 updates by the new learner",
+    )
     assert alive(actors) == actors, "an actor process did not survive the learner's restart"
 
     assert procs.wait(launcher, 240) == 0, procs.stderr(launcher)
@@ -173,8 +229,12 @@ def _failing_saves(directory):
     (ENOSPC) where this process may mount one; else, for a user that is not root, a
     directory made read-only (EACCES). Skips where neither is possible."""
     os.makedirs(directory)
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(directory)],
-                             capture_output=True).returncode == 0
+    mounted = (
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(directory)], capture_output=True
+        ).returncode
+        == 0
+    )
     if not mounted and os.geteuid() == 0:
         pytest.skip("no tmpfs can be mounted, and root ignores a read-only directory")
     filler = os.path.join(directory, "filler")
@@ -209,22 +269,35 @@ def _failing_saves(directory):
 
 
 @pytest.mark.slow
-def test_a_learner_that_raises_at_a_checkpoint_is_restarted_and_the_run_reaches_its_target(tmp_path, procs):
+def test_a_learner_that_raises_at_a_checkpoint_is_restarted_and_the_run_reaches_its_target(
+    tmp_path, procs
+):
     """A learner that dies of an exception (not a kill) must not take its actors with it:
     before, it told them to stop, they exited 0 (the run's end, to the supervisor) and the
     restarted learner waited for actors that would never come."""
     run_dir = tmp_path / "run"
     with _failing_saves(run_dir / "checkpoints") as (fail, free):
-        launcher = _launch(procs, run_dir, "runtime.restart_learner=true", "checkpoint.every=20",
-                           "total_env_steps=200000")
+        launcher = _launch(
+            procs,
+            run_dir,
+            "runtime.restart_learner=true",
+            "checkpoint.every=20",
+            "total_env_steps=200000",
+        )
         actors = _running(procs, launcher, run_dir, 1)
         ids = {a.pid: _actor_id(a) for a in actors}
-        wait_for(lambda: ckpt.has_checkpoint(str(run_dir)) or launcher.poll() is not None, 120,
-                 what="a first checkpoint")
+        wait_for(
+            lambda: ckpt.has_checkpoint(str(run_dir)) or launcher.poll() is not None,
+            120,
+            what="a first checkpoint",
+        )
         assert launcher.poll() is None, procs.stderr(launcher)
         fail()
-        wait_for(lambda: "restarting it" in procs.stderr(launcher) or launcher.poll() is not None, 120,
-                 what="the learner to fail at its next checkpoint and be restarted")
+        wait_for(
+            lambda: "restarting it" in procs.stderr(launcher) or launcher.poll() is not None,
+            120,
+            what="the learner to fail at its next checkpoint and be restarted",
+        )
         free()  # (long before the new learner, still starting up, saves)
         assert procs.wait(launcher, 240) == 0, procs.stderr(launcher)
         err = procs.stderr(launcher)
@@ -242,5 +315,7 @@ def test_a_learner_that_raises_at_a_checkpoint_is_restarted_and_the_run_reaches_
             log = (run_dir / "actors" / f"actor-{ids[a.pid]}.log").read_text()
             assert "stopping:" not in log, log
         assert not alive(actors)
-        print(f"restart after an exception at a checkpoint: {s['updates']} updates, "
-              f"converged at {s['convergence_time_s']:.1f} s")
+        print(
+            f"restart after an exception at a checkpoint: {s['updates']} updates, "
+            f"converged at {s['convergence_time_s']:.1f} s"
+        )

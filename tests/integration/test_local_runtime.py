@@ -28,29 +28,57 @@ from tianjax.runtime.learner.learner import Learner
 from tianjax.transport.auth import InsecureNoAuth, new_run_key
 from tianjax.transport.channels import ControlClient, ControlServer, TrajectorySender
 
-from .conftest import ASYNC_CFG, actor_processes, alive, read_summary, updates_logged, wait_exited, wait_for
+from .conftest import (
+    ASYNC_CFG,
+    actor_processes,
+    alive,
+    read_summary,
+    updates_logged,
+    wait_exited,
+    wait_for,
+)
 
-BALANCE_KEYS = ("samples_consumed_per_s", "staleness_mean", "staleness_max", "dropped_samples",
-                "rejected_messages", "balance")
+BALANCE_KEYS = (
+    "samples_consumed_per_s",
+    "staleness_mean",
+    "staleness_max",
+    "dropped_samples",
+    "rejected_messages",
+    "balance",
+)
 
 
 def _train_cli(procs, run_dir, *overrides, name="launcher"):
-    return procs.start(["-m", "tianjax.cli", "train", ASYNC_CFG, f"run_dir={run_dir}", *overrides,
-                        "--no-progress"], name=name)
+    return procs.start(
+        [
+            "-m",
+            "tianjax.cli",
+            "train",
+            ASYNC_CFG,
+            f"run_dir={run_dir}",
+            *overrides,
+            "--no-progress",
+        ],
+        name=name,
+    )
 
 
 def _running_actors(launcher, n, timeout=120.0):
     """Waits until the launcher has started n actor processes; returns them (psutil)."""
-    return wait_for(lambda: len(actor_processes(launcher.pid)) == n and actor_processes(launcher.pid),
-                    timeout, what=f"{n} actor processes")
+    return wait_for(
+        lambda: len(actor_processes(launcher.pid)) == n and actor_processes(launcher.pid),
+        timeout,
+        what=f"{n} actor processes",
+    )
 
 
 # ----------------------------------------------------------------------------- learning
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["async", "sync"])
 def test_reaches_target_and_reports_balance(tmp_path, mode):
-    result = tianjax.train(ASYNC_CFG, [f"mode={mode}"], run_dir=str(tmp_path / mode),
-                           progress=False, verbose=False)
+    result = tianjax.train(
+        ASYNC_CFG, [f"mode={mode}"], run_dir=str(tmp_path / mode), progress=False, verbose=False
+    )
     s = result.summary
     assert s["mode"] == mode
     seen = {k: s[k] for k in ("final_return", "convergence_env_steps", "updates", "staleness_mean")}
@@ -98,11 +126,18 @@ def test_async_learner_goes_on_when_an_actor_is_out_of_restarts(tmp_path, procs)
     run_dir = tmp_path / "run"
     per_update = 3 * 16 * 32
     n_updates = 60
-    launcher = _train_cli(procs, run_dir, "mode=async", "num_actors=3", "runtime.max_actor_restarts=0",
-                          f"total_env_steps={n_updates * per_update}")
+    launcher = _train_cli(
+        procs,
+        run_dir,
+        "mode=async",
+        "num_actors=3",
+        "runtime.max_actor_restarts=0",
+        f"total_env_steps={n_updates * per_update}",
+    )
     actors = _running_actors(launcher, 3)
-    wait_for(lambda: updates_logged(run_dir) >= 10 or launcher.poll() is not None, 120,
-             what="10 updates")
+    wait_for(
+        lambda: updates_logged(run_dir) >= 10 or launcher.poll() is not None, 120, what="10 updates"
+    )
     assert launcher.poll() is None, procs.stderr(launcher)
     victim = actors[1]
     cmd = victim.cmdline()
@@ -115,22 +150,29 @@ def test_async_learner_goes_on_when_an_actor_is_out_of_restarts(tmp_path, procs)
     # every fresh batch of the budget was learned from, but for samples that aged past
     # max_staleness in the pool (a loaded machine, a dead actor's last trajectories)
     assert s["env_steps"] == n_updates * per_update
-    assert s["updates"] - s["balance"]["reused_batches"] == (s["env_steps"] - s["balance"]["expired_samples"]) // per_update
+    assert (
+        s["updates"] - s["balance"]["reused_batches"]
+        == (s["env_steps"] - s["balance"]["expired_samples"]) // per_update
+    )
     assert s["actors_lost"] == 1 and s["actor_restarts"] == 0
     assert s["final_return"] > 0
     err = procs.stderr(launcher)
     assert "Traceback" not in err, err
-    assert f"actor {victim_id} (killed by SIGKILL) is out of restarts; continuing with 2 actors" in err, err
+    assert (
+        f"actor {victim_id} (killed by SIGKILL) is out of restarts; continuing with 2 actors" in err
+    ), err
     assert not alive(everyone), alive(everyone)
 
 
 def test_sync_run_stops_with_one_line_when_an_actor_dies(tmp_path, procs):
     run_dir = tmp_path / "run"
-    launcher = _train_cli(procs, run_dir, "mode=sync", "total_env_steps=10000000",
-                          "runtime.max_actor_restarts=0")
+    launcher = _train_cli(
+        procs, run_dir, "mode=sync", "total_env_steps=10000000", "runtime.max_actor_restarts=0"
+    )
     actors = _running_actors(launcher, 2)
-    wait_for(lambda: updates_logged(run_dir) >= 10 or launcher.poll() is not None, 120,
-             what="10 updates")
+    wait_for(
+        lambda: updates_logged(run_dir) >= 10 or launcher.poll() is not None, 120, what="10 updates"
+    )
     assert launcher.poll() is None, procs.stderr(launcher)
     actors[0].send_signal(signal.SIGKILL)
     everyone = [psutil.Process(launcher.pid), *actors]
@@ -156,16 +198,24 @@ def test_sigterm_stops_the_launcher_and_its_actors(tmp_path, procs, when):
     if extra:
         actors += actor_processes(launcher.pid, role="learner")
     if when.startswith("running"):
-        wait_for(lambda: updates_logged(run_dir) >= 10 or launcher.poll() is not None, 120,
-                 what="10 updates")
+        wait_for(
+            lambda: updates_logged(run_dir) >= 10 or launcher.poll() is not None,
+            120,
+            what="10 updates",
+        )
     assert launcher.poll() is None, procs.stderr(launcher)
     everyone = [psutil.Process(launcher.pid), *actors]
     if when == "running":  # `kill -USR1`: every thread's stack on stderr, and the run goes on
         launcher.send_signal(signal.SIGUSR1)
         # (the main thread's stack comes last)
-        wait_for(lambda: "in _loop" in procs.stderr(launcher) or launcher.poll() is not None, 30,
-                 what="the stacks")
-        assert launcher.poll() is None and 'in _loop' in procs.stderr(launcher), procs.stderr(launcher)
+        wait_for(
+            lambda: "in _loop" in procs.stderr(launcher) or launcher.poll() is not None,
+            30,
+            what="the stacks",
+        )
+        assert launcher.poll() is None and "in _loop" in procs.stderr(launcher), procs.stderr(
+            launcher
+        )
     launcher.send_signal(signal.SIGTERM)
 
     # (a few seconds on an idle machine, final checkpoint included; the bounds leave room for
@@ -190,12 +240,16 @@ def test_actors_do_not_outlive_a_killed_launcher(tmp_path, procs, when):
     run_dir = tmp_path / "run"
     launcher = _train_cli(procs, run_dir, "mode=async", "total_env_steps=10000000")
     if when == "spawning":
-        actors = wait_for(lambda: actor_processes(launcher.pid), 120, interval=0.002,
-                          what="an actor process")
+        actors = wait_for(
+            lambda: actor_processes(launcher.pid), 120, interval=0.002, what="an actor process"
+        )
     else:
         actors = _running_actors(launcher, 2)
-        wait_for(lambda: updates_logged(run_dir) >= 10 or launcher.poll() is not None, 120,
-                 what="10 updates")
+        wait_for(
+            lambda: updates_logged(run_dir) >= 10 or launcher.poll() is not None,
+            120,
+            what="10 updates",
+        )
     assert launcher.poll() is None, procs.stderr(launcher)
     launcher.send_signal(signal.SIGKILL)
     assert procs.wait(launcher, 10) == -signal.SIGKILL
@@ -206,7 +260,9 @@ def test_actors_do_not_outlive_a_killed_launcher(tmp_path, procs, when):
 
 
 # ----------------------------------------------------------------------------- authentication
-def _attacker(endpoints: dict, stop: threading.Event, sent: dict, template, handshake, to: str) -> None:
+def _attacker(
+    endpoints: dict, stop: threading.Event, sent: dict, template, handshake, to: str
+) -> None:
     """Sends, until told to stop, what a peer without the run key could send once past the
     handshake (with the connection credentials, as read off a network under `plain`)."""
     ctx = zmq.Context.instance()
@@ -214,19 +270,28 @@ def _attacker(endpoints: dict, stop: threading.Event, sent: dict, template, hand
     push.linger = 2000  # what it queued still reaches the learner after stop
     handshake.client(push)
     push.connect(endpoints["traj"])
-    wrong_key = TrajectorySender(new_run_key(), endpoints["traj"], sender="actor-0", to=to, hwm=1000,
-                                 handshake=handshake)
-    unsigned = TrajectorySender(InsecureNoAuth(), endpoints["traj"], sender="actor-0", to=to, hwm=1000,
-                                handshake=handshake)
-    intruder = ControlClient(new_run_key(), endpoints["control"], identity="intruder", to=to, handshake=handshake)
+    wrong_key = TrajectorySender(
+        new_run_key(), endpoints["traj"], sender="actor-0", to=to, hwm=1000, handshake=handshake
+    )
+    unsigned = TrajectorySender(
+        InsecureNoAuth(), endpoints["traj"], sender="actor-0", to=to, hwm=1000, handshake=handshake
+    )
+    intruder = ControlClient(
+        new_run_key(), endpoints["control"], identity="intruder", to=to, handshake=handshake
+    )
     rng = np.random.default_rng(0)
     # a well-formed trajectory that would poison the run if it got in: NaN observations,
     # episodes with absurd returns, a version from the future
     batch = type(template[0])(*[np.zeros(x.shape, x.dtype) for x in template[0]])
     batch = batch._replace(obs=np.full(batch.obs.shape, np.nan, batch.obs.dtype))
     T, B = batch.reward.shape
-    poison = (batch, Episodes(np.ones((T, B), bool), np.full((T, B), 1e9, np.float32),
-                              np.ones((T, B), np.int32)), np.asarray(0, np.int64))
+    poison = (
+        batch,
+        Episodes(
+            np.ones((T, B), bool), np.full((T, B), 1e9, np.float32), np.ones((T, B), np.int32)
+        ),
+        np.asarray(0, np.int64),
+    )
 
     def count(kind, ok=True):
         sent[kind] = sent.get(kind, 0) + int(bool(ok))
@@ -251,19 +316,39 @@ def _attacker(endpoints: dict, stop: threading.Event, sent: dict, template, hand
 
 
 def test_a_peer_without_the_run_key_cannot_inject(tmp_path):
-    config = load_config(ASYNC_CFG, ["num_actors=1", "num_envs=4", "rollout_len=16",
-                                     "ppo.num_minibatches=2", "total_env_steps=1920",
-                                     "runtime.heartbeat_timeout_s=60"], run_dir=str(tmp_path / "run"))
+    config = load_config(
+        ASYNC_CFG,
+        [
+            "num_actors=1",
+            "num_envs=4",
+            "rollout_len=16",
+            "ppo.num_minibatches=2",
+            "total_env_steps=1920",
+            "runtime.heartbeat_timeout_s=60",
+        ],
+        run_dir=str(tmp_path / "run"),
+    )
     run_key = new_run_key()
     learner = Learner(config, run_key)
     stop = threading.Event()
     sent: dict = {}
     actor_result = {}
     actor = Actor(config, 0, learner.endpoints, run_key)
-    actor_thread = threading.Thread(target=lambda: actor_result.setdefault("code", actor.run()), daemon=True)
-    attack_thread = threading.Thread(target=_attacker, args=(learner.endpoints, stop, sent, learner.template,
-                                                               learner.net.handshake, learner.address),
-                                     daemon=True)
+    actor_thread = threading.Thread(
+        target=lambda: actor_result.setdefault("code", actor.run()), daemon=True
+    )
+    attack_thread = threading.Thread(
+        target=_attacker,
+        args=(
+            learner.endpoints,
+            stop,
+            sent,
+            learner.template,
+            learner.net.handshake,
+            learner.address,
+        ),
+        daemon=True,
+    )
     try:
         attack_thread.start()
         wait_for(lambda: sent.get("traj", 0) >= 10, 30, what="the attacker to start")
@@ -300,7 +385,9 @@ def test_a_peer_without_the_run_key_cannot_inject(tmp_path):
     # the real actor's only: what was admitted, plus what came too stale to admit (on a
     # loaded machine; its credits came back, so it made others)
     bal = extra["balance"]
-    assert accepted_in_run * 4 * 16 == out.env_steps + bal["dropped_samples"] - bal["expired_samples"], bal
+    assert (
+        accepted_in_run * 4 * 16 == out.env_steps + bal["dropped_samples"] - bal["expired_samples"]
+    ), bal
     assert not actor_thread.is_alive() and actor_result.get("code") == 0
 
 

@@ -15,14 +15,28 @@ N = 16
 
 
 def test_sixteen_latency_bound_actors_keep_the_budget_credits_and_counts(tmp_path):
-    config = load_config(LATENCY_CFG, [
-        f"num_actors={N}", "num_envs=4", "rollout_len=16", "network.hidden=[16,16]", "ppo.num_minibatches=4",
-        # fixed 4 ms plus 2% hiccups of 40 ms: the actors' arrivals interleave unevenly
-        "env_options.step_ms=4", "env_options.sigma=0.5", "env_options.hiccup_p=0.02",
-        "env_options.hiccup_ms=40", "runtime.credits_per_actor=2",
-        # 3 batches of 16 trajectories x 64 steps, and a remainder no batch can take
-        "total_env_steps=3500", "target_return=null", "checkpoint.final=false", "log_every=1"],
-        run_dir=str(tmp_path / "run"))
+    config = load_config(
+        LATENCY_CFG,
+        [
+            f"num_actors={N}",
+            "num_envs=4",
+            "rollout_len=16",
+            "network.hidden=[16,16]",
+            "ppo.num_minibatches=4",
+            # fixed 4 ms plus 2% hiccups of 40 ms: the actors' arrivals interleave unevenly
+            "env_options.step_ms=4",
+            "env_options.sigma=0.5",
+            "env_options.hiccup_p=0.02",
+            "env_options.hiccup_ms=40",
+            "runtime.credits_per_actor=2",
+            # 3 batches of 16 trajectories x 64 steps, and a remainder no batch can take
+            "total_env_steps=3500",
+            "target_return=null",
+            "checkpoint.final=false",
+            "log_every=1",
+        ],
+        run_dir=str(tmp_path / "run"),
+    )
     per_traj = config.num_envs * config.rollout_len
     budget = config.total_env_steps // config.steps_per_update * config.steps_per_update
     assert budget == 3 * N * per_traj and config.total_env_steps % config.steps_per_update
@@ -30,7 +44,9 @@ def test_sixteen_latency_bound_actors_keep_the_budget_credits_and_counts(tmp_pat
     s = tianjax.train(config, progress=False, verbose=False).summary
 
     assert s["num_actors"] == N and s["actor_restarts"] == 0
-    assert s["env_steps"] == budget, s["env_steps"]  # no more admitted than the budget, and all of it
+    assert s["env_steps"] == budget, s[
+        "env_steps"
+    ]  # no more admitted than the budget, and all of it
     # nothing lost on the way, nothing taken twice: what arrived is what was admitted plus
     # what was refused (too stale, or beyond the budget), none written off
     arrival_drops = s["dropped_samples"] - s["balance"]["expired_samples"]
@@ -44,7 +60,9 @@ def test_sixteen_latency_bound_actors_keep_the_budget_credits_and_counts(tmp_pat
     # async waits for no one: an actor that finishes starting up after the others have spent
     # the budget sends nothing, so many of them must take part, not all
     assert sum(r >= 1 for r in received) >= N // 2, by_actor
-    assert sum(received) == s["trajectories_received"]  # per-actor counts add up: none counted twice
+    assert (
+        sum(received) == s["trajectories_received"]
+    )  # per-actor counts add up: none counted twice
     for a, c in by_actor.items():
         # a heartbeat's count may be a beat old, never ahead of what arrived
         assert c.get("sent", 0) <= c["received"], (a, c)

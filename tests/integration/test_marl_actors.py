@@ -18,7 +18,6 @@ pattern of test_budgets.py), on tiny configs:
 
 from __future__ import annotations
 
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -26,29 +25,57 @@ import pytest
 
 from tianjax.algos.qmix import loss as Q
 from tianjax.config import ConfigError, load_config
-from tianjax.core.types import MAObs
+from tianjax.core.types import MAObs, Sequences
 from tianjax.runtime.learner.learner import Learner
 from tianjax.transport.auth import new_run_key
-from tianjax.core.types import Sequences
 
 from .conftest import REPO, run_in_process
 
 MADDPG = str(REPO / "configs" / "maddpg_mpe_spread_async.yaml")
 QMIX = str(REPO / "configs" / "qmix_smax_3m_async.yaml")
 TOTAL = 3000  # not a multiple of a round (2 actors x 64 env steps)
-COMMON = [f"total_env_steps={TOTAL}", "num_actors=2", "log_every=10", "compile_cache=null",
-          "eval_episodes=0", "runtime.heartbeat_timeout_s=60"]
+COMMON = [
+    f"total_env_steps={TOTAL}",
+    "num_actors=2",
+    "log_every=10",
+    "compile_cache=null",
+    "eval_episodes=0",
+    "runtime.heartbeat_timeout_s=60",
+]
 TINY = {
     # 64 transitions per trajectory, 1 gradient step of 64 per trajectory: replay ratio 1
-    "maddpg": (MADDPG, ["num_envs=4", "rollout_len=16", "maddpg.batch_size=64", "maddpg.buffer_size=5000",
-                        "maddpg.learning_starts=0", "maddpg.updates_per_rollout=1", "network.hidden=[32,32]"]),
+    "maddpg": (
+        MADDPG,
+        [
+            "num_envs=4",
+            "rollout_len=16",
+            "maddpg.batch_size=64",
+            "maddpg.buffer_size=5000",
+            "maddpg.learning_starts=0",
+            "maddpg.updates_per_rollout=1",
+            "network.hidden=[32,32]",
+        ],
+    ),
     # QMIX on MPE's discrete simple_spread (it compiles in a fraction of SMAX's time; the
     # runtime is the same): 4 sequences of 8 steps per trajectory, 1 gradient step of 8
     # sequences (64 samples) per trajectory: replay ratio 2; burn-in 2 of the 8 steps
-    "qmix": (QMIX, ["env=MPE_simple_spread_v3", "target_win_rate=null", "num_envs=4", "rollout_len=8",
-                    "qmix.batch_size=8", "qmix.buffer_size=500", "qmix.learning_starts=0",
-                    "qmix.updates_per_rollout=1", "qmix.burn_in=2", "qmix.hidden_dim=16",
-                    "qmix.mixer_embed=8", "qmix.hyper_hidden=16"]),
+    "qmix": (
+        QMIX,
+        [
+            "env=MPE_simple_spread_v3",
+            "target_win_rate=null",
+            "num_envs=4",
+            "rollout_len=8",
+            "qmix.batch_size=8",
+            "qmix.buffer_size=500",
+            "qmix.learning_starts=0",
+            "qmix.updates_per_rollout=1",
+            "qmix.burn_in=2",
+            "qmix.hidden_dim=16",
+            "qmix.mixer_embed=8",
+            "qmix.hyper_hidden=16",
+        ],
+    ),
 }
 
 
@@ -87,8 +114,12 @@ def _run(config):
         actor.source = RecordingSource(actor.source)
         sources.append(actor.source)
 
-    learner, out = run_in_process(config, instrument=record_rollouts, prepare=record_batches,
-                                  learner_kwargs={"checkpoint_root": config.run_dir})
+    learner, out = run_in_process(
+        config,
+        instrument=record_rollouts,
+        prepare=record_batches,
+        learner_kwargs={"checkpoint_root": config.run_dir},
+    )
     return learner, out, sampled, sources
 
 
@@ -103,8 +134,11 @@ def run_of(tmp_path_factory):
         if (algo, mode) not in _RUNS:
             path, overrides = TINY[algo]
             run_dir = tmp_path_factory.mktemp(f"{algo}-{mode}")
-            config = load_config(path, [*COMMON, *overrides, f"mode={mode}", "checkpoint.replay=true"],
-                                 run_dir=str(run_dir))
+            config = load_config(
+                path,
+                [*COMMON, *overrides, f"mode={mode}", "checkpoint.replay=true"],
+                run_dir=str(run_dir),
+            )
             _RUNS[algo, mode] = (config, str(run_dir), *_run(config))
         return _RUNS[algo, mode]
 
@@ -180,20 +214,28 @@ def test_qmix_actors_carry_the_hidden_state_across_their_trajectories(run_of, mo
             reset += int(ended.sum())
             carried += int((np.abs(cur.carry[~ended]).max(axis=(1, 2)) > 0).sum())
         # the source still holds where its next rollout would start
-        np.testing.assert_allclose(np.asarray(source.carry), final_hidden(calls[-1][0], calls[-1][2]),
-                                   rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(
+            np.asarray(source.carry), final_hidden(calls[-1][0], calls[-1][2]), rtol=1e-5, atol=1e-5
+        )
     assert carried > 0 and reset > 0
 
 
 def test_a_resumed_learner_gets_the_sequence_replay_buffer_back(run_of, tmp_path):
     config, run_dir, learner, out, _, _ = run_of("qmix", "async")
-    resumed = Learner(load_config(config, [f"resume={run_dir}"], run_dir=str(tmp_path / "resumed")),
-                      new_run_key())
+    resumed = Learner(
+        load_config(config, [f"resume={run_dir}"], run_dir=str(tmp_path / "resumed")), new_run_key()
+    )
     try:
         assert resumed.state_version == out.updates and resumed.env_steps == out.env_steps
-        assert resumed.replay.added == learner.replay.added and resumed.replay.learned == learner.replay.learned
-        jax.tree.map(np.testing.assert_array_equal, jax.device_get(resumed.replay.rb),
-                     jax.device_get(learner.replay.rb))
+        assert (
+            resumed.replay.added == learner.replay.added
+            and resumed.replay.learned == learner.replay.learned
+        )
+        jax.tree.map(
+            np.testing.assert_array_equal,
+            jax.device_get(resumed.replay.rb),
+            jax.device_get(learner.replay.rb),
+        )
     finally:
         resumed.close()
 
@@ -207,21 +249,36 @@ def test_burn_in_warms_the_stored_hidden_state_of_every_sequence():
     @jax.jit  # one program (op by op, the inits and scans compile dozens of small ones)
     def losses(key):
         keys = jax.random.split(key, 8)
-        params = Q.QMIXParams(agent.init(keys[0], jnp.zeros((1, n, h)), jnp.zeros((1, n, d + n))),
-                              mixer.init(keys[1], jnp.zeros((1, n)), jnp.zeros((1, s))))
-        obs = MAObs(jax.random.normal(keys[2], (T + 1, B, n, d)), jax.random.normal(keys[3], (T + 1, B, s)),
-                    jnp.ones((T + 1, B, n, a), bool))
-        seq = Sequences(jax.tree.map(lambda x: x[:-1], obs), jax.random.randint(keys[4], (T, B, n), 0, a),
-                        jax.random.normal(keys[5], (T, B)), jax.tree.map(lambda x: x[1:], obs),
-                        jnp.zeros((T, B), bool), jnp.zeros((T, B), bool),
-                        jax.random.normal(keys[6], (B, n, h)), jnp.zeros((T, B), jnp.int32))
+        params = Q.QMIXParams(
+            agent.init(keys[0], jnp.zeros((1, n, h)), jnp.zeros((1, n, d + n))),
+            mixer.init(keys[1], jnp.zeros((1, n)), jnp.zeros((1, s))),
+        )
+        obs = MAObs(
+            jax.random.normal(keys[2], (T + 1, B, n, d)),
+            jax.random.normal(keys[3], (T + 1, B, s)),
+            jnp.ones((T + 1, B, n, a), bool),
+        )
+        seq = Sequences(
+            jax.tree.map(lambda x: x[:-1], obs),
+            jax.random.randint(keys[4], (T, B, n), 0, a),
+            jax.random.normal(keys[5], (T, B)),
+            jax.tree.map(lambda x: x[1:], obs),
+            jnp.zeros((T, B), bool),
+            jnp.zeros((T, B), bool),
+            jax.random.normal(keys[6], (B, n, h)),
+            jnp.zeros((T, B), jnp.int32),
+        )
         w = jnp.ones((T, B))
         burn_in_loss = Q.make_loss(agent, mixer, gamma=0.9, burn_in=k)
         warmed = Q._final_hidden(agent, params.agent, Q.time_slice(seq, slice(None, k)))
         rest = Q.time_slice(seq, slice(k, None))._replace(carry=warmed)
         plain = Q.make_loss(agent, mixer, gamma=0.9, burn_in=0)(params, params, rest, w[k:])[0]
         other = seq._replace(carry=jnp.zeros_like(seq.carry))
-        return (burn_in_loss(params, params, seq, w)[0], plain, burn_in_loss(params, params, other, w)[0])
+        return (
+            burn_in_loss(params, params, seq, w)[0],
+            plain,
+            burn_in_loss(params, params, other, w)[0],
+        )
 
     with_burn_in, plain, from_zeros = (float(x) for x in losses(jax.random.key(0)))
     assert with_burn_in == pytest.approx(plain, rel=1e-5)

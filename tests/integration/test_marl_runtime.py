@@ -17,8 +17,13 @@ CFG = str(REPO / "configs" / "ippo_mpe_spread_async.yaml")
 def test_ippo_with_two_actor_processes(tmp_path, mode):
     run = tmp_path / mode
     # 3 updates of 2 trajectories (8 envs x 128 steps each)
-    result = tianjax.train(CFG, [f"mode={mode}", "total_env_steps=6144", "log_every=1", "compile_cache=null"],
-                           run_dir=str(run), progress=False, verbose=False)
+    result = tianjax.train(
+        CFG,
+        [f"mode={mode}", "total_env_steps=6144", "log_every=1", "compile_cache=null"],
+        run_dir=str(run),
+        progress=False,
+        verbose=False,
+    )
     s = result.summary
     assert s["env_steps"] == 6144 and s["updates"] == 3 and s["skipped_updates"] == 0
     assert s["rejected_messages"] == 0 and s["actor_restarts"] == 0

@@ -46,13 +46,24 @@ SCRIPT = textwrap.dedent("""
 def test_update_is_data_parallel_over_two_devices(tmp_path, procs):
     env = child_env(XLA_FLAGS="--xla_force_host_platform_device_count=2")
     total = 12 * 2 * 16 * 32  # 12 updates
-    p = procs.start(["-c", SCRIPT, ASYNC_CFG, str(tmp_path / "run"), "mode=async",
-                     "runtime.learner_devices=2", "runtime.max_reuse=0", f"total_env_steps={total}"],
-                    name="run", env=env)
+    p = procs.start(
+        [
+            "-c",
+            SCRIPT,
+            ASYNC_CFG,
+            str(tmp_path / "run"),
+            "mode=async",
+            "runtime.learner_devices=2",
+            "runtime.max_reuse=0",
+            f"total_env_steps={total}",
+        ],
+        name="run",
+        env=env,
+    )
     assert procs.wait(p, 240) == 0, procs.stderr(p)[-3000:]
-    line = [l for l in procs.stdout(p).splitlines() if l.startswith("REPORT ")]
+    line = [text for text in procs.stdout(p).splitlines() if text.startswith("REPORT ")]
     assert line, procs.stdout(p)[-3000:]
-    report = json.loads(line[-1][len("REPORT "):])
+    report = json.loads(line[-1][len("REPORT ") :])
     s = report["summary"]
     assert s["learner_devices"] == 2
     assert s["updates"] == 12
@@ -62,7 +73,9 @@ def test_update_is_data_parallel_over_two_devices(tmp_path, procs):
     T, B = report["global_shapes"]["obs"][:2]
     assert (T, B) == (32, 2 * 16)  # two actor trajectories of 16 envs, joined along B
     for name, shape in report["global_shapes"].items():
-        b_axis = 0 if name in ("last_obs", "trunc_obs", "trunc_t") else 1  # [T, B, ...], per-env [B, ...]
+        b_axis = (
+            0 if name in ("last_obs", "trunc_obs", "trunc_t") else 1
+        )  # [T, B, ...], per-env [B, ...]
         half = list(shape)
         half[b_axis] //= 2
         assert report["shard_shapes"][name] == half, name  # each device holds half of B

@@ -34,21 +34,24 @@ from .conftest import (
     wait_for,
 )
 
+
 def readme_commands(run_dir: Path, base_port: int, coordinator: str) -> list[list[str]]:
     """docs/multihost.md's one-machine multi-host commands, as argv lists for `python`: `tianjax`
     is `-m tianjax.cli`, and the ports and run directory are this test's own."""
     text = (REPO / "docs" / "multihost.md").read_text()
-    block = text[text.index("On one machine (two learners"):]
-    block = block[block.index("```bash") + len("```bash"):]
-    block = block[:block.index("```")].replace("\\\n", " ")
+    block = text[text.index("On one machine (two learners") :]
+    block = block[block.index("```bash") + len("```bash") :]
+    block = block[: block.index("```")].replace("\\\n", " ")
     out = []
     for line in block.splitlines():
         line = line.split("#")[0].strip().rstrip("&").strip()
         if not line.startswith("tianjax launch"):
             continue
-        line = (line.replace("--coordinator 127.0.0.1:23456", f"--coordinator {coordinator}")
-                .replace("--base-port 5555", f"--base-port {base_port}")
-                .replace("run_dir=runs/multihost", f"run_dir={run_dir}"))
+        line = (
+            line.replace("--coordinator 127.0.0.1:23456", f"--coordinator {coordinator}")
+            .replace("--base-port 5555", f"--base-port {base_port}")
+            .replace("run_dir=runs/multihost", f"run_dir={run_dir}")
+        )
         out.append(["-m", "tianjax.cli", *shlex.split(line)[1:]])
     return out
 
@@ -61,9 +64,13 @@ def _start_readme_run(tmp_path, procs, *overrides: str, actors: tuple[int, ...] 
     roles = [c[c.index("--role") + 1] for c in cmds]
     assert roles == ["learner", "learner", "actor", "actor"], cmds
     if overrides:  # key=value overrides go with the config's (before the flags)
-        cmds = [c[:c.index("mode=sync")] + list(overrides) + c[c.index("mode=sync"):] for c in cmds]
+        cmds = [
+            c[: c.index("mode=sync")] + list(overrides) + c[c.index("mode=sync") :] for c in cmds
+        ]
     learners = [procs.start(c, name=f"learner-{i}", env=env) for i, c in enumerate(cmds[:2])]
-    actors = [procs.start(c, name=f"actor-{k}", env=env) for k, c in enumerate(cmds[2:]) if k in actors]
+    actors = [
+        procs.start(c, name=f"actor-{k}", env=env) for k, c in enumerate(cmds[2:]) if k in actors
+    ]
     return env, learners, actors
 
 
@@ -72,8 +79,14 @@ def test_two_learners_two_actors_learn_with_identical_params(tmp_path, procs):
     env, learners, actors = _start_readme_run(tmp_path, procs)
 
     # an actor process that dies mid-run is replaced by its `launch --role actor` command
-    wait_for(lambda: updates_logged(tmp_path / "run" / "learner-0") >= 10
-             or any(p.poll() is not None for p in learners), 180, what="10 updates")
+    wait_for(
+        lambda: (
+            updates_logged(tmp_path / "run" / "learner-0") >= 10
+            or any(p.poll() is not None for p in learners)
+        ),
+        180,
+        what="10 updates",
+    )
     victim = wait_for(lambda: actor_processes(actors[0].pid), 30, what="actor 0's process")[0]
     victim.send_signal(signal.SIGKILL)
 
@@ -88,7 +101,9 @@ def test_two_learners_two_actors_learn_with_identical_params(tmp_path, procs):
         assert key not in procs.stdout(p) + procs.stderr(p)  # the key is never printed
 
     for i, p in enumerate(learners):  # each says which actors it expects, and where
-        assert f"its actors are --actor-id {i} (of 0-1; num_actors=1 per learner)" in procs.stdout(p)
+        assert f"its actors are --actor-id {i} (of 0-1; num_actors=1 per learner)" in procs.stdout(
+            p
+        )
     summaries = [read_summary(tmp_path / "run" / f"learner-{i}") for i in range(2)]
     for i, s in enumerate(summaries):
         assert s["process_index"] == i and s["process_count"] == 2
@@ -121,9 +136,17 @@ def _one_error_line(text: str) -> list[str]:
 @pytest.mark.parametrize("victim", [1, 0])  # 0 also hosts JAX's coordination service
 def test_a_killed_learner_ends_every_process_nonzero_with_one_line(tmp_path, procs, victim):
     timeout = 20
-    env, learners, actors = _start_readme_run(tmp_path, procs, f"runtime.heartbeat_timeout_s={timeout}")
-    wait_for(lambda: updates_logged(tmp_path / "run" / "learner-0") >= 10
-             or any(p.poll() is not None for p in learners), 240, what="10 updates")
+    env, learners, actors = _start_readme_run(
+        tmp_path, procs, f"runtime.heartbeat_timeout_s={timeout}"
+    )
+    wait_for(
+        lambda: (
+            updates_logged(tmp_path / "run" / "learner-0") >= 10
+            or any(p.poll() is not None for p in learners)
+        ),
+        240,
+        what="10 updates",
+    )
     ended = [p for p in [*learners, *actors] if p.poll() is not None]
     assert not ended, [(p.log_name, p.returncode, procs.stderr(p)[-2000:]) for p in ended]
     learners[victim].send_signal(signal.SIGKILL)  # the whole process group stays: its host is gone
@@ -151,8 +174,13 @@ def test_a_learner_left_without_actors_says_so_and_the_run_ends(tmp_path, procs)
     runtime.connect_timeout_s), and once that timeout has passed both learners end, non-zero,
     with one line naming them; actor 0, whose learner went without telling it, gives up
     after runtime.heartbeat_timeout_s."""
-    env, learners, actors = _start_readme_run(tmp_path, procs, "runtime.connect_timeout_s=24",
-                                              "runtime.heartbeat_timeout_s=12", actors=(0,))
+    env, learners, actors = _start_readme_run(
+        tmp_path,
+        procs,
+        "runtime.connect_timeout_s=24",
+        "runtime.heartbeat_timeout_s=12",
+        actors=(0,),
+    )
     codes = [procs.wait(p, 150) for p in learners]
     assert codes == [1, 1], codes
     err1 = procs.stderr(learners[1])
@@ -170,10 +198,20 @@ def test_a_learner_needs_actors(tmp_path):
     from tianjax.config import ConfigError, load_config
     from tianjax.runtime.runners.multihost import run_learner
 
-    config = load_config(str(REPO / "configs" / "ppo_cartpole.yaml"), ["env_backend=gymnasium", "num_actors=0", "mode=sync"])
+    config = load_config(
+        str(REPO / "configs" / "ppo_cartpole.yaml"),
+        ["env_backend=gymnasium", "num_actors=0", "mode=sync"],
+    )
     with pytest.raises(ConfigError, match="num_actors must be >= 1"):
-        run_learner(config, coordinator=None, num_processes=None, process_id=None,
-                    bind_host="127.0.0.1", base_port=5555, key_file=None)
+        run_learner(
+            config,
+            coordinator=None,
+            num_processes=None,
+            process_id=None,
+            bind_host="127.0.0.1",
+            base_port=5555,
+            key_file=None,
+        )
 
 
 @pytest.mark.slow
@@ -184,8 +222,14 @@ def test_sigterm_ends_a_learner_blocked_in_a_collective(tmp_path, procs):
     check must not be what ends it)."""
     env, learners, actors = _start_readme_run(tmp_path, procs, "runtime.heartbeat_timeout_s=120")
     learner0 = learners[0]
-    wait_for(lambda: updates_logged(tmp_path / "run" / "learner-0") >= 10
-             or any(p.poll() is not None for p in learners), 240, what="10 updates")
+    wait_for(
+        lambda: (
+            updates_logged(tmp_path / "run" / "learner-0") >= 10
+            or any(p.poll() is not None for p in learners)
+        ),
+        240,
+        what="10 updates",
+    )
     learners[1].send_signal(signal.SIGSTOP)
     ps = psutil.Process(learner0.pid)
 
@@ -193,6 +237,7 @@ def test_sigterm_ends_a_learner_blocked_in_a_collective(tmp_path, procs):
         t = sum(ps.cpu_times()[:2])
         time.sleep(2.0)
         return sum(ps.cpu_times()[:2]) - t < 0.1
+
     wait_for(idle, 60, interval=0.1, what="learner 0 to block")
     learner0.send_signal(signal.SIGTERM)
     start = time.monotonic()

@@ -32,22 +32,35 @@ def _records(run_dir):
         return [json.loads(line) for line in f]
 
 
-@pytest.mark.parametrize("cfg,extra", [
-    (ASYNC_CFG, ["mode=async"]),  # learner + 2 actor processes
-    (GYM_CFG, []),  # the in-process host trainer
-], ids=["async", "host"])
+@pytest.mark.parametrize(
+    "cfg,extra",
+    [
+        (ASYNC_CFG, ["mode=async"]),  # learner + 2 actor processes
+        (GYM_CFG, []),  # the in-process host trainer
+    ],
+    ids=["async", "host"],
+)
 def test_resume_continues_version_and_env_steps(tmp_path, cfg, extra):
     per_update = tianjax.load_config(cfg, extra).steps_per_update
     common = [*extra, "log_every=2", "checkpoint.every=4", "eval_episodes=0", "target_return=null"]
-    first = tianjax.train(cfg, [*common, f"total_env_steps={6 * per_update}"], run_dir=str(tmp_path / "r"),
-                          progress=False, verbose=False)
+    first = tianjax.train(
+        cfg,
+        [*common, f"total_env_steps={6 * per_update}"],
+        run_dir=str(tmp_path / "r"),
+        progress=False,
+        verbose=False,
+    )
     v1 = first.summary["updates"]
     assert v1 >= 6
     saved = ckpt.read_meta(first.run_dir)
     assert saved["updates"] == v1 and saved["env_steps"] == first.summary["env_steps"]
 
-    second = tianjax.train(cfg, [*common, f"total_env_steps={12 * per_update}", f"resume={first.run_dir}"],
-                           progress=False, verbose=False)
+    second = tianjax.train(
+        cfg,
+        [*common, f"total_env_steps={12 * per_update}", f"resume={first.run_dir}"],
+        progress=False,
+        verbose=False,
+    )
     s = second.summary
     assert second.run_dir == first.run_dir
     assert s["resumed_from_step"] == v1
@@ -73,8 +86,13 @@ def test_resume_continues_version_and_env_steps(tmp_path, cfg, extra):
 def test_eval_plays_a_host_env_run(tmp_path, capsys):
     from tianjax.cli import main
 
-    run = tianjax.train(GYM_CFG, ["total_env_steps=4096", "eval_episodes=0"], run_dir=str(tmp_path / "r"),
-                        progress=False, verbose=False)
+    run = tianjax.train(
+        GYM_CFG,
+        ["total_env_steps=4096", "eval_episodes=0"],
+        run_dir=str(tmp_path / "r"),
+        progress=False,
+        verbose=False,
+    )
     capsys.readouterr()
     assert main(["eval", run.run_dir, "episodes=3", "greedy=false", "seed=5"]) == 0
     line = capsys.readouterr().out.strip().splitlines()[-1]
@@ -85,16 +103,35 @@ def test_eval_plays_a_host_env_run(tmp_path, capsys):
 
 def test_resumed_dqn_without_its_buffer_refills_it_before_learning(tmp_path):
     cfg = str(REPO / "configs" / "dqn_cartpole.yaml")
-    common = ["env_backend=gymnasium", "mode=sync", "num_actors=0", "num_envs=4", "rollout_len=32",
-              "dqn.learning_starts=256", "dqn.buffer_size=2048", "log_every=1", "eval_episodes=0",
-              "target_return=null", "checkpoint.replay=false"]
-    first = tianjax.train(cfg, [*common, "total_env_steps=1024"], run_dir=str(tmp_path / "r"),
-                          progress=False, verbose=False)
+    common = [
+        "env_backend=gymnasium",
+        "mode=sync",
+        "num_actors=0",
+        "num_envs=4",
+        "rollout_len=32",
+        "dqn.learning_starts=256",
+        "dqn.buffer_size=2048",
+        "log_every=1",
+        "eval_episodes=0",
+        "target_return=null",
+        "checkpoint.replay=false",
+    ]
+    first = tianjax.train(
+        cfg,
+        [*common, "total_env_steps=1024"],
+        run_dir=str(tmp_path / "r"),
+        progress=False,
+        verbose=False,
+    )
     v1 = first.summary["updates"]
     # 4 gradient steps per rollout of 128 samples, from the rollout that reaches 256 on
     assert v1 == (1024 - 256 + 128) // 128 * 4
-    second = tianjax.train(cfg, [*common, "total_env_steps=2048", f"resume={first.run_dir}"],
-                           progress=False, verbose=False)
+    second = tianjax.train(
+        cfg,
+        [*common, "total_env_steps=2048", f"resume={first.run_dir}"],
+        progress=False,
+        verbose=False,
+    )
     after = [r for r in _records(first.run_dir) if r["env_steps"] > 1024]
     # the buffer came back empty: the first 128 new samples are only collected, then it learns
     assert [r["updates"] for r in after[:3]] == [v1, v1 + 4, v1 + 8]
@@ -112,18 +149,36 @@ def test_the_learning_rate_goes_on_from_the_fresh_steps_learned_across_a_resume(
     # 64 env steps per update, K = 2 epochs x 2 minibatches: gradient step j of the update
     # that starts at F fresh steps runs at lr0 * (1 - (F + 64 j / K) / total_env_steps), and the
     # update leaves the last one's in the optimizer state
-    common = ["num_envs=4", "rollout_len=16", "ppo.num_epochs=2", "ppo.num_minibatches=2", "log_every=1",
-              "eval_episodes=0", "target_return=null"]
+    common = [
+        "num_envs=4",
+        "rollout_len=16",
+        "ppo.num_epochs=2",
+        "ppo.num_minibatches=2",
+        "log_every=1",
+        "eval_episodes=0",
+        "target_return=null",
+    ]
     n, K, t1, t2 = 64, 4, 4 * 64, 10 * 64
     lr0 = tianjax.load_config(GYM_CFG).ppo.lr
-    first = tianjax.train(GYM_CFG, [*common, f"total_env_steps={t1}"], run_dir=str(tmp_path / "r"),
-                          progress=False, verbose=False)
+    first = tianjax.train(
+        GYM_CFG,
+        [*common, f"total_env_steps={t1}"],
+        run_dir=str(tmp_path / "r"),
+        progress=False,
+        verbose=False,
+    )
     saved = _saved_learner(first.run_dir)
     assert int(saved["fresh_steps"]) == t1
-    assert float(saved["opt_state"]["hyperparams"]["learning_rate"]) == pytest.approx(lr0 * n / K / t1, rel=1e-5)
+    assert float(saved["opt_state"]["hyperparams"]["learning_rate"]) == pytest.approx(
+        lr0 * n / K / t1, rel=1e-5
+    )
 
-    tianjax.train(GYM_CFG, [*common, f"total_env_steps={t2}", f"resume={first.run_dir}"],
-                  progress=False, verbose=False)
+    tianjax.train(
+        GYM_CFG,
+        [*common, f"total_env_steps={t2}", f"resume={first.run_dir}"],
+        progress=False,
+        verbose=False,
+    )
     recs = _records(first.run_dir)
     assert [r["updates"] for r in recs] == list(range(1, 11))
     for r in recs:  # "lr" is read back from the optimizer state after each update
@@ -135,7 +190,9 @@ def test_the_learning_rate_goes_on_from_the_fresh_steps_learned_across_a_resume(
     assert recs[4]["lr"] == pytest.approx(lr0 * (1 - (4.75 * n) / t2), rel=1e-5)
     saved = _saved_learner(first.run_dir)
     assert int(saved["fresh_steps"]) == t2
-    assert float(saved["opt_state"]["hyperparams"]["learning_rate"]) == pytest.approx(lr0 * n / K / t2, rel=1e-5)
+    assert float(saved["opt_state"]["hyperparams"]["learning_rate"]) == pytest.approx(
+        lr0 * n / K / t2, rel=1e-5
+    )
 
 
 def _learn_in_process(config, run_dir, stop_when=lambda learner: False):
@@ -163,10 +220,22 @@ def test_an_async_run_with_reuse_resumes_its_schedule_at_the_fresh_steps_learned
     # reuse passes take gradient steps without moving progress: only fresh batches count,
     # before and after each resume
     def config(total, *extra):
-        return tianjax.load_config(ASYNC_CFG, [
-            "num_actors=1", "num_envs=4", "rollout_len=16", "ppo.num_epochs=2", "ppo.num_minibatches=2",
-            "runtime.max_reuse=4", "staleness.max_staleness=null", "runtime.heartbeat_timeout_s=60",
-            "target_return=null", f"total_env_steps={total}", *extra])
+        return tianjax.load_config(
+            ASYNC_CFG,
+            [
+                "num_actors=1",
+                "num_envs=4",
+                "rollout_len=16",
+                "ppo.num_epochs=2",
+                "ppo.num_minibatches=2",
+                "runtime.max_reuse=4",
+                "staleness.max_staleness=null",
+                "runtime.heartbeat_timeout_s=60",
+                "target_return=null",
+                f"total_env_steps={total}",
+                *extra,
+            ],
+        )
 
     n, K, t1, t2 = 64, 4, 6 * 64, 12 * 64
     run_dir = str(tmp_path / "r")
@@ -177,8 +246,11 @@ def test_an_async_run_with_reuse_resumes_its_schedule_at_the_fresh_steps_learned
     # resumed with a larger budget and stopped after its first update, which is fresh (a
     # session has nothing to reuse before it): that batch's last gradient step runs at
     # 6 3/4 batches of 12, neither from 0 (a restarted schedule) nor past the old budget's end
-    second = _learn_in_process(config(t2, f"resume={run_dir}"), run_dir,
-                               stop_when=lambda learner: learner.fresh_updates > 6)
+    second = _learn_in_process(
+        config(t2, f"resume={run_dir}"),
+        run_dir,
+        stop_when=lambda learner: learner.fresh_updates > 6,
+    )
     assert second.resumed_from == int(first.state.version)
     assert int(second.state.version) == int(first.state.version) + 1
     assert int(second.state.fresh_steps) == t1 + n
@@ -199,10 +271,22 @@ def test_records_after_the_checkpoint_resumed_from_are_moved_aside(tmp_path):
     import shutil
 
     fused = str(REPO / "configs" / "ppo_cartpole.yaml")
-    common = ["num_envs=4", "rollout_len=32", "log_every=1", "checkpoint.every=8", "checkpoint.keep=10",
-              "target_return=null", "compile_cache=null"]
-    first = tianjax.train(fused, [*common, "total_env_steps=8192"], run_dir=str(tmp_path / "r"),
-                          progress=False, verbose=False)
+    common = [
+        "num_envs=4",
+        "rollout_len=32",
+        "log_every=1",
+        "checkpoint.every=8",
+        "checkpoint.keep=10",
+        "target_return=null",
+        "compile_cache=null",
+    ]
+    first = tianjax.train(
+        fused,
+        [*common, "total_env_steps=8192"],
+        run_dir=str(tmp_path / "r"),
+        progress=False,
+        verbose=False,
+    )
     root = os.path.join(first.run_dir, ckpt.CHECKPOINT_DIR)
     steps = sorted(int(d) for d in os.listdir(root) if d.isdigit())
     assert len(steps) >= 3
@@ -213,10 +297,16 @@ def test_records_after_the_checkpoint_resumed_from_are_moved_aside(tmp_path):
     later = [r for r in before if r["updates"] > kept]
     assert later  # records past the checkpoint it will resume from
 
-    second = tianjax.train(fused, [*common, "total_env_steps=8192", f"resume={first.run_dir}"],
-                           progress=False, verbose=False)
+    second = tianjax.train(
+        fused,
+        [*common, "total_env_steps=8192", f"resume={first.run_dir}"],
+        progress=False,
+        verbose=False,
+    )
     assert second.summary["resumed_from_step"] == kept
     updates = [r["updates"] for r in _records(first.run_dir)]
-    assert updates == sorted(set(updates)) and updates[-1] == second.summary["updates"]  # once each, in order
+    assert (
+        updates == sorted(set(updates)) and updates[-1] == second.summary["updates"]
+    )  # once each, in order
     with open(os.path.join(first.run_dir, "metrics.superseded.jsonl")) as f:
         assert [json.loads(line) for line in f] == later  # nothing lost: moved whole, in order

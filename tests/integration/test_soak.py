@@ -45,10 +45,34 @@ def test_soak_short_run_survives_kills_and_garbage(tmp_path, procs):
     out = tmp_path / "soak.json"
     # the budget ends the run after ~15-25 s of training on 2 idle cores; --minutes only
     # caps a slow (loaded) machine, which then stops it with SIGTERM
-    p = procs.start([SOAK, "--minutes", "1.5", "--total-env-steps", "600000", "--kill-every", "5",
-                     "--garbage-rate", "50", "--sample-every", "2", "--warmup", "4", "--rate-window", "6",
-                     "--max-rss-growth", "1.5", "--max-fd-spread", "64", "--dir", str(soak_dir),
-                     "--out", str(out)], name="soak")
+    p = procs.start(
+        [
+            SOAK,
+            "--minutes",
+            "1.5",
+            "--total-env-steps",
+            "600000",
+            "--kill-every",
+            "5",
+            "--garbage-rate",
+            "50",
+            "--sample-every",
+            "2",
+            "--warmup",
+            "4",
+            "--rate-window",
+            "6",
+            "--max-rss-growth",
+            "1.5",
+            "--max-fd-spread",
+            "64",
+            "--dir",
+            str(soak_dir),
+            "--out",
+            str(out),
+        ],
+        name="soak",
+    )
     pid_file = soak_dir / "launcher.pid"
     try:
         code = procs.wait(p, 240)
@@ -102,8 +126,10 @@ def test_soak_short_run_survives_kills_and_garbage(tmp_path, procs):
     # the learner kept updating, and its memory and descriptors stayed bounded
     steady = [x for x in res["samples"] if x["phase"] == "steady"]
     assert len(steady) >= 2, res["samples"]
-    table = [(x["t"], x["phase"], x["updates"], x["updates_per_min"], x["actors_alive"], x["kills"])
-             for x in res["samples"]]
+    table = [
+        (x["t"], x["phase"], x["updates"], x["updates_per_min"], x["actors_alive"], x["kills"])
+        for x in res["samples"]
+    ]
     assert all(x["updates_per_min"] and x["updates_per_min"] > 0 for x in steady), (ended, table)
     assert s["updates_per_min"]["all_positive"]
     rss = s["rss_mib"]

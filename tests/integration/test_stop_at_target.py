@@ -32,7 +32,9 @@ CASES = {
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_a_run_ends_where_it_converges(case, tmp_path):
     config, overrides = CASES[case]
-    r = tianjax.train(config, [*overrides, *LOW], run_dir=str(tmp_path / "run"), verbose=False, progress=False)
+    r = tianjax.train(
+        config, [*overrides, *LOW], run_dir=str(tmp_path / "run"), verbose=False, progress=False
+    )
     s = r.summary
     assert s["convergence_time_s"] is not None and s["convergence_env_steps"] is not None
     assert s["stopped_at_target"] is True and s["interrupted"] is False
@@ -47,10 +49,23 @@ def test_a_run_ends_where_it_converges(case, tmp_path):
 
 def test_without_the_key_a_run_spends_its_budget(tmp_path):
     budget = 16_384
-    r = tianjax.train(FUSED, ["num_envs=8", "rollout_len=32", "target_return=20", f"total_env_steps={budget}",
-                              "compile_cache=null"], run_dir=str(tmp_path / "run"), verbose=False, progress=False)
+    r = tianjax.train(
+        FUSED,
+        [
+            "num_envs=8",
+            "rollout_len=32",
+            "target_return=20",
+            f"total_env_steps={budget}",
+            "compile_cache=null",
+        ],
+        run_dir=str(tmp_path / "run"),
+        verbose=False,
+        progress=False,
+    )
     assert r.summary["convergence_time_s"] is not None  # converged early on ...
-    assert r.summary["env_steps"] == budget and r.summary["stopped_at_target"] is False  # ... and went on
+    assert (
+        r.summary["env_steps"] == budget and r.summary["stopped_at_target"] is False
+    )  # ... and went on
 
 
 def test_stop_at_target_needs_a_target():

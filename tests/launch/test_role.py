@@ -27,10 +27,19 @@ print(json.dumps({"code": code, "async": xla_bridge._CPU_ENABLE_ASYNC_DISPATCH.v
 
 
 def _run(program: str) -> dict:
-    env = dict(os.environ, JAX_PLATFORMS="cpu",
-               PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    out = subprocess.run([sys.executable, "-c", program], cwd=REPO, env=env, capture_output=True, text=True,
-                         timeout=120)
+    env = dict(
+        os.environ,
+        JAX_PLATFORMS="cpu",
+        PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", program],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -45,6 +54,8 @@ def test_an_actor_process_dispatches_synchronously():
 
 
 def test_the_setting_is_the_actors_alone():
-    r = _run("import json, jax\nfrom jax._src import xla_bridge\nimport tianjax.launch.role\n"
-             "print(json.dumps({'async': xla_bridge._CPU_ENABLE_ASYNC_DISPATCH.value}))")
+    r = _run(
+        "import json, jax\nfrom jax._src import xla_bridge\nimport tianjax.launch.role\n"
+        "print(json.dumps({'async': xla_bridge._CPU_ENABLE_ASYNC_DISPATCH.value}))"
+    )
     assert r["async"] is True  # importing tianjax (or the role module) changes nothing

@@ -8,8 +8,14 @@ import stat
 import pytest
 
 from tianjax.config import ConfigError
-from tianjax.launch.slurm import (expand_nodelist, expand_tasks_per_node, role_of, slurm_task, wait_for_key_file,
-                                  write_key_file)
+from tianjax.launch.slurm import (
+    expand_nodelist,
+    expand_tasks_per_node,
+    role_of,
+    slurm_task,
+    wait_for_key_file,
+    write_key_file,
+)
 
 
 def test_node_lists_expand_as_slurm_writes_them():
@@ -22,8 +28,14 @@ def test_node_lists_expand_as_slurm_writes_them():
 
 
 def env(rank, ntasks, nodes, per_node=None, **extra):
-    e = {"SLURM_PROCID": str(rank), "SLURM_NTASKS": str(ntasks), "SLURM_JOB_NODELIST": nodes,
-         "SLURM_JOB_ID": "77", "SLURM_STEP_ID": "3", **extra}
+    e = {
+        "SLURM_PROCID": str(rank),
+        "SLURM_NTASKS": str(ntasks),
+        "SLURM_JOB_NODELIST": nodes,
+        "SLURM_JOB_ID": "77",
+        "SLURM_STEP_ID": "3",
+        **extra,
+    }
     if per_node:
         e["SLURM_TASKS_PER_NODE"] = per_node
     return e
@@ -32,10 +44,18 @@ def env(rank, ntasks, nodes, per_node=None, **extra):
 def test_learners_first_then_actors_pointed_at_their_learners_host():
     # 6 tasks on 3 nodes, 2 each: n1 = tasks 0, 1; n2 = 2, 3; n3 = 4, 5
     roles = [role_of(slurm_task(env(r, 6, "n[1-3]", "2(x3)")), 2) for r in range(6)]
-    assert [(r.role, r.index) for r in roles] == [("learner", 0), ("learner", 1), ("actor", 0), ("actor", 1),
-                                                  ("actor", 2), ("actor", 3)]
+    assert [(r.role, r.index) for r in roles] == [
+        ("learner", 0),
+        ("learner", 1),
+        ("actor", 0),
+        ("actor", 1),
+        ("actor", 2),
+        ("actor", 3),
+    ]
     assert [r.learner_host for r in roles] == ["n1", "n1", "n1", "n1", "n1", "n1"]
-    assert {r.actors_per_learner for r in roles} == {2} and {r.coordinator_host for r in roles} == {"n1"}
+    assert {r.actors_per_learner for r in roles} == {2} and {r.coordinator_host for r in roles} == {
+        "n1"
+    }
     # one task per node: learner 1 is on n2, so actors 1 and 3 (k mod 2 == 1) go there
     roles = [role_of(slurm_task(env(r, 6, "n[1-6]")), 2) for r in range(6)]
     assert [r.learner_host for r in roles] == ["n1", "n2", "n1", "n2", "n1", "n2"]

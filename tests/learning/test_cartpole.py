@@ -19,9 +19,20 @@ from tests.runtime.runners.test_host_training import ENVPOOL_CFG, IN_PROCESS
 def test_readme_train_command_reaches_500_on_cartpole(tmp_path):
     """The README's main job: the default config, through the CLI, learns CartPole."""
     run_dir = tmp_path / "run"
-    proc = subprocess.run([sys.executable, "-m", "tianjax.cli", "train", "configs/ppo_cartpole.yaml",
-                           f"run_dir={run_dir}"], capture_output=True, text=True, timeout=600,
-                          env=dict(os.environ, CI="1"))
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tianjax.cli",
+            "train",
+            "configs/ppo_cartpole.yaml",
+            f"run_dir={run_dir}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(os.environ, CI="1"),
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "tianjax run summary" in proc.stdout and "target 475 reached" in proc.stdout
     summary = json.load(open(run_dir / "summary.json"))
@@ -36,12 +47,19 @@ def test_dqn_learns_cartpole(tmp_path):
     import tianjax
 
     t0 = time.perf_counter()
-    result = tianjax.train("configs/dqn_cartpole.yaml", ["eval_episodes=0"], verbose=False,
-                           progress=False, run_dir=str(tmp_path / "run"))
+    result = tianjax.train(
+        "configs/dqn_cartpole.yaml",
+        ["eval_episodes=0"],
+        verbose=False,
+        progress=False,
+        run_dir=str(tmp_path / "run"),
+    )
     wall = time.perf_counter() - t0
     s = result.summary
-    print(f"dqn cartpole: final_return {s['final_return']:.1f} in {wall:.1f}s "
-          f"(compile {s['compile_time_s']:.1f}s)")
+    print(
+        f"dqn cartpole: final_return {s['final_return']:.1f} in {wall:.1f}s "
+        f"(compile {s['compile_time_s']:.1f}s)"
+    )
     assert s["skipped_updates"] == 0
     assert s["final_return"] >= 400, s
 
@@ -53,12 +71,19 @@ def test_fused_dqn_frame_once_learns_cartpole(tmp_path):
     import tianjax
 
     t0 = time.perf_counter()
-    result = tianjax.train("configs/dqn_cartpole.yaml", ["eval_episodes=0", "dqn.frame_once=true"],
-                           verbose=False, progress=False, run_dir=str(tmp_path / "run"))
+    result = tianjax.train(
+        "configs/dqn_cartpole.yaml",
+        ["eval_episodes=0", "dqn.frame_once=true"],
+        verbose=False,
+        progress=False,
+        run_dir=str(tmp_path / "run"),
+    )
     wall = time.perf_counter() - t0
     s = result.summary
-    print(f"dqn cartpole frame_once: final_return {s['final_return']:.1f} in {wall:.1f}s "
-          f"(compile {s['compile_time_s']:.1f}s)")
+    print(
+        f"dqn cartpole frame_once: final_return {s['final_return']:.1f} in {wall:.1f}s "
+        f"(compile {s['compile_time_s']:.1f}s)"
+    )
     assert s["skipped_updates"] == 0
     assert s["final_return"] >= 400, s
 
@@ -66,8 +91,13 @@ def test_fused_dqn_frame_once_learns_cartpole(tmp_path):
 @pytest.mark.slow
 def test_fused_impala_solves_cartpole(tmp_path):
     t0 = time.perf_counter()
-    result = tianjax.train("configs/impala_cartpole.yaml", ["eval_episodes=0"], verbose=False,
-                           progress=False, run_dir=str(tmp_path / "impala"))
+    result = tianjax.train(
+        "configs/impala_cartpole.yaml",
+        ["eval_episodes=0"],
+        verbose=False,
+        progress=False,
+        run_dir=str(tmp_path / "impala"),
+    )
     elapsed = time.perf_counter() - t0
     s = result.summary
     assert s["skipped_updates"] == 0
@@ -76,9 +106,10 @@ def test_fused_impala_solves_cartpole(tmp_path):
 
 @pytest.mark.slow
 def test_ppo_learns_cartpole_on_envpool(tmp_path):
-    res = tianjax.train(ENVPOOL_CFG, [IN_PROCESS], verbose=False, progress=False, run_dir=str(tmp_path / "r"))
+    res = tianjax.train(
+        ENVPOOL_CFG, [IN_PROCESS], verbose=False, progress=False, run_dir=str(tmp_path / "r")
+    )
     s = res.summary
     assert s["final_return"] >= 475, s
     assert s["convergence_time_s"] is not None and s["skipped_updates"] == 0
     assert os.path.exists(tmp_path / "r" / "summary.json")
-

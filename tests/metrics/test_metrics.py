@@ -31,10 +31,15 @@ def test_run_logger_writes_jsonl_and_atomic_summary(tmp_path):
     cfg = load_config(None)
     log = RunLogger(cfg, str(tmp_path / "r"))
     log.log({"env_steps": np.int64(5), "return_mean_100": float("nan"), "x": np.float32(0.5)})
-    s = log.write_summary({"final_return": np.float32(2.5), "convergence_time_s": None, "mode": "fused"})
+    s = log.write_summary(
+        {"final_return": np.float32(2.5), "convergence_time_s": None, "mode": "fused"}
+    )
     log.close()
     assert json.loads((tmp_path / "r" / "metrics.jsonl").read_text()) == {
-        "env_steps": 5, "return_mean_100": None, "x": 0.5}
+        "env_steps": 5,
+        "return_mean_100": None,
+        "x": 0.5,
+    }
     assert json.loads((tmp_path / "r" / "summary.json").read_text()) == s
     assert not (tmp_path / "r" / "summary.json.tmp").exists()
     assert load_config(tmp_path / "r" / "config.yaml") == cfg  # the resolved config reloads

@@ -23,10 +23,17 @@ SHORT = ["log_every=1", "target_return=15"]
 def runs(tmp_path_factory):
     base = tmp_path_factory.mktemp("runs")
     out = {}
-    for name, cfg, steps in [("sync_run", "ppo_cartpole_gymnasium.yaml", 6144),
-                             ("async_run", "ppo_cartpole_async.yaml", 8192)]:
-        result = tianjax.train(str(REPO / "configs" / cfg), [f"total_env_steps={steps}", *SHORT],
-                               run_dir=str(base / name), progress=False, verbose=False)
+    for name, cfg, steps in [
+        ("sync_run", "ppo_cartpole_gymnasium.yaml", 6144),
+        ("async_run", "ppo_cartpole_async.yaml", 8192),
+    ]:
+        result = tianjax.train(
+            str(REPO / "configs" / cfg),
+            [f"total_env_steps={steps}", *SHORT],
+            run_dir=str(base / name),
+            progress=False,
+            verbose=False,
+        )
         out[name] = Path(result.run_dir)
     return out
 
@@ -59,8 +66,14 @@ def test_report_figures_and_table_match_the_runs(runs, tmp_path, capsys):
     assert main(["report", *map(str, dirs), "--out", str(out)]) == 0
     assert str(out / "report.md") in capsys.readouterr().out
 
-    figures = ["return_vs_time.png", "return_vs_steps.png", "throughput.png", "staleness.png", "balance.png",
-               "controller.png"]
+    figures = [
+        "return_vs_time.png",
+        "return_vs_steps.png",
+        "throughput.png",
+        "staleness.png",
+        "balance.png",
+        "controller.png",
+    ]
     text = (out / "report.md").read_text()
     for name in figures:
         data = (out / name).read_bytes()
@@ -93,7 +106,9 @@ def test_async_run_logs_interval_staleness_and_tensorboard_events(runs):
         for tau, n in enumerate(r["staleness_hist"]):
             total[tau] += n
     assert sum(total) == s["balance"]["samples_consumed"]
-    assert {int(k): v for k, v in s["staleness_histogram"].items()} == {t: n for t, n in enumerate(total) if n}
+    assert {int(k): v for k, v in s["staleness_histogram"].items()} == {
+        t: n for t, n in enumerate(total) if n
+    }
     for run in runs.values():
         events = list((run / "tb").glob("*tfevents*"))
         assert len(events) == 1 and events[0].stat().st_size > 0
@@ -117,8 +132,12 @@ def test_bad_input_is_one_line_and_exit_code_2(tmp_path, capsys, case):
     (tmp_path / "good").mkdir()
     (tmp_path / "good" / "config.yaml").write_text("mode: sync\n")
     (tmp_path / "good" / "metrics.jsonl").write_text("")
-    args = {"missing": [str(tmp_path / "nope")], "empty": [str(tmp_path / "empty")], "no_runs": [],
-            "one_bad": [str(tmp_path / "good"), str(tmp_path / "empty")]}[case]
+    args = {
+        "missing": [str(tmp_path / "nope")],
+        "empty": [str(tmp_path / "empty")],
+        "no_runs": [],
+        "one_bad": [str(tmp_path / "good"), str(tmp_path / "empty")],
+    }[case]
     assert main(["report", *args, "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and err.startswith("tianjax: error: "), err
@@ -126,7 +145,9 @@ def test_bad_input_is_one_line_and_exit_code_2(tmp_path, capsys, case):
     assert not (tmp_path / "out" / "report.md").exists()
 
 
-def _fake_run(base: Path, name: str, records: list[dict], summary: dict | None, config: dict) -> Path:
+def _fake_run(
+    base: Path, name: str, records: list[dict], summary: dict | None, config: dict
+) -> Path:
     d = base / name
     d.mkdir()
     (d / "config.yaml").write_text(json.dumps(config))  # JSON is YAML
@@ -140,14 +161,23 @@ def test_figures_have_markers_the_target_no_empty_panels_and_names_as_labels(tmp
     from tianjax.metrics.report import FIGURES
 
     cfg = {"mode": "fused", "algo": "ppo", "env": "CartPole-v1", "target_return": 475}
-    one = _fake_run(tmp_path, "one_record", [{"env_steps": 512, "wall_time_s": 1.0, "return_mean_100": 20.0,
-                                              "env_steps_per_s": 900.0}], {"mode": "fused"}, cfg)
+    one = _fake_run(
+        tmp_path,
+        "one_record",
+        [{"env_steps": 512, "wall_time_s": 1.0, "return_mean_100": 20.0, "env_steps_per_s": 900.0}],
+        {"mode": "fused"},
+        cfg,
+    )
     none = _fake_run(tmp_path, "no_records", [], None, dict(cfg, mode="sync"))
     runs = load_runs([one, none])
     fig = FIGURES["return_vs_steps.png"][1](runs)
     (ax,) = fig.axes
     curve, target = ax.get_lines()
-    assert curve.get_label() == "one_record" and list(curve.get_xdata()) == [512] and curve.get_marker() == "o"
+    assert (
+        curve.get_label() == "one_record"
+        and list(curve.get_xdata()) == [512]
+        and curve.get_marker() == "o"
+    )
     assert list(target.get_ydata()) == [475, 475] and target.get_linestyle() == "--"
     # a fused run measures env steps/s only: one panel, not three with two empty
     assert len(FIGURES["throughput.png"][1](runs).axes) == 1

@@ -18,12 +18,12 @@ from tianjax.runtime.balance.limits import Limits
 def read_events(path: Path) -> list[Event]:
     data, events, i = path.read_bytes(), [], 0
     while i < len(data):
-        header = data[i:i + 8]
+        header = data[i : i + 8]
         (length,) = struct.unpack("<Q", header)
-        (header_crc,) = struct.unpack("<I", data[i + 8:i + 12])
+        (header_crc,) = struct.unpack("<I", data[i + 8 : i + 12])
         assert header_crc == masked_crc32c(header)
-        body = data[i + 12:i + 12 + length]
-        (body_crc,) = struct.unpack("<I", data[i + 12 + length:i + 16 + length])
+        body = data[i + 12 : i + 12 + length]
+        (body_crc,) = struct.unpack("<I", data[i + 12 + length : i + 16 + length])
         assert body_crc == masked_crc32c(body)
         events.append(Event.FromString(body))
         i += 16 + length
@@ -47,17 +47,45 @@ def tb_contents(run_dir: Path):
 
 
 RECORDS = [
-    {"env_steps": 1024, "updates": 1, "wall_time_s": 2.5, "return_mean_100": float("nan"),
-     "env_steps_per_s": 410.0, "samples_consumed_per_s": 820.0, "staleness_mean": 0.25,
-     "staleness_max": 1, "production_rate": 400.0, "consumption_rate": 800.0,
-     "dropped_samples": 0, "rejected_messages": 0, "policy_loss": np.float32(-0.125),
-     "entropy": 0.69, "my_metric": 7, "mode": "async", "balance": {"p": 1.0}, "flag": True,
-     "staleness_hist": [768, 256]},
-    {"env_steps": np.int64(2048), "updates": 2, "wall_time_s": 4.0, "return_mean_100": 21.5,
-     "env_steps_per_s": 512.0, "samples_consumed_per_s": 1024.0, "staleness_mean": 1.5,
-     "staleness_max": 3, "production_rate": 500.0, "consumption_rate": 1000.0,
-     "dropped_samples": 64, "rejected_messages": 2, "policy_loss": -0.25, "entropy": 0.68,
-     "my_metric": 8, "staleness_hist": [0, 512, 0, 512]},
+    {
+        "env_steps": 1024,
+        "updates": 1,
+        "wall_time_s": 2.5,
+        "return_mean_100": float("nan"),
+        "env_steps_per_s": 410.0,
+        "samples_consumed_per_s": 820.0,
+        "staleness_mean": 0.25,
+        "staleness_max": 1,
+        "production_rate": 400.0,
+        "consumption_rate": 800.0,
+        "dropped_samples": 0,
+        "rejected_messages": 0,
+        "policy_loss": np.float32(-0.125),
+        "entropy": 0.69,
+        "my_metric": 7,
+        "mode": "async",
+        "balance": {"p": 1.0},
+        "flag": True,
+        "staleness_hist": [768, 256],
+    },
+    {
+        "env_steps": np.int64(2048),
+        "updates": 2,
+        "wall_time_s": 4.0,
+        "return_mean_100": 21.5,
+        "env_steps_per_s": 512.0,
+        "samples_consumed_per_s": 1024.0,
+        "staleness_mean": 1.5,
+        "staleness_max": 3,
+        "production_rate": 500.0,
+        "consumption_rate": 1000.0,
+        "dropped_samples": 64,
+        "rejected_messages": 2,
+        "policy_loss": -0.25,
+        "entropy": 0.68,
+        "my_metric": 8,
+        "staleness_hist": [0, 512, 0, 512],
+    },
     {"env_steps": 3072, "return_mean_100": float("inf"), "staleness_hist": []},
 ]
 
@@ -73,16 +101,28 @@ def test_run_logger_writes_every_finite_scalar_under_its_tag(tmp_path):
     expected = {}
     for r in RECORDS:
         for k, v in r.items():
-            if k in ("env_steps", "mode", "balance", "flag", "staleness_hist") or not np.isfinite(v):
+            if k in ("env_steps", "mode", "balance", "flag", "staleness_hist") or not np.isfinite(
+                v
+            ):
                 continue
             expected[(tag_for(k), int(r["env_steps"]))] = float(v)
     assert set(scalars) == set(expected)
     for key, v in expected.items():
         assert scalars[key] == pytest.approx(v, rel=1e-6), key  # simple_value is a float32
     tags = {t for t, _ in scalars}
-    assert {"return/mean_100", "throughput/env_steps_per_s", "throughput/samples_consumed_per_s",
-            "staleness/mean", "staleness/max", "balance/p", "balance/c", "loss/policy_loss",
-            "counts/dropped", "counts/rejected", "misc/my_metric"} <= tags
+    assert {
+        "return/mean_100",
+        "throughput/env_steps_per_s",
+        "throughput/samples_consumed_per_s",
+        "staleness/mean",
+        "staleness/max",
+        "balance/p",
+        "balance/c",
+        "loss/policy_loss",
+        "counts/dropped",
+        "counts/rejected",
+        "misc/my_metric",
+    } <= tags
     assert ("return/mean_100", 1024) not in scalars  # NaN is skipped, not written
 
     # the interval histograms (the empty one is skipped): counts by tau, summing to the taus

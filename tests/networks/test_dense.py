@@ -16,11 +16,21 @@ def test_gradients_by_hand():
     c = jnp.array([[1.0, 0.0, 1.0], [0.0, 2.0, 1.0]])
     dx, dw = jax.grad(lambda x, w: jnp.sum(c * matmul(x, w)), argnums=(0, 1))(x, w)
     # dW[i, j] = sum_m x[m, i] c[m, j]
-    np.testing.assert_allclose(dw, [[1 * 1 + 3 * 0, 1 * 0 + 3 * 2, 1 * 1 + 3 * 1],
-                                    [2 * 1 + 4 * 0, 2 * 0 + 4 * 2, 2 * 1 + 4 * 1]])
+    np.testing.assert_allclose(
+        dw,
+        [
+            [1 * 1 + 3 * 0, 1 * 0 + 3 * 2, 1 * 1 + 3 * 1],
+            [2 * 1 + 4 * 0, 2 * 0 + 4 * 2, 2 * 1 + 4 * 1],
+        ],
+    )
     # dx[m, i] = sum_j c[m, j] w[i, j]
-    np.testing.assert_allclose(dx, [[1 * 1 + 0 * 0 + 1 * 2, 1 * 0 + 0 * 1 + 1 * -1],
-                                    [0 * 1 + 2 * 0 + 1 * 2, 0 * 0 + 2 * 1 + 1 * -1]])
+    np.testing.assert_allclose(
+        dx,
+        [
+            [1 * 1 + 0 * 0 + 1 * 2, 1 * 0 + 0 * 1 + 1 * -1],
+            [0 * 1 + 2 * 0 + 1 * 2, 0 * 0 + 2 * 1 + 1 * -1],
+        ],
+    )
 
 
 @pytest.mark.parametrize("shape", [(6, 5), (4, 3, 5), (1, 5)])
@@ -35,10 +45,17 @@ def test_same_parameters_values_and_gradients_as_flax_dense(shape, jit):
     def loss(module):
         return lambda p, x: jnp.sum(jnp.tanh(module.apply(p, x)) ** 2)
 
-    grad = (lambda f: jax.jit(jax.grad(f, argnums=(0, 1)))) if jit else (lambda f: jax.grad(f, argnums=(0, 1)))
+    grad = (
+        (lambda f: jax.jit(jax.grad(f, argnums=(0, 1))))
+        if jit
+        else (lambda f: jax.grad(f, argnums=(0, 1)))
+    )
     np.testing.assert_allclose(ours.apply(params, x), theirs.apply(params, x), rtol=1e-6, atol=1e-6)
-    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6),
-                 grad(loss(ours))(params, x), grad(loss(theirs))(params, x))
+    jax.tree.map(
+        lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6),
+        grad(loss(ours))(params, x),
+        grad(loss(theirs))(params, x),
+    )
 
 
 def test_vmapped_gradient_equals_each_one():
@@ -49,8 +66,12 @@ def test_vmapped_gradient_equals_each_one():
     f = lambda p: jnp.sum(jnp.sin(Dense(3).apply(p, x)))  # noqa: E731
     batched = jax.vmap(jax.grad(f))(stacked)
     for i, scale in enumerate((1.0, 2.0, -1.0)):
-        one = jax.grad(lambda p: jnp.sum(jnp.sin(nn.Dense(3).apply(p, x))))(jax.tree.map(lambda p: scale * p, params))
-        jax.tree.map(lambda a, b: np.testing.assert_allclose(a[i], b, rtol=1e-5, atol=1e-6), batched, one)
+        one = jax.grad(lambda p: jnp.sum(jnp.sin(nn.Dense(3).apply(p, x))))(
+            jax.tree.map(lambda p: scale * p, params)
+        )
+        jax.tree.map(
+            lambda a, b: np.testing.assert_allclose(a[i], b, rtol=1e-5, atol=1e-6), batched, one
+        )
 
 
 def test_other_products_go_to_lax():
@@ -62,8 +83,10 @@ def test_other_products_go_to_lax():
     np.testing.assert_array_equal(dot_general(a, b, dims), jax.lax.dot_general(a, b, dims))
     w = b[0]
     hi = jax.lax.Precision.HIGHEST
-    np.testing.assert_array_equal(dot_general(a, w, (((2,), (0,)), ((), ())), precision=hi),
-                                  jax.lax.dot_general(a, w, (((2,), (0,)), ((), ())), precision=hi))
+    np.testing.assert_array_equal(
+        dot_general(a, w, (((2,), (0,)), ((), ())), precision=hi),
+        jax.lax.dot_general(a, w, (((2,), (0,)), ((), ())), precision=hi),
+    )
 
 
 def test_dense_takes_its_weight_gradient_from_matmul():

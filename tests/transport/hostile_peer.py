@@ -45,12 +45,14 @@ import zmq
 
 # ZMTP 3.0 greeting of a client with the NULL mechanism (RFC 23): signature, version 3.0,
 # mechanism name padded to 20 bytes, as-server 0, 31 bytes of filler
-GREETING = b"\xff" + bytes(8) + b"\x7f" + b"\x03\x00" + b"NULL".ljust(20, b"\0") + b"\x00" + bytes(31)
+GREETING = (
+    b"\xff" + bytes(8) + b"\x7f" + b"\x03\x00" + b"NULL".ljust(20, b"\0") + b"\x00" + bytes(31)
+)
 FRAME_MIB = 64
 
 
 def _hostport(endpoint: str) -> tuple[str, int]:
-    host, port = endpoint[len("tcp://"):].rsplit(":", 1)
+    host, port = endpoint[len("tcp://") :].rsplit(":", 1)
     return host.strip("[]"), int(port)
 
 
@@ -63,8 +65,13 @@ def flood(endpoints: dict, seconds: float, connections: int) -> dict:
     # NOTE: a connection can wait in the kernel's listen backlog before the learner takes it
     # (and a descriptor with it); the learner's greeting marks that moment
     greeted_at: dict[socket.socket, float] = {}
-    stats = {"opened": 0, "closed_by_learner": 0, "longest_open_s": 0.0, "longest_held_s": 0.0,
-             "refused": 0}
+    stats = {
+        "opened": 0,
+        "closed_by_learner": 0,
+        "longest_open_s": 0.0,
+        "longest_held_s": 0.0,
+        "refused": 0,
+    }
     end = time.monotonic() + seconds
     k = 0
 
@@ -178,7 +185,11 @@ def subscribe(endpoints: dict, seconds: float, topics: int) -> dict:
         if creds == "plain":
             s.plain_username, s.plain_password = b"tianjax", os.urandom(16).hex().encode()
         elif creds == "curve":
-            s.curve_serverkey, s.curve_publickey, s.curve_secretkey = guess_server, own_public, own_secret
+            s.curve_serverkey, s.curve_publickey, s.curve_secretkey = (
+                guess_server,
+                own_public,
+                own_secret,
+            )
         s.setsockopt(zmq.SUBSCRIBE, b"")
         for i in range(topics):
             s.setsockopt(zmq.SUBSCRIBE, i.to_bytes(4, "big") + bytes((64 << 10) - 4))

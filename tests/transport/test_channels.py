@@ -13,7 +13,14 @@ import pytest
 import zmq
 
 from tianjax.transport.auth import MessageAuth, RunKey, new_run_key
-from tianjax.transport.channels import (ControlClient, ControlServer, ParamPublisher, ParamSubscriber, TrajectoryReceiver, TrajectorySender)
+from tianjax.transport.channels import (
+    ControlClient,
+    ControlServer,
+    ParamPublisher,
+    ParamSubscriber,
+    TrajectoryReceiver,
+    TrajectorySender,
+)
 from tianjax.transport.codec import encode
 from tianjax.transport.sockets import address, process_incarnation
 
@@ -61,14 +68,18 @@ def _until(fn, timeout_s=WAIT_MS / 1000):
 
 # ------------------------------------------------------------------------------ trajectories
 def test_trajectory_roundtrip(ctx, transport, private):
-    with TrajectoryReceiver(KEY, TREE, transport=transport, ipc_dir=private, ctx=ctx) as rx, \
-            TrajectorySender(KEY, rx.endpoint, sender="actor-0", to=LEARNER, ctx=ctx) as a0, \
-            TrajectorySender(KEY, rx.endpoint, sender="actor-1", to=LEARNER, ctx=ctx) as a1:
+    with (
+        TrajectoryReceiver(KEY, TREE, transport=transport, ipc_dir=private, ctx=ctx) as rx,
+        TrajectorySender(KEY, rx.endpoint, sender="actor-0", to=LEARNER, ctx=ctx) as a0,
+        TrajectorySender(KEY, rx.endpoint, sender="actor-1", to=LEARNER, ctx=ctx) as a1,
+    ):
         assert rx.endpoint.startswith(f"{transport}://")
         if transport == "tcp":
             assert rx.endpoint.startswith("tcp://127.0.0.1:")
         for v in range(3):
-            assert a0.send(TREE, v, timeout_ms=WAIT_MS) and a1.send(TREE, 10 + v, timeout_ms=WAIT_MS)
+            assert a0.send(TREE, v, timeout_ms=WAIT_MS) and a1.send(
+                TREE, 10 + v, timeout_ms=WAIT_MS
+            )
         got = [rx.recv(WAIT_MS) for _ in range(6)]
         assert all(m is not None for m in got)
         by_sender = {s: [m.version for m in got if m.sender == s] for s in ("actor-0", "actor-1")}
@@ -96,10 +107,17 @@ class Boom:
 
 def _bad_messages():
     good = encode(TREE, auth=AUTH, kind="traj", version=1, sender="evil", seq=1, to=LEARNER)
-    other = encode(TREE, auth=MessageAuth(new_run_key()), kind="traj", version=1, sender="x", seq=1, to=LEARNER)
+    other = encode(
+        TREE, auth=MessageAuth(new_run_key()), kind="traj", version=1, sender="x", seq=1, to=LEARNER
+    )
     resign = lambda f: [AUTH.tag(f[1], f[2:]), *f[1:]]  # noqa: E731  a buggy sender with the key
-    enc = lambda tree, **kw: encode(tree, auth=AUTH, kind="traj", sender="x",  # noqa: E731
-                                    **({"version": 1, "seq": 1, "to": LEARNER} | kw))
+    enc = lambda tree, **kw: encode(
+        tree,
+        auth=AUTH,
+        kind="traj",
+        sender="x",  # noqa: E731
+        **({"version": 1, "seq": 1, "to": LEARNER} | kw),
+    )
     payload = pickle.dumps(Boom())
     rng = np.random.default_rng(0)
     return {
@@ -111,12 +129,21 @@ def _bad_messages():
         "wrong dtype": (enc({"obs": TREE["obs"].astype(np.float16), "act": TREE["act"]}), "dtype"),
         "wrong shape": (enc({"obs": TREE["obs"].reshape(2, 6), "act": TREE["act"]}), "shape"),
         # frames each under the socket's frame limit (below), together over the message limit
-        "oversized": (enc({"obs": np.zeros((3, 4), np.float32), "act": np.zeros(3, np.int32)})
-                      + [bytes(40 << 10), bytes(40 << 10)], "size"),
-        "wrong kind": (encode(TREE, auth=AUTH, kind="params", version=1, sender="x", seq=1, to=LEARNER), "kind"),
+        "oversized": (
+            enc({"obs": np.zeros((3, 4), np.float32), "act": np.zeros(3, np.int32)})
+            + [bytes(40 << 10), bytes(40 << 10)],
+            "size",
+        ),
+        "wrong kind": (
+            encode(TREE, auth=AUTH, kind="params", version=1, sender="x", seq=1, to=LEARNER),
+            "kind",
+        ),
         # signed with the run key, for another learner or another incarnation of this one
         "another learner": (enc(TREE, to=address("learner-1", process_incarnation())), "recipient"),
-        "a learner before its restart": (enc(TREE, to=address("learner", "0" * 16)), "old_incarnation"),
+        "a learner before its restart": (
+            enc(TREE, to=address("learner", "0" * 16)),
+            "old_incarnation",
+        ),
         "the parameter broadcast's recipient": (enc(TREE, to="*"), "recipient"),
         "pickle header": ([good[0], payload, *good[2:]], "auth"),
         "signed pickle header": ([AUTH.tag(payload, good[2:]), payload, *good[2:]], "header"),
@@ -131,8 +158,10 @@ BAD = _bad_messages()
 @pytest.mark.parametrize("case", sorted(BAD))
 def test_receiver_counts_bad_message(ctx, case):
     frames, reason = BAD[case]
-    with TrajectoryReceiver(KEY, TREE, ctx=ctx, max_bytes=1 << 16) as rx, \
-            TrajectorySender(KEY, rx.endpoint, sender="actor-0", to=LEARNER, ctx=ctx) as good:
+    with (
+        TrajectoryReceiver(KEY, TREE, ctx=ctx, max_bytes=1 << 16) as rx,
+        TrajectorySender(KEY, rx.endpoint, sender="actor-0", to=LEARNER, ctx=ctx) as good,
+    ):
         raw = ctx.socket(zmq.PUSH)
         raw.linger = 0
         raw.connect(rx.endpoint)
@@ -151,13 +180,18 @@ def test_receiver_counts_bad_message(ctx, case):
 def test_oversized_frame_disconnects_its_sender_unread(ctx):
     """A frame over the receiver's limit never reaches it (ZeroMQ's maxmsgsize drops the
     connection before buffering it), so it costs no memory and is not even counted."""
-    with TrajectoryReceiver(KEY, TREE, ctx=ctx, max_bytes=1 << 16) as rx, \
-            TrajectorySender(KEY, rx.endpoint, sender="actor-0", to=LEARNER, ctx=ctx) as good:
+    with (
+        TrajectoryReceiver(KEY, TREE, ctx=ctx, max_bytes=1 << 16) as rx,
+        TrajectorySender(KEY, rx.endpoint, sender="actor-0", to=LEARNER, ctx=ctx) as good,
+    ):
         raw = ctx.socket(zmq.PUSH)
         raw.linger = 0
         raw.connect(rx.endpoint)
-        raw.send_multipart(encode(TREE, auth=AUTH, kind="traj", version=1, sender="x", seq=1, to=LEARNER)
-                           + [bytes(1 << 20)], copy=False)
+        raw.send_multipart(
+            encode(TREE, auth=AUTH, kind="traj", version=1, sender="x", seq=1, to=LEARNER)
+            + [bytes(1 << 20)],
+            copy=False,
+        )
         assert good.send(TREE, 7, timeout_ms=WAIT_MS)
         msg = rx.recv(WAIT_MS)
         assert msg is not None and msg.version == 7
@@ -171,9 +205,15 @@ def test_replay_rejected_and_counted(ctx):
         raw = ctx.socket(zmq.PUSH)
         raw.linger = 0
         raw.connect(rx.endpoint)
-        frames = encode(TREE, auth=AUTH, kind="traj", version=1, sender="actor-0", seq=100, to=LEARNER)
-        older = encode(TREE, auth=AUTH, kind="traj", version=2, sender="actor-0", seq=99, to=LEARNER)
-        newer = encode(TREE, auth=AUTH, kind="traj", version=3, sender="actor-0", seq=101, to=LEARNER)
+        frames = encode(
+            TREE, auth=AUTH, kind="traj", version=1, sender="actor-0", seq=100, to=LEARNER
+        )
+        older = encode(
+            TREE, auth=AUTH, kind="traj", version=2, sender="actor-0", seq=99, to=LEARNER
+        )
+        newer = encode(
+            TREE, auth=AUTH, kind="traj", version=3, sender="actor-0", seq=101, to=LEARNER
+        )
         for f in (frames, frames, older, newer):
             raw.send_multipart(f, copy=False)
         assert rx.recv(WAIT_MS).version == 1
@@ -197,21 +237,27 @@ def test_backpressure_returns_false_within_timeout(ctx):
 
 def test_backpressure_from_a_learner_that_is_not_reading(ctx):
     big = {"x": np.zeros(1 << 20, np.float32)}  # 4 MiB: more than the socket buffers hold
-    with TrajectoryReceiver(KEY, big, hwm=1, ctx=ctx) as rx, \
-            TrajectorySender(KEY, rx.endpoint, sender="actor-0", to=LEARNER, hwm=1, ctx=ctx) as tx:
+    with (
+        TrajectoryReceiver(KEY, big, hwm=1, ctx=ctx) as rx,
+        TrajectorySender(KEY, rx.endpoint, sender="actor-0", to=LEARNER, hwm=1, ctx=ctx) as tx,
+    ):
         results = [tx.send(big, 0, timeout_ms=50) for _ in range(12)]
         assert results[0] and not all(results)
         n_sent = sum(results)
         got = 0
-        while rx.recv(2000) is not None:  # what was accepted for sending does arrive (a loaded machine: 2 s)
+        while (
+            rx.recv(2000) is not None
+        ):  # what was accepted for sending does arrive (a loaded machine: 2 s)
             got += 1
         assert got == n_sent
 
 
 # ------------------------------------------------------------------------------ parameters
 def test_latest_version_wins(ctx, transport, private):
-    with ParamPublisher(KEY, transport=transport, ipc_dir=private, ctx=ctx) as pub, \
-            ParamSubscriber(KEY, pub.endpoint, TREE, ctx=ctx) as sub:
+    with (
+        ParamPublisher(KEY, transport=transport, ipc_dir=private, ctx=ctx) as pub,
+        ParamSubscriber(KEY, pub.endpoint, TREE, ctx=ctx) as sub,
+    ):
         # subscriptions take a moment to reach the publisher: publish 0 until it is heard
         assert _until(lambda: (pub.publish(0, TREE), sub.latest(20))[1]) is not None
         assert sub.version == 0
@@ -228,7 +274,9 @@ def test_latest_version_wins(ctx, transport, private):
         np.testing.assert_array_equal(got[1]["obs"], TREE["obs"] + 5)
         pub.publish(3, TREE)  # an older version than held: ignored
         stale_before = sub.stale
-        assert _until(lambda: sub.latest(50) or (True if sub.stale > stale_before else None)) is True
+        assert (
+            _until(lambda: sub.latest(50) or (True if sub.stale > stale_before else None)) is True
+        )
         assert sub.version == 5 and not sub.rejected
 
 
@@ -238,8 +286,10 @@ def test_a_subscriber_that_reads_rarely_gets_the_newest_not_a_backlog(ctx, trans
     # versions waited in the kernel's socket buffers and came out one read at a time: an
     # actor fell ever further behind, about 0.2 x the run's env steps in async DQN.)
     big = {"obs": np.zeros((64, 256), np.float32), "act": TREE["act"]}  # 64 KiB a version
-    with ParamPublisher(KEY, transport=transport, ipc_dir=private, ctx=ctx) as pub, \
-            ParamSubscriber(KEY, pub.endpoint, big, ctx=ctx) as sub:
+    with (
+        ParamPublisher(KEY, transport=transport, ipc_dir=private, ctx=ctx) as pub,
+        ParamSubscriber(KEY, pub.endpoint, big, ctx=ctx) as sub,
+    ):
         assert _until(lambda: (pub.publish(0, big), sub.latest(20))[1]) is not None
         last = 0
         for burst in range(5):
@@ -265,7 +315,10 @@ def test_a_subscriber_that_reads_rarely_gets_the_newest_not_a_backlog(ctx, trans
 
 
 def test_subscriber_rejects_and_keeps_newest_valid(ctx):
-    with ParamPublisher(KEY, ctx=ctx) as pub, ParamSubscriber(KEY, pub.endpoint, TREE, ctx=ctx) as sub:
+    with (
+        ParamPublisher(KEY, ctx=ctx) as pub,
+        ParamSubscriber(KEY, pub.endpoint, TREE, ctx=ctx) as sub,
+    ):
         assert _until(lambda: (pub.publish(0, TREE), sub.latest(20))[1]) is not None
         forged = ParamPublisher(new_run_key(), endpoint=None, ctx=ctx)  # another run's learner
         sub.socket.connect(forged.endpoint)
@@ -283,7 +336,10 @@ def test_only_the_empty_topic_is_subscribed(ctx):
     """The publisher approves subscriptions itself: the empty topic (ours) is taken; any
     other, even one that matches every message's first bytes, is refused, counted, and
     not stored, so the subscriber gets nothing."""
-    with ParamPublisher(KEY, ctx=ctx) as pub, ParamSubscriber(KEY, pub.endpoint, TREE, ctx=ctx) as sub:
+    with (
+        ParamPublisher(KEY, ctx=ctx) as pub,
+        ParamSubscriber(KEY, pub.endpoint, TREE, ctx=ctx) as sub,
+    ):
         topical = ctx.socket(zmq.SUB)
         topical.linger = 0
         prefix = (len(TREE) + 2).to_bytes(4, "little")  # an envelope's first bytes: its frame count
@@ -305,15 +361,21 @@ def test_only_the_empty_topic_is_subscribed(ctx):
 
 # ------------------------------------------------------------------------------ control
 def test_control_register_heartbeat_stop(ctx, transport, private):
-    with ControlServer(KEY, transport=transport, ipc_dir=private, ctx=ctx) as server, \
-            ControlClient(KEY, server.endpoint, identity="actor-0", to=LEARNER, ctx=ctx) as a0, \
-            ControlClient(KEY, server.endpoint, identity="actor-1", to=LEARNER, ctx=ctx) as a1:
-        assert a0.send({"type": "register", "actor": 0}) and a1.send({"type": "register", "actor": 1})
+    with (
+        ControlServer(KEY, transport=transport, ipc_dir=private, ctx=ctx) as server,
+        ControlClient(KEY, server.endpoint, identity="actor-0", to=LEARNER, ctx=ctx) as a0,
+        ControlClient(KEY, server.endpoint, identity="actor-1", to=LEARNER, ctx=ctx) as a1,
+    ):
+        assert a0.send({"type": "register", "actor": 0}) and a1.send(
+            {"type": "register", "actor": 1}
+        )
         seen = {}
         while len(seen) < 2 and (item := server.poll(WAIT_MS)) is not None:
             seen[item[0]] = item[1]
-        assert seen == {b"actor-0": {"type": "register", "actor": 0},
-                        b"actor-1": {"type": "register", "actor": 1}}
+        assert seen == {
+            b"actor-0": {"type": "register", "actor": 0},
+            b"actor-1": {"type": "register", "actor": 1},
+        }
         assert server.send(b"actor-0", {"type": "ack", "version": 4})
         assert a0.recv(WAIT_MS) == {"type": "ack", "version": 4}
         a0.send({"type": "heartbeat", "version": 4})
@@ -325,9 +387,13 @@ def test_control_register_heartbeat_stop(ctx, transport, private):
 
 
 def test_control_rejects_outsiders_and_spoofed_senders(ctx):
-    with ControlServer(KEY, ctx=ctx) as server, \
-            ControlClient(new_run_key(), server.endpoint, identity="intruder", to=LEARNER, ctx=ctx) as intruder, \
-            ControlClient(KEY, server.endpoint, identity="actor-0", to=LEARNER, ctx=ctx) as a0:
+    with (
+        ControlServer(KEY, ctx=ctx) as server,
+        ControlClient(
+            new_run_key(), server.endpoint, identity="intruder", to=LEARNER, ctx=ctx
+        ) as intruder,
+        ControlClient(KEY, server.endpoint, identity="actor-0", to=LEARNER, ctx=ctx) as a0,
+    ):
         intruder.send({"type": "stop"})
         spoof = ctx.socket(zmq.DEALER)
         spoof.linger = 0
@@ -349,9 +415,8 @@ def test_a_receive_handles_a_bounded_number_of_rejections(ctx):
     """However many bad messages wait, one receive rejects at most MAX_REJECTED_PER_CALL
     of them and returns: a flood cannot hold its caller (the learner's loop, the receiver
     thread) where it sees no stop. A good message behind them is reached by later calls."""
-    from tianjax.transport.sockets import MAX_REJECTED_PER_CALL
-
     from tianjax.transport.codec import encode_json
+    from tianjax.transport.sockets import MAX_REJECTED_PER_CALL
 
     n_bad = 3 * MAX_REJECTED_PER_CALL + 5
     with ControlServer(KEY, ctx=ctx) as server:
@@ -360,10 +425,26 @@ def test_a_receive_handles_a_bounded_number_of_rejections(ctx):
         raw.connect(server.endpoint)
         other = MessageAuth(new_run_key())
         for i in range(n_bad):
-            raw.send_multipart(encode_json({"type": "heartbeat"}, auth=other, kind="ctrl.up", sender="actor-0",
-                                           seq=i, to=LEARNER))
-        raw.send_multipart(encode_json({"type": "heartbeat"}, auth=AUTH, kind="ctrl.up", sender="actor-0",
-                                       seq=0, to=LEARNER))
+            raw.send_multipart(
+                encode_json(
+                    {"type": "heartbeat"},
+                    auth=other,
+                    kind="ctrl.up",
+                    sender="actor-0",
+                    seq=i,
+                    to=LEARNER,
+                )
+            )
+        raw.send_multipart(
+            encode_json(
+                {"type": "heartbeat"},
+                auth=AUTH,
+                kind="ctrl.up",
+                sender="actor-0",
+                seq=0,
+                to=LEARNER,
+            )
+        )
         per_call, got = [], None
         deadline = time.monotonic() + WAIT_MS / 1000
         while got is None and time.monotonic() < deadline:
@@ -377,9 +458,12 @@ def test_a_receive_handles_a_bounded_number_of_rejections(ctx):
 
 
 def test_one_poller_over_several_channels(ctx):
-    with TrajectoryReceiver(KEY, TREE, ctx=ctx) as rx, ControlServer(KEY, ctx=ctx) as server, \
-            TrajectorySender(KEY, rx.endpoint, sender="actor-0", to=LEARNER, ctx=ctx) as tx, \
-            ControlClient(KEY, server.endpoint, identity="actor-0", to=LEARNER, ctx=ctx) as cc:
+    with (
+        TrajectoryReceiver(KEY, TREE, ctx=ctx) as rx,
+        ControlServer(KEY, ctx=ctx) as server,
+        TrajectorySender(KEY, rx.endpoint, sender="actor-0", to=LEARNER, ctx=ctx) as tx,
+        ControlClient(KEY, server.endpoint, identity="actor-0", to=LEARNER, ctx=ctx) as cc,
+    ):
         poller = zmq.Poller()
         poller.register(rx.socket, zmq.POLLIN)
         poller.register(server.socket, zmq.POLLIN)

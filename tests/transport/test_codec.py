@@ -15,14 +15,42 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from tianjax.transport import auth as auth_mod
-from tianjax.transport.auth import (InsecureNoAuth, KEY_ENV, MessageAuth, RunKey, load_key, new_run_key, write_key_file)
-from tianjax.transport.codec import (CodecError, ReplayGuard, TreeSpec, decode, decode_json, encode, encode_json)
+from tianjax.transport.auth import (
+    KEY_ENV,
+    InsecureNoAuth,
+    MessageAuth,
+    RunKey,
+    load_key,
+    new_run_key,
+    write_key_file,
+)
+from tianjax.transport.codec import (
+    CodecError,
+    ReplayGuard,
+    TreeSpec,
+    decode,
+    decode_json,
+    encode,
+    encode_json,
+)
 
 AUTH = MessageAuth(RunKey(bytes(range(32))))
 BIG = 1 << 30
 
-DTYPES = [np.float16, np.float32, np.float64, np.int8, np.int16, np.int32, np.int64,
-          np.uint8, np.uint16, np.uint32, np.uint64, np.bool_]
+DTYPES = [
+    np.float16,
+    np.float32,
+    np.float64,
+    np.int8,
+    np.int16,
+    np.int32,
+    np.int64,
+    np.uint8,
+    np.uint16,
+    np.uint32,
+    np.uint64,
+    np.bool_,
+]
 
 
 class Pair(NamedTuple):
@@ -34,7 +62,8 @@ def _array(dtype):
     shapes = hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=4)
     if dtype == "bfloat16":  # hypothesis has no bfloat16: draw float32 and round
         return hnp.arrays(np.float32, shapes, elements=st.floats(-1e3, 1e3, width=32)).map(
-            lambda a: a.astype(ml_dtypes.bfloat16))
+            lambda a: a.astype(ml_dtypes.bfloat16)
+        )
     return hnp.arrays(dtype, shapes)
 
 
@@ -45,12 +74,15 @@ trees = st.recursive(
         st.dictionaries(st.text("abcxyz_", min_size=1, max_size=4), kids, min_size=1, max_size=3),
         st.lists(kids, min_size=1, max_size=3),
         st.tuples(kids, kids),
-        st.builds(Pair, kids, kids)),
-    max_leaves=6)
+        st.builds(Pair, kids, kids),
+    ),
+    max_leaves=6,
+)
 
 
 def _leaves(tree):
     from jax import tree_util
+
     return tree_util.tree_leaves(tree)
 
 
@@ -73,14 +105,20 @@ def test_roundtrip_property(tree):
     got, want = _leaves(msg.tree), _leaves(tree)
     assert len(got) == len(want) and all(_same(g, w) for g, w in zip(got, want))
     from jax import tree_util
+
     assert tree_util.tree_structure(msg.tree) == tree_util.tree_structure(tree)
 
 
 def test_roundtrip_edge_leaves():
-    tree = {"scalar": np.float32(2.5), "zero_d": np.array(7, np.int64), "empty": np.zeros((0, 3), np.float32),
-            "bf16": np.linspace(-1, 1, 5).astype(ml_dtypes.bfloat16), "flags": np.array([True, False]),
-            "fortran": np.asfortranarray(np.arange(6.0).reshape(2, 3)),
-            "big_endian": np.arange(4, dtype=">i4")}
+    tree = {
+        "scalar": np.float32(2.5),
+        "zero_d": np.array(7, np.int64),
+        "empty": np.zeros((0, 3), np.float32),
+        "bf16": np.linspace(-1, 1, 5).astype(ml_dtypes.bfloat16),
+        "flags": np.array([True, False]),
+        "fortran": np.asfortranarray(np.arange(6.0).reshape(2, 3)),
+        "big_endian": np.arange(4, dtype=">i4"),
+    }
     msg = _roundtrip(tree)
     assert msg.tree["zero_d"].shape == () and msg.tree["empty"].shape == (0, 3)
     np.testing.assert_array_equal(msg.tree["fortran"], tree["fortran"])
@@ -99,6 +137,7 @@ def test_roundtrip_large_and_zero_copy():
 def test_jax_leaves_and_shape_dtype_templates():
     import jax
     import jax.numpy as jnp
+
     tree = {"w": jnp.ones((3, 2)), "b": jnp.zeros(2, jnp.bfloat16)}
     template = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), tree)
     frames = encode(tree, auth=AUTH, kind="params", version=1, sender="l", seq=1)
@@ -112,7 +151,11 @@ def test_free_batch_dims():
     spec = TreeSpec(example, batch_dims=1)
     longer = {"obs": np.ones((9, 2, 3), np.float32), "r": np.ones((9, 2), np.float32)}
     frames = encode(longer, auth=AUTH, kind="traj", version=0, sender="a", seq=1, batch_dims=1)
-    assert decode(frames, auth=AUTH, spec=spec, kind="traj", max_bytes=BIG).tree["obs"].shape == (9, 2, 3)
+    assert decode(frames, auth=AUTH, spec=spec, kind="traj", max_bytes=BIG).tree["obs"].shape == (
+        9,
+        2,
+        3,
+    )
     ragged = {"obs": np.ones((9, 2, 3), np.float32), "r": np.ones((8, 2), np.float32)}
     frames = encode(ragged, auth=AUTH, kind="traj", version=0, sender="a", seq=2, batch_dims=1)
     with pytest.raises(CodecError) as e:
@@ -143,6 +186,7 @@ def _resign(frames):
 
 def _reheader(frames, **changes):
     import json
+
     h = json.loads(bytes(frames[1])) | changes
     header = json.dumps(h).encode()
     return [AUTH.tag(header, frames[2:]), header, *frames[2:]]
@@ -150,6 +194,7 @@ def _reheader(frames, **changes):
 
 class Boom:
     """Unpickling this would record it: proves no header is ever unpickled."""
+
     unpickled = []
 
     def __reduce__(self):
@@ -169,14 +214,25 @@ def test_rejections_with_reasons():
     assert _reason(good[:1]) == "truncated"
     assert _reason(good, max_bytes=100) == "size"
     assert _reason(good, kind="params") == "kind"
-    renamed = encode({"observation": TREE["obs"], "act": TREE["act"]}, auth=AUTH, kind="traj",
-                     version=1, sender="a", seq=1)
+    renamed = encode(
+        {"observation": TREE["obs"], "act": TREE["act"]},
+        auth=AUTH,
+        kind="traj",
+        version=1,
+        sender="a",
+        seq=1,
+    )
     assert _reason(renamed) == "schema"
-    assert _reason(encode({"obs": TREE["obs"]}, auth=AUTH, kind="traj", version=1, sender="a", seq=1)) == "schema"
+    assert (
+        _reason(encode({"obs": TREE["obs"]}, auth=AUTH, kind="traj", version=1, sender="a", seq=1))
+        == "schema"
+    )
     as_f64 = {"obs": TREE["obs"].astype(np.float64), "act": TREE["act"]}
     assert _reason(encode(as_f64, auth=AUTH, kind="traj", version=1, sender="a", seq=1)) == "dtype"
     reshaped = {"obs": TREE["obs"].reshape(4, 3), "act": TREE["act"]}
-    assert _reason(encode(reshaped, auth=AUTH, kind="traj", version=1, sender="a", seq=1)) == "shape"
+    assert (
+        _reason(encode(reshaped, auth=AUTH, kind="traj", version=1, sender="a", seq=1)) == "shape"
+    )
     assert _reason(_reheader(good, nbytes=1)) == "header"
     assert _reason(_reheader(good, m="other")) == "header"
     assert _reason(_reheader(good, seq="1")) == "header"
@@ -255,25 +311,44 @@ def test_recipient_and_direction_are_bound():
     frames = _good(inc="i1", to="learner-0@abc")
     msg = decode(frames, auth=AUTH, spec=SPEC, kind="traj", max_bytes=BIG, to="learner-0@abc")
     assert (msg.inc, msg.to, msg.source) == ("i1", "learner-0@abc", "a@i1")
-    for other, reason in (("learner-0@abd", "old_incarnation"), ("learner-1@abc", "recipient"), ("", "recipient")):
+    for other, reason in (
+        ("learner-0@abd", "old_incarnation"),
+        ("learner-1@abc", "recipient"),
+        ("", "recipient"),
+    ):
         with pytest.raises(CodecError) as e:  # a restarted learner, another one
             decode(frames, auth=AUTH, spec=SPEC, kind="traj", max_bytes=BIG, to=other)
         assert e.value.reason == reason
-    down = encode_json({"type": "credit", "n": 1}, auth=AUTH, kind="ctrl.down", sender="learner-0", seq=0,
-                       inc="L", to="actor-0@A")
+    down = encode_json(
+        {"type": "credit", "n": 1},
+        auth=AUTH,
+        kind="ctrl.down",
+        sender="learner-0",
+        seq=0,
+        inc="L",
+        to="actor-0@A",
+    )
     with pytest.raises(CodecError) as e:  # reflected back to the learner: the wrong direction
         decode_json(down, auth=AUTH, kind="ctrl.up", max_bytes=1 << 16, to="actor-0@A")
     assert e.value.reason == "kind"
     import json
+
     readdressed = json.dumps(json.loads(bytes(down[1])) | {"to": "actor-1@B"}).encode()
     with pytest.raises(CodecError) as e:  # readdressing without the key breaks the tag
-        decode_json([down[0], readdressed], auth=AUTH, kind="ctrl.down", max_bytes=1 << 16, to="actor-1@B")
+        decode_json(
+            [down[0], readdressed], auth=AUTH, kind="ctrl.down", max_bytes=1 << 16, to="actor-1@B"
+        )
     assert e.value.reason == "auth"
 
 
 def test_control_json():
-    frames = encode_json({"type": "heartbeat", "n": 3}, auth=AUTH, kind="ctrl.up", sender="a", seq=1)
-    assert decode_json(frames, auth=AUTH, kind="ctrl.up", max_bytes=1 << 16).body == {"type": "heartbeat", "n": 3}
+    frames = encode_json(
+        {"type": "heartbeat", "n": 3}, auth=AUTH, kind="ctrl.up", sender="a", seq=1
+    )
+    assert decode_json(frames, auth=AUTH, kind="ctrl.up", max_bytes=1 << 16).body == {
+        "type": "heartbeat",
+        "n": 3,
+    }
     bad = encode_json({"n": 3}, auth=AUTH, kind="ctrl.up", sender="a", seq=1)
     with pytest.raises(CodecError, match="header"):
         decode_json(bad, auth=AUTH, kind="ctrl.up", max_bytes=1 << 16)
@@ -315,8 +390,17 @@ def test_load_key(tmp_path, monkeypatch):
     assert KEY_ENV in str(e.value)
 
 
-@pytest.mark.parametrize("content", [b"abcd", b"correct horse battery staple, a passphrase",
-                                     b"ab" * 31, b"ab" * 33, b"zz" * 32, bytes(range(32))])
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"abcd",
+        b"correct horse battery staple, a passphrase",
+        b"ab" * 31,
+        b"ab" * 33,
+        b"zz" * 32,
+        bytes(range(32)),
+    ],
+)
 def test_only_a_key_of_64_hex_digits_is_taken(tmp_path, content):
     """A key is 32 random bytes as 64 hex digits: a passphrase, a short or long key, or
     the raw bytes are refused, and the message never shows what the file held."""
@@ -325,7 +409,9 @@ def test_only_a_key_of_64_hex_digits_is_taken(tmp_path, content):
     os.chmod(path, 0o600)
     with pytest.raises(ValueError) as e:
         load_key(path)
-    assert "64 hex digits" in str(e.value) and content.decode(errors="replace")[:8] not in str(e.value)
+    assert "64 hex digits" in str(e.value) and content.decode(errors="replace")[:8] not in str(
+        e.value
+    )
     with pytest.raises(ValueError):
         RunKey(content[:16])
 

@@ -25,13 +25,16 @@ def test_frames_come_back_as_aligned_views_of_the_one_buffer():
     assert len(buf) - sum(len(f) for f in frames) <= envelope.overhead(len(frames))
 
 
-@pytest.mark.parametrize("raw, reason", [
-    (b"", "truncated"),
-    (b"\x01\x00", "truncated"),  # shorter than its count
-    (struct.pack("<I", 3) + struct.pack("<Q", 1), "truncated"),  # 3 lengths listed, 1 present
-    (struct.pack("<I", 1) + struct.pack("<Q", 10**9) + bytes(100), "truncated"),  # past the end
-    (struct.pack("<I", envelope.MAX_FRAMES + 1) + bytes(64), "size"),
-])
+@pytest.mark.parametrize(
+    "raw, reason",
+    [
+        (b"", "truncated"),
+        (b"\x01\x00", "truncated"),  # shorter than its count
+        (struct.pack("<I", 3) + struct.pack("<Q", 1), "truncated"),  # 3 lengths listed, 1 present
+        (struct.pack("<I", 1) + struct.pack("<Q", 10**9) + bytes(100), "truncated"),  # past the end
+        (struct.pack("<I", envelope.MAX_FRAMES + 1) + bytes(64), "size"),
+    ],
+)
 def test_a_malformed_envelope_is_refused_by_reason(raw, reason):
     with pytest.raises(CodecError) as e:
         envelope.unpack(raw)
@@ -40,4 +43,4 @@ def test_a_malformed_envelope_is_refused_by_reason(raw, reason):
 
 def test_the_last_frame_may_end_without_its_padding():
     buf = envelope.pack([b"abc", b"defg"])
-    assert [bytes(f) for f in envelope.unpack(bytes(buf[:64 + 64 + 4]))] == [b"abc", b"defg"]
+    assert [bytes(f) for f in envelope.unpack(bytes(buf[: 64 + 64 + 4]))] == [b"abc", b"defg"]

@@ -43,7 +43,12 @@ import zmq
 
 from tianjax.checkpoint import store as ckpt
 from tianjax.transport.auth import new_run_key
-from tianjax.transport.channels import ParamPublisher, ParamSubscriber, TrajectoryReceiver, TrajectorySender
+from tianjax.transport.channels import (
+    ParamPublisher,
+    ParamSubscriber,
+    TrajectoryReceiver,
+    TrajectorySender,
+)
 from tianjax.transport.security import Handshake, SecureContext, resolve_security
 from tianjax.transport.sockets import address, process_incarnation
 
@@ -85,12 +90,19 @@ def test_handshake_credentials_are_derived_per_run_and_never_shown():
     # the PLAIN token is the run's: this run's admitted, another's or none refused
     plain = Handshake(key, "plain")
     assert plain.admits(b"PLAIN", [b"tianjax", plain._token]) is None
-    assert plain.admits(b"PLAIN", [b"tianjax", Handshake(new_run_key(), "plain")._token]) == "credentials"
+    assert (
+        plain.admits(b"PLAIN", [b"tianjax", Handshake(new_run_key(), "plain")._token])
+        == "credentials"
+    )
     assert plain.admits(b"NULL", []) == "mechanism"
     assert a.admits(b"CURVE", [zmq.utils.z85.decode(a.client_public)]) is None
     assert a.admits(b"CURVE", [zmq.utils.z85.decode(other.client_public)]) == "credentials"
-    assert resolve_security(None, "127.0.0.1") == "plain" and resolve_security(None, "::1") == "plain"
-    assert resolve_security(None, "0.0.0.0") == "curve" and resolve_security(None, "host0") == "curve"
+    assert (
+        resolve_security(None, "127.0.0.1") == "plain" and resolve_security(None, "::1") == "plain"
+    )
+    assert (
+        resolve_security(None, "0.0.0.0") == "curve" and resolve_security(None, "host0") == "curve"
+    )
     assert resolve_security("plain", "0.0.0.0") == "plain"
 
 
@@ -104,9 +116,12 @@ def test_only_the_runs_credentials_get_a_message_through(security):
         rx = TrajectoryReceiver(key, TREE, ctx=server.ctx, handshake=server.handshake)
         # another run's credentials, and none at all (NULL mechanism)
         # (kept referenced: a collected channel closes its socket, maybe before its handshake)
-        others = [TrajectorySender(key, rx.endpoint, sender="x", to=rx.address, ctx=bad.ctx,
-                                   handshake=bad.handshake),
-                  TrajectorySender(key, rx.endpoint, sender="y", to=rx.address, ctx=bare)]
+        others = [
+            TrajectorySender(
+                key, rx.endpoint, sender="x", to=rx.address, ctx=bad.ctx, handshake=bad.handshake
+            ),
+            TrajectorySender(key, rx.endpoint, sender="y", to=rx.address, ctx=bare),
+        ]
         for i, other in enumerate(others):
             other.send(TREE, i + 1, timeout_ms=0)
         if security == "curve":
@@ -117,8 +132,14 @@ def test_only_the_runs_credentials_get_a_message_through(security):
             spy.curve_publickey, spy.curve_secretkey = zmq.curve_keypair()
             spy.connect(rx.endpoint)
             spy.send_multipart([b"x" * 16, b"{}"])
-        tx = TrajectorySender(key, rx.endpoint, sender="actor-0", to=rx.address, ctx=good.ctx,
-                              handshake=good.handshake)
+        tx = TrajectorySender(
+            key,
+            rx.endpoint,
+            sender="actor-0",
+            to=rx.address,
+            ctx=good.ctx,
+            handshake=good.handshake,
+        )
         assert tx.send(TREE, 3, timeout_ms=WAIT_MS)
         msg = rx.recv(WAIT_MS)
         assert msg is not None and msg.sender == "actor-0" and msg.version == 3
@@ -150,8 +171,14 @@ def test_address_allow_list_refuses_other_hosts_even_with_credentials():
     client = _client(key)
     try:
         rx = TrajectoryReceiver(key, TREE, ctx=server.ctx, handshake=server.handshake)
-        tx = TrajectorySender(key, rx.endpoint, sender="actor-0", to=rx.address, ctx=client.ctx,
-                              handshake=client.handshake)
+        tx = TrajectorySender(
+            key,
+            rx.endpoint,
+            sender="actor-0",
+            to=rx.address,
+            ctx=client.ctx,
+            handshake=client.handshake,
+        )
         tx.send(TREE, 1)
         assert rx.recv(1000) is None
         # closed at accept by the kernel-side filter, before any handshake: the gatekeeper
@@ -162,7 +189,9 @@ def test_address_allow_list_refuses_other_hosts_even_with_credentials():
         # an address (tcp peers always have one)
         token = server.handshake._token
         for address in (b"127.0.0.1", b""):
-            reply = gk._answer([b"1.0", b"7", b"tianjax.tcp", address, b"", b"PLAIN", b"tianjax", token])
+            reply = gk._answer(
+                [b"1.0", b"7", b"tianjax.tcp", address, b"", b"PLAIN", b"tianjax", token]
+            )
             assert reply[2] == b"400"
         assert gk.refused == {"address": 2}
         ipc = gk._answer([b"1.0", b"8", b"tianjax.ipc", b"", b"", b"PLAIN", b"tianjax", token])
@@ -186,8 +215,14 @@ def test_without_its_gatekeeper_a_server_admits_nobody(security):
         assert server.gatekeeper.alive
         server.gatekeeper.close()
         assert not server.gatekeeper.alive
-        tx = TrajectorySender(key, rx.endpoint, sender="actor-0", to=rx.address, ctx=client.ctx,
-                              handshake=client.handshake)
+        tx = TrajectorySender(
+            key,
+            rx.endpoint,
+            sender="actor-0",
+            to=rx.address,
+            ctx=client.ctx,
+            handshake=client.handshake,
+        )
         tx.send(TREE, 1, timeout_ms=0)
         assert rx.recv(1500) is None and rx.accepted == 0
     finally:
@@ -207,8 +242,14 @@ def test_curve_actor_will_not_talk_to_a_squatter_without_the_key():
         pub = ParamPublisher(new_run_key(), ctx=squatter.ctx, handshake=squatter.handshake)
         sub = ParamSubscriber(key, pub.endpoint, TREE, ctx=actor.ctx, handshake=actor.handshake)
         rx = TrajectoryReceiver(key, TREE, ctx=squatter.ctx, handshake=squatter.handshake)
-        tx = TrajectorySender(key, rx.endpoint, sender="actor-0", to=rx.address, ctx=actor.ctx,
-                              handshake=actor.handshake)
+        tx = TrajectorySender(
+            key,
+            rx.endpoint,
+            sender="actor-0",
+            to=rx.address,
+            ctx=actor.ctx,
+            handshake=actor.handshake,
+        )
         deadline = time.monotonic() + 1.5
         while time.monotonic() < deadline:
             pub.publish(1, TREE)
@@ -227,8 +268,12 @@ def test_oversized_subscription_disconnects_the_subscriber():
     client = _client(key)
     try:
         pub = ParamPublisher(key, ctx=server.ctx, handshake=server.handshake)
-        normal = ParamSubscriber(key, pub.endpoint, TREE, ctx=client.ctx, handshake=client.handshake)
-        greedy = ParamSubscriber(key, pub.endpoint, TREE, ctx=client.ctx, handshake=client.handshake)
+        normal = ParamSubscriber(
+            key, pub.endpoint, TREE, ctx=client.ctx, handshake=client.handshake
+        )
+        greedy = ParamSubscriber(
+            key, pub.endpoint, TREE, ctx=client.ctx, handshake=client.handshake
+        )
         greedy.socket.setsockopt(zmq.SUBSCRIBE, bytes(64 << 10))  # over SUBSCRIPTION_MAX_BYTES
         got, deadline = None, time.monotonic() + WAIT_MS / 1000
         while got is None and time.monotonic() < deadline:
@@ -257,8 +302,11 @@ def _tiny_tree(template):
     batch_t = template[0]
     T, B = batch_t.reward.shape
     batch = type(batch_t)(*[np.zeros(x.shape, x.dtype) for x in batch_t])
-    return batch, Episodes(np.zeros((T, B), bool), np.zeros((T, B), np.float32),
-                           np.zeros((T, B), np.int32)), np.asarray(0, np.int64)
+    return (
+        batch,
+        Episodes(np.zeros((T, B), bool), np.zeros((T, B), np.float32), np.zeros((T, B), np.int32)),
+        np.asarray(0, np.int64),
+    )
 
 
 def _hex(frames) -> list[str]:
@@ -287,15 +335,28 @@ def _record(key, socket_type: int, send) -> list[bytes]:
         net.close()
 
 
-def _replayer(tmp_path: Path, socket: str, messages, *, endpoint: str = "", token: bytes = b"") -> tuple:
+def _replayer(
+    tmp_path: Path, socket: str, messages, *, endpoint: str = "", token: bytes = b""
+) -> tuple:
     n = len(list(tmp_path.glob("replay-*.json")))
     spec = tmp_path / f"replay-{n}.json"
     out = tmp_path / f"replay-{n}.out"
-    spec.write_text(json.dumps({"socket": socket, "endpoint": endpoint, "token": token.decode(),
-                                "messages": [_hex(m) for m in messages],
-                                "endpoint_out": str(tmp_path / f"replay-{n}.endpoint")}))
-    p = subprocess.Popen([sys.executable, ATTACKER, "replay", str(spec), "20", str(out)], cwd=REPO,
-                         stdin=subprocess.DEVNULL)
+    spec.write_text(
+        json.dumps(
+            {
+                "socket": socket,
+                "endpoint": endpoint,
+                "token": token.decode(),
+                "messages": [_hex(m) for m in messages],
+                "endpoint_out": str(tmp_path / f"replay-{n}.endpoint"),
+            }
+        )
+    )
+    p = subprocess.Popen(
+        [sys.executable, ATTACKER, "replay", str(spec), "20", str(out)],
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
+    )
     return p, out, tmp_path / f"replay-{n}.endpoint"
 
 
@@ -304,8 +365,13 @@ def _replay(tmp_path, learner, channel: str, messages, pumped=None) -> dict:
     has processed them all (accepted or rejected); returns that channel's rejected counts."""
     rx = learner.traj_in if channel == "traj" else learner.control
     before = rx.accepted + sum(rx.rejected.values())
-    p, out, _ = _replayer(tmp_path, "push" if channel == "traj" else "dealer", messages,
-                          endpoint=learner.endpoints[channel], token=learner.net.handshake._token)
+    p, out, _ = _replayer(
+        tmp_path,
+        "push" if channel == "traj" else "dealer",
+        messages,
+        endpoint=learner.endpoints[channel],
+        token=learner.net.handshake._token,
+    )
     try:
         deadline = time.monotonic() + 30
         while rx.accepted + sum(rx.rejected.values()) < before + len(messages):
@@ -330,7 +396,8 @@ def own_incarnations(monkeypatch):
 
 
 def test_recorded_register_and_trajectories_are_refused_by_a_restarted_learner_and_another(
-        tmp_path, own_incarnations):
+    tmp_path, own_incarnations
+):
     from tianjax.config import load_config
     from tianjax.launch.ports import HeldPorts
     from tianjax.runtime.learner.learner import Learner
@@ -347,18 +414,23 @@ def test_recorded_register_and_trajectories_are_refused_by_a_restarted_learner_a
         return learners[-1]
 
     try:
-        first = learner(endpoints=ports.endpoints, listen_fds={k: os.dup(v) for k, v in ports.fds.items()})
+        first = learner(
+            endpoints=ports.endpoints, listen_fds={k: os.dup(v) for k, v in ports.fds.items()}
+        )
         tree = _tiny_tree(first.template)
+
         # actor-0's register and first trajectory for this learner incarnation, off the wire
         def send_register(ep):
-            ch = ControlClient(key, ep, identity="actor-0", to=first.address, handshake=shake,
-                               incarnation="a" * 16)
+            ch = ControlClient(
+                key, ep, identity="actor-0", to=first.address, handshake=shake, incarnation="a" * 16
+            )
             assert ch.send({"type": "register", "actor": 0, "pid": 1})
             return ch
 
         def send_traj(ep):
-            ch = TrajectorySender(key, ep, sender="actor-0", to=first.address, handshake=shake,
-                                  incarnation="a" * 16)
+            ch = TrajectorySender(
+                key, ep, sender="actor-0", to=first.address, handshake=shake, incarnation="a" * 16
+            )
             assert ch.send(tree, 0, timeout_ms=WAIT_MS)
             return ch
 
@@ -371,7 +443,9 @@ def test_recorded_register_and_trajectories_are_refused_by_a_restarted_learner_a
 
         # the learner restarts on the held ports (same key, a fresh guard): nothing recorded
         # before is taken, neither the register nor the trajectories
-        restarted = learner(endpoints=ports.endpoints, listen_fds={k: os.dup(v) for k, v in ports.fds.items()})
+        restarted = learner(
+            endpoints=ports.endpoints, listen_fds={k: os.dup(v) for k, v in ports.fds.items()}
+        )
         assert restarted.address != first.address
         assert dict(_replay(tmp_path, restarted, "control", [register])) == {"old_incarnation": 1}
         assert dict(_replay(tmp_path, restarted, "traj", [traj, traj])) == {"old_incarnation": 2}
@@ -384,7 +458,7 @@ def test_recorded_register_and_trajectories_are_refused_by_a_restarted_learner_a
         for lr, refused in ((restarted, {"old_incarnation": 3}), (other, {"old_incarnation": 2})):
             assert lr.actors == {} and lr.traj_in.accepted == 0 and lr.control.accepted == 0
             assert not lr.pool and lr.env_steps == 0 and lr.measures.produced == 0
-            summary = lr.report.summary(time.perf_counter(), 1.0)
+            summary = lr.stats.summary(time.perf_counter(), 1.0)
             assert summary["rejected_by_reason"] == refused
     finally:
         for lr in learners[1:]:
@@ -405,16 +479,26 @@ def test_learner_control_is_refused_reflected_back_and_by_another_actor(tmp_path
     net = dict(ctx=client.ctx, handshake=client.handshake)
     p = None
     try:
-        a = ControlClient(key, lr.endpoints["control"], identity="actor-0", to=lr.address,
-                          incarnation="a" * 16, **net)
+        a = ControlClient(
+            key,
+            lr.endpoints["control"],
+            identity="actor-0",
+            to=lr.address,
+            incarnation="a" * 16,
+            **net,
+        )
         assert a.send({"type": "register", "actor": 0, "pid": 1})
         deadline = time.monotonic() + 30
         while not a.socket.poll(10):  # the learner answers with credits
             assert time.monotonic() < deadline
             lr.pump(10)
         credit = a.socket.recv_multipart()  # recorded off actor-0's connection
-        assert decode_json(credit, auth=lr.control._auth, kind="ctrl.down", max_bytes=1 << 16,
-                           to=a.address).body["type"] == "credit"
+        assert (
+            decode_json(
+                credit, auth=lr.control._auth, kind="ctrl.down", max_bytes=1 << 16, to=a.address
+            ).body["type"]
+            == "credit"
+        )
         # reflected back to the learner: the wrong direction
         assert dict(_replay(tmp_path, lr, "control", [credit])) == {"kind": 1}
         assert lr.control.accepted == 1  # actor-0's register only
@@ -424,8 +508,14 @@ def test_learner_control_is_refused_reflected_back_and_by_another_actor(tmp_path
         while not endpoint_file.exists():
             assert time.monotonic() < deadline and p.poll() is None
             time.sleep(0.05)
-        b = ControlClient(key, endpoint_file.read_text(), identity="actor-1", to=lr.address,
-                          incarnation="b" * 16, **net)
+        b = ControlClient(
+            key,
+            endpoint_file.read_text(),
+            identity="actor-1",
+            to=lr.address,
+            incarnation="b" * 16,
+            **net,
+        )
         assert b.send({"type": "heartbeat", "actor": 1})
         assert p.wait(30) == 0 and json.loads(out.read_text())["sent"] == 2
         deadline = time.monotonic() + 10
@@ -434,12 +524,20 @@ def test_learner_control_is_refused_reflected_back_and_by_another_actor(tmp_path
             assert b.recv(50) is None
         assert dict(b.rejected) == {"recipient": 2} and b.accepted == 0
         # and actor-0 after a restart (a new incarnation of the same actor) refuses it too
-        a2 = ControlClient(key, endpoint_file.read_text(), identity="actor-0", to=lr.address,
-                           incarnation="c" * 16, **net)
+        a2 = ControlClient(
+            key,
+            endpoint_file.read_text(),
+            identity="actor-0",
+            to=lr.address,
+            incarnation="c" * 16,
+            **net,
+        )
         from tianjax.transport.codec import CodecError
 
         with pytest.raises(CodecError) as e:
-            decode_json(credit, auth=lr.control._auth, kind="ctrl.down", max_bytes=1 << 16, to=a2.address)
+            decode_json(
+                credit, auth=lr.control._auth, kind="ctrl.down", max_bytes=1 << 16, to=a2.address
+            )
         assert e.value.reason == "old_incarnation"
     finally:
         if p is not None and p.poll() is None:
@@ -461,13 +559,20 @@ def test_a_flood_of_bad_messages_neither_holds_the_learner_nor_grows_it(tmp_path
     lr = Learner(load_config(ASYNC_CFG, TINY), new_run_key())
     out = tmp_path / "badflood.json"
     env = dict(os.environ, HOSTILE_PLAIN_TOKEN=lr.net.handshake._token.decode())
-    p = subprocess.Popen([sys.executable, ATTACKER, "badflood", json.dumps(lr.endpoints), "8", str(out)],
-                         cwd=REPO, env=env, stdin=subprocess.DEVNULL)
+    p = subprocess.Popen(
+        [sys.executable, ATTACKER, "badflood", json.dumps(lr.endpoints), "8", str(out)],
+        cwd=REPO,
+        env=env,
+        stdin=subprocess.DEVNULL,
+    )
     me = psutil.Process()
     try:
         deadline = time.monotonic() + 30
         while sum(lr.control.rejected.values()) < 1000 or sum(lr.traj_in.rejected.values()) < 1000:
-            assert time.monotonic() < deadline and p.poll() is None, (lr.control.rejected, lr.traj_in.rejected)
+            assert time.monotonic() < deadline and p.poll() is None, (
+                lr.control.rejected,
+                lr.traj_in.rejected,
+            )
             lr.pump(50)
         rss0, peak, longest, stopped = me.memory_info().rss, 0, 0.0, None
         while p.poll() is None:
@@ -484,9 +589,11 @@ def test_a_flood_of_bad_messages_neither_holds_the_learner_nor_grows_it(tmp_path
             p.kill()
             p.wait()
         lr.close()
-    print(f"bad-message flood: {sum(lr.control.rejected.values())} control and "
-          f"{sum(lr.traj_in.rejected.values())} trajectory messages rejected; longest pump {longest:.2f} s, "
-          f"RSS {rss0 / 2**20:.0f} -> peak {peak / 2**20:.0f} MiB")
+    print(
+        f"bad-message flood: {sum(lr.control.rejected.values())} control and "
+        f"{sum(lr.traj_in.rejected.values())} trajectory messages rejected; longest pump {longest:.2f} s, "
+        f"RSS {rss0 / 2**20:.0f} -> peak {peak / 2**20:.0f} MiB"
+    )
     assert stopped is True
     assert longest < 5.0  # (a pump waits 50 ms; the bound is for a loaded machine)
     assert peak - rss0 < 128 << 20
@@ -537,8 +644,12 @@ def test_one_host_never_holds_more_than_its_limit_of_connections(tmp_path):
     ports = {name: int(e.rsplit(":", 1)[1]) for name, e in lr.endpoints.items()}
     out = tmp_path / "hold.json"
     env = dict(os.environ, HOSTILE_PLAIN_TOKEN=lr.net.handshake._token.decode())
-    p = subprocess.Popen([sys.executable, ATTACKER, "hold", json.dumps(lr.endpoints), "8", str(out), str(per_kind)],
-                         cwd=REPO, env=env, stdin=subprocess.DEVNULL)
+    p = subprocess.Popen(
+        [sys.executable, ATTACKER, "hold", json.dumps(lr.endpoints), "8", str(out), str(per_kind)],
+        cwd=REPO,
+        env=env,
+        stdin=subprocess.DEVNULL,
+    )
     first_seen: dict = {}
     held_max = dict.fromkeys(ports, 0)
     open_max = dict.fromkeys(ports, 0)
@@ -556,16 +667,23 @@ def test_one_host_never_holds_more_than_its_limit_of_connections(tmp_path):
         assert p.wait(30) == 0
         report = json.loads(out.read_text())
         refused = lr.net.refused[PER_HOST_LIMIT]
-        print(f"connection limit {limit}: held at most {held_max}, open at a sample at most {open_max}; "
-              f"{refused} connections ended over the limit; attacker {report}")
+        print(
+            f"connection limit {limit}: held at most {held_max}, open at a sample at most {open_max}; "
+            f"{refused} connections ended over the limit; attacker {report}"
+        )
         assert held_max == dict.fromkeys(ports, limit), held_max  # full, and never more
         assert report["raw_closed_by_learner"] > 0 and refused > 0
-        assert lr.report.summary(time.perf_counter(), 1.0)["handshakes_refused"][PER_HOST_LIMIT] >= refused
+        assert (
+            lr.stats.summary(time.perf_counter(), 1.0)["handshakes_refused"][PER_HOST_LIMIT]
+            >= refused
+        )
 
         # the attacker is gone: its slots are free again, on every socket
         client = SecureContext(key, "plain", server=False)
         net = dict(ctx=client.ctx, handshake=client.handshake)
-        control = ControlClient(key, lr.endpoints["control"], identity="actor-0", to=lr.address, **net)
+        control = ControlClient(
+            key, lr.endpoints["control"], identity="actor-0", to=lr.address, **net
+        )
         traj = TrajectorySender(key, lr.endpoints["traj"], sender="actor-0", to=lr.address, **net)
         template = ParamsMessage(jax.tree.map(np.asarray, lr.state.params), np.zeros((), np.int64))
         sub = ParamSubscriber(key, lr.endpoints["params"], template, **net)
@@ -573,7 +691,12 @@ def test_one_host_never_holds_more_than_its_limit_of_connections(tmp_path):
         assert traj.send(_tiny_tree(lr.template), 0, timeout_ms=WAIT_MS)
         got, deadline = None, time.monotonic() + 30
         while b"actor-0" not in lr.actors or lr.traj_in.accepted == 0 or got is None:
-            assert time.monotonic() < deadline, (lr.actors, lr.traj_in.accepted, got, dict(lr.net.refused))
+            assert time.monotonic() < deadline, (
+                lr.actors,
+                lr.traj_in.accepted,
+                got,
+                dict(lr.net.refused),
+            )
             lr.pump(20)
             lr.publish()
             got = got or sub.latest(20)
@@ -594,13 +717,31 @@ class _Run:
     def __init__(self, tmp_path: Path, *overrides: str):
         self.run_dir = tmp_path / "run"
         self.tmp = tmp_path
-        env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONUNBUFFERED="1",
-                   PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        env = dict(
+            os.environ,
+            JAX_PLATFORMS="cpu",
+            PYTHONUNBUFFERED="1",
+            PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        )
         self.err = open(tmp_path / "launcher.err", "wb")  # noqa: SIM115
-        self.proc = subprocess.Popen([sys.executable, "-m", "tianjax.cli", "train", ASYNC_CFG,
-                                      f"run_dir={self.run_dir}", *overrides, "--no-progress"],
-                                     cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=self.err,
-                                     stdin=subprocess.DEVNULL, start_new_session=True)
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tianjax.cli",
+                "train",
+                ASYNC_CFG,
+                f"run_dir={self.run_dir}",
+                *overrides,
+                "--no-progress",
+            ],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=self.err,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         self.ps = psutil.Process(self.proc.pid)
         self.attackers: list[subprocess.Popen] = []
 
@@ -636,11 +777,25 @@ class _Run:
             assert time.monotonic() < deadline, f"no {n} updates; " + self.stderr()
             time.sleep(0.2)
 
-    def attack(self, kind: str, endpoints: dict, seconds: float, extra: int = 0, env: dict | None = None) -> Path:
+    def attack(
+        self, kind: str, endpoints: dict, seconds: float, extra: int = 0, env: dict | None = None
+    ) -> Path:
         out = self.tmp / f"{kind}-{len(self.attackers)}.json"
-        p = subprocess.Popen([sys.executable, ATTACKER, kind, json.dumps(endpoints), str(seconds), str(out),
-                              str(extra)], cwd=REPO, stdin=subprocess.DEVNULL, start_new_session=True,
-                             env=dict(os.environ, **(env or {})))
+        p = subprocess.Popen(
+            [
+                sys.executable,
+                ATTACKER,
+                kind,
+                json.dumps(endpoints),
+                str(seconds),
+                str(out),
+                str(extra),
+            ],
+            cwd=REPO,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env=dict(os.environ, **(env or {})),
+        )
         self.attackers.append(p)
         return out
 
@@ -685,7 +840,11 @@ class _Run:
         the launcher started, even one started after a look at its children)."""
         out = []
         for p in psutil.process_iter(["cmdline"]):
-            if p.pid != os.getpid() and str(self.run_dir) in " ".join(p.info["cmdline"] or ()) and not _exited(p):
+            if (
+                p.pid != os.getpid()
+                and str(self.run_dir) in " ".join(p.info["cmdline"] or ())
+                and not _exited(p)
+            ):
                 out.append(p)
         return out
 
@@ -750,8 +909,10 @@ def test_run_reaches_target_under_connection_flood_oversized_frames_and_subscrip
     assert ckpt.has_checkpoint(str(run.run_dir))  # checkpoints went on under the flood
     assert sum(s["handshakes_refused"].values()) > 0 and s["rejected_messages"] == 0
     f = json.loads(flood.read_text())
-    print(f"hostile peers: RSS {rss0 / 2**20:.0f} -> peak {peak_rss / 2**20:.0f} MiB, descriptors "
-          f"{fds0} -> peak {peak_fds}")
+    print(
+        f"hostile peers: RSS {rss0 / 2**20:.0f} -> peak {peak_rss / 2**20:.0f} MiB, descriptors "
+        f"{fds0} -> peak {peak_fds}"
+    )
     assert f["closed_by_learner"] >= held  # every connection is closed by the learner...
     # ...long before the attack ends, silent ones included (a NULL-mechanism server, or
     # libzmq's default 30 s handshake limit, would have let them stay to the end)
@@ -784,14 +945,19 @@ def test_squatter_never_gets_a_restarted_learners_ports(run_factory):
     # run ends, a moment before its process exits, and a squatter may then bind them (after
     # the run, they are anyone's); 200k and then 500k steps ended inside the attack. The test
     # stops the run itself once the attack is over.
-    run = run_factory("runtime.restart_learner=true", "checkpoint.every=20", "total_env_steps=5000000")
+    run = run_factory(
+        "runtime.restart_learner=true", "checkpoint.every=20", "total_env_steps=5000000"
+    )
     endpoints = run.actor_endpoints()
     run.wait_updates(30)
     # binds each port the moment it is free, while the run lasts (after it, they are anyone's)
     squat = run.attack("squat", endpoints, 20.0, run.proc.pid)
     time.sleep(0.5)
-    learner = next(p for p in run.ps.children(recursive=True)
-                   if "tianjax.launch.role" in p.cmdline() and "learner" in p.cmdline())
+    learner = next(
+        p
+        for p in run.ps.children(recursive=True)
+        if "tianjax.launch.role" in p.cmdline() and "learner" in p.cmdline()
+    )
     learner.send_signal(signal.SIGKILL)
     run.sample_until_attackers_end()
     assert run.proc.poll() is None, "the run ended during the attack; " + run.stderr()
@@ -823,15 +989,19 @@ def test_run_reaches_target_under_a_token_holders_flood_of_bad_messages(run_fact
     token = run.plain_token()
     run.wait_updates(5)  # compiled and learning: what it holds now is its working size
     rss0, _ = run.sample()
-    floods = [run.attack("badflood", endpoints, 600.0, run.proc.pid, env={"HOSTILE_PLAIN_TOKEN": token})
-              for _ in range(FLOODERS)]
+    floods = [
+        run.attack("badflood", endpoints, 600.0, run.proc.pid, env={"HOSTILE_PLAIN_TOKEN": token})
+        for _ in range(FLOODERS)
+    ]
     peak_rss, _ = run.sample_until_attackers_end(timeout=600.0)
     assert run.wait() == 0, run.stderr()
     s = run.summary()
     sent = sum(json.loads(f.read_text())["sent"] for f in floods)
-    print(f"token-holder flood: {sent} messages sent, {s['rejected_messages']} rejected "
-          f"{s['rejected_by_reason']}; learner RSS {rss0 / 2**20:.0f} -> peak {peak_rss / 2**20:.0f} MiB; "
-          f"convergence {s['convergence_time_s']} s")
+    print(
+        f"token-holder flood: {sent} messages sent, {s['rejected_messages']} rejected "
+        f"{s['rejected_by_reason']}; learner RSS {rss0 / 2**20:.0f} -> peak {peak_rss / 2**20:.0f} MiB; "
+        f"convergence {s['convergence_time_s']} s"
+    )
     assert s["convergence_time_s"] is not None, s  # reached its target (475)
     assert "Traceback" not in run.stderr()
     assert peak_rss - rss0 < RSS_GROWTH_BOUND, (peak_rss - rss0) / 2**20
@@ -853,8 +1023,10 @@ def test_sigterm_under_a_flood_of_bad_messages_ends_every_process_of_the_run(run
     run = run_factory("total_env_steps=5000000")  # a budget it does not spend here
     endpoints = run.actor_endpoints()
     token = run.plain_token()
-    floods = [run.attack("badflood", endpoints, 600.0, run.proc.pid, env={"HOSTILE_PLAIN_TOKEN": token})
-              for _ in range(FLOODERS)]
+    floods = [
+        run.attack("badflood", endpoints, 600.0, run.proc.pid, env={"HOSTILE_PLAIN_TOKEN": token})
+        for _ in range(FLOODERS)
+    ]
     run.wait_updates(10)  # learning while flooded
     procs = run.processes()
     assert len(procs) >= 3, procs  # the launcher (the learner) and its two actors
@@ -873,8 +1045,10 @@ def test_sigterm_under_a_flood_of_bad_messages_ends_every_process_of_the_run(run
         time.sleep(0.02)
     survivors = [p for p in procs if p.pid not in took] + run.strays()
     slowest = max(took.values(), default=0.0)
-    print(f"SIGTERM to the {to} under a bad-message flood: every process exited within {slowest:.2f} s "
-          f"(each: {sorted(round(t, 2) for t in took.values())})")
+    print(
+        f"SIGTERM to the {to} under a bad-message flood: every process exited within {slowest:.2f} s "
+        f"(each: {sorted(round(t, 2) for t in took.values())})"
+    )
     assert not survivors and len(took) == len(procs), (survivors, took)
     assert slowest <= 10.0, took
     assert run.wait() == 130, run.stderr()  # the CLI's stop by signal
@@ -888,7 +1062,9 @@ def test_sigterm_under_a_flood_of_bad_messages_ends_every_process_of_the_run(run
 def test_security_config_keys_are_checked():
     from tianjax.config import ConfigError, load_config
 
-    config = load_config(ASYNC_CFG, ["runtime.security=curve", "runtime.allow_hosts=[10.0.0.5, '::1']"])
+    config = load_config(
+        ASYNC_CFG, ["runtime.security=curve", "runtime.allow_hosts=[10.0.0.5, '::1']"]
+    )
     assert config.runtime.security == "curve" and config.runtime.allow_hosts == ("10.0.0.5", "::1")
     with pytest.raises(ConfigError, match=r"runtime.allow_hosts\[1\]"):
         load_config(ASYNC_CFG, ["runtime.allow_hosts=[10.0.0.5, host0]"])
@@ -898,7 +1074,9 @@ def test_security_config_keys_are_checked():
         load_config(ASYNC_CFG, ["runtime.io_threads=0"])
     # by default, room for every actor of the run on one host and some restarts; 0: none
     assert load_config(ASYNC_CFG, ["num_actors=5"]).max_connections_per_host == 5 + 8
-    assert load_config(ASYNC_CFG, ["runtime.max_connections_per_host=0"]).max_connections_per_host == 0
+    assert (
+        load_config(ASYNC_CFG, ["runtime.max_connections_per_host=0"]).max_connections_per_host == 0
+    )
     for bad in ("-1", "2.5", "many"):
         with pytest.raises(ConfigError, match="runtime.max_connections_per_host"):
             load_config(ASYNC_CFG, [f"runtime.max_connections_per_host={bad}"])
@@ -928,12 +1106,24 @@ def test_held_ports_are_served_by_each_learner_and_never_free(transport):
         if transport == "ipc":
             assert endpoint == f"ipc://{private.path}/traj.ipc"
         # (every receiver this process makes has the same default address)
-        tx = TrajectorySender(key, endpoint, sender="actor-0", to=address("learner", process_incarnation()),
-                              ctx=client.ctx, handshake=client.handshake)
+        tx = TrajectorySender(
+            key,
+            endpoint,
+            sender="actor-0",
+            to=address("learner", process_incarnation()),
+            ctx=client.ctx,
+            handshake=client.handshake,
+        )
         for version in (1, 2):  # two learner incarnations on the same held socket
             # (each learner process gets its own copy of the descriptor: so does this one)
-            rx = TrajectoryReceiver(key, TREE, endpoint=endpoint, use_fd=os.dup(ports.fds["traj"]),
-                                    ctx=server.ctx, handshake=server.handshake)
+            rx = TrajectoryReceiver(
+                key,
+                TREE,
+                endpoint=endpoint,
+                use_fd=os.dup(ports.fds["traj"]),
+                ctx=server.ctx,
+                handshake=server.handshake,
+            )
             # (a send racing the sender's noticing that the last receiver is gone is lost,
             # as with a dead learner: send until one arrives)
             msg, deadline = None, time.monotonic() + WAIT_MS / 1000
@@ -943,11 +1133,11 @@ def test_held_ports_are_served_by_each_learner_and_never_free(transport):
             assert msg is not None and msg.version == version
             rx.close()
             if transport == "tcp":  # between incarnations, a squatter cannot bind the port
-                host, port = endpoint[len("tcp://"):].rsplit(":", 1)
+                host, port = endpoint[len("tcp://") :].rsplit(":", 1)
                 with socket.socket() as squatter, pytest.raises(OSError):
                     squatter.bind((host, int(port)))
             else:
-                assert os.path.exists(endpoint[len("ipc://"):])  # the path is the launcher's
+                assert os.path.exists(endpoint[len("ipc://") :])  # the path is the launcher's
     finally:
         client.close()
         server.close()

@@ -22,11 +22,11 @@ import tianjax
 import tianjax.runtime.runners.local as local_launch
 from tianjax.config import load_config
 from tianjax.core.rollout import Episodes
+from tianjax.core.types import ParamsMessage
 from tianjax.runtime.learner.learner import Learner, to_host
 from tianjax.transport.auth import InsecureNoAuth, MessageAuth, new_run_key
 from tianjax.transport.channels import ControlClient, ParamSubscriber, TrajectorySender
 from tianjax.transport.codec import encode
-from tianjax.core.types import ParamsMessage
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = str(REPO / "configs" / "ppo_cartpole_async.yaml")
@@ -37,13 +37,20 @@ SEND_MS = 5000
 
 def _tree(template, rng, version: int = 0):
     batch_t = template[0]
-    leaves = {name: (rng.standard_normal(s.shape) if np.issubdtype(s.dtype, np.floating)
-                     else np.zeros(s.shape)).astype(s.dtype)
-              for name, s in zip(batch_t._fields, batch_t)}
+    leaves = {
+        name: (
+            rng.standard_normal(s.shape)
+            if np.issubdtype(s.dtype, np.floating)
+            else np.zeros(s.shape)
+        ).astype(s.dtype)
+        for name, s in zip(batch_t._fields, batch_t)
+    }
     leaves["version"] = np.full(batch_t.version.shape, version, batch_t.version.dtype)
     T, B = batch_t.reward.shape
     # a finished episode with an absurd return: it must never reach the learner's tracker
-    episodes = Episodes(np.ones((T, B), bool), np.full((T, B), 1e9, np.float32), np.ones((T, B), np.int32))
+    episodes = Episodes(
+        np.ones((T, B), bool), np.full((T, B), 1e9, np.float32), np.ones((T, B), np.int32)
+    )
     return type(batch_t)(**leaves), episodes, np.asarray(0, np.int64)
 
 
@@ -60,9 +67,12 @@ def _state(learner) -> list[bytes]:
 def _pump_until(learner, traj: int, ctrl: int = 0, quiet_s: float = 0.2) -> None:
     """Pumps until the learner has processed `traj` trajectory and `ctrl` control messages
     (accepted or rejected), then a little longer to see that nothing more arrives."""
+
     def processed():
-        return (learner.traj_in.accepted + sum(learner.traj_in.rejected.values()),
-                learner.control.accepted + sum(learner.control.rejected.values()))
+        return (
+            learner.traj_in.accepted + sum(learner.traj_in.rejected.values()),
+            learner.control.accepted + sum(learner.control.rejected.values()),
+        )
 
     deadline = time.monotonic() + WAIT_S
     while processed() < (traj, ctrl):
@@ -99,12 +109,24 @@ def test_wrong_key_and_unsigned_trajectories_are_rejected_by_reason(learners):
     try:
         # the connection credentials (not the run key): past the handshake, to the MACs
         shake = learner.net.handshake
-        wrong_key = TrajectorySender(new_run_key(), learner.endpoints["traj"], sender="actor-0",
-                                     to=learner.address, hwm=100, ctx=ctx,
-                                     handshake=shake)
-        zero_tag = TrajectorySender(InsecureNoAuth(), learner.endpoints["traj"], sender="actor-0",
-                                    to=learner.address, hwm=100, ctx=ctx,
-                                    handshake=shake)
+        wrong_key = TrajectorySender(
+            new_run_key(),
+            learner.endpoints["traj"],
+            sender="actor-0",
+            to=learner.address,
+            hwm=100,
+            ctx=ctx,
+            handshake=shake,
+        )
+        zero_tag = TrajectorySender(
+            InsecureNoAuth(),
+            learner.endpoints["traj"],
+            sender="actor-0",
+            to=learner.address,
+            hwm=100,
+            ctx=ctx,
+            handshake=shake,
+        )
         raw = ctx.socket(zmq.PUSH)
         raw.linger, raw.sndtimeo = 0, SEND_MS
         shake.client(raw)
@@ -113,8 +135,15 @@ def test_wrong_key_and_unsigned_trajectories_are_rejected_by_reason(learners):
             assert wrong_key.send(_tree(learner.template, rng), version=0, timeout_ms=SEND_MS)
             assert zero_tag.send(_tree(learner.template, rng), version=0, timeout_ms=SEND_MS)
             # with the right key, then the tag taken off: header and leaves only
-            frames = encode(_tree(learner.template, rng), auth=MessageAuth(key), kind="traj", version=0,
-                            sender="actor-0", seq=i + 1, to=learner.address)
+            frames = encode(
+                _tree(learner.template, rng),
+                auth=MessageAuth(key),
+                kind="traj",
+                version=0,
+                sender="actor-0",
+                seq=i + 1,
+                to=learner.address,
+            )
             raw.send_multipart(frames[1:])
         _pump_until(learner, base_accepted + sum(base_rejected.values()) + 3 * n)
     finally:
@@ -141,29 +170,70 @@ def test_a_second_run_cannot_inject_into_the_first(learners):
     try:
         # run B's actor-0, pointed at run A: real channels, run B's key and handshake
         shake_b = b.net.handshake
-        into_a = TrajectorySender(key_b, a.endpoints["traj"], sender="actor-0", to=a.address, hwm=100, ctx=ctx,
-                                  handshake=shake_b)
-        ctl_a = ControlClient(key_b, a.endpoints["control"], identity="actor-0", to=a.address, ctx=ctx, handshake=shake_b)
-        params_a = ParamSubscriber(key_b, a.endpoints["params"],
-                                   ParamsMessage(to_host(a.state.params), np.zeros((), np.int64)),
-                                   ctx=ctx, handshake=shake_b)
+        into_a = TrajectorySender(
+            key_b,
+            a.endpoints["traj"],
+            sender="actor-0",
+            to=a.address,
+            hwm=100,
+            ctx=ctx,
+            handshake=shake_b,
+        )
+        ctl_a = ControlClient(
+            key_b,
+            a.endpoints["control"],
+            identity="actor-0",
+            to=a.address,
+            ctx=ctx,
+            handshake=shake_b,
+        )
+        params_a = ParamSubscriber(
+            key_b,
+            a.endpoints["params"],
+            ParamsMessage(to_host(a.state.params), np.zeros((), np.int64)),
+            ctx=ctx,
+            handshake=shake_b,
+        )
         # the same, pointed at its own run B
-        into_b = TrajectorySender(key_b, b.endpoints["traj"], sender="actor-0", to=b.address, hwm=100, ctx=ctx,
-                                  handshake=shake_b)
-        ctl_b = ControlClient(key_b, b.endpoints["control"], identity="actor-0", to=b.address, ctx=ctx, handshake=shake_b)
-        params_b = ParamSubscriber(key_b, b.endpoints["params"],
-                                   ParamsMessage(to_host(b.state.params), np.zeros((), np.int64)),
-                                   ctx=ctx, handshake=shake_b)
+        into_b = TrajectorySender(
+            key_b,
+            b.endpoints["traj"],
+            sender="actor-0",
+            to=b.address,
+            hwm=100,
+            ctx=ctx,
+            handshake=shake_b,
+        )
+        ctl_b = ControlClient(
+            key_b,
+            b.endpoints["control"],
+            identity="actor-0",
+            to=b.address,
+            ctx=ctx,
+            handshake=shake_b,
+        )
+        params_b = ParamSubscriber(
+            key_b,
+            b.endpoints["params"],
+            ParamsMessage(to_host(b.state.params), np.zeros((), np.int64)),
+            ctx=ctx,
+            handshake=shake_b,
+        )
 
         for ctl in (ctl_a, ctl_b):
-            ok = [ctl.send({"type": "register", "actor": 0}),
-                  ctl.send({"type": "heartbeat", "actor": 0, "credits": 2})]
+            ok = [
+                ctl.send({"type": "register", "actor": 0}),
+                ctl.send({"type": "heartbeat", "actor": 0, "credits": 2}),
+            ]
             assert all(ok) or ctl is ctl_a
         # the register is answered before any trajectory arrives: the credits granted are the
         # window less what the actor already holds, so a trajectory pooled first would take one
         _pump_until(b, 0, ctrl=2)
         # run B's learner answered its own actor's register with credits; run A said nothing
-        assert ctl_b.recv(WAIT_S * 1000) == {"type": "credit", "n": b.config.runtime.credits_per_actor}
+        assert ctl_b.recv(WAIT_S * 1000) == {
+            "type": "credit",
+            "n": b.config.runtime.credits_per_actor,
+        }
         assert ctl_a.recv(200) is None
         for i in range(n):
             # queued, or refused once the handshake failed: either way nothing may reach A
@@ -212,8 +282,13 @@ def test_run_key_is_never_written_to_the_run_dir(tmp_path, monkeypatch):
 
     monkeypatch.setattr(local_launch, "new_run_key", recording_key)
     run_dir = tmp_path / "run"
-    result = tianjax.train(CONFIG, [*TINY, "total_env_steps=320", "log_every=1"], run_dir=str(run_dir),
-                           progress=False, verbose=False)
+    result = tianjax.train(
+        CONFIG,
+        [*TINY, "total_env_steps=320", "log_every=1"],
+        run_dir=str(run_dir),
+        progress=False,
+        verbose=False,
+    )
     assert len(keys) == 1 and result.summary["updates"] >= 1
     key = keys[0]
     needles = [key.hex().encode(), key.hex().upper().encode(), bytes(key)]
@@ -229,16 +304,21 @@ def test_run_key_is_never_written_to_the_run_dir(tmp_path, monkeypatch):
 def test_mac_beyond_loopback_warns_what_an_observer_can_do(capsys):
     from tianjax.transport.security import secure_context
 
-    for overrides, warned in ((["runtime.bind_host=0.0.0.0", "runtime.security=plain"], True),
-                              (["runtime.bind_host=127.0.0.1", "runtime.security=plain"], False),
-                              (["runtime.bind_host=0.0.0.0", "runtime.security=curve"], False)):
+    for overrides, warned in (
+        (["runtime.bind_host=0.0.0.0", "runtime.security=plain"], True),
+        (["runtime.bind_host=127.0.0.1", "runtime.security=plain"], False),
+        (["runtime.bind_host=0.0.0.0", "runtime.security=curve"], False),
+    ):
         rt = load_config(CONFIG, TINY + overrides).runtime
         for server in (True, False):
             secure_context(new_run_key(), rt, server=server).close()
             err = capsys.readouterr().err
             assert ("beyond loopback" in err) == (warned and server), (overrides, server, err)
-    secure_context(new_run_key(), load_config(CONFIG, TINY + ["runtime.bind_host=0.0.0.0",
-                                                              "runtime.security=plain"]).runtime, server=True).close()
+    secure_context(
+        new_run_key(),
+        load_config(CONFIG, TINY + ["runtime.bind_host=0.0.0.0", "runtime.security=plain"]).runtime,
+        server=True,
+    ).close()
     err = capsys.readouterr().err
     assert "reads the connection token and every parameter and trajectory in clear" in err
     assert "runtime.security: curve" in err and err.count("\n") == 1  # one line

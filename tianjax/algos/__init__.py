@@ -9,8 +9,17 @@ Adding an algorithm is one folder: see docs/guide.md ("Your own algorithm").
 
 from __future__ import annotations
 
-from tianjax.algos.registry import (BUILTIN, DEFAULT, check_config, factory, make_algorithm, register, registered,
-                                    spec, unregister)
+from tianjax.algos.registry import (
+    BUILTIN,
+    DEFAULT,
+    check_config,
+    factory,
+    make_algorithm,
+    register,
+    registered,
+    spec,
+    unregister,
+)
 from tianjax.algos.spec import AlgorithmSpec
 from tianjax.core.algorithm import ActOutput, Algorithm
 from tianjax.core.buffer_kind import ON_POLICY, SEQUENCES, TRANSITIONS, BufferKind
@@ -19,6 +28,23 @@ ALGORITHMS = BUILTIN  # the built-in names (kept for callers that list them)
 # the built-in algorithms over a multi-agent env (env_backend: jaxmarl)
 MULTI_AGENT_ALGOS = tuple(n for n in BUILTIN if spec(n).multi_agent)
 
-__all__ = ["ALGORITHMS", "ActOutput", "Algorithm", "AlgorithmSpec", "BUILTIN", "BufferKind", "DEFAULT",
-           "MULTI_AGENT_ALGOS", "ON_POLICY", "SEQUENCES", "TRANSITIONS", "check_config", "factory", "make_algorithm",
-           "register", "registered", "spec", "unregister"]
+__all__ = [
+    "ALGORITHMS",
+    "ActOutput",
+    "Algorithm",
+    "AlgorithmSpec",
+    "BUILTIN",
+    "BufferKind",
+    "DEFAULT",
+    "MULTI_AGENT_ALGOS",
+    "ON_POLICY",
+    "SEQUENCES",
+    "TRANSITIONS",
+    "check_config",
+    "factory",
+    "make_algorithm",
+    "register",
+    "registered",
+    "spec",
+    "unregister",
+]

@@ -17,8 +17,9 @@ from tianjax.core.update import LearnerState, gradient_step
 TargetUpdate = Callable[[Any, Any, jax.Array], tuple[Any, dict]]
 
 
-def sample_weights(correct_staleness: bool, learner_version, behaviour_version: jax.Array,
-                   cfg: StalenessConfig) -> tuple[jax.Array, jax.Array]:
+def sample_weights(
+    correct_staleness: bool, learner_version, behaviour_version: jax.Array, cfg: StalenessConfig
+) -> tuple[jax.Array, jax.Array]:
     """(weights, keep-mask) of a batch, shaped as `behaviour_version` ([T, B] or [N]):
     `tianjax.core.staleness.staleness_weights` where staleness is corrected, else ones
     (fused mode, where tau is always 0)."""
@@ -59,39 +60,52 @@ def polyak_target(target_tau: float) -> TargetUpdate:
     return update_target
 
 
-def replay_step(loss_fn, optimizer, state: LearnerState, batch, w: jax.Array,
-                update_target: TargetUpdate) -> tuple[LearnerState, dict]:
+def replay_step(
+    loss_fn, optimizer, state: LearnerState, batch, w: jax.Array, update_target: TargetUpdate
+) -> tuple[LearnerState, dict]:
     """One gradient step on replayed items with per-item weights `w`, then the target
     networks; the learner's version goes up by one. Metrics: the loss's, the weights'
     range and the target update's."""
-    params, opt_state, metrics = gradient_step(loss_fn, optimizer, state.params, state.opt_state,
-                                               state.target_params, batch, w)
+    params, opt_state, metrics = gradient_step(
+        loss_fn, optimizer, state.params, state.opt_state, state.target_params, batch, w
+    )
     version = state.version + 1
     target_params, target_metrics = update_target(params, state.target_params, version)
     metrics["weight_min"] = jnp.min(w)
     metrics["weight_max"] = jnp.max(w)
     metrics.update(target_metrics)
-    return state._replace(params=params, opt_state=opt_state, target_params=target_params,
-                          version=version), metrics
+    return state._replace(
+        params=params, opt_state=opt_state, target_params=target_params, version=version
+    ), metrics
 
 
 def check_replay(config: Config) -> None:
-    """The replay section (`config.replay_config`, the algorithm's own) against the run: the buffer holds one rollout, and in mode sync with actors every round of
+    """The replay section (`config.replay_config`, the algorithm's own) against the run: the
+    buffer holds one rollout, and in mode sync with actors every round of
     trajectories owes the learner a gradient step that starts in the first round."""
     rc, key = config.replay_config, config.spec.section
     sequences = config.spec.buffer.items == "sequences"
     items = config.num_envs * (1 if sequences else config.rollout_len)
-    check_key(rc.buffer_size >= items, f"{key}.buffer_size",
-           f"must hold at least one rollout ({items} {config.spec.buffer.items}), got {rc.buffer_size}")
+    check_key(
+        rc.buffer_size >= items,
+        f"{key}.buffer_size",
+        f"must hold at least one rollout ({items} {config.spec.buffer.items}), got {rc.buffer_size}",
+    )
     if config.mode == "sync" and config.num_actors >= 1:
         # a sync actor waits for the version after the one it acted with: every round of
         # trajectories (one per actor) must owe the learner a gradient step
         per_round = config.num_actors * config.num_envs * config.rollout_len
         batch = rc.batch_size * (config.rollout_len if sequences else 1)
-        check_key(config.replay_ratio * per_round >= batch, "runtime.replay_ratio",
-               f"mode sync: a round of trajectories ({per_round} env steps) must owe a gradient "
-               f"step of {batch} samples, got a replay ratio of {config.replay_ratio:g}")
+        check_key(
+            config.replay_ratio * per_round >= batch,
+            "runtime.replay_ratio",
+            f"mode sync: a round of trajectories ({per_round} env steps) must owe a gradient "
+            f"step of {batch} samples, got a replay ratio of {config.replay_ratio:g}",
+        )
         latest = int(per_round - batch / config.replay_ratio)
-        check_key(rc.learning_starts <= latest, f"{key}.learning_starts",
-               f"mode sync with actors: learning must start in the first round of trajectories "
-               f"(sync actors wait for the next version), so at most {latest}, got {rc.learning_starts}")
+        check_key(
+            rc.learning_starts <= latest,
+            f"{key}.learning_starts",
+            f"mode sync with actors: learning must start in the first round of trajectories "
+            f"(sync actors wait for the next version), so at most {latest}, got {rc.learning_starts}",
+        )

@@ -6,9 +6,9 @@ from typing import Any, Callable, NamedTuple
 
 import jax.numpy as jnp
 
+from tianjax.config import Config
 from tianjax.core import distributions as D
 from tianjax.core.algorithm import ActOutput
-from tianjax.config import Config
 from tianjax.core.types import ActionSpec
 from tianjax.networks import ActorCritic
 from tianjax.networks.custom import custom_network
@@ -23,7 +23,9 @@ class ActorCriticPolicy(NamedTuple):
     greedy: Callable  # greedy(params, obs) -> action [B, ...]
 
 
-def actor_critic(config: Config, obs_shape: tuple[int, ...], action_spec: ActionSpec) -> ActorCriticPolicy:
+def actor_critic(
+    config: Config, obs_shape: tuple[int, ...], action_spec: ActionSpec
+) -> ActorCriticPolicy:
     net = custom_network(config.network, tuple(obs_shape), action_spec)
     if net is None:
         net = ActorCritic(config.network, tuple(obs_shape), action_spec)

@@ -43,7 +43,9 @@ def _load_builtin() -> None:
         _SPECS[name] = importlib.import_module(f"tianjax.algos.{name}.spec").SPEC
 
 
-def register(spec: AlgorithmSpec | str, make: Make | None = None, *, check=None, **fields) -> AlgorithmSpec:
+def register(
+    spec: AlgorithmSpec | str, make: Make | None = None, *, check=None, **fields
+) -> AlgorithmSpec:
     """Adds an algorithm: `register(AlgorithmSpec(...))`, or `register(name, make,
     check=..., config=..., buffer=..., ...)` with the spec's fields as keywords.
     Registering the same spec again (a re-run notebook cell, a script also imported by its
@@ -53,7 +55,9 @@ def register(spec: AlgorithmSpec | str, make: Make | None = None, *, check=None,
         if not isinstance(spec, str) or not spec.isidentifier():
             raise ValueError(f"algorithm name must be an identifier, got {spec!r}")
         if not callable(make):
-            raise TypeError(f"register({spec!r}, ...): the factory must be callable, got {type(make).__name__}")
+            raise TypeError(
+                f"register({spec!r}, ...): the factory must be callable, got {type(make).__name__}"
+            )
         spec = AlgorithmSpec(spec, make, check=check, **fields)
     elif make is not None or check is not None or fields:
         raise TypeError("register(spec): the spec holds make, check and the rest")
@@ -65,10 +69,16 @@ def register(spec: AlgorithmSpec | str, make: Make | None = None, *, check=None,
         raise ValueError(f"algorithm '{name}' is already registered ({old.qualified()})")
     if spec.section is not None:
         for other in _SPECS.values():
-            if other.name != name and other.section == spec.section and other.config is not spec.config \
-                    and other.config.__qualname__ != spec.config.__qualname__:
-                raise ValueError(f"algorithm '{name}': section '{spec.section}' is algorithm "
-                                 f"'{other.name}''s, with another class")
+            if (
+                other.name != name
+                and other.section == spec.section
+                and other.config is not spec.config
+                and other.config.__qualname__ != spec.config.__qualname__
+            ):
+                raise ValueError(
+                    f"algorithm '{name}': section '{spec.section}' is algorithm "
+                    f"'{other.name}''s, with another class"
+                )
     _SPECS[name] = spec
     return spec
 
@@ -89,8 +99,10 @@ def spec(name: str) -> AlgorithmSpec:
     """The spec registered under `name` (ConfigError naming `algo` when there is none)."""
     found = _SPECS.get(name)
     if found is None:
-        raise ConfigError(f"config key 'algo': unknown algorithm {name!r} (registered: {', '.join(registered())}; "
-                          "add yours with tianjax.algos.register before building the config)")
+        raise ConfigError(
+            f"config key 'algo': unknown algorithm {name!r} (registered: {', '.join(registered())}; "
+            "add yours with tianjax.algos.register before building the config)"
+        )
     return found
 
 
@@ -120,17 +132,27 @@ def check_config(config: Config) -> None:
     """What a Config cannot check alone, run by every Config it builds: `algo` is
     registered, a multi-agent algorithm has a multi-agent env and only it, and the
     algorithm's own check of its section against the run."""
-    check_key(config.algo in _SPECS, "algo",
-              f"unknown algorithm {config.algo!r} (registered: {', '.join(registered())}; "
-              "add yours with tianjax.algos.register before building the config)")
+    check_key(
+        config.algo in _SPECS,
+        "algo",
+        f"unknown algorithm {config.algo!r} (registered: {', '.join(registered())}; "
+        "add yours with tianjax.algos.register before building the config)",
+    )
     s = _SPECS[config.algo]
     if s.multi_agent:
-        check_key(config.env_backend == "jaxmarl", "env_backend",
-                  f"algo '{config.algo}' is multi-agent and needs env_backend: jaxmarl, got '{config.env_backend}'")
+        check_key(
+            config.env_backend == "jaxmarl",
+            "env_backend",
+            f"algo '{config.algo}' is multi-agent and needs env_backend: jaxmarl, got '{config.env_backend}'",
+        )
     elif config.env_backend == "jaxmarl":
         multi = ", ".join(n for n, x in _SPECS.items() if x.multi_agent)
-        check_key(False, "algo", f"'{config.algo}' is single-agent; env_backend: jaxmarl needs a multi-agent "
-                  f"algo ({multi})")
+        check_key(
+            False,
+            "algo",
+            f"'{config.algo}' is single-agent; env_backend: jaxmarl needs a multi-agent "
+            f"algo ({multi})",
+        )
     check = s.resolve("check")
     if check is not None:
         check(config)
@@ -151,7 +173,9 @@ class _Registry:
 
     @staticmethod
     def builtin_sections() -> dict[str, type]:
-        return {s.section: s.config for n, s in _SPECS.items() if n in BUILTIN and s.section is not None}
+        return {
+            s.section: s.config for n, s in _SPECS.items() if n in BUILTIN and s.section is not None
+        }
 
     @staticmethod
     def renamed_keys() -> dict[str, str]:
@@ -162,8 +186,14 @@ class _Registry:
         check_config(config)
 
 
-def make_algorithm(config: Config, obs_shape, action_spec: ActionSpec, *,
-                   correct_staleness: bool = True, obs_dtype=None) -> Algorithm:
+def make_algorithm(
+    config: Config,
+    obs_shape,
+    action_spec: ActionSpec,
+    *,
+    correct_staleness: bool = True,
+    obs_dtype=None,
+) -> Algorithm:
     """With `obs_dtype` (the env's observation dtype), `network.torso: auto` is resolved
     from the shape and dtype (tianjax.networks) before the algorithm is built. The
     algorithm's `buffer` comes back as its spec's kind (a kind's name is accepted)."""
@@ -174,17 +204,30 @@ def make_algorithm(config: Config, obs_shape, action_spec: ActionSpec, *,
         config = dataclasses.replace(config, network=network)
     algo = make(config, tuple(obs_shape), action_spec, correct_staleness=correct_staleness)
     if not isinstance(algo, Algorithm):
-        raise TypeError(f"algorithm '{config.algo}' ({s.qualified()}) returned {type(algo).__name__}, not a "
-                        "tianjax.algos.Algorithm")
+        raise TypeError(
+            f"algorithm '{config.algo}' ({s.qualified()}) returned {type(algo).__name__}, not a "
+            "tianjax.algos.Algorithm"
+        )
     kind = buffer_kind(algo.buffer)
     if kind != s.buffer:
-        raise TypeError(f"algorithm '{config.algo}' ({s.qualified()}) learns from '{kind.name}' batches but its "
-                        f"spec declares '{s.buffer.name}': register it with AlgorithmSpec(..., buffer=...)")
+        raise TypeError(
+            f"algorithm '{config.algo}' ({s.qualified()}) learns from '{kind.name}' batches but its "
+            f"spec declares '{s.buffer.name}': register it with AlgorithmSpec(..., buffer=...)"
+        )
     return algo._replace(buffer=kind)
 
 
 _load_builtin()
 install_registry(_Registry())
 
-__all__ = ["BUILTIN", "DEFAULT", "check_config", "factory", "make_algorithm", "register", "registered", "spec",
-           "unregister"]
+__all__ = [
+    "BUILTIN",
+    "DEFAULT",
+    "check_config",
+    "factory",
+    "make_algorithm",
+    "register",
+    "registered",
+    "spec",
+    "unregister",
+]

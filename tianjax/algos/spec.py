@@ -63,31 +63,49 @@ class AlgorithmSpec:
         if not isinstance(self.name, str) or not self.name.isidentifier():
             raise ValueError(f"algorithm name must be an identifier, got {self.name!r}")
         if not (callable(self.make) or _is_reference(self.make)):
-            raise TypeError(f"algorithm {self.name!r}: make must be callable or 'module:function', "
-                            f"got {type(self.make).__name__}")
+            raise TypeError(
+                f"algorithm {self.name!r}: make must be callable or 'module:function', "
+                f"got {type(self.make).__name__}"
+            )
         if self.check is not None and not (callable(self.check) or _is_reference(self.check)):
-            raise TypeError(f"algorithm {self.name!r}: check must be callable, got {type(self.check).__name__}")
+            raise TypeError(
+                f"algorithm {self.name!r}: check must be callable, got {type(self.check).__name__}"
+            )
         object.__setattr__(self, "buffer", buffer_kind(self.buffer))
         if self.config is not None:
             if not (isinstance(self.config, type) and dataclasses.is_dataclass(self.config)):
-                raise TypeError(f"algorithm {self.name!r}: config must be a dataclass (its section), got "
-                                f"{self.config!r}")
+                raise TypeError(
+                    f"algorithm {self.name!r}: config must be a dataclass (its section), got "
+                    f"{self.config!r}"
+                )
             if self.section is None:
                 object.__setattr__(self, "section", self.name)
             if self.section in _reserved():
-                raise ValueError(f"algorithm {self.name!r}: section '{self.section}' is a key or attribute of "
-                                 "every config; name its section after the algorithm")
+                raise ValueError(
+                    f"algorithm {self.name!r}: section '{self.section}' is a key or attribute of "
+                    "every config; name its section after the algorithm"
+                )
         elif self.section is not None:
             raise ValueError(f"algorithm {self.name!r}: a section key needs its config class")
-        if self.buffer.replayed and not (self.config is not None and issubclass(self.config, ReplaySection)):
-            raise TypeError(f"algorithm {self.name!r} learns from a replay buffer: its config class must derive "
-                            "from tianjax.config.ReplaySection (buffer_size, batch_size, learning_starts, "
-                            "updates_per_rollout)")
+        if self.buffer.replayed and not (
+            self.config is not None and issubclass(self.config, ReplaySection)
+        ):
+            raise TypeError(
+                f"algorithm {self.name!r} learns from a replay buffer: its config class must derive "
+                "from tianjax.config.ReplaySection (buffer_size, batch_size, learning_starts, "
+                "updates_per_rollout)"
+            )
         for key in (*self.shape_keys, *self.replay_shape_keys, *self.sweepable):
             head, _, field = key.partition(".")
-            fields = {f.name for f in dataclasses.fields(self._section_type(head))} if self._section_type(head) else ()
+            fields = (
+                {f.name for f in dataclasses.fields(self._section_type(head))}
+                if self._section_type(head)
+                else ()
+            )
             if field not in fields:
-                raise ValueError(f"algorithm {self.name!r}: {key!r} is not a key of its section or of marl")
+                raise ValueError(
+                    f"algorithm {self.name!r}: {key!r} is not a key of its section or of marl"
+                )
 
     def _section_type(self, head: str):
         if head == self.section:

@@ -27,7 +27,12 @@ def resource_errno(e: BaseException) -> int | None:
     """ENOSPC or EMFILE if that is what failed under `e` (orbax reports OS errors inside
     ValueErrors from tensorstore), else None."""
     while e is not None:
-        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EMFILE, errno.ENFILE):
+        if isinstance(e, OSError) and e.errno in (
+            errno.ENOSPC,
+            errno.EDQUOT,
+            errno.EMFILE,
+            errno.ENFILE,
+        ):
             return e.errno
         text = str(e)
         if "No space left on device" in text or "os_error_code='28'" in text:
@@ -75,7 +80,9 @@ class HeldStderr:
     def __exit__(self, *exc):
         sys.stderr = self._real
         text = self._buf.getvalue()
-        if text and (self._keep and exc[0] is None or exc[0] is not None and resource_errno(exc[1]) is None):
+        if text and (
+            self._keep and exc[0] is None or exc[0] is not None and resource_errno(exc[1]) is None
+        ):
             self._real.write(text)
         return False
 

@@ -15,7 +15,8 @@ that crashes mid-save leaves no step that looks whole. On top of that, restore c
 digest: a latest checkpoint that was truncated or corrupted afterwards is skipped with a
 warning, and the one before it is used. A learner resuming (`move_aside`) also renames
 such a step out of the way (`<step>.unreadable-<n>`, kept for a look), so that when the run
-reaches that step again its save writes it, instead of taking it for done. Typed PRNG keys are stored as their raw key data
+reaches that step again its save writes it, instead of taking it for done. Typed PRNG keys are
+stored as their raw key data
 and rewrapped on restore. Nothing here is jitted or pure: this is the runtime shell.
 """
 
@@ -51,8 +52,11 @@ def _unkey(tree):
 
 
 def _rekey(tree, template):
-    return jax.tree.map(lambda x, t: jax.random.wrap_key_data(x, impl=jax.random.key_impl(t))
-                        if _is_key(t) else x, tree, template)
+    return jax.tree.map(
+        lambda x, t: jax.random.wrap_key_data(x, impl=jax.random.key_impl(t)) if _is_key(t) else x,
+        tree,
+        template,
+    )
 
 
 def _host_leaf(x) -> np.ndarray:
@@ -79,7 +83,9 @@ DIGEST_COVERS = "state+meta"  # what a checkpoint's digest covers (older ones: t
 def _meta_bytes(meta: dict) -> bytes:
     """The meta as canonical JSON, its digest fields left out (the same before it is
     written and after it is read back: JSON keys are strings, tuples are lists)."""
-    plain = json.loads(json.dumps({k: v for k, v in meta.items() if k not in ("digest", "digest_covers")}))
+    plain = json.loads(
+        json.dumps({k: v for k, v in meta.items() if k not in ("digest", "digest_covers")})
+    )
     return json.dumps(plain, sort_keys=True, separators=(",", ":")).encode()
 
 
@@ -114,10 +120,14 @@ class Checkpointer:
         self._last = start  # the step of the newest checkpoint (or where a resumed run began)
         self._mgr = ocp.CheckpointManager(
             self.directory,
-            options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=True,
-                                                 enable_async_checkpointing=False,
-                                                 cleanup_tmp_directories=True),
-            item_names=("state", "meta"))
+            options=ocp.CheckpointManagerOptions(
+                max_to_keep=keep,
+                create=True,
+                enable_async_checkpointing=False,
+                cleanup_tmp_directories=True,
+            ),
+            item_names=("state", "meta"),
+        )
 
     def due(self, step: int) -> bool:
         """Whether `step` updates crossed a multiple of `every` since the last checkpoint."""
@@ -130,9 +140,17 @@ class Checkpointer:
         meta["digest"] = digest(state, meta)
         held = HeldStderr()
         try:
-            with quiet_loggers(("absl", "asyncio")), held:  # orbax's threads log each failure with a traceback
-                self._mgr.save(int(step), args=ocp.args.Composite(
-                    state=ocp.args.StandardSave(_unkey(state)), meta=ocp.args.JsonSave(meta)), force=True)
+            with (
+                quiet_loggers(("absl", "asyncio")),
+                held,
+            ):  # orbax's threads log each failure with a traceback
+                self._mgr.save(
+                    int(step),
+                    args=ocp.args.Composite(
+                        state=ocp.args.StandardSave(_unkey(state)), meta=ocp.args.JsonSave(meta)
+                    ),
+                    force=True,
+                )
                 self._mgr.wait_until_finished()
         except Exception as e:  # noqa: BLE001
             failed = resource_errno(e)
@@ -156,8 +174,17 @@ class Checkpointer:
 
 
 # Config keys a checkpoint's arrays depend on: resuming with any of them changed is refused.
-SHAPE_KEYS = ("algo", "env", "env_backend", "mode", "num_seeds", "num_envs", "rollout_len",
-              "network", "num_actors")
+SHAPE_KEYS = (
+    "algo",
+    "env",
+    "env_backend",
+    "mode",
+    "num_seeds",
+    "num_envs",
+    "rollout_len",
+    "network",
+    "num_actors",
+)
 
 
 def shape_keys(config) -> tuple[str, ...]:
@@ -192,17 +219,26 @@ def check_compatible(meta: dict, config, run_dir: str) -> None:
     now = run_meta(config)["config"]
     for k, value in now.items():
         if k in saved and saved[k] != value:
-            raise CheckpointError(f"resume: config key '{k}' is {value!r} but the run in '{run_dir}' "
-                                  f"was trained with {saved[k]!r}")
+            raise CheckpointError(
+                f"resume: config key '{k}' is {value!r} but the run in '{run_dir}' "
+                f"was trained with {saved[k]!r}"
+            )
 
 
 def _open(run_dir: str) -> ocp.CheckpointManager:
     directory = checkpoint_dir(run_dir)
     if not os.path.isdir(directory):
-        raise CheckpointError(f"resume: '{run_dir}' has no checkpoints (no {CHECKPOINT_DIR}/ directory)")
-    return ocp.CheckpointManager(directory, options=ocp.CheckpointManagerOptions(create=False),
-                                 item_handlers={"state": ocp.StandardCheckpointHandler(),
-                                                "meta": ocp.JsonCheckpointHandler()})
+        raise CheckpointError(
+            f"resume: '{run_dir}' has no checkpoints (no {CHECKPOINT_DIR}/ directory)"
+        )
+    return ocp.CheckpointManager(
+        directory,
+        options=ocp.CheckpointManagerOptions(create=False),
+        item_handlers={
+            "state": ocp.StandardCheckpointHandler(),
+            "meta": ocp.JsonCheckpointHandler(),
+        },
+    )
 
 
 def _local_target(mgr: ocp.CheckpointManager, step: int):
@@ -241,8 +277,9 @@ def restore_step(run_dir: str, step: int, template=None) -> tuple[int, Any, dict
     return restore_latest(run_dir, template, only=step)
 
 
-def restore_latest(run_dir: str, template=None, only: int | None = None,
-                   move_aside: bool = False) -> tuple[int, Any, dict]:
+def restore_latest(
+    run_dir: str, template=None, only: int | None = None, move_aside: bool = False
+) -> tuple[int, Any, dict]:
     """(step, state, meta) of the newest checkpoint under run_dir that reads back whole.
 
     `template` is a state pytree of the right structure, shapes, dtypes and shardings
@@ -260,33 +297,51 @@ def restore_latest(run_dir: str, template=None, only: int | None = None,
         steps = sorted(mgr.all_steps(), reverse=True)
         if only is not None:
             if only not in steps:
-                raise CheckpointError(f"no checkpoint step {only} in '{run_dir}' (steps: {sorted(steps)})")
+                raise CheckpointError(
+                    f"no checkpoint step {only} in '{run_dir}' (steps: {sorted(steps)})"
+                )
             steps = [only]
         if not steps:
             raise CheckpointError(f"resume: '{run_dir}' has no complete checkpoint")
-        target = None if template is None else jax.tree.map(ocp.utils.to_shape_dtype_struct, _unkey(template))
+        target = (
+            None
+            if template is None
+            else jax.tree.map(ocp.utils.to_shape_dtype_struct, _unkey(template))
+        )
         problems = []
         for step in steps:
             try:
-                restore = ocp.args.StandardRestore(target if target is not None else _local_target(mgr, step))
-                got = mgr.restore(step, args=ocp.args.Composite(state=restore, meta=ocp.args.JsonRestore()))
+                restore = ocp.args.StandardRestore(
+                    target if target is not None else _local_target(mgr, step)
+                )
+                got = mgr.restore(
+                    step, args=ocp.args.Composite(state=restore, meta=ocp.args.JsonRestore())
+                )
                 state, meta = got.state, dict(got.meta)
                 if template is not None:
                     state = _rekey(state, template)
                 covers_meta = meta.get("digest_covers") == DIGEST_COVERS
                 if meta.get("digest") != digest(state, meta if covers_meta else None):
-                    raise CheckpointError("its arrays or counters do not match the digest recorded when it "
-                                          "was written")
+                    raise CheckpointError(
+                        "its arrays or counters do not match the digest recorded when it "
+                        "was written"
+                    )
             except Exception as e:  # noqa: BLE001 - any unreadable step: fall back to the previous
                 reason = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
                 problems.append(f"step {step}: {reason}")
                 unreadable.append(step)
                 if step != steps[-1]:
-                    warnings.warn(f"checkpoint step {step} in {mgr.directory} is unreadable ({reason}); "
-                                  "falling back to the previous one", RuntimeWarning, stacklevel=2)
+                    warnings.warn(
+                        f"checkpoint step {step} in {mgr.directory} is unreadable ({reason}); "
+                        "falling back to the previous one",
+                        RuntimeWarning,
+                        stacklevel=2,
+                    )
                 continue
             return step, state, meta
-        raise CheckpointError(f"resume: no checkpoint in '{run_dir}' could be read ({'; '.join(problems)})")
+        raise CheckpointError(
+            f"resume: no checkpoint in '{run_dir}' could be read ({'; '.join(problems)})"
+        )
     finally:
         mgr.close()
         if move_aside:
@@ -302,9 +357,21 @@ def _move_aside(directory: str, step: int) -> None:
     while os.path.exists(f"{path}.unreadable-{n}"):
         n += 1
     os.rename(path, f"{path}.unreadable-{n}")
-    warnings.warn(f"checkpoint step {step} moved aside to {path}.unreadable-{n}: a save of that step "
-                  "writes it again", RuntimeWarning, stacklevel=3)
+    warnings.warn(
+        f"checkpoint step {step} moved aside to {path}.unreadable-{n}: a save of that step "
+        "writes it again",
+        RuntimeWarning,
+        stacklevel=3,
+    )
 
 
-__all__ = ["CheckpointError", "Checkpointer", "checkpoint_dir", "digest", "has_checkpoint", "read_meta", "restore_latest",
-           "restore_step"]
+__all__ = [
+    "CheckpointError",
+    "Checkpointer",
+    "checkpoint_dir",
+    "digest",
+    "has_checkpoint",
+    "read_meta",
+    "restore_latest",
+    "restore_step",
+]

@@ -15,13 +15,49 @@ tianjax.algos), `loading` (YAML, overrides, coercion, imports). Import from here
 from __future__ import annotations
 
 from tianjax.config.checks import ConfigError, check_key, is_reference
-from tianjax.config.loading import apply_overrides, import_modules, load_config, parse_override, read_yaml
-from tianjax.config.runtime import BalanceConfig, CheckpointConfig, RuntimeConfig, StalenessConfig, WandbConfig
+from tianjax.config.loading import (
+    apply_overrides,
+    import_modules,
+    load_config,
+    parse_override,
+    read_yaml,
+)
+from tianjax.config.runtime import (
+    BalanceConfig,
+    CheckpointConfig,
+    RuntimeConfig,
+    StalenessConfig,
+    WandbConfig,
+)
 from tianjax.config.schema import Config
-from tianjax.config.sections import (AlgorithmRegistry, MultiAgentConfig, NetworkConfig, ReplaySection, Sections,
-                                     install_registry)
+from tianjax.config.sections import (
+    AlgorithmRegistry,
+    MultiAgentConfig,
+    NetworkConfig,
+    ReplaySection,
+    Sections,
+    install_registry,
+)
 
-__all__ = ["AlgorithmRegistry", "BalanceConfig", "CheckpointConfig", "Config", "ConfigError", "MultiAgentConfig",
-           "NetworkConfig", "ReplaySection", "RuntimeConfig", "Sections", "StalenessConfig", "WandbConfig",
-           "apply_overrides", "check_key", "import_modules", "install_registry", "is_reference", "load_config",
-           "parse_override", "read_yaml"]
+__all__ = [
+    "AlgorithmRegistry",
+    "BalanceConfig",
+    "CheckpointConfig",
+    "Config",
+    "ConfigError",
+    "MultiAgentConfig",
+    "NetworkConfig",
+    "ReplaySection",
+    "RuntimeConfig",
+    "Sections",
+    "StalenessConfig",
+    "WandbConfig",
+    "apply_overrides",
+    "check_key",
+    "import_modules",
+    "install_registry",
+    "is_reference",
+    "load_config",
+    "parse_override",
+    "read_yaml",
+]

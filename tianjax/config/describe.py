@@ -31,7 +31,7 @@ def _inline_comment(line: str) -> str | None:
         elif ch in "\"'":
             quote = ch
         elif ch == "#":
-            return line[i + 1:].strip()
+            return line[i + 1 :].strip()
     return None
 
 
@@ -48,8 +48,13 @@ def field_comments(cls) -> dict[str, str]:
         text = line.strip()
         if text.startswith("#"):
             words = text.lstrip("#").strip()
-            if continuing and last is not None and not above and words[:1] and (
-                    continuing == "more" or words[0].islower() or words[0] in "(["):
+            if (
+                continuing
+                and last is not None
+                and not above
+                and words[:1]
+                and (continuing == "more" or words[0].islower() or words[0] in "([")
+            ):
                 out[last] += " " + words
                 continuing = "more"  # a continued comment goes on to its last line
             else:
@@ -102,17 +107,26 @@ def _shipped_comments() -> dict[str, str]:
 def _sections(cls) -> dict[str, type]:
     """Section key -> its class: Config's own sections and the algorithms' (the registry's)."""
     hints = typing.get_type_hints(cls)
-    own = {f.name: hints[f.name] for f in dataclasses.fields(cls) if dataclasses.is_dataclass(hints[f.name])}
+    own = {
+        f.name: hints[f.name]
+        for f in dataclasses.fields(cls)
+        if dataclasses.is_dataclass(hints[f.name])
+    }
     return {**own, **registry().sections()}
 
 
 def _value(v) -> str:
     text = yaml.safe_dump(v, default_flow_style=True, width=10_000).strip()
-    return text[:-len("\n...")].strip() if text.endswith("...") else text
+    return text[: -len("\n...")].strip() if text.endswith("...") else text
 
 
-def render(config: Config, *, read_only: bool = True, header: str | None = None,
-           source_text: str | None = None) -> str:
+def render(
+    config: Config,
+    *,
+    read_only: bool = True,
+    header: str | None = None,
+    source_text: str | None = None,
+) -> str:
     """Commented YAML of `config` (only the sections its run reads, unless `read_only` is
     False). A key's comment is its field's in the schema, else the one beside it in
     `source_text` (the config file), else one from the shipped configs."""

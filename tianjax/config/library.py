@@ -12,8 +12,8 @@ import os
 from importlib import resources
 from typing import NamedTuple
 
-from tianjax.config.sections import registry
 from tianjax.config.checks import ConfigError
+from tianjax.config.sections import registry
 
 
 def configs_dir() -> str:
@@ -25,7 +25,7 @@ def names() -> list[str]:
     d = configs_dir()
     if not os.path.isdir(d):
         return []
-    return sorted(f[:-len(".yaml")] for f in os.listdir(d) if f.endswith(".yaml"))
+    return sorted(f[: -len(".yaml")] for f in os.listdir(d) if f.endswith(".yaml"))
 
 
 def resolve(source):
@@ -38,18 +38,25 @@ def resolve(source):
     if os.path.exists(text):
         return text
     base = os.path.basename(text)
-    name = base[:-len(".yaml")] if base.endswith(".yaml") else base
-    is_name = os.sep not in text or os.path.dirname(text) in ("configs", os.path.join(".", "configs"))
+    name = base[: -len(".yaml")] if base.endswith(".yaml") else base
+    is_name = os.sep not in text or os.path.dirname(text) in (
+        "configs",
+        os.path.join(".", "configs"),
+    )
     if is_name and name in names():
         return os.path.join(configs_dir(), name + ".yaml")
     known = names()
     close = [n for n in known if name and (name in n or n in name)][:4]
     hint = f"; did you mean {', '.join(close)}?" if close else ""
     if not is_name or text.endswith(".yaml"):
-        raise ConfigError(f"config file '{text}': not found (nor a shipped config of that name: "
-                          f"`tianjax configs` lists them){hint}")
-    raise ConfigError(f"config '{text}': neither a file nor a shipped config name (list them with "
-                      f"`tianjax configs`){hint}")
+        raise ConfigError(
+            f"config file '{text}': not found (nor a shipped config of that name: "
+            f"`tianjax configs` lists them){hint}"
+        )
+    raise ConfigError(
+        f"config '{text}': neither a file nor a shipped config name (list them with "
+        f"`tianjax configs`){hint}"
+    )
 
 
 class ConfigInfo(NamedTuple):
@@ -76,5 +83,11 @@ def describe(name: str) -> ConfigInfo:
         head.append(line.lstrip("# ").rstrip())
     words = " ".join(head)
     summary = words.split(". ")[0].split(": ")[0].rstrip(".")
-    return ConfigInfo(name, str(data.get("algo", registry().default)), str(data.get("env", "CartPole-v1")),
-                      str(data.get("env_backend", "gymnax")), str(data.get("mode", "fused")), summary)
+    return ConfigInfo(
+        name,
+        str(data.get("algo", registry().default)),
+        str(data.get("env", "CartPole-v1")),
+        str(data.get("env_backend", "gymnax")),
+        str(data.get("mode", "fused")),
+        summary,
+    )

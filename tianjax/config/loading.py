@@ -32,7 +32,10 @@ def import_modules(names: Sequence[str]) -> None:
             if name.endswith(".py"):
                 path = os.path.abspath(os.path.expanduser(name))
                 mod_name = os.path.splitext(os.path.basename(path))[0]
-                if mod_name in sys.modules and getattr(sys.modules[mod_name], "__file__", None) == path:
+                if (
+                    mod_name in sys.modules
+                    and getattr(sys.modules[mod_name], "__file__", None) == path
+                ):
                     continue
                 spec = importlib.util.spec_from_file_location(mod_name, path)
                 if spec is None or not os.path.isfile(path):
@@ -48,8 +51,9 @@ def import_modules(names: Sequence[str]) -> None:
                 importlib.import_module(name)
         except Exception as e:
             line = (str(e).strip().splitlines() or [""])[0]
-            raise ConfigError(f"config key 'imports': cannot import {name!r} "
-                              f"({type(e).__name__}: {line})") from None
+            raise ConfigError(
+                f"config key 'imports': cannot import {name!r} ({type(e).__name__}: {line})"
+            ) from None
 
 
 def _coerce(value: Any, tp: Any, key: str) -> Any:
@@ -80,8 +84,11 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
             check_key(isinstance(k, str), key, f"keys must be strings, got {k!r}")
             scalar = (bool, int, float, str, type(None))
             is_list = isinstance(v, (list, tuple)) and all(isinstance(x, scalar) for x in v)
-            check_key(isinstance(v, scalar) or is_list, f"{key}.{k}",
-                   f"must be a number, string, bool, null or a list of them, got {v!r}")
+            check_key(
+                isinstance(v, scalar) or is_list,
+                f"{key}.{k}",
+                f"must be a number, string, bool, null or a list of them, got {v!r}",
+            )
             out[k] = list(v) if isinstance(v, tuple) else v
         return out
     if origin is tuple:
@@ -103,8 +110,11 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
                 value = int(f) if f.is_integer() else value
             except ValueError:
                 pass
-        check_key(isinstance(value, int) and not isinstance(value, bool), key,
-               f"must be an integer, got {value!r}")
+        check_key(
+            isinstance(value, int) and not isinstance(value, bool),
+            key,
+            f"must be an integer, got {value!r}",
+        )
         return value
     if tp is float:
         if isinstance(value, str):  # YAML 1.1 reads 1e-3 as a string
@@ -112,8 +122,11 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
                 value = float(value)
             except ValueError:
                 pass
-        check_key(isinstance(value, (int, float)) and not isinstance(value, bool), key,
-               f"must be a number, got {value!r}")
+        check_key(
+            isinstance(value, (int, float)) and not isinstance(value, bool),
+            key,
+            f"must be a number, got {value!r}",
+        )
         check_key(math.isfinite(value), key, f"must be finite, got {value!r}")
         return float(value)
     if tp is str:
@@ -144,7 +157,9 @@ def _refuse_renamed(key: str, value) -> None:
     if key in renamed:
         raise ConfigError(f"config key '{key}': renamed to '{renamed[key]}'")
     if isinstance(value, str) and (key, value) in RENAMED_VALUES:
-        raise ConfigError(f"config key '{key}': '{value}' is now called '{RENAMED_VALUES[key, value]}'")
+        raise ConfigError(
+            f"config key '{key}': '{value}' is now called '{RENAMED_VALUES[key, value]}'"
+        )
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
@@ -170,7 +185,7 @@ def apply_overrides(data: dict, overrides: Sequence[str]) -> dict:
         for i, p in enumerate(path[:-1]):
             sub = node.setdefault(p, {})
             if not isinstance(sub, dict):
-                raise ConfigError(f"config key '{'.'.join(path[:i + 1])}': is not a section")
+                raise ConfigError(f"config key '{'.'.join(path[: i + 1])}': is not a section")
             node = sub
         node[path[-1]] = value
     return data
@@ -195,8 +210,11 @@ def read_yaml(path: str | os.PathLike) -> dict:
     return data
 
 
-def load_config(source: str | os.PathLike | Mapping | Config | None = None,
-                overrides: Sequence[str] = (), **kwargs) -> Config:
+def load_config(
+    source: str | os.PathLike | Mapping | Config | None = None,
+    overrides: Sequence[str] = (),
+    **kwargs,
+) -> Config:
     """Builds a validated Config.
 
     Args:

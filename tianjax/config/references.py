@@ -16,8 +16,9 @@ def resolve_reference(text: str, key: str):
         obj = importlib.import_module(module_name)
     except Exception as e:
         line = (str(e).strip().splitlines() or [""])[0]
-        raise ConfigError(f"config key '{key}': cannot import {module_name!r} "
-                          f"({type(e).__name__}: {line})") from None
+        raise ConfigError(
+            f"config key '{key}': cannot import {module_name!r} ({type(e).__name__}: {line})"
+        ) from None
     for part in attr.split("."):
         if not hasattr(obj, part):
             raise ConfigError(f"config key '{key}': module {module_name!r} has no {attr!r}")

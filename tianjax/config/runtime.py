@@ -32,10 +32,16 @@ class StalenessConfig:
         check_key(self.power >= 0, "staleness.power", f"must be >= 0, got {self.power}")
         check_key(self.kappa > 0, "staleness.kappa", f"must be > 0, got {self.kappa}")
         check_key(self.tau0 >= 0, "staleness.tau0", f"must be >= 0, got {self.tau0}")
-        check_key(self.max_staleness is None or self.max_staleness >= 0, "staleness.max_staleness",
-               f"must be >= 0 or null, got {self.max_staleness}")
-        check_key(self.schedule != "cutoff" or self.max_staleness is not None, "staleness.max_staleness",
-               "must be set for schedule 'cutoff'")
+        check_key(
+            self.max_staleness is None or self.max_staleness >= 0,
+            "staleness.max_staleness",
+            f"must be >= 0 or null, got {self.max_staleness}",
+        )
+        check_key(
+            self.schedule != "cutoff" or self.max_staleness is not None,
+            "staleness.max_staleness",
+            "must be set for schedule 'cutoff'",
+        )
         check_key(self.rho_bar > 0, "staleness.rho_bar", f"must be > 0, got {self.rho_bar}")
 
 
@@ -78,31 +84,52 @@ class RuntimeConfig:
     max_learner_restarts: int = 2  # ... up to this many times
 
     def __post_init__(self):
-        check_key(self.batch_trajectories is None or self.batch_trajectories >= 1,
-               "runtime.batch_trajectories", "must be >= 1 or null")
+        check_key(
+            self.batch_trajectories is None or self.batch_trajectories >= 1,
+            "runtime.batch_trajectories",
+            "must be >= 1 or null",
+        )
         check_key(self.publish_every >= 1, "runtime.publish_every", "must be >= 1")
         check_key(self.max_pool >= 1, "runtime.max_pool", "must be >= 1")
         check_key(self.credits_per_actor >= 1, "runtime.credits_per_actor", "must be >= 1")
         check_key(self.max_reuse >= 0, "runtime.max_reuse", "must be >= 0")
-        check_key(self.replay_ratio is None or self.replay_ratio > 0, "runtime.replay_ratio",
-               "must be > 0 or null")
+        check_key(
+            self.replay_ratio is None or self.replay_ratio > 0,
+            "runtime.replay_ratio",
+            "must be > 0 or null",
+        )
         check_key(self.send_hwm >= 1, "runtime.send_hwm", "must be >= 1")
         check_key(self.recv_hwm >= 1, "runtime.recv_hwm", "must be >= 1")
         check_key(self.heartbeat_s > 0, "runtime.heartbeat_s", "must be > 0")
-        check_key(self.heartbeat_timeout_s > self.heartbeat_s, "runtime.heartbeat_timeout_s",
-               "must be larger than runtime.heartbeat_s")
+        check_key(
+            self.heartbeat_timeout_s > self.heartbeat_s,
+            "runtime.heartbeat_timeout_s",
+            "must be larger than runtime.heartbeat_s",
+        )
         check_key(self.connect_timeout_s > 0, "runtime.connect_timeout_s", "must be > 0")
         check_key(self.max_message_mb > 0, "runtime.max_message_mb", "must be > 0")
         for i, host in enumerate(self.allow_hosts):
             try:
                 ipaddress.ip_address(host)
             except ValueError:
-                check_key(False, f"runtime.allow_hosts[{i}]", f"must be an IP address, got {host!r}")
-        check_key(self.io_threads is None or self.io_threads >= 1, "runtime.io_threads", "must be >= 1 or null")
-        check_key(self.max_connections_per_host is None or self.max_connections_per_host >= 0,
-               "runtime.max_connections_per_host", "must be >= 0 (0: no limit) or null")
-        check_key(self.learner_devices is None or self.learner_devices >= 1, "runtime.learner_devices",
-               "must be >= 1 or null")
+                check_key(
+                    False, f"runtime.allow_hosts[{i}]", f"must be an IP address, got {host!r}"
+                )
+        check_key(
+            self.io_threads is None or self.io_threads >= 1,
+            "runtime.io_threads",
+            "must be >= 1 or null",
+        )
+        check_key(
+            self.max_connections_per_host is None or self.max_connections_per_host >= 0,
+            "runtime.max_connections_per_host",
+            "must be >= 0 (0: no limit) or null",
+        )
+        check_key(
+            self.learner_devices is None or self.learner_devices >= 1,
+            "runtime.learner_devices",
+            "must be >= 1 or null",
+        )
         check_key(self.actor_threads >= 1, "runtime.actor_threads", "must be >= 1")
         check_key(self.max_actor_restarts >= 0, "runtime.max_actor_restarts", "must be >= 0")
         check_key(self.max_learner_restarts >= 0, "runtime.max_learner_restarts", "must be >= 0")
@@ -122,12 +149,20 @@ class BalanceConfig:
     deadband: float = 0.15  # no move while |measured - target| <= deadband * target
 
     def __post_init__(self):
-        check_key(self.target_staleness >= 0, "balance.target_staleness",
-               f"must be >= 0, got {self.target_staleness}")
-        check_key(self.target_replay_ratio is None or self.target_replay_ratio > 0,
-               "balance.target_replay_ratio", f"must be > 0 or null, got {self.target_replay_ratio}")
+        check_key(
+            self.target_staleness >= 0,
+            "balance.target_staleness",
+            f"must be >= 0, got {self.target_staleness}",
+        )
+        check_key(
+            self.target_replay_ratio is None or self.target_replay_ratio > 0,
+            "balance.target_replay_ratio",
+            f"must be > 0 or null, got {self.target_replay_ratio}",
+        )
         check_key(self.period_s > 0, "balance.period_s", f"must be > 0, got {self.period_s}")
-        check_key(0 <= self.deadband < 1, "balance.deadband", f"must be in [0, 1), got {self.deadband}")
+        check_key(
+            0 <= self.deadband < 1, "balance.deadband", f"must be in [0, 1), got {self.deadband}"
+        )
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,20 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from tianjax.config.checks import _is_reference, _to_plain, check_key
-from tianjax.config.runtime import BalanceConfig, CheckpointConfig, RuntimeConfig, StalenessConfig, WandbConfig
-from tianjax.config.sections import MultiAgentConfig, NetworkConfig, ReplaySection, Sections, registry
+from tianjax.config.runtime import (
+    BalanceConfig,
+    CheckpointConfig,
+    RuntimeConfig,
+    StalenessConfig,
+    WandbConfig,
+)
+from tianjax.config.sections import (
+    MultiAgentConfig,
+    NetworkConfig,
+    ReplaySection,
+    Sections,
+    registry,
+)
 
 # loggers named without a module (metrics.jsonl is always written)
 BUILTIN_LOGGERS = ("tensorboard", "wandb", "console")
@@ -94,45 +106,82 @@ class Config:
         sections = self.algo_sections
         if name in sections:
             return sections[name]
-        raise AttributeError(f"'Config' has no key {name!r} (algorithm sections: {', '.join(sections) or 'none'})")
+        raise AttributeError(
+            f"'Config' has no key {name!r} (algorithm sections: {', '.join(sections) or 'none'})"
+        )
 
     def __post_init__(self):
-        check_key(self.total_env_steps > 0, "total_env_steps", f"must be > 0, got {self.total_env_steps}")
-        check_key(self.total_env_steps < 2**31, "total_env_steps",
-               f"must be below 2**31 (the step counters are 32-bit), got {self.total_env_steps}")
+        check_key(
+            self.total_env_steps > 0, "total_env_steps", f"must be > 0, got {self.total_env_steps}"
+        )
+        check_key(
+            self.total_env_steps < 2**31,
+            "total_env_steps",
+            f"must be below 2**31 (the step counters are 32-bit), got {self.total_env_steps}",
+        )
         check_key(self.num_seeds >= 1, "num_seeds", f"must be >= 1, got {self.num_seeds}")
         check_key(self.num_actors >= 0, "num_actors", f"must be >= 0, got {self.num_actors}")
-        check_key(self.num_actors >= 1 or self.mode != "async", "num_actors",
-               "mode async needs actor processes (num_actors >= 1)")
+        check_key(
+            self.num_actors >= 1 or self.mode != "async",
+            "num_actors",
+            "mode async needs actor processes (num_actors >= 1)",
+        )
         check_key(self.num_envs >= 1, "num_envs", f"must be >= 1, got {self.num_envs}")
         check_key(self.rollout_len >= 1, "rollout_len", f"must be >= 1, got {self.rollout_len}")
-        check_key(self.log_every is None or self.log_every >= 1, "log_every",
-               f"must be >= 1 or null, got {self.log_every}")
+        check_key(
+            self.log_every is None or self.log_every >= 1,
+            "log_every",
+            f"must be >= 1 or null, got {self.log_every}",
+        )
         for name in self.loggers:
-            check_key(name in BUILTIN_LOGGERS or _is_reference(name), "loggers",
-                   f"{name!r} is neither a built-in logger ({', '.join(BUILTIN_LOGGERS)}) nor 'module:Class'")
+            check_key(
+                name in BUILTIN_LOGGERS or _is_reference(name),
+                "loggers",
+                f"{name!r} is neither a built-in logger ({', '.join(BUILTIN_LOGGERS)}) nor 'module:Class'",
+            )
         check_key(self.eval_episodes >= 0, "eval_episodes", "must be >= 0")
-        check_key(self.target_win_rate is None or 0 <= self.target_win_rate <= 1, "target_win_rate",
-               f"must be in [0, 1] or null, got {self.target_win_rate}")
-        check_key(not self.stop_at_target or self.target_return is not None or self.target_win_rate is not None,
-               "stop_at_target", "needs a target: target_return or target_win_rate is null")
+        check_key(
+            self.target_win_rate is None or 0 <= self.target_win_rate <= 1,
+            "target_win_rate",
+            f"must be in [0, 1] or null, got {self.target_win_rate}",
+        )
+        check_key(
+            not self.stop_at_target
+            or self.target_return is not None
+            or self.target_win_rate is not None,
+            "stop_at_target",
+            "needs a target: target_return or target_win_rate is null",
+        )
         check_key(bool(self.env), "env", "must be a non-empty env id")
         registry().check(self)
-        check_key(self.steps_per_update <= self.total_env_steps, "total_env_steps",
-               f"is smaller than one update's worth of steps ({self.steps_per_update})")
+        check_key(
+            self.steps_per_update <= self.total_env_steps,
+            "total_env_steps",
+            f"is smaller than one update's worth of steps ({self.steps_per_update})",
+        )
         if self.num_actors == 0 and self.mode != "fused":
-            check_key(self.env_backend not in ("gymnax", "jaxmarl", "brax"), "num_actors",
-                   "0 (acting inside the learner) is for host envs; JAX envs use mode: fused")
-        check_key(not self.env_options or self.env_backend in ("envpool", "gymnasium", "brax"),
-               "env_options",
-               "is for host envs (env_backend: envpool or gymnasium) and brax; a gymnax env takes "
-               "its options in its own code (env: module:Attr)")
+            check_key(
+                self.env_backend not in ("gymnax", "jaxmarl", "brax"),
+                "num_actors",
+                "0 (acting inside the learner) is for host envs; JAX envs use mode: fused",
+            )
+        check_key(
+            not self.env_options or self.env_backend in ("envpool", "gymnasium", "brax"),
+            "env_options",
+            "is for host envs (env_backend: envpool or gymnasium) and brax; a gymnax env takes "
+            "its options in its own code (env: module:Attr)",
+        )
         if self.mode == "fused":
-            check_key(self.env_backend in ("gymnax", "jaxmarl", "brax"), "mode",
-                   f"'fused' needs a JAX env (env_backend: gymnax, brax or jaxmarl), got env_backend "
-                   f"'{self.env_backend}'; use mode: sync for host envs")
+            check_key(
+                self.env_backend in ("gymnax", "jaxmarl", "brax"),
+                "mode",
+                f"'fused' needs a JAX env (env_backend: gymnax, brax or jaxmarl), got env_backend "
+                f"'{self.env_backend}'; use mode: sync for host envs",
+            )
         if self.num_seeds > 1:
-            check_key(self.mode == "fused", "num_seeds", "several seeds side by side need mode: fused")
+            check_key(
+                self.mode == "fused", "num_seeds", "several seeds side by side need mode: fused"
+            )
 
     @property
     def in_process(self) -> bool:
@@ -185,8 +234,11 @@ class Config:
         sequence of rollout_len samples)."""
         rc = self.replay_config
         item = self.spec.buffer.item_steps(self.rollout_len)
-        return self.balance.target_replay_ratio or self.runtime.replay_ratio or (
-            rc.updates_per_rollout * rc.batch_size * item / (self.num_envs * self.rollout_len))
+        return (
+            self.balance.target_replay_ratio
+            or self.runtime.replay_ratio
+            or (rc.updates_per_rollout * rc.batch_size * item / (self.num_envs * self.rollout_len))
+        )
 
     @property
     def algo_config(self):
@@ -238,10 +290,16 @@ class Config:
     def to_dict(self, *, read_only: bool = False) -> dict:
         """The config as plain data; `read_only`: without the sections this run does not read
         (what a run's config.yaml holds: loading it back gives the same run)."""
-        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "algo_sections"}
+        fields = {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if f.name != "algo_sections"
+        }
         data = {}
         for key, value in fields.items():  # the algorithms' sections follow the network's
-            data[key] = _to_plain(dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value)
+            data[key] = _to_plain(
+                dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
+            )
             if key == "network":
                 # every built-in algorithm's section (any process has them), and the run's
                 # own: another user algorithm registered in this process is not the run's,
@@ -252,7 +310,11 @@ class Config:
                         data[name] = _to_plain(dataclasses.asdict(section))
         if read_only:
             keep = set(self.sections_read())
-            data = {k: v for k, v in data.items() if not isinstance(v, dict) or k in keep or k == "env_options"}
+            data = {
+                k: v
+                for k, v in data.items()
+                if not isinstance(v, dict) or k in keep or k == "env_options"
+            }
         return data
 
 

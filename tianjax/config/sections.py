@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Iterator, Literal, Protocol
 
-from tianjax.config.checks import ConfigError, check_key, _is_reference
+from tianjax.config.checks import ConfigError, _is_reference, check_key
 
 
 @dataclass(frozen=True)
@@ -31,10 +31,16 @@ class NetworkConfig:
     module: str | None = None
 
     def __post_init__(self):
-        check_key(len(self.hidden) > 0 and all(h > 0 for h in self.hidden), "network.hidden",
-               f"needs one or more positive widths, got {self.hidden}")
-        check_key(self.module is None or _is_reference(self.module), "network.module",
-               f"must be 'module:Attr', got {self.module!r}")
+        check_key(
+            len(self.hidden) > 0 and all(h > 0 for h in self.hidden),
+            "network.hidden",
+            f"needs one or more positive widths, got {self.hidden}",
+        )
+        check_key(
+            self.module is None or _is_reference(self.module),
+            "network.module",
+            f"must be 'module:Attr', got {self.module!r}",
+        )
 
 
 class ReplaySection:
@@ -44,9 +50,14 @@ class ReplaySection:
     the algorithm's buffer kind's."""
 
     def _check_replay_settings(self, key: str) -> None:
-        check_key(self.buffer_size >= 1, f"{key}.buffer_size", f"must be >= 1, got {self.buffer_size}")
-        check_key(1 <= self.batch_size <= self.buffer_size, f"{key}.batch_size",
-               f"must be in [1, {key}.buffer_size={self.buffer_size}], got {self.batch_size}")
+        check_key(
+            self.buffer_size >= 1, f"{key}.buffer_size", f"must be >= 1, got {self.buffer_size}"
+        )
+        check_key(
+            1 <= self.batch_size <= self.buffer_size,
+            f"{key}.batch_size",
+            f"must be in [1, {key}.buffer_size={self.buffer_size}], got {self.batch_size}",
+        )
         check_key(self.learning_starts >= 0, f"{key}.learning_starts", "must be >= 0")
         check_key(self.updates_per_rollout >= 1, f"{key}.updates_per_rollout", "must be >= 1")
 
@@ -71,7 +82,9 @@ class AlgorithmRegistry(Protocol):
 
     def builtin_sections(self) -> dict[str, type]: ...  # ... of the built-in algorithms only
 
-    def renamed_keys(self) -> dict[str, str]: ...  # old dotted key -> its new name, every algorithm's
+    def renamed_keys(
+        self,
+    ) -> dict[str, str]: ...  # old dotted key -> its new name, every algorithm's
 
     def check(self, config) -> None: ...  # the algorithm's checks of its section against the run
 
@@ -88,8 +101,10 @@ def install_registry(registry: AlgorithmRegistry) -> None:
 
 def registry() -> AlgorithmRegistry:
     if _registry is None:
-        raise RuntimeError("no algorithm registry is installed: import tianjax (which imports tianjax.algos) "
-                           "before building a Config")
+        raise RuntimeError(
+            "no algorithm registry is installed: import tianjax (which imports tianjax.algos) "
+            "before building a Config"
+        )
     return _registry
 
 
@@ -111,8 +126,10 @@ class Sections(Mapping):
             if value is None:
                 value = section_type()
             elif not isinstance(value, section_type):
-                raise ConfigError(f"config key '{key}': must be a {section_type.__name__}, got "
-                                  f"{type(value).__name__}")
+                raise ConfigError(
+                    f"config key '{key}': must be a {section_type.__name__}, got "
+                    f"{type(value).__name__}"
+                )
             out[key] = value
         return cls(out)
 
@@ -132,5 +149,12 @@ class Sections(Mapping):
         return f"Sections({', '.join(self._items)})"
 
 
-__all__ = ["AlgorithmRegistry", "MultiAgentConfig", "NetworkConfig", "ReplaySection", "Sections",
-           "install_registry", "registry"]
+__all__ = [
+    "AlgorithmRegistry",
+    "MultiAgentConfig",
+    "NetworkConfig",
+    "ReplaySection",
+    "Sections",
+    "install_registry",
+    "registry",
+]

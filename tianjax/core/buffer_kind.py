@@ -51,18 +51,36 @@ class BufferKind:
             return lambda x: x
         return flatten_time_batch
 
-    def batch_template(self, T: int, B: int, obs: jax.ShapeDtypeStruct, act: jax.ShapeDtypeStruct,
-                       last: jax.ShapeDtypeStruct):
+    def batch_template(
+        self,
+        T: int,
+        B: int,
+        obs: jax.ShapeDtypeStruct,
+        act: jax.ShapeDtypeStruct,
+        last: jax.ShapeDtypeStruct,
+    ):
         """ShapeDtypeStructs of the batch a host-env actor sends for one rollout ([T, B]
         observations `obs`, actions `act`, one observation per env `last`)."""
         sds = jax.ShapeDtypeStruct
         f32, i32, b = (sds((T, B), d) for d in (np.float32, np.int32, np.bool_))
         if self.items == "transitions":
-            return Transition(obs=obs, action=act, reward=f32, next_obs=obs, terminated=b, version=i32)
+            return Transition(
+                obs=obs, action=act, reward=f32, next_obs=obs, terminated=b, version=i32
+            )
         if self.items == "trajectories":
-            return Trajectory(obs=obs, action=act, reward=f32, done=b, bootstrap_value=f32, behaviour_log_prob=f32,
-                              behaviour_value=f32, version=i32, last_obs=last, trunc_obs=last,
-                              trunc_t=sds((B,), np.int32))
+            return Trajectory(
+                obs=obs,
+                action=act,
+                reward=f32,
+                done=b,
+                bootstrap_value=f32,
+                behaviour_log_prob=f32,
+                behaviour_value=f32,
+                version=i32,
+                last_obs=last,
+                trunc_obs=last,
+                trunc_t=sds((B,), np.int32),
+            )
         raise ValueError(f"host-env actors do not produce {self.items}")
 
 

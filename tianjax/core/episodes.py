@@ -81,7 +81,9 @@ def truncation_bootstrap(values, cut, final_obs, xp=jnp):
     return boot, trunc_obs, trunc_t
 
 
-def values_where_cut(value: Callable, cut: np.ndarray, final_obs: np.ndarray, width: int) -> np.ndarray:
+def values_where_cut(
+    value: Callable, cut: np.ndarray, final_obs: np.ndarray, width: int
+) -> np.ndarray:
     """V(final_obs) [T, B] evaluated only where cut (0 elsewhere; no call at all when
     nothing was cut), `width` observations per call: the cut ones in step order, padded so
     that `value` is compiled for one shape only."""
@@ -92,9 +94,17 @@ def values_where_cut(value: Callable, cut: np.ndarray, final_obs: np.ndarray, wi
     n = len(final)
     padded = np.zeros((-(-n // width) * width,) + final.shape[1:], final.dtype)
     padded[:n] = final
-    values[cut] = np.concatenate([np.asarray(value(c)) for c in np.split(padded, len(padded) // width)])[:n]
+    values[cut] = np.concatenate(
+        [np.asarray(value(c)) for c in np.split(padded, len(padded) // width)]
+    )[:n]
     return values
 
 
-__all__ = ["Episodes", "last_truncation", "team_reward", "track_episodes", "truncation_bootstrap",
-           "values_where_cut"]
+__all__ = [
+    "Episodes",
+    "last_truncation",
+    "team_reward",
+    "track_episodes",
+    "truncation_bootstrap",
+    "values_where_cut",
+]

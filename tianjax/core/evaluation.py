@@ -12,15 +12,23 @@ import jax
 import jax.numpy as jnp
 
 from tianjax.core.algorithm import Algorithm
-from tianjax.core.types import Env
 from tianjax.core.rollout import clip_action, team_reward
+from tianjax.core.types import Env
 
 
-def make_evaluator(env: Env, algo: Algorithm, episodes: int = 10, greedy: bool = True,
-                   max_steps: int = 100_000, wins: bool = False):
+def make_evaluator(
+    env: Env,
+    algo: Algorithm,
+    episodes: int = 10,
+    greedy: bool = True,
+    max_steps: int = 100_000,
+    wins: bool = False,
+):
     if wins and not getattr(env, "reports_wins", False):
         raise ValueError(f"env {getattr(env, 'name', env)!r} does not report wins")
-    evaluate = jax.jit(lambda params, key: _evaluate(env, algo, params, key, episodes, greedy, max_steps))
+    evaluate = jax.jit(
+        lambda params, key: _evaluate(env, algo, params, key, episodes, greedy, max_steps)
+    )
     return evaluate if wins else (lambda params, key: evaluate(params, key)[0])
 
 
@@ -46,8 +54,9 @@ def _evaluate(env, algo, params, key, episodes, greedy, max_steps):
             action = algo.greedy(params, obs)
         else:
             action = algo.act(params, obs, k_act, jnp.iinfo(jnp.int32).max).action
-        nxt = jax.vmap(env.step)(jax.random.split(k_env, episodes), state,
-                                 clip_action(action, env.action_spec))
+        nxt = jax.vmap(env.step)(
+            jax.random.split(k_env, episodes), state, clip_action(action, env.action_spec)
+        )
         ret = ret + jnp.where(finished, 0.0, team_reward(nxt.reward, 1))
         if nxt.won is not None:
             won = won | (~finished & nxt.won)
@@ -56,5 +65,7 @@ def _evaluate(env, algo, params, key, episodes, greedy, max_steps):
 
     carry = algo.init_carry(episodes) if recurrent else None
     no = jnp.zeros((episodes,), bool)
-    out = jax.lax.while_loop(cond, body, (obs, state, key, jnp.zeros((episodes,)), no, 0, carry, no))
+    out = jax.lax.while_loop(
+        cond, body, (obs, state, key, jnp.zeros((episodes,)), no, 0, carry, no)
+    )
     return out[3], out[7]

@@ -15,13 +15,14 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from tianjax.core.replay import frames as frame_replay, ring as buffers
-from tianjax.core.algorithm import Algorithm
 from tianjax.config import Config
-from tianjax.core.types import Env
-from tianjax.core.update import LearnerState
+from tianjax.core.algorithm import Algorithm
+from tianjax.core.replay import frames as frame_replay
+from tianjax.core.replay import ring as buffers
 from tianjax.core.replay.setup import make_replay, make_replay_learn
 from tianjax.core.rollout import RolloutState, make_rollout
+from tianjax.core.types import Env
+from tianjax.core.update import LearnerState
 
 
 class FusedState(NamedTuple):
@@ -51,8 +52,9 @@ def make_fused(config: Config, env: Env, algo: Algorithm):
     def onpolicy_iteration(state: FusedState):
         # (the named scopes only name the ops, for profiles: experiments/benchmarks/profile_fused.py)
         with jax.named_scope("rollout"):
-            actor, traj, episodes = rollout(state.learner.params, state.learner.version, state.actor,
-                                            state.env_steps)
+            actor, traj, episodes = rollout(
+                state.learner.params, state.learner.version, state.actor, state.env_steps
+            )
         with jax.named_scope("update"):
             learner, metrics = algo.update(state.learner, traj)
         return FusedState(learner, actor, state.env_steps + B * T, None), metrics, episodes
@@ -60,8 +62,9 @@ def make_fused(config: Config, env: Env, algo: Algorithm):
     replay_learn = make_replay_learn(config, algo)
 
     def replay_iteration(state: FusedState):
-        actor, trans, episodes = rollout(state.learner.params, state.learner.version, state.actor,
-                                         state.env_steps)
+        actor, trans, episodes = rollout(
+            state.learner.params, state.learner.version, state.actor, state.env_steps
+        )
         env_steps = state.env_steps + B * T
         learner, rb, metrics = replay_learn(state.learner, state.replay, trans, env_steps)
         return FusedState(learner, actor, env_steps, rb), metrics, episodes

@@ -40,7 +40,9 @@ def gae(r_t: Array, discount_t: Array, lambda_: float, v_tm1: Array, v_t: Array)
     return adv
 
 
-def traced_gae(r_t: Array, discount_t: Array, lambda_: float, v_tm1: Array, v_t: Array, c_t: Array) -> Array:
+def traced_gae(
+    r_t: Array, discount_t: Array, lambda_: float, v_tm1: Array, v_t: Array, c_t: Array
+) -> Array:
     """GAE whose traces are cut by importance ratios, A_tm1 [T]:
 
         A_s = delta_s + discount_s * lambda * c_{s+1} * A_{s+1},   delta_s = r_s + discount_s V(x_{s+1}) - V(x_s)
@@ -71,9 +73,17 @@ class VTraceOutput(NamedTuple):
     q_estimate: Array  # [T] r + discount * v_{s+1}
 
 
-def vtrace(v_tm1: Array, v_t: Array, r_t: Array, discount_t: Array, rho_tm1: Array,
-           lambda_: float = 1.0, rho_bar: float = 1.0, c_bar: float = 1.0,
-           pg_rho_bar: float = 1.0) -> VTraceOutput:
+def vtrace(
+    v_tm1: Array,
+    v_t: Array,
+    r_t: Array,
+    discount_t: Array,
+    rho_tm1: Array,
+    lambda_: float = 1.0,
+    rho_bar: float = 1.0,
+    c_bar: float = 1.0,
+    pg_rho_bar: float = 1.0,
+) -> VTraceOutput:
     """V-trace targets and policy-gradient advantages for one trajectory [T].
 
     Args:

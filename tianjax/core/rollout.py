@@ -16,7 +16,13 @@ import jax
 import jax.numpy as jnp
 
 from tianjax.core.algorithm import Algorithm
-from tianjax.core.episodes import Episodes, last_truncation, team_reward, track_episodes, truncation_bootstrap
+from tianjax.core.episodes import (
+    Episodes,
+    last_truncation,
+    team_reward,
+    track_episodes,
+    truncation_bootstrap,
+)
 from tianjax.core.types import Env, EpisodeStats, Sequences, Trajectory, Transition
 
 
@@ -71,7 +77,9 @@ def make_rollout(env: Env, algo: Algorithm, num_envs: int, rollout_len: int):
         obs, env_state = jax.vmap(env.reset)(jax.random.split(sub, num_envs))
         zeros = jnp.zeros((num_envs,), jnp.float32)
         carry = algo.init_carry(num_envs) if recurrent else None
-        return RolloutState(env_state, obs, key, EpisodeStats(zeros, zeros.astype(jnp.int32)), carry)
+        return RolloutState(
+            env_state, obs, key, EpisodeStats(zeros, zeros.astype(jnp.int32)), carry
+        )
 
     def rollout(params, version, state: RolloutState, env_steps=0):
         def step(s: RolloutState, t):
@@ -80,14 +88,20 @@ def make_rollout(env: Env, algo: Algorithm, num_envs: int, rollout_len: int):
                 out = algo.act(params, s.obs, k_act, env_steps + t * num_envs, s.carry)
             else:
                 out = algo.act(params, s.obs, k_act, env_steps + t * num_envs)
-            nxt = step_env(jax.random.split(k_env, num_envs), s.env_state,
-                           clip_action(out.action, env.action_spec))
+            nxt = step_env(
+                jax.random.split(k_env, num_envs),
+                s.env_state,
+                clip_action(out.action, env.action_spec),
+            )
             done = nxt.terminated | nxt.truncated
             carry = None
             if recurrent:  # a new episode starts from a fresh recurrent state
                 fresh = algo.init_carry(num_envs)
-                carry = jax.tree.map(lambda f, c: jnp.where(done.reshape(done.shape + (1,) * (c.ndim - 1)), f, c),
-                                     fresh, out.carry)
+                carry = jax.tree.map(
+                    lambda f, c: jnp.where(done.reshape(done.shape + (1,) * (c.ndim - 1)), f, c),
+                    fresh,
+                    out.carry,
+                )
             stats, ep_ret, ep_len = track_episodes(s.stats, team_reward(nxt.reward, 1), done)
             # envs that report no wins keep the three-field Episodes the runtime's messages carry
             episodes = Episodes(done, ep_ret, ep_len, None if nxt.won is None else nxt.won & done)
@@ -95,14 +109,36 @@ def make_rollout(env: Env, algo: Algorithm, num_envs: int, rollout_len: int):
             if items == "trajectories":
                 # The truncation bootstrap is evaluated after the scan, batched over [T, B].
                 cut = nxt.truncated & ~nxt.terminated
-                rec = (s.obs, out.action, nxt.reward, done, (cut, nxt.final_obs), out.log_prob,
-                       out.value, v)
+                rec = (
+                    s.obs,
+                    out.action,
+                    nxt.reward,
+                    done,
+                    (cut, nxt.final_obs),
+                    out.log_prob,
+                    out.value,
+                    v,
+                )
             elif items == "sequences":
-                rec = Sequences(obs=s.obs, action=out.action, reward=nxt.reward, next_obs=nxt.final_obs,
-                                terminated=nxt.terminated, done=done, carry=None, version=v)
+                rec = Sequences(
+                    obs=s.obs,
+                    action=out.action,
+                    reward=nxt.reward,
+                    next_obs=nxt.final_obs,
+                    terminated=nxt.terminated,
+                    done=done,
+                    carry=None,
+                    version=v,
+                )
             else:
-                rec = Transition(obs=s.obs, action=out.action, reward=nxt.reward, next_obs=nxt.final_obs,
-                                 terminated=nxt.terminated, version=v)
+                rec = Transition(
+                    obs=s.obs,
+                    action=out.action,
+                    reward=nxt.reward,
+                    next_obs=nxt.final_obs,
+                    terminated=nxt.terminated,
+                    version=v,
+                )
             return RolloutState(nxt.state, nxt.obs, key, stats, carry), (rec, episodes)
 
         carry0 = state.carry
@@ -115,9 +151,19 @@ def make_rollout(env: Env, algo: Algorithm, num_envs: int, rollout_len: int):
         obs, action, reward, done, (cut, final_obs), log_prob, value, v = rec
         values = cut_values(algo.value, params, cut, final_obs)  # [T, B] or, multi-agent, [T, B, N]
         boot, trunc_obs, trunc_t = truncation_bootstrap(values, cut, final_obs)
-        batch = Trajectory(obs=obs, action=action, reward=reward, done=done, bootstrap_value=boot,
-                           behaviour_log_prob=log_prob, behaviour_value=value, version=v, last_obs=state.obs,
-                           trunc_obs=trunc_obs, trunc_t=trunc_t)
+        batch = Trajectory(
+            obs=obs,
+            action=action,
+            reward=reward,
+            done=done,
+            bootstrap_value=boot,
+            behaviour_log_prob=log_prob,
+            behaviour_value=value,
+            version=v,
+            last_obs=state.obs,
+            trunc_obs=trunc_obs,
+            trunc_t=trunc_t,
+        )
         return state, batch, episodes
 
     return init, rollout

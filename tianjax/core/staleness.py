@@ -35,9 +35,13 @@ def staleness(learner_version, behaviour_version):
     one definition, for the loss (JAX arrays in, a JAX array out) and for the runtime's
     bookkeeping on the host (ints or numpy arrays in, numpy out, no device op)."""
     if isinstance(learner_version, jax.Array) or isinstance(behaviour_version, jax.Array):
-        tau = jnp.asarray(learner_version, jnp.int32) - jnp.asarray(behaviour_version).astype(jnp.int32)
+        tau = jnp.asarray(learner_version, jnp.int32) - jnp.asarray(behaviour_version).astype(
+            jnp.int32
+        )
         return jnp.maximum(tau, 0)
-    return np.maximum(np.asarray(learner_version, np.int64) - np.asarray(behaviour_version, np.int64), 0)
+    return np.maximum(
+        np.asarray(learner_version, np.int64) - np.asarray(behaviour_version, np.int64), 0
+    )
 
 
 def admissible(tau, max_staleness: int | None):
@@ -95,8 +99,9 @@ def normalise(weights: Array, mask: Array) -> Array:
     return jnp.where(total > 0, w * n_kept / jnp.maximum(total, 1e-12), w)
 
 
-def staleness_weights(learner_version: Array | int, behaviour_version: Array,
-                      cfg: StalenessConfig) -> tuple[Array, Array]:
+def staleness_weights(
+    learner_version: Array | int, behaviour_version: Array, cfg: StalenessConfig
+) -> tuple[Array, Array]:
     """Per-sample weights and keep-mask for a batch of any shape.
 
     Returns:
@@ -116,5 +121,16 @@ def truncated_ratio(log_pi: Array, log_mu: Array, rho_bar: float) -> Array:
     return jax.lax.stop_gradient(jnp.minimum(rho_bar, jnp.exp(log_pi - log_mu)))
 
 
-__all__ = ["admissible", "constant", "cutoff", "exponential", "hinge", "normalise", "polynomial", "schedule_weights",
-           "staleness", "staleness_weights", "truncated_ratio"]
+__all__ = [
+    "admissible",
+    "constant",
+    "cutoff",
+    "exponential",
+    "hinge",
+    "normalise",
+    "polynomial",
+    "schedule_weights",
+    "staleness",
+    "staleness_weights",
+    "truncated_ratio",
+]

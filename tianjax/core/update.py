@@ -82,13 +82,16 @@ def _adam(learning_rate, max_grad_norm, base_width=None):
     return optax.chain(*parts)
 
 
-def make_optimizer(lr: float, max_grad_norm: float, base_width: int | None = None) -> optax.GradientTransformation:
+def make_optimizer(
+    lr: float, max_grad_norm: float, base_width: int | None = None
+) -> optax.GradientTransformation:
     """Adam (eps 1e-5) after global-norm clipping, its learning rate a hyperparameter in the
     optimizer state (optax.inject_hyperparams) that the update sets from progress. With
     `base_width`, `lr` is the rate of a layer base_width wide and wider dense layers take a
     smaller step (scale_by_fan_in)."""
     return optax.inject_hyperparams(_adam, static_args=("base_width",))(
-        learning_rate=lr, max_grad_norm=max_grad_norm, base_width=base_width)
+        learning_rate=lr, max_grad_norm=max_grad_norm, base_width=base_width
+    )
 
 
 def learning_rate(opt_state) -> jax.Array:
@@ -114,8 +117,9 @@ def lr_schedule(lr: float, anneal: bool, budget: int) -> Callable[[jax.Array], j
     return schedule
 
 
-def step_progress(fresh_steps: jax.Array, fresh: jax.Array, batch_steps: int,
-                  num_grad_steps: int) -> jax.Array:
+def step_progress(
+    fresh_steps: jax.Array, fresh: jax.Array, batch_steps: int, num_grad_steps: int
+) -> jax.Array:
     """[num_grad_steps] fresh-step counts at which each gradient step of an update is taken:
     fresh_steps + batch_steps * j / num_grad_steps for a fresh batch, fresh_steps for reuse."""
     j = jnp.arange(num_grad_steps, dtype=jnp.float32)
@@ -123,8 +127,13 @@ def step_progress(fresh_steps: jax.Array, fresh: jax.Array, batch_steps: int,
     return jnp.asarray(fresh_steps, jnp.float32) + inc
 
 
-def init_state(params: Params, optimizer: optax.GradientTransformation, key: jax.Array,
-               with_target: bool = False, version: int = 0) -> LearnerState:
+def init_state(
+    params: Params,
+    optimizer: optax.GradientTransformation,
+    key: jax.Array,
+    with_target: bool = False,
+    version: int = 0,
+) -> LearnerState:
     return LearnerState(
         params=params,
         opt_state=optimizer.init(params),
@@ -142,8 +151,14 @@ def all_finite(tree) -> jax.Array:
     return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in leaves]))
 
 
-def gradient_step(loss_fn: Callable[..., tuple[jax.Array, dict]], optimizer: optax.GradientTransformation,
-                  params: Params, opt_state: Any, *batch, lr=None) -> tuple[Params, Any, dict]:
+def gradient_step(
+    loss_fn: Callable[..., tuple[jax.Array, dict]],
+    optimizer: optax.GradientTransformation,
+    params: Params,
+    opt_state: Any,
+    *batch,
+    lr=None,
+) -> tuple[Params, Any, dict]:
     """One plain gradient step: (params, opt_state, metrics); `lr` sets the learning rate
     of an optimizer made by make_optimizer for this step (None: keep it)."""
     if lr is not None:

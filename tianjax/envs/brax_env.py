@@ -50,8 +50,10 @@ def import_brax():
         with contextlib.redirect_stdout(io.StringIO()):
             from brax import envs
     except ImportError as e:
-        raise ConfigError("config key 'env_backend': 'brax' needs the brax package, which is not "
-                          f"installed ({e}); install it with `pip install -e .[brax]`") from None
+        raise ConfigError(
+            "config key 'env_backend': 'brax' needs the brax package, which is not "
+            f"installed ({e}); install it with `pip install -e .[brax]`"
+        ) from None
     return envs
 
 
@@ -66,9 +68,11 @@ def _resolve(envs, name: str) -> str:
             raise ConfigError(f"config key 'env': cannot import module '{module}' ({e})") from None
     known = getattr(envs, "_envs", None)
     if known is not None and name not in known:
-        raise ConfigError(f"config key 'env': '{name}' is not a brax environment (known: "
-                          f"{', '.join(sorted(known))}; add yours with "
-                          "brax.envs.register_environment)")
+        raise ConfigError(
+            f"config key 'env': '{name}' is not a brax environment (known: "
+            f"{', '.join(sorted(known))}; add yours with "
+            "brax.envs.register_environment)"
+        )
     return name
 
 
@@ -78,24 +82,34 @@ class BraxEnv:
     reports_wins = False
 
     def __init__(self, env, name: str, episode_length: int = DEFAULT_EPISODE_LENGTH):
-        if isinstance(episode_length, bool) or not isinstance(episode_length, int) or episode_length < 1:
-            raise ConfigError("config key 'env_options.episode_length': must be an int >= 1, got "
-                              f"{episode_length!r}")
+        if (
+            isinstance(episode_length, bool)
+            or not isinstance(episode_length, int)
+            or episode_length < 1
+        ):
+            raise ConfigError(
+                "config key 'env_options.episode_length': must be an int >= 1, got "
+                f"{episode_length!r}"
+            )
         self.env = env
         self.name = name
         self.episode_length = int(episode_length)
         self.obs_shape = (int(env.observation_size),)
         self.obs_dtype = np.dtype(np.float32)
         n = int(env.action_size)
-        self.action_spec = ActionSpec(discrete=False, shape=(n,), low=-np.ones(n, np.float32),
-                                      high=np.ones(n, np.float32))
+        self.action_spec = ActionSpec(
+            discrete=False, shape=(n,), low=-np.ones(n, np.float32), high=np.ones(n, np.float32)
+        )
 
     def _start(self, key) -> tuple[jax.Array, BraxState]:
         s = self.env.reset(key)
         # NOTE: brax steps return a weakly typed python-float reward; fixing the dtypes here
         # keeps the scan carry (and the jit cache key) the same before and after a step.
-        s = s.replace(obs=s.obs.astype(jnp.float32), reward=jnp.asarray(s.reward, jnp.float32),
-                      done=jnp.asarray(s.done, jnp.float32))
+        s = s.replace(
+            obs=s.obs.astype(jnp.float32),
+            reward=jnp.asarray(s.reward, jnp.float32),
+            done=jnp.asarray(s.done, jnp.float32),
+        )
         return s.obs, BraxState(s, jnp.zeros((), jnp.int32))
 
     def reset(self, key) -> tuple[jax.Array, BraxState]:
@@ -104,8 +118,11 @@ class BraxEnv:
     def step(self, key, state: BraxState, action) -> JaxStep:
         """One env (vmapped by the caller): action [action_size] in [-1, 1]."""
         s = self.env.step(state.env_state, jnp.asarray(action, jnp.float32))
-        s = s.replace(obs=s.obs.astype(jnp.float32), reward=jnp.asarray(s.reward, jnp.float32),
-                      done=jnp.asarray(s.done, jnp.float32))
+        s = s.replace(
+            obs=s.obs.astype(jnp.float32),
+            reward=jnp.asarray(s.reward, jnp.float32),
+            done=jnp.asarray(s.done, jnp.float32),
+        )
         t = state.step + 1
         terminated = s.done > 0
         truncated = (t >= self.episode_length) & ~terminated
@@ -131,6 +148,8 @@ def make_brax(name: str, options: dict | None = None) -> BraxEnv:
             warnings.filterwarnings("ignore", message="Brax System", category=UserWarning)
             env = envs.get_environment(registered, **options)
     except (TypeError, ValueError, KeyError, NotImplementedError) as e:
-        raise ConfigError(f"config key 'env_options': brax env '{registered}' does not take "
-                          f"{options} ({type(e).__name__}: {e})") from None
+        raise ConfigError(
+            f"config key 'env_options': brax env '{registered}' does not take "
+            f"{options} ({type(e).__name__}: {e})"
+        ) from None
     return BraxEnv(env, name, episode_length)

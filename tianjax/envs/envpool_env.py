@@ -10,7 +10,13 @@ from typing import Any
 import numpy as np
 
 from tianjax.config import ConfigError
-from tianjax.envs.host_api import HostStep, _obs_space, _prepare_actions, check_options, other_backend_hint
+from tianjax.envs.host_api import (
+    HostStep,
+    _obs_space,
+    _prepare_actions,
+    check_options,
+    other_backend_hint,
+)
 from tianjax.envs.spaces import action_spec
 
 
@@ -27,9 +33,13 @@ def check_env_id(env_id: str) -> None:
     import envpool
 
     if env_id not in envpool.list_all_envs():
-        raise ConfigError(f"config key 'env': '{env_id}' is not an envpool task id"
-                          + (other_backend_hint(env_id, "envpool") or " (list them with `python -c "
-                             "\"import envpool; print(envpool.list_all_envs())\"`)"))
+        raise ConfigError(
+            f"config key 'env': '{env_id}' is not an envpool task id"
+            + (
+                other_backend_hint(env_id, "envpool")
+                or ' (list them with `python -c "import envpool; print(envpool.list_all_envs())"`)'
+            )
+        )
 
 
 class EnvpoolEnv:
@@ -57,8 +67,10 @@ class EnvpoolEnv:
             if not kwargs:
                 raise
             line = (str(e).strip().splitlines() or [type(e).__name__])[0]
-            raise ConfigError(f"config key 'env_options': envpool refused {sorted(kwargs)} for "
-                              f"'{env_id}' ({type(e).__name__}: {line})") from None
+            raise ConfigError(
+                f"config key 'env_options': envpool refused {sorted(kwargs)} for "
+                f"'{env_id}' ({type(e).__name__}: {line})"
+            ) from None
         with _quiet_spaces():
             obs_space, act_space = self._env.observation_space, self._env.action_space
         self.obs_shape, self.obs_dtype = _obs_space(obs_space, env_id)
@@ -70,8 +82,9 @@ class EnvpoolEnv:
         import envpool
 
         with _quiet_spaces():
-            return envpool.make(self.name, env_type="gymnasium", num_envs=self.num_envs, seed=seed,
-                                **self._kwargs)
+            return envpool.make(
+                self.name, env_type="gymnasium", num_envs=self.num_envs, seed=seed, **self._kwargs
+            )
 
     def _ordered(self, info, *arrays):
         """Reorders per-env arrays by env id (a no-op in sync mode, where they come sorted)."""
@@ -99,7 +112,8 @@ class EnvpoolEnv:
         score = reward if score is None else score
         game_end = terminated if game_end is None else game_end
         obs, reward, terminated, truncated, score, game_end = self._ordered(
-            info, obs, reward, terminated, truncated, score, game_end)
+            info, obs, reward, terminated, truncated, score, game_end
+        )
         terminated = np.asarray(terminated, bool)
         truncated = np.asarray(truncated, bool)
         final_obs = obs
@@ -121,8 +135,15 @@ class EnvpoolEnv:
                 noop = np.zeros((len(lost),) + tuple(self.action_spec.shape), self._action_dtype)
                 life_obs, *_, life_info = self._env.step(noop, lost)
                 obs[np.asarray(life_info["env_id"])] = life_obs
-        return HostStep(obs, np.asarray(reward, np.float32), terminated, truncated, final_obs,
-                        np.asarray(score, np.float32), game_over)
+        return HostStep(
+            obs,
+            np.asarray(reward, np.float32),
+            terminated,
+            truncated,
+            final_obs,
+            np.asarray(score, np.float32),
+            game_over,
+        )
 
     def close(self) -> None:
         self._env.close()

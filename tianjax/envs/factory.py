@@ -61,14 +61,18 @@ from tianjax.envs.host_api import HostEnv, HostStep, other_backend_hint
 BACKENDS = ("envpool", "gymnasium")
 
 
-def make_host_env(backend: str, env_id: str, num_envs: int, seed: int = 0, **kwargs: Any) -> HostEnv:
+def make_host_env(
+    backend: str, env_id: str, num_envs: int, seed: int = 0, **kwargs: Any
+) -> HostEnv:
     """A HostEnv of `num_envs` envs of `env_id` from `backend` ("envpool" or "gymnasium")."""
     if backend == "envpool":
         return EnvpoolEnv(env_id, num_envs, seed, **kwargs)
     if backend == "gymnasium":
         return GymnasiumVectorEnv(env_id, num_envs, seed, **kwargs)
-    raise ConfigError(f"config key 'env_backend': '{backend}' is not a host env backend "
-                      f"(known: {', '.join(BACKENDS)})")
+    raise ConfigError(
+        f"config key 'env_backend': '{backend}' is not a host env backend "
+        f"(known: {', '.join(BACKENDS)})"
+    )
 
 
 def make_jax_env(backend: str, name: str, options: dict | None = None):
@@ -100,5 +104,14 @@ def env_spec(config: Config):
         env.close()
 
 
-__all__ = ["BACKENDS", "EnvpoolEnv", "GymnasiumVectorEnv", "HostEnv", "HostStep",
-           "env_spec", "make_host_env", "make_jax_env", "other_backend_hint"]
+__all__ = [
+    "BACKENDS",
+    "EnvpoolEnv",
+    "GymnasiumVectorEnv",
+    "HostEnv",
+    "HostStep",
+    "env_spec",
+    "make_host_env",
+    "make_jax_env",
+    "other_backend_hint",
+]

@@ -7,10 +7,15 @@ from typing import Any
 import numpy as np
 
 from tianjax.config import ConfigError
-from tianjax.envs.host_api import (HostStep, _obs_space, _prepare_actions, accepted_options, check_options,
-                                   other_backend_hint)
+from tianjax.envs.host_api import (
+    HostStep,
+    _obs_space,
+    _prepare_actions,
+    accepted_options,
+    check_options,
+    other_backend_hint,
+)
 from tianjax.envs.spaces import action_spec
-
 
 # what gymnasium's make / make_vec take themselves, besides the env's own arguments
 _MAKE_OPTIONS = ("max_episode_steps", "disable_env_checker")
@@ -47,11 +52,15 @@ def check_env_id(env_id: str) -> None:
         reason = (str(e).strip().splitlines() or [type(e).__name__])[0].rstrip(". ")
         hint = other_backend_hint(env_id, "gymnasium")
         if hint:
-            raise ConfigError(f"config key 'env': '{env_id}' is not a gymnasium env id{hint}") from None
-        raise ConfigError(f"config key 'env': '{env_id}' is not a registered gymnasium env id "
-                          f"({reason}); list them with `python -c \"import gymnasium; "
-                          "gymnasium.pprint_registry()\"`, or register your own with "
-                          "gymnasium.register") from None
+            raise ConfigError(
+                f"config key 'env': '{env_id}' is not a gymnasium env id{hint}"
+            ) from None
+        raise ConfigError(
+            f"config key 'env': '{env_id}' is not a registered gymnasium env id "
+            f'({reason}); list them with `python -c "import gymnasium; '
+            'gymnasium.pprint_registry()"`, or register your own with '
+            "gymnasium.register"
+        ) from None
 
 
 class GymnasiumVectorEnv:
@@ -65,8 +74,14 @@ class GymnasiumVectorEnv:
     point where it registered only that (it must auto-reset SAME_STEP).
     """
 
-    def __init__(self, env_id: str, num_envs: int, seed: int = 0, vectorization_mode: str | None = None,
-                 **kwargs: Any):
+    def __init__(
+        self,
+        env_id: str,
+        num_envs: int,
+        seed: int = 0,
+        vectorization_mode: str | None = None,
+        **kwargs: Any,
+    ):
         import gymnasium as gym
 
         check_env_id(env_id)
@@ -78,24 +93,41 @@ class GymnasiumVectorEnv:
         # the env's own vectoriser where asked, or where it has nothing else (tianjax's latency
         # envs); gymnasium's own (CartPole's) auto-reset NEXT_STEP, so otherwise "sync"
         own = spec.vector_entry_point is not None and (
-            vectorization_mode == "vector_entry_point" or (vectorization_mode is None and spec.entry_point is None))
+            vectorization_mode == "vector_entry_point"
+            or (vectorization_mode is None and spec.entry_point is None)
+        )
         fn = _entry_point(spec.vector_entry_point if own else spec.entry_point)
         accepted = accepted_options(fn)
-        check_options(env_id, kwargs, None if accepted is None else accepted - {"num_envs"} | set(_MAKE_OPTIONS))
+        check_options(
+            env_id,
+            kwargs,
+            None if accepted is None else accepted - {"num_envs"} | set(_MAKE_OPTIONS),
+        )
         if own:
-            self._env = gym.make_vec(env_id, num_envs=self.num_envs, vectorization_mode="vector_entry_point",
-                                     **kwargs)
+            self._env = gym.make_vec(
+                env_id, num_envs=self.num_envs, vectorization_mode="vector_entry_point", **kwargs
+            )
             if self._env.metadata.get("autoreset_mode") != same_step:
-                raise ConfigError(f"config key 'env': '{env_id}''s vector entry point does not auto-reset "
-                                  "SAME_STEP; set env_options.vectorization_mode: sync")
+                raise ConfigError(
+                    f"config key 'env': '{env_id}''s vector entry point does not auto-reset "
+                    "SAME_STEP; set env_options.vectorization_mode: sync"
+                )
         else:
-            self._env = gym.make_vec(env_id, num_envs=self.num_envs, vectorization_mode=vectorization_mode or "sync",
-                                     vector_kwargs={"autoreset_mode": same_step}, **kwargs)
+            self._env = gym.make_vec(
+                env_id,
+                num_envs=self.num_envs,
+                vectorization_mode=vectorization_mode or "sync",
+                vector_kwargs={"autoreset_mode": same_step},
+                **kwargs,
+            )
         self.obs_shape, self.obs_dtype = _obs_space(self._env.single_observation_space, env_id)
         space = self._env.single_action_space
         self.action_spec = action_spec(space, env_id)
-        self._action_dtype = space.dtype if space.dtype is not None else (
-            np.int64 if self.action_spec.discrete else np.float32)
+        self._action_dtype = (
+            space.dtype
+            if space.dtype is not None
+            else (np.int64 if self.action_spec.discrete else np.float32)
+        )
 
     def reset(self, seed: int | None = None) -> np.ndarray:
         if seed is not None:
@@ -115,8 +147,10 @@ class GymnasiumVectorEnv:
             mask = np.asarray(info.get("_final_obs", done), bool)
             final = info.get("final_obs")
             if final is None:
-                raise RuntimeError(f"gymnasium env '{self.name}' ended an episode without "
-                                   "info['final_obs'] (needs autoreset_mode SAME_STEP)")
+                raise RuntimeError(
+                    f"gymnasium env '{self.name}' ended an episode without "
+                    "info['final_obs'] (needs autoreset_mode SAME_STEP)"
+                )
             final_obs = obs.copy()
             for i in np.flatnonzero(mask):
                 final_obs[i] = final[i]

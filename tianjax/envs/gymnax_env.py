@@ -13,7 +13,6 @@ vmapped by the caller.
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -31,8 +30,10 @@ class JaxEnv:
         self.name = name or getattr(env, "name", type(env).__name__)
         obs_space = env.observation_space(self.params)
         if getattr(obs_space, "shape", None) is None:
-            raise ConfigError(f"config key 'env': '{self.name}' has a {type(obs_space).__name__} "
-                              "observation space; only array (Box) observations are supported")
+            raise ConfigError(
+                f"config key 'env': '{self.name}' has a {type(obs_space).__name__} "
+                "observation space; only array (Box) observations are supported"
+            )
         self.obs_shape = tuple(obs_space.shape)
         self.obs_dtype = np.dtype(getattr(obs_space, "dtype", np.float32))
         self.action_spec = action_spec(env.action_space(self.params))
@@ -42,15 +43,25 @@ class JaxEnv:
 
     def step(self, key, state, action) -> JaxStep:
         # the gymnax >= 1.0 API: terminated and truncated apart (truncation bootstraps)
-        obs, state, reward, terminated, truncated, info = self.env.step(key, state, action, self.params)
+        obs, state, reward, terminated, truncated, info = self.env.step(
+            key, state, action, self.params
+        )
         final_obs = info.get("final_observation", obs)
-        return JaxStep(obs, state, reward.astype(jnp.float32), terminated.astype(bool),
-                       truncated.astype(bool), final_obs)
+        return JaxStep(
+            obs,
+            state,
+            reward.astype(jnp.float32),
+            terminated.astype(bool),
+            truncated.astype(bool),
+            final_obs,
+        )
 
 
 def _is_gymnax_env(obj) -> bool:
-    return all(hasattr(obj, a) for a in ("reset", "step", "default_params", "observation_space",
-                                         "action_space"))
+    return all(
+        hasattr(obj, a)
+        for a in ("reset", "step", "default_params", "observation_space", "action_space")
+    )
 
 
 def from_reference(text: str, params=None) -> JaxEnv:
@@ -65,8 +76,10 @@ def from_reference(text: str, params=None) -> JaxEnv:
     if isinstance(obj, tuple) and len(obj) == 2:
         obj, env_params = obj
     if not _is_gymnax_env(obj):
-        raise ConfigError(f"config key 'env': {text!r} is not a gymnax-API env (needs reset, step, "
-                          "default_params, observation_space and action_space)")
+        raise ConfigError(
+            f"config key 'env': {text!r} is not a gymnax-API env (needs reset, step, "
+            "default_params, observation_space and action_space)"
+        )
     return JaxEnv(obj, params if params is not None else env_params, name=text)
 
 
@@ -85,7 +98,9 @@ def make_gymnax(name_or_env, params=None) -> JaxEnv:
         from tianjax.envs.host_api import other_backend_hint
 
         hint = other_backend_hint(name_or_env, "gymnax")
-        raise ConfigError(f"config key 'env': '{name_or_env}' is not a gymnax environment"
-                          + (hint or f" (known: {', '.join(sorted(gymnax.registered_envs))})"))
+        raise ConfigError(
+            f"config key 'env': '{name_or_env}' is not a gymnax environment"
+            + (hint or f" (known: {', '.join(sorted(gymnax.registered_envs))})")
+        )
     env, default_params = gymnax.make(name_or_env)
     return JaxEnv(env, default_params if params is None else params, name=name_or_env)

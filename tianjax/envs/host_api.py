@@ -54,11 +54,9 @@ class HostEnv(Protocol):
         """Resets every env (reseeding when `seed` is given); returns obs [B, ...]."""
         ...
 
-    def step(self, actions: np.ndarray) -> HostStep:
-        ...
+    def step(self, actions: np.ndarray) -> HostStep: ...
 
-    def close(self) -> None:
-        ...
+    def close(self) -> None: ...
 
 
 # ----------------------------------------------------------------------------- spaces
@@ -66,8 +64,10 @@ class HostEnv(Protocol):
 
 def _obs_space(space, env_id: str) -> tuple[tuple[int, ...], np.dtype]:
     if type(space).__name__ != "Box":
-        raise ConfigError(f"config key 'env': '{env_id}' has a {type(space).__name__} observation "
-                          "space; only Box (array) observations are supported")
+        raise ConfigError(
+            f"config key 'env': '{env_id}' has a {type(space).__name__} observation "
+            "space; only Box (array) observations are supported"
+        )
     return tuple(space.shape), np.dtype(space.dtype)
 
 
@@ -76,7 +76,9 @@ def _prepare_actions(actions, spec: ActionSpec, num_envs: int, dtype) -> np.ndar
     if spec.discrete:
         a = a.reshape(num_envs).astype(dtype, copy=False)
     else:
-        a = np.clip(a.reshape((num_envs,) + tuple(spec.shape)), spec.low, spec.high).astype(dtype, copy=False)
+        a = np.clip(a.reshape((num_envs,) + tuple(spec.shape)), spec.low, spec.high).astype(
+            dtype, copy=False
+        )
     return a
 
 
@@ -105,8 +107,12 @@ def _brax_ids():
 
 
 # the backends an env id may belong to, in the order a hint names them
-_BACKEND_IDS = (("gymnax", _gymnax_ids), ("envpool", _envpool_ids), ("gymnasium", _gymnasium_ids),
-                ("brax", _brax_ids))
+_BACKEND_IDS = (
+    ("gymnax", _gymnax_ids),
+    ("envpool", _envpool_ids),
+    ("gymnasium", _gymnasium_ids),
+    ("brax", _brax_ids),
+)
 
 
 def _knows(ids, env_id: str) -> bool:
@@ -123,10 +129,16 @@ def other_backend_hint(env_id: str, backend: str) -> str:
     knows `env_id`, else ''."""
     if ":" in env_id:
         return ""
-    other = next((name for name, ids in _BACKEND_IDS if name != backend and _knows(ids, env_id)), None)
+    other = next(
+        (name for name, ids in _BACKEND_IDS if name != backend and _knows(ids, env_id)), None
+    )
     if other is None:
         return ""
-    mode = "mode: fused, or sync/async with actors" if other in ("gymnax", "brax") else "mode: sync or async"
+    mode = (
+        "mode: fused, or sync/async with actors"
+        if other in ("gymnax", "brax")
+        else "mode: sync or async"
+    )
     article = "an" if other[0] in "aeiou" else "a"
     return f", but it is {article} {other} env: set env_backend: {other} ({mode})"
 
@@ -156,5 +168,7 @@ def check_options(env_id: str, given, accepted: set[str] | None) -> None:
             # of equally close names, the one that shares the longest start with it
             close.sort(key=lambda c: -len(os.path.commonprefix([c, key])))
             hint = f"; did you mean '{close[0]}'?" if close else ""
-            raise ConfigError(f"config key 'env_options.{key}': '{env_id}' takes no option '{key}'{hint} "
-                              f"(it takes: {', '.join(sorted(accepted))})")
+            raise ConfigError(
+                f"config key 'env_options.{key}': '{env_id}' takes no option '{key}'{hint} "
+                f"(it takes: {', '.join(sorted(accepted))})"
+            )

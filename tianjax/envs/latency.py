@@ -55,7 +55,9 @@ from tianjax.envs.vector_cartpole import CartPoleVectorEnv
 CARTPOLE_ID = "tianjax/LatencyCartPole-v1"
 LUNARLANDER_ID = "tianjax/LatencyLunarLander-v2"
 ANNOUNCE = "latency: actor {actor} steps at {factor:g}x (mean {mean_ms:.3f} ms per vector step of {num_envs} envs)"
-_MAX_CREDIT_S = 4e-3  # oversleep credited to the next steps, at most (a late wake-up on a busy machine)
+_MAX_CREDIT_S = (
+    4e-3  # oversleep credited to the next steps, at most (a late wake-up on a busy machine)
+)
 
 
 @dataclass(frozen=True)
@@ -72,14 +74,31 @@ class Latency:
     def __post_init__(self):
         def check(ok, key, what):
             if not ok:
-                raise ConfigError(f"config key 'env_options.{key}': {what}, got {getattr(self, key)!r}")
+                raise ConfigError(
+                    f"config key 'env_options.{key}': {what}, got {getattr(self, key)!r}"
+                )
 
         for key in ("step_ms", "sigma", "hiccup_ms"):
-            check(isinstance(getattr(self, key), (int, float)) and getattr(self, key) >= 0, key, "must be >= 0")
-        check(isinstance(self.hiccup_p, (int, float)) and 0 <= self.hiccup_p <= 1, "hiccup_p", "must be in [0, 1]")
-        check(isinstance(self.slow_factor, (int, float)) and self.slow_factor >= 1, "slow_factor", "must be >= 1")
-        check(all(isinstance(a, int) and a >= 0 for a in self.slow_actors), "slow_actors",
-              "must be a list of actor indices (ints >= 0)")
+            check(
+                isinstance(getattr(self, key), (int, float)) and getattr(self, key) >= 0,
+                key,
+                "must be >= 0",
+            )
+        check(
+            isinstance(self.hiccup_p, (int, float)) and 0 <= self.hiccup_p <= 1,
+            "hiccup_p",
+            "must be in [0, 1]",
+        )
+        check(
+            isinstance(self.slow_factor, (int, float)) and self.slow_factor >= 1,
+            "slow_factor",
+            "must be >= 1",
+        )
+        check(
+            all(isinstance(a, int) and a >= 0 for a in self.slow_actors),
+            "slow_actors",
+            "must be a list of actor indices (ints >= 0)",
+        )
 
     def factor(self, actor: int) -> float:
         return float(self.slow_factor) if actor in self.slow_actors else 1.0
@@ -102,7 +121,9 @@ class Sleeper:
     """Sleeps what it is asked, crediting an oversleep (time.sleep wakes ~0.1 ms late, later
     on a busy machine) to the next requests, at most `max_credit_s`; counts what it slept."""
 
-    def __init__(self, clock=time.perf_counter, sleep=time.sleep, max_credit_s: float = _MAX_CREDIT_S):
+    def __init__(
+        self, clock=time.perf_counter, sleep=time.sleep, max_credit_s: float = _MAX_CREDIT_S
+    ):
         self._clock, self._sleep, self.max_credit_s = clock, sleep, float(max_credit_s)
         self.owed = 0.0
         self.slept = 0.0
@@ -129,8 +150,13 @@ class LatencyVectorEnv(gym.vector.VectorWrapper):
     """A gymnasium vector env whose every step waits one drawn delay (one simulator serving
     all its envs). `actor` None: the process's (actor_index())."""
 
-    def __init__(self, env: gym.vector.VectorEnv, latency: Latency, actor: int | None = None,
-                 sleeper: Sleeper | None = None):
+    def __init__(
+        self,
+        env: gym.vector.VectorEnv,
+        latency: Latency,
+        actor: int | None = None,
+        sleeper: Sleeper | None = None,
+    ):
         super().__init__(env)
         self.latency = latency
         self.actor = actor_index() if actor is None else int(actor)
@@ -153,8 +179,16 @@ class LatencyVectorEnv(gym.vector.VectorWrapper):
     def _announce(self) -> None:
         if self.actor >= 0 and not self._announced:
             self._announced = True
-            print(ANNOUNCE.format(actor=self.actor, factor=self.factor, mean_ms=self.latency.mean_ms(self.actor),
-                                  num_envs=self.num_envs), file=sys.stderr, flush=True)
+            print(
+                ANNOUNCE.format(
+                    actor=self.actor,
+                    factor=self.factor,
+                    mean_ms=self.latency.mean_ms(self.actor),
+                    num_envs=self.num_envs,
+                ),
+                file=sys.stderr,
+                flush=True,
+            )
 
 
 class _EnvpoolVector(gym.vector.VectorEnv):
@@ -171,7 +205,9 @@ class _EnvpoolVector(gym.vector.VectorEnv):
         spec = envpool.make_spec(task_id)
         self.single_observation_space = spec.gymnasium_observation_space
         self.single_action_space = spec.gymnasium_action_space
-        self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, num_envs)
+        self.observation_space = gym.vector.utils.batch_space(
+            self.single_observation_space, num_envs
+        )
         self.action_space = gym.vector.utils.batch_space(self.single_action_space, num_envs)
         self.metadata = {"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}
 
@@ -208,7 +244,8 @@ def _cartpole(num_envs: int = 1, **options) -> gym.vector.VectorEnv:
     limit = options.pop("max_episode_steps", 500)
     base = gym.vector.SyncVectorEnv(
         [lambda: gym.wrappers.TimeLimit(CartPoleEnv(**options), limit) for _ in range(num_envs)],
-        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
+    )
     return LatencyVectorEnv(base, latency)
 
 
@@ -222,7 +259,10 @@ def _with_signature(fn, base_params: list[inspect.Parameter]):
     dynamics' own), so that tianjax can check env_options against it."""
     kw = inspect.Parameter.KEYWORD_ONLY
     params = [inspect.Parameter("num_envs", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=1)]
-    params += [inspect.Parameter(name, kw, default=f.default) for name, f in Latency.__dataclass_fields__.items()]
+    params += [
+        inspect.Parameter(name, kw, default=f.default)
+        for name, f in Latency.__dataclass_fields__.items()
+    ]
     params += [p.replace(kind=kw) for p in base_params]
     fn.__signature__ = inspect.Signature(params)
     return fn
@@ -230,7 +270,11 @@ def _with_signature(fn, base_params: list[inspect.Parameter]):
 
 def _cartpole_params() -> list[inspect.Parameter]:
     kw = inspect.Parameter.KEYWORD_ONLY
-    own = [p for name, p in inspect.signature(CartPoleVectorEnv).parameters.items() if name != "num_envs"]
+    own = [
+        p
+        for name, p in inspect.signature(CartPoleVectorEnv).parameters.items()
+        if name != "num_envs"
+    ]
     return [*own, inspect.Parameter("render_mode", kw, default=None)]
 
 
@@ -238,21 +282,40 @@ def _lunarlander_params() -> list[inspect.Parameter]:
     # the envpool options of LunarLander-v2 that make sense per run (not its batching, its
     # threads or its seeds, which tianjax sets)
     kw = inspect.Parameter.KEYWORD_ONLY
-    return [inspect.Parameter("max_episode_steps", kw, default=1000),
-            inspect.Parameter("reward_threshold", kw, default=200.0)]
+    return [
+        inspect.Parameter("max_episode_steps", kw, default=1000),
+        inspect.Parameter("reward_threshold", kw, default=200.0),
+    ]
 
 
 def register() -> None:
     """Registers both ids with gymnasium (once; importing this module does it)."""
     if CARTPOLE_ID not in gym.registry:
-        gym.register(CARTPOLE_ID, vector_entry_point=_with_signature(_cartpole, _cartpole_params()),
-                     max_episode_steps=500, reward_threshold=475.0)
+        gym.register(
+            CARTPOLE_ID,
+            vector_entry_point=_with_signature(_cartpole, _cartpole_params()),
+            max_episode_steps=500,
+            reward_threshold=475.0,
+        )
     if LUNARLANDER_ID not in gym.registry:
-        gym.register(LUNARLANDER_ID, vector_entry_point=_with_signature(_lunarlander, _lunarlander_params()),
-                     max_episode_steps=1000, reward_threshold=200.0)
+        gym.register(
+            LUNARLANDER_ID,
+            vector_entry_point=_with_signature(_lunarlander, _lunarlander_params()),
+            max_episode_steps=1000,
+            reward_threshold=200.0,
+        )
 
 
 register()
 
-__all__ = ["ACTOR_INDEX_ENV", "CARTPOLE_ID", "LUNARLANDER_ID", "Latency", "LatencyVectorEnv", "Sleeper",
-           "actor_index", "draw_delay_s", "register"]
+__all__ = [
+    "ACTOR_INDEX_ENV",
+    "CARTPOLE_ID",
+    "LUNARLANDER_ID",
+    "Latency",
+    "LatencyVectorEnv",
+    "Sleeper",
+    "actor_index",
+    "draw_delay_s",
+    "register",
+]

@@ -86,7 +86,9 @@ class MultiAgentEnv:
         self._state_scale, self._state_floor = _smax_state_transform(env)
         obs0 = jax.eval_shape(self.reset, jax.random.key(0))[0]
         # the shapes of one env's observation, as an MAObs: ((N, D), (S,), (N, A))
-        self.obs_shape = MAObs(tuple(obs0.obs.shape), tuple(obs0.state.shape), tuple(obs0.avail.shape))
+        self.obs_shape = MAObs(
+            tuple(obs0.obs.shape), tuple(obs0.state.shape), tuple(obs0.avail.shape)
+        )
 
     # ------------------------------------------------------------------ observation
     def _observe(self, obs_dict, state) -> MAObs:
@@ -109,8 +111,10 @@ class MultiAgentEnv:
         if not self._has_masks:
             return pad
         masks = self.env.get_avail_actions(state)
-        rows = [jnp.pad(jnp.asarray(masks[ag]).astype(bool), (0, a - k))
-                for ag, k in zip(self.agents, self._num_actions)]
+        rows = [
+            jnp.pad(jnp.asarray(masks[ag]).astype(bool), (0, a - k))
+            for ag, k in zip(self.agents, self._num_actions)
+        ]
         return jnp.stack(rows) & pad
 
     # ------------------------------------------------------------------ protocol
@@ -127,19 +131,31 @@ class MultiAgentEnv:
     def step(self, key, state, action) -> JaxStep:
         """One step of all agents: `action` [N] (discrete) or [N, D] (continuous)."""
         k_step, k_reset = jax.random.split(key)
-        obs_d, next_state, reward_d, done_d, _ = self.env.step_env(k_step, state, self._actions(action))
+        obs_d, next_state, reward_d, done_d, _ = self.env.step_env(
+            k_step, state, self._actions(action)
+        )
         final_obs = self._observe(obs_d, next_state)
         done = jnp.asarray(done_d["__all__"]).astype(bool)
         won, decisive = self._outcome(next_state)
-        timed_out = (jnp.asarray(_inner(next_state).step) >= self.max_steps
-                     if self.max_steps is not None else jnp.zeros((), bool))
+        timed_out = (
+            jnp.asarray(_inner(next_state).step) >= self.max_steps
+            if self.max_steps is not None
+            else jnp.zeros((), bool)
+        )
         truncated = done & timed_out & ~decisive
         terminated = done & ~truncated
         reset_obs, reset_state = self.reset(k_reset)
         pick = lambda new, old: jax.tree.map(lambda x, y: jnp.where(done, x, y), new, old)  # noqa: E731
         reward = jnp.stack([jnp.asarray(reward_d[a], jnp.float32) for a in self.agents])
-        return JaxStep(pick(reset_obs, final_obs), pick(reset_state, next_state), reward,
-                       terminated, truncated, final_obs, done & won if self.reports_wins else None)
+        return JaxStep(
+            pick(reset_obs, final_obs),
+            pick(reset_state, next_state),
+            reward,
+            terminated,
+            truncated,
+            final_obs,
+            done & won if self.reports_wins else None,
+        )
 
     def _outcome(self, state) -> tuple[jax.Array, jax.Array]:
         """(won, decisive): SMAX-style battles end decisively when one side is all dead."""
@@ -147,8 +163,8 @@ class MultiAgentEnv:
         if self._num_allies is None or not hasattr(inner, "unit_alive"):
             return jnp.zeros((), bool), jnp.zeros((), bool)
         alive = inner.unit_alive
-        allies_dead = ~jnp.any(alive[:self._num_allies])
-        enemies_dead = ~jnp.any(alive[self._num_allies:])
+        allies_dead = ~jnp.any(alive[: self._num_allies])
+        enemies_dead = ~jnp.any(alive[self._num_allies :])
         return enemies_dead & ~allies_dead, allies_dead | enemies_dead
 
 
@@ -167,8 +183,10 @@ def _smax_state_transform(env) -> tuple[np.ndarray | None, np.ndarray | None]:
     floor = np.full(len(feats), -np.inf, np.float32)
     floor[feats.index("weapon_cooldown")] = 0.0
     rest = 2 * n_units
-    return (np.concatenate([np.tile(scale, n_units), np.ones(rest, np.float32)]),
-            np.concatenate([np.tile(floor, n_units), np.full(rest, -np.inf, np.float32)]))
+    return (
+        np.concatenate([np.tile(scale, n_units), np.ones(rest, np.float32)]),
+        np.concatenate([np.tile(floor, n_units), np.full(rest, -np.inf, np.float32)]),
+    )
 
 
 def _has_avail_actions(env) -> bool:
@@ -189,22 +207,26 @@ def make_jaxmarl(name: str) -> MultiAgentEnv:
         from jaxmarl.environments.smax import map_name_to_scenario
 
     if name.startswith("SMAX_"):
-        map_name = name[len("SMAX_"):]
+        map_name = name[len("SMAX_") :]
         try:
             scenario = map_name_to_scenario(map_name)
         except (KeyError, ValueError):
             scenario = None
         if scenario is None:
-            raise ConfigError(f"config key 'env': '{map_name}' is not a SMAX map (e.g. SMAX_3m, SMAX_2s3z)")
+            raise ConfigError(
+                f"config key 'env': '{map_name}' is not a SMAX map (e.g. SMAX_3m, SMAX_2s3z)"
+            )
         return MultiAgentEnv(jaxmarl.make("HeuristicEnemySMAX", scenario=scenario), name=name)
     kwargs = {}
     base = name
     if name.startswith("MPE_") and name.endswith("_continuous"):
-        base, kwargs = name[:-len("_continuous")], {"action_type": "Continuous"}
+        base, kwargs = name[: -len("_continuous")], {"action_type": "Continuous"}
     if base not in jaxmarl.registered_envs:
         mpe = sorted(e for e in jaxmarl.registered_envs if e.startswith("MPE_"))
-        raise ConfigError(f"config key 'env': '{name}' is not a JaxMARL environment (e.g. SMAX_3m, "
-                          f"{', '.join(mpe[:4])}, ...)")
+        raise ConfigError(
+            f"config key 'env': '{name}' is not a JaxMARL environment (e.g. SMAX_3m, "
+            f"{', '.join(mpe[:4])}, ...)"
+        )
     return MultiAgentEnv(jaxmarl.make(base, **kwargs), name=name)
 
 

@@ -21,16 +21,23 @@ def action_spec(space, env_id: str | None = None) -> ActionSpec:
     if kind == "Discrete":
         start = int(getattr(space, "start", 0))
         if start != 0:
-            raise ConfigError(f"config key 'env': a Discrete action space starting at {start} is not "
-                              f"supported{where}; only actions 0..n-1 are")
+            raise ConfigError(
+                f"config key 'env': a Discrete action space starting at {start} is not "
+                f"supported{where}; only actions 0..n-1 are"
+            )
         return ActionSpec(discrete=True, num_actions=int(space.n))
     if kind == "Box":
         shape = tuple(space.shape)
-        return ActionSpec(discrete=False, shape=shape,
-                          low=np.broadcast_to(np.asarray(space.low, np.float32), shape),
-                          high=np.broadcast_to(np.asarray(space.high, np.float32), shape))
-    raise ConfigError(f"config key 'env': a {kind} action space is not supported{where}; only Discrete "
-                      "and Box actions are")
+        return ActionSpec(
+            discrete=False,
+            shape=shape,
+            low=np.broadcast_to(np.asarray(space.low, np.float32), shape),
+            high=np.broadcast_to(np.asarray(space.high, np.float32), shape),
+        )
+    raise ConfigError(
+        f"config key 'env': a {kind} action space is not supported{where}; only Discrete "
+        "and Box actions are"
+    )
 
 
 __all__ = ["action_spec"]

@@ -50,17 +50,27 @@ class CartPoleVectorEnv(gym.vector.VectorEnv):
 
     metadata = {"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP, "render_modes": []}
 
-    def __init__(self, num_envs: int = 1, *, sutton_barto_reward: bool = False, max_episode_steps: int = 500):
-        if isinstance(max_episode_steps, bool) or not isinstance(max_episode_steps, int) or max_episode_steps < 1:
-            raise ConfigError("config key 'env_options.max_episode_steps': must be an int >= 1, "
-                              f"got {max_episode_steps!r}")
+    def __init__(
+        self, num_envs: int = 1, *, sutton_barto_reward: bool = False, max_episode_steps: int = 500
+    ):
+        if (
+            isinstance(max_episode_steps, bool)
+            or not isinstance(max_episode_steps, int)
+            or max_episode_steps < 1
+        ):
+            raise ConfigError(
+                "config key 'env_options.max_episode_steps': must be an int >= 1, "
+                f"got {max_episode_steps!r}"
+            )
         self.num_envs = int(num_envs)
         self.max_episode_steps = max_episode_steps
         self.sutton_barto_reward = bool(sutton_barto_reward)
         bound = np.array([2 * X_LIMIT, np.inf, 2 * THETA_LIMIT, np.inf], np.float32)
         self.single_observation_space = gym.spaces.Box(-bound, bound, dtype=np.float32)
         self.single_action_space = gym.spaces.Discrete(2)
-        self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, self.num_envs)
+        self.observation_space = gym.vector.utils.batch_space(
+            self.single_observation_space, self.num_envs
+        )
         self.action_space = gym.vector.utils.batch_space(self.single_action_space, self.num_envs)
         # rows x, ẋ, θ, θ̇: each quantity contiguous over the carts
         self._state = np.zeros((4, self.num_envs), np.float64)
@@ -72,7 +82,9 @@ class CartPoleVectorEnv(gym.vector.VectorEnv):
         cart, or None (each cart's stream goes on). `options` may narrow the start box,
         {"low": ..., "high": ...}."""
         if seed is not None:
-            seeds = [seed + i for i in range(self.num_envs)] if isinstance(seed, int) else list(seed)
+            seeds = (
+                [seed + i for i in range(self.num_envs)] if isinstance(seed, int) else list(seed)
+            )
             if len(seeds) != self.num_envs:
                 raise ValueError(f"reset: {len(seeds)} seeds for {self.num_envs} envs")
             self._rngs = [np.random.default_rng(s) for s in seeds]
@@ -93,17 +105,27 @@ class CartPoleVectorEnv(gym.vector.VectorEnv):
         truncated [B], info), the carts that ended already restarted."""
         a = np.asarray(actions)
         if a.shape != (self.num_envs,) or not ((a == 0) | (a == 1)).all():
-            raise ValueError(f"CartPole takes one action in {{0, 1}} per env ({self.num_envs}), got {actions!r}")
+            raise ValueError(
+                f"CartPole takes one action in {{0, 1}} per env ({self.num_envs}), got {actions!r}"
+            )
         x, x_dot, theta, theta_dot = self._state
         force = np.where(a == 1, FORCE, -FORCE)
         cos, sin = np.cos(theta), np.sin(theta)
         # NOTE: each product is grouped as in gymnasium's CartPoleEnv, so that the float64
         # states agree to the bit, not only to rounding
         temp = (force + POLE_MOMENT * np.square(theta_dot) * sin) / TOTAL_MASS
-        theta_acc = (GRAVITY * sin - cos * temp) / (HALF_LENGTH * (4.0 / 3.0 - MASS_POLE * np.square(cos) / TOTAL_MASS))
+        theta_acc = (GRAVITY * sin - cos * temp) / (
+            HALF_LENGTH * (4.0 / 3.0 - MASS_POLE * np.square(cos) / TOTAL_MASS)
+        )
         x_acc = temp - POLE_MOMENT * theta_acc * cos / TOTAL_MASS
-        self._state = np.stack((x + TAU * x_dot, x_dot + TAU * x_acc, theta + TAU * theta_dot,
-                                theta_dot + TAU * theta_acc))
+        self._state = np.stack(
+            (
+                x + TAU * x_dot,
+                x_dot + TAU * x_acc,
+                theta + TAU * theta_dot,
+                theta_dot + TAU * theta_acc,
+            )
+        )
         x, theta = self._state[0], self._state[2]
         terminated = (np.abs(x) > X_LIMIT) | (np.abs(theta) > THETA_LIMIT)
         self._steps += 1
@@ -120,8 +142,13 @@ class CartPoleVectorEnv(gym.vector.VectorEnv):
         for i in np.flatnonzero(done):
             self._start(i)
         obs[done] = self._state.T[done]
-        return obs, reward, terminated, truncated, {"final_obs": final, "_final_obs": done,
-                                                    "final_info": {}, "_final_info": done}
+        return (
+            obs,
+            reward,
+            terminated,
+            truncated,
+            {"final_obs": final, "_final_obs": done, "final_info": {}, "_final_info": done},
+        )
 
     def close(self, **kwargs):
         self.closed = True

@@ -57,7 +57,7 @@ def is_loopback(address: str) -> bool:
 
 
 def split_host_port(address: str) -> tuple[str, int]:
-    """"host:port" or "[v6]:port" -> (host, port)."""
+    """ "host:port" or "[v6]:port" -> (host, port)."""
     host, _, port = address.rpartition(":")
     return host.strip("[]"), int(port)
 
@@ -81,7 +81,9 @@ def own_choice(coordinator: str, bind_host: str) -> Address:
         try:
             a = resolve(bind_host)
         except OSError as e:
-            raise Unreachable(f"cannot resolve --bind-host {bind_host} ({e.strerror or e})") from None
+            raise Unreachable(
+                f"cannot resolve --bind-host {bind_host} ({e.strerror or e})"
+            ) from None
         if not is_loopback(a):
             return Address(a, f"--bind-host {bind_host}")
     host, _ = split_host_port(coordinator)
@@ -90,12 +92,14 @@ def own_choice(coordinator: str, bind_host: str) -> Address:
         target = resolve(host)
         return Address(route_to(target), f"the route to the coordinator {host} ({target})")
     except OSError as e:
-        raise Unreachable(f"no route from this host to the coordinator {host} ({target}: "
-                          f"{e.strerror or e})") from None
+        raise Unreachable(
+            f"no route from this host to the coordinator {host} ({target}: {e.strerror or e})"
+        ) from None
 
 
-def choose(client, index: int, count: int, coordinator: str, bind_host: str,
-           timeout_s: float) -> Address:
+def choose(
+    client, index: int, count: int, coordinator: str, bind_host: str, timeout_s: float
+) -> Address:
     """This learner's address for the collectives (steps 1-4 of the module doc).
     `client`: jax.distributed's client, connected. Raises Unreachable."""
     mine = own_choice(coordinator, bind_host)
@@ -105,7 +109,9 @@ def choose(client, index: int, count: int, coordinator: str, bind_host: str,
     for j in range(count):
         if j == index:
             continue
-        theirs = _get(client, f"{_KEY}/route/{j}", timeout_s, f"learner {j} did not say its address")
+        theirs = _get(
+            client, f"{_KEY}/route/{j}", timeout_s, f"learner {j} did not say its address"
+        )
         if not is_loopback(theirs):
             try:
                 a = route_to(theirs)
@@ -127,20 +133,30 @@ def check_reach(client, index: int, count: int, address: str, timeout_s: float) 
         for j in range(count):
             if j == index:
                 continue
-            a, p = _get(client, f"{_KEY}/addr/{j}", timeout_s, f"learner {j} did not say its address").split()
+            a, p = _get(
+                client, f"{_KEY}/addr/{j}", timeout_s, f"learner {j} did not say its address"
+            ).split()
             try:
                 if is_loopback(a) and not is_loopback(address):  # (its host's loopback, not ours)
-                    raise OSError(0, "a loopback address: that learner found no route to the others")
-                socket.create_connection((a, int(p)), timeout=min(PROBE_TIMEOUT_S, timeout_s)).close()
+                    raise OSError(
+                        0, "a loopback address: that learner found no route to the others"
+                    )
+                socket.create_connection(
+                    (a, int(p)), timeout=min(PROBE_TIMEOUT_S, timeout_s)
+                ).close()
             except OSError as e:
                 why = e.strerror or type(e).__name__
-                failed.append(f"learner {index} cannot reach learner {j} at {a} (port {p}, the address "
-                              f"learner {j}'s collectives use: {why})")
+                failed.append(
+                    f"learner {index} cannot reach learner {j} at {a} (port {p}, the address "
+                    f"learner {j}'s collectives use: {why})"
+                )
         # NOTE: the listener stays open until every learner has said how its checks went
         client.key_value_set(f"{_KEY}/reach/{index}", "; ".join(failed), allow_overwrite=True)
         for j in range(count):
             if j != index:
-                said = _get(client, f"{_KEY}/reach/{j}", timeout_s, f"learner {j} did not finish its checks")
+                said = _get(
+                    client, f"{_KEY}/reach/{j}", timeout_s, f"learner {j} did not finish its checks"
+                )
                 failed += [said] if said else []
     if failed:
         raise Unreachable("; ".join(failed))
@@ -150,7 +166,9 @@ def _get(client, key: str, timeout_s: float, what: str) -> str:
     try:
         return client.blocking_key_value_get(key, int(timeout_s * 1000))
     except Exception as e:  # noqa: BLE001 - JAX raises its runtime error: a deadline, or the service gone
-        raise Unreachable(f"{what} within {timeout_s:g} s ({str(e).strip().splitlines()[0][:120]})") from None
+        raise Unreachable(
+            f"{what} within {timeout_s:g} s ({str(e).strip().splitlines()[0][:120]})"
+        ) from None
 
 
 def use_for_gloo(address: str) -> bool:
@@ -166,13 +184,22 @@ def use_for_gloo(address: str) -> bool:
         return False
 
     def make_cpu_client():
-        collectives = _jax.make_gloo_tcp_collectives(distributed_client=distributed.global_state.client,
-                                                     hostname=address)
+        collectives = _jax.make_gloo_tcp_collectives(
+            distributed_client=distributed.global_state.client, hostname=address
+        )
         return xla_bridge.make_cpu_client(collectives=collectives)
 
     register_backend_factory("cpu", make_cpu_client, priority=0, fail_quietly=False)
     return True
 
 
-__all__ = ["Address", "Unreachable", "check_reach", "choose", "is_loopback", "own_choice", "route_to",
-           "use_for_gloo"]
+__all__ = [
+    "Address",
+    "Unreachable",
+    "check_reach",
+    "choose",
+    "is_loopback",
+    "own_choice",
+    "route_to",
+    "use_for_gloo",
+]

@@ -35,6 +35,7 @@ import time
 
 FAILED_KEY = "tianjax/failed"  # set by a learner that is ending the run on an error
 
+
 def exit_now(line: str, code: int) -> None:
     print(line, file=sys.stderr, flush=True)
     sys.stdout.flush()
@@ -81,16 +82,20 @@ class SigtermWatchdog:
                 return
             if any(b in (signal.SIGTERM, signal.SIGINT) for b in data):
                 time.sleep(self.grace_s)
-                exit_now(f"tianjax: error: the {self.what} did not stop within {self.grace_s:g} s of a "
-                         "signal (blocked in a collective with a lost learner?); ended it; the last "
-                         "checkpoint stands", self.code)
+                exit_now(
+                    f"tianjax: error: the {self.what} did not stop within {self.grace_s:g} s of a "
+                    "signal (blocked in a collective with a lost learner?); ended it; the last "
+                    "checkpoint stands",
+                    self.code,
+                )
 
 
 class PeerWatch:
     """Watches the other learner processes of a jax.distributed run (see module doc)."""
 
-    def __init__(self, client, index: int, count: int, timeout_s: float, period_s: float = 1.0,
-                 on_lost=None):
+    def __init__(
+        self, client, index: int, count: int, timeout_s: float, period_s: float = 1.0, on_lost=None
+    ):
         self.client, self.index, self.count = client, index, count
         self.timeout_s, self.period_s = timeout_s, period_s
         self.on_lost = on_lost or (lambda line: exit_now(line, 1))
@@ -143,22 +148,28 @@ class PeerWatch:
             except Exception as e:  # noqa: BLE001 - the service is gone with its host
                 if self._stop.is_set():
                     return
-                self._report(f"the coordination service (learner 0) stopped answering "
-                             f"({type(e).__name__}: {str(e).splitlines()[0][:120]})")
+                self._report(
+                    f"the coordination service (learner 0) stopped answering "
+                    f"({type(e).__name__}: {str(e).splitlines()[0][:120]})"
+                )
                 return
             for j in range(self.count):
                 if j == self.index:
                     continue
                 last = seen.get(j, (None, start))[1]
                 if now - last > self.timeout_s:
-                    self._report(f"learner process {j} sent no heartbeat for {self.timeout_s:g} s "
-                                 "(runtime.heartbeat_timeout_s)")
+                    self._report(
+                        f"learner process {j} sent no heartbeat for {self.timeout_s:g} s "
+                        "(runtime.heartbeat_timeout_s)"
+                    )
                     return
 
     def _report(self, why: str) -> None:
         self.lost = why
-        self.on_lost(f"tianjax: error: learner {self.index}/{self.count}: {why}; stopping; "
-                     "the last checkpoint stands")
+        self.on_lost(
+            f"tianjax: error: learner {self.index}/{self.count}: {why}; stopping; "
+            "the last checkpoint stands"
+        )
 
     def close(self) -> None:
         self._stop.set()

@@ -53,7 +53,9 @@ _HOST_NAME = re.compile(r"[a-z][a-z0-9-]{0,30}")
 _PREFIX = re.compile(r"[a-z][a-z0-9]{0,19}")  # no '-': '<prefix>-' starts only its own names
 _counter = itertools.count()
 # run as the last step before a host's program: its own host name, in its own UTS namespace
-_SET_HOSTNAME = "import os, socket, sys; socket.sethostname(sys.argv[1]); os.execvp(sys.argv[2], sys.argv[2:])"
+_SET_HOSTNAME = (
+    "import os, socket, sys; socket.sethostname(sys.argv[1]); os.execvp(sys.argv[2], sys.argv[2:])"
+)
 
 
 class NetnsError(RuntimeError):
@@ -61,7 +63,9 @@ class NetnsError(RuntimeError):
 
 
 def _run(*argv: str, check: bool = True, timeout: float = 30) -> str:
-    r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    r = subprocess.run(
+        argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+    )
     if check and r.returncode:
         raise NetnsError(f"{' '.join(argv)}: {r.stderr.strip() or f'exit code {r.returncode}'}")
     return r.stdout
@@ -75,7 +79,9 @@ def available() -> str | None:
         return "network namespace hosts need root"
     for tool, package in (("ip", "iproute2"), ("tc", "iproute2"), ("unshare", "util-linux")):
         if shutil.which(tool) is None:
-            return f"network namespace hosts need `{tool}` (package {package}), which is not installed"
+            return (
+                f"network namespace hosts need `{tool}` (package {package}), which is not installed"
+            )
     probe = f"tjprobe{os.getpid()}"
     try:
         _run("ip", "netns", "add", probe)
@@ -98,9 +104,13 @@ def hosts_file(host: str, addresses: dict[str, str], style: HostsStyle) -> str:
     if style == "debian":  # as Debian's installer writes it (the host's own name on 127.0.1.1)
         lines = ["127.0.0.1\tlocalhost", f"127.0.1.1\t{host}"]
         lines += [f"{a}\t{h}" for h, a in addresses.items() if h != host]
-        lines += ["", "# The following lines are desirable for IPv6 capable hosts",
-                  "::1     localhost ip6-localhost ip6-loopback", "ff02::1 ip6-allnodes",
-                  "ff02::2 ip6-allrouters"]
+        lines += [
+            "",
+            "# The following lines are desirable for IPv6 capable hosts",
+            "::1     localhost ip6-localhost ip6-loopback",
+            "ff02::1 ip6-allnodes",
+            "ff02::2 ip6-allrouters",
+        ]
         return "\n".join(lines) + "\n"
     raise ValueError(f"hosts_style must be 'own' or 'debian', got {style!r}")
 
@@ -112,8 +122,14 @@ class NamespaceCluster:
     names the cluster's namespaces `<prefix>-<host>` and `<prefix>-switch` (default: unique
     to this process and cluster)."""
 
-    def __init__(self, hosts: Sequence[str] | int = 2, *, hosts_style: HostsStyle = "own",
-                 subnet: str = "10.213.0.0/24", prefix: str | None = None):
+    def __init__(
+        self,
+        hosts: Sequence[str] | int = 2,
+        *,
+        hosts_style: HostsStyle = "own",
+        subnet: str = "10.213.0.0/24",
+        prefix: str | None = None,
+    ):
         names = [f"host{i}" for i in range(hosts)] if isinstance(hosts, int) else list(hosts)
         if not names or len(set(names)) != len(names):
             raise ValueError(f"hosts must be distinct names, at least one: {names}")
@@ -169,7 +185,21 @@ class NamespaceCluster:
             _write_hosts(ns, hosts_file(h, self._addr, self.hosts_style))
             _run(ip, "netns", "add", ns)
             # both ends are made inside the cluster's namespaces: none is ever in the root one
-            _run(ip, "-n", sw, "link", "add", port, "type", "veth", "peer", "name", HOST_IF, "netns", ns)
+            _run(
+                ip,
+                "-n",
+                sw,
+                "link",
+                "add",
+                port,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                HOST_IF,
+                "netns",
+                ns,
+            )
             _run(ip, "-n", sw, "link", "set", port, "master", "br0")
             _run(ip, "-n", sw, "link", "set", port, "up")
             _run(ip, "-n", ns, "addr", "add", f"{self._addr[h]}/{self.prefixlen}", "dev", HOST_IF)
@@ -207,20 +237,51 @@ class NamespaceCluster:
         self._check(host)
         return self._addr[host]
 
-    def run(self, host: str, argv: Sequence[str], *, env: dict | None = None, cwd=None,
-            stdin=subprocess.DEVNULL, stdout=None, stderr=None) -> subprocess.Popen:
+    def run(
+        self,
+        host: str,
+        argv: Sequence[str],
+        *,
+        env: dict | None = None,
+        cwd=None,
+        stdin=subprocess.DEVNULL,
+        stdout=None,
+        stderr=None,
+    ) -> subprocess.Popen:
         """Starts `argv` on `host`: in its network namespace, with its /etc/hosts and its
         host name, in a session (process group) of its own. The Popen's pid is the
         program's own (each step execs the next)."""
-        cmd = [_tool("ip"), "netns", "exec", self.netns(host), _tool("unshare"), "--uts", "--",
-               sys.executable, "-I", "-S", "-c", _SET_HOSTNAME, host, *argv]
-        p = subprocess.Popen(cmd, env=env, cwd=cwd, stdin=stdin, stdout=stdout, stderr=stderr,
-                             start_new_session=True)
+        cmd = [
+            _tool("ip"),
+            "netns",
+            "exec",
+            self.netns(host),
+            _tool("unshare"),
+            "--uts",
+            "--",
+            sys.executable,
+            "-I",
+            "-S",
+            "-c",
+            _SET_HOSTNAME,
+            host,
+            *argv,
+        ]
+        p = subprocess.Popen(
+            cmd, env=env, cwd=cwd, stdin=stdin, stdout=stdout, stderr=stderr, start_new_session=True
+        )
         self._procs = [q for q in self._procs if q.poll() is None] + [p]
         return p
 
-    def call(self, host: str, argv: Sequence[str], *, env: dict | None = None, timeout: float = 60,
-             check: bool = True) -> subprocess.CompletedProcess:
+    def call(
+        self,
+        host: str,
+        argv: Sequence[str],
+        *,
+        env: dict | None = None,
+        timeout: float = 60,
+        check: bool = True,
+    ) -> subprocess.CompletedProcess:
         """Runs `argv` on `host` to its end; returns its exit code and output (text)."""
         p = self.run(host, argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         try:
@@ -228,12 +289,17 @@ class NamespaceCluster:
         except subprocess.TimeoutExpired:
             os.killpg(p.pid, signal.SIGKILL)
             out, err = p.communicate()
-            raise NetnsError(f"on {host}: {' '.join(argv)} ran past {timeout:g} s; stderr: "
-                             f"{err.decode(errors='replace')[-2000:]}") from None
-        done = subprocess.CompletedProcess(list(argv), p.returncode, out.decode(errors="replace"),
-                                           err.decode(errors="replace"))
+            raise NetnsError(
+                f"on {host}: {' '.join(argv)} ran past {timeout:g} s; stderr: "
+                f"{err.decode(errors='replace')[-2000:]}"
+            ) from None
+        done = subprocess.CompletedProcess(
+            list(argv), p.returncode, out.decode(errors="replace"), err.decode(errors="replace")
+        )
         if check and p.returncode:
-            raise NetnsError(f"on {host}: {' '.join(argv)} exited {p.returncode}: {done.stderr[-2000:]}")
+            raise NetnsError(
+                f"on {host}: {' '.join(argv)} exited {p.returncode}: {done.stderr[-2000:]}"
+            )
         return done
 
     def pids(self, host: str) -> list[int]:
@@ -258,8 +324,9 @@ class NamespaceCluster:
         """Undoes cut(): `host` is on the bridge again."""
         _run("ip", "-n", self.switch, "link", "set", self._port[self._check(host)], "up")
 
-    def cap(self, host: str, rate: str = "100mbit", *, burst: str | None = None,
-            latency: str = "50ms") -> None:
+    def cap(
+        self, host: str, rate: str = "100mbit", *, burst: str | None = None, latency: str = "50ms"
+    ) -> None:
         """Limits `host`'s link to `rate` (tc's units: 100mbit, 10mbps, ...) both ways: a
         token bucket (tbf) on the egress of both ends of its veth. `burst` defaults to
         10 ms of `rate`, at least 32 KiB."""
@@ -278,8 +345,10 @@ class NamespaceCluster:
     def qdisc(self, host: str) -> tuple[str, str]:
         """`tc qdisc show` of `host`'s link: (out of the host, into the host)."""
         h = self._check(host)
-        return (_run("tc", "-n", self.netns(h), "qdisc", "show", "dev", HOST_IF).strip(),
-                _run("tc", "-n", self.switch, "qdisc", "show", "dev", self._port[h]).strip())
+        return (
+            _run("tc", "-n", self.netns(h), "qdisc", "show", "dev", HOST_IF).strip(),
+            _run("tc", "-n", self.switch, "qdisc", "show", "dev", self._port[h]).strip(),
+        )
 
     def _check(self, host: str) -> str:
         if host not in self._addr:
@@ -297,7 +366,9 @@ def _rate_bytes(rate: str) -> float:
     bits) or bps/kbps/mbps/gbps (bytes)."""
     m = re.fullmatch(r"([0-9.]+)\s*([kmgt]?)(bit|bps|)", rate.strip().lower())
     if not m:
-        raise ValueError(f"rate {rate!r}: a number with bit, kbit, mbit, gbit, bps, kbps, mbps or gbps")
+        raise ValueError(
+            f"rate {rate!r}: a number with bit, kbit, mbit, gbit, bps, kbps, mbps or gbps"
+        )
     scale = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}[m.group(2)]
     return float(m.group(1)) * scale / (1 if m.group(3) == "bps" else 8)
 
@@ -328,8 +399,11 @@ def _write_hosts(ns: str, text: str) -> None:
 def _clean_prefix(prefix: str) -> None:
     """Kills every process in the namespaces named `<prefix>-*` and deletes them, and their
     /etc/netns entries."""
-    mine = [line.split()[0] for line in _run("ip", "netns", "list", check=False).splitlines()
-            if line.split() and line.split()[0].startswith(f"{prefix}-")]
+    mine = [
+        line.split()[0]
+        for line in _run("ip", "netns", "list", check=False).splitlines()
+        if line.split() and line.split()[0].startswith(f"{prefix}-")
+    ]
     deadline = time.monotonic() + 10
     while (left := [pid for ns in mine for pid in _ns_pids(ns)]) and time.monotonic() < deadline:
         for pid in left:
@@ -363,8 +437,9 @@ def _take_lock(prefix: str) -> int:
         except BlockingIOError:
             owner = os.pread(fd, 32, 0).decode(errors="replace").strip()
             os.close(fd)
-            raise NetnsError(f"cluster prefix {prefix!r} is in use by a running process "
-                             f"(pid {owner or '?'})") from None
+            raise NetnsError(
+                f"cluster prefix {prefix!r} is in use by a running process (pid {owner or '?'})"
+            ) from None
         try:  # a sweeper may have removed the file between our open and flock
             if os.fstat(fd).st_ino == os.stat(path).st_ino:
                 os.ftruncate(fd, 0)

@@ -82,8 +82,8 @@ def _run_actor(args, raw_config: dict) -> int:
     actor_jax()
     os.environ[ACTOR_INDEX_ENV] = str(args.actor_id)  # which actor this process's envs serve
     from tianjax.config import load_config
-    from tianjax.runtime.process import compile_cache
     from tianjax.runtime.actor.actor import Actor
+    from tianjax.runtime.process import compile_cache
     from tianjax.transport.auth import load_key
 
     try:
@@ -111,8 +111,15 @@ def _run_learner(args, config) -> int:
     progress = Progress(config.total_env_steps, desc=f"{config.algo} {config.env} [{config.mode}]")
     endpoints = json.loads(args.endpoints_json) if args.endpoints_json else None
     listen_fds = json.loads(args.listen_fds_json) if args.listen_fds_json else None
-    learner = Learner(config, load_key(), logger, progress, endpoints=endpoints, listen_fds=listen_fds,
-                      ipc_dir=args.ipc_dir)
+    learner = Learner(
+        config,
+        load_key(),
+        logger,
+        progress,
+        endpoints=endpoints,
+        listen_fds=listen_fds,
+        ipc_dir=args.ipc_dir,
+    )
     _event("endpoints", endpoints=learner.endpoints)
 
     def should_stop() -> bool:
@@ -155,8 +162,11 @@ def main(argv=None) -> int:
     ap.add_argument("--config-json", required=True)
     ap.add_argument("--endpoints-json")
     ap.add_argument("--run-dir", help="learner: the run directory (metrics, checkpoints)")
-    ap.add_argument("--listen-fds-json", help="learner: listening sockets held by the launcher "
-                                              "(channel -> inherited descriptor), for --endpoints-json")
+    ap.add_argument(
+        "--listen-fds-json",
+        help="learner: listening sockets held by the launcher "
+        "(channel -> inherited descriptor), for --endpoints-json",
+    )
     ap.add_argument("--ipc-dir", help="learner: the launcher's private directory for ipc sockets")
     ap.add_argument("--parent-pid", type=int, help="the launcher's pid: exit if it is gone")
     args = ap.parse_args(argv)
@@ -172,7 +182,9 @@ def main(argv=None) -> int:
         signal.signal(signal.SIGINT, terminate)  # Ctrl-C reaches the whole process group
     else:
         signal.signal(signal.SIGTERM, stop_actor)
-    faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 PID`: every thread's stack
+    faulthandler.register(
+        signal.SIGUSR1, all_threads=True
+    )  # `kill -USR1 PID`: every thread's stack
 
     from tianjax.config import load_config
     from tianjax.runtime.process import compile_cache

@@ -53,7 +53,7 @@ def expand_nodelist(text: str) -> list[str]:
 
 
 def expand_tasks_per_node(text: str) -> list[int]:
-    """"2(x3),1" -> [2, 2, 2, 1]."""
+    """ "2(x3),1" -> [2, 2, 2, 1]."""
     out: list[int] = []
     for part in text.strip().split(","):
         m = re.fullmatch(r"(\d+)(?:\(x(\d+)\))?", part.strip())
@@ -78,15 +78,19 @@ def _need(env: Mapping[str, str], *names: str) -> str:
     for n in names:
         if env.get(n):
             return env[n]
-    raise ConfigError(f"launch: without --role, run it as a task of a SLURM job step (srun tianjax launch ...): "
-                      f"{' / '.join(names)} is not set")
+    raise ConfigError(
+        f"launch: without --role, run it as a task of a SLURM job step (srun tianjax launch ...): "
+        f"{' / '.join(names)} is not set"
+    )
 
 
 def slurm_task(env: Mapping[str, str]) -> SlurmTask:
     """This task's rank and every task's host, from the SLURM variables in `env`."""
     rank = int(_need(env, "SLURM_PROCID"))
     ntasks = int(_need(env, "SLURM_NTASKS", "SLURM_NPROCS"))
-    nodes = expand_nodelist(_need(env, "SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"))
+    nodes = expand_nodelist(
+        _need(env, "SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST")
+    )
     per_node_text = env.get("SLURM_STEP_TASKS_PER_NODE") or env.get("SLURM_TASKS_PER_NODE")
     if per_node_text:
         per_node = expand_tasks_per_node(per_node_text)
@@ -94,16 +98,20 @@ def slurm_task(env: Mapping[str, str]) -> SlurmTask:
         base, extra = divmod(ntasks, len(nodes))
         per_node = [base + (i < extra) for i in range(len(nodes))]
     if len(per_node) != len(nodes) or sum(per_node) != ntasks:
-        raise ConfigError(f"launch: SLURM's tasks per node ({per_node_text}) do not add up to {ntasks} tasks "
-                          f"on {len(nodes)} nodes")
+        raise ConfigError(
+            f"launch: SLURM's tasks per node ({per_node_text}) do not add up to {ntasks} tasks "
+            f"on {len(nodes)} nodes"
+        )
     hosts = tuple(h for h, n in zip(nodes, per_node) for _ in range(n))
     if not 0 <= rank < ntasks:
         raise ConfigError(f"launch: SLURM_PROCID {rank} is outside 0-{ntasks - 1}")
     own = env.get("SLURMD_NODENAME")
     if own and own != hosts[rank] and own.split(".")[0] != hosts[rank].split(".")[0]:
-        raise ConfigError(f"launch: task {rank} runs on {own}, but the block distribution of the node list puts "
-                          f"it on {hosts[rank]}: start the step with the default distribution (srun "
-                          "--distribution=block)")
+        raise ConfigError(
+            f"launch: task {rank} runs on {own}, but the block distribution of the node list puts "
+            f"it on {hosts[rank]}: start the step with the default distribution (srun "
+            "--distribution=block)"
+        )
     job = f"{env.get('SLURM_JOB_ID', 'job')}.{env.get('SLURM_STEP_ID', '0')}"
     return SlurmTask(rank, ntasks, hosts, job)
 
@@ -122,9 +130,11 @@ def role_of(task: SlurmTask, learners: int) -> Role:
         raise ConfigError(f"launch: --learners must be >= 1, got {learners}")
     actors = task.ntasks - learners
     if actors < learners or actors % learners:
-        raise ConfigError(f"launch: {task.ntasks} SLURM tasks with --learners {learners} leave {actors} actor "
-                          f"tasks; every learner needs the same number of actors (at least one), so the task "
-                          f"count must be {learners} + a multiple of {learners}")
+        raise ConfigError(
+            f"launch: {task.ntasks} SLURM tasks with --learners {learners} leave {actors} actor "
+            f"tasks; every learner needs the same number of actors (at least one), so the task "
+            f"count must be {learners} + a multiple of {learners}"
+        )
     if task.rank < learners:
         return Role("learner", task.rank, learners, actors // learners, task.host, task.hosts[0])
     k = task.rank - learners
@@ -150,6 +160,8 @@ def wait_for_key_file(path: str, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while not os.path.exists(path):
         if time.monotonic() > deadline:
-            raise ConfigError(f"launch: no run key at {path} after {timeout_s:.0f} s (task 0 writes it; is the "
-                              "directory on a filesystem every node shares?)")
+            raise ConfigError(
+                f"launch: no run key at {path} after {timeout_s:.0f} s (task 0 writes it; is the "
+                "directory on a filesystem every node shares?)"
+            )
         time.sleep(0.2)

@@ -5,7 +5,8 @@ id, a module it cannot import) would fail the same way again: it is not restarte
 the caller ends the run with its line. An actor that exits while the run goes on, or
 that the learner reports silent (no heartbeat or trajectory for
 `runtime.heartbeat_timeout_s`: hung, stopped, cut off), is killed if need be and started
-again under the same id, at most `runtime.max_actor_restarts` times per id. A replacement registers with the learner like any actor and gets the newest
+again under the same id, at most `runtime.max_actor_restarts` times per id. A replacement
+registers with the learner like any actor and gets the newest
 parameters at once; in async mode the learner keeps updating on what the others send
 meanwhile. An actor out of restarts is lost: the caller decides whether the run can go on.
 
@@ -73,19 +74,32 @@ class ActorSupervisor:
             env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " " + _ACTOR_XLA_FLAGS).strip()
         env.setdefault("PYTHONUNBUFFERED", "1")
         env["PYTHONPATH"] = python_path(env.get("PYTHONPATH", ""))
-        cmd = [sys.executable, "-m", "tianjax.launch.role", "actor",
-               "--actor-id", str(actor_id),
-               "--config-json", json.dumps(self.config.to_dict()),
-               "--endpoints-json", json.dumps(self.endpoints),
-               "--parent-pid", str(os.getpid())]
+        cmd = [
+            sys.executable,
+            "-m",
+            "tianjax.launch.role",
+            "actor",
+            "--actor-id",
+            str(actor_id),
+            "--config-json",
+            json.dumps(self.config.to_dict()),
+            "--endpoints-json",
+            json.dumps(self.endpoints),
+            "--parent-pid",
+            str(os.getpid()),
+        ]
         out = None
         if self.log_dir:
             os.makedirs(self.log_dir, exist_ok=True)
             out = open(os.path.join(self.log_dir, f"actor-{actor_id}.log"), "ab")  # noqa: SIM115
         try:
-            self.procs[actor_id] = subprocess.Popen(cmd, env=env, stdout=out,
-                                                    stderr=subprocess.STDOUT if out else None,
-                                                    stdin=subprocess.DEVNULL)
+            self.procs[actor_id] = subprocess.Popen(
+                cmd,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT if out else None,
+                stdin=subprocess.DEVNULL,
+            )
         finally:
             if out:
                 out.close()
@@ -113,7 +127,9 @@ class ActorSupervisor:
             p.kill()  # SIGKILL also ends a stopped (SIGSTOP) process
             p.wait()
             self.exit_codes[i] = p.returncode
-            self._replace(i, f"silent for more than {self.config.runtime.heartbeat_timeout_s:g} s", changes)
+            self._replace(
+                i, f"silent for more than {self.config.runtime.heartbeat_timeout_s:g} s", changes
+            )
         for i, p in list(self.procs.items()):
             code = p.poll()
             if code is not None:
@@ -124,8 +140,11 @@ class ActorSupervisor:
                 if code == STARTUP_FAILED:
                     self.lost[i] = changes.failed[i] = self._startup_error(i)
                     continue
-                self._replace(i, f"exit code {code}" if code > 0 else f"killed by {signal.Signals(-code).name}",
-                              changes)
+                self._replace(
+                    i,
+                    f"exit code {code}" if code > 0 else f"killed by {signal.Signals(-code).name}",
+                    changes,
+                )
         return changes
 
     def _startup_error(self, actor_id: int) -> str:
@@ -170,16 +189,22 @@ class ActorSupervisor:
 def python_path(existing: str) -> str:
     """This process's sys.path (directories), then what PYTHONPATH already held."""
     entries = [os.path.abspath(p) if p else os.getcwd() for p in sys.path]
-    entries = [p for p in entries if os.path.isdir(p)] + [p for p in existing.split(os.pathsep) if p]
+    entries = [p for p in entries if os.path.isdir(p)] + [
+        p for p in existing.split(os.pathsep) if p
+    ]
     return os.pathsep.join(dict.fromkeys(entries))
 
 
 def describe(changes: Changes, alive: int, log_dir: str) -> list[str]:
     """Console lines for a check's changes."""
-    lines = [f"tianjax: warning: actor {i} ({why}) restarted; see {log_dir}"
-             for i, why in sorted(changes.restarted.items())]
-    lines += [f"tianjax: warning: actor {i} ({why}) is out of restarts; continuing with {alive} actors"
-              for i, why in sorted(changes.lost.items())]
+    lines = [
+        f"tianjax: warning: actor {i} ({why}) restarted; see {log_dir}"
+        for i, why in sorted(changes.restarted.items())
+    ]
+    lines += [
+        f"tianjax: warning: actor {i} ({why}) is out of restarts; continuing with {alive} actors"
+        for i, why in sorted(changes.lost.items())
+    ]
     return lines
 
 

@@ -76,7 +76,9 @@ class RunLogger:
         self.run_dir = os.path.abspath(run_dir or config.run_dir or default_run_dir(config))
         os.makedirs(self.run_dir, exist_ok=True)
         with open(os.path.join(self.run_dir, "config.yaml"), "w") as f:
-            yaml.safe_dump(config.to_dict(read_only=True), f, sort_keys=False)  # the sections it reads
+            yaml.safe_dump(
+                config.to_dict(read_only=True), f, sort_keys=False
+            )  # the sections it reads
         self._metrics = open(os.path.join(self.run_dir, "metrics.jsonl"), "a")
         self._loggers = Loggers(config, self.run_dir, config.loggers if tensorboard else ())
 
@@ -154,12 +156,38 @@ def format_summary(summary: dict) -> str:
             return f"{v:,}"
         return str(v)
 
-    keys = ["mode", "algo", "env", "env_steps", "updates", "wall_time_s", "compile_time_s",
-            "env_steps_per_s", "samples_fresh_per_s", "samples_consumed_per_s", "reuse_fraction",
-            "learner_busy_fraction", "actor_wait_fraction", "pace_set_by",
-            "replay_ratio", "episodes", "final_return", "target_return", "final_win_rate", "target_win_rate",
-            "convergence_time_s", "convergence_env_steps", "eval_return", "eval_win_rate", "skipped_updates",
-            "actor_restarts", "learner_restarts", "rejected_messages", "interrupted", "run_dir"]
+    keys = [
+        "mode",
+        "algo",
+        "env",
+        "env_steps",
+        "updates",
+        "wall_time_s",
+        "compile_time_s",
+        "env_steps_per_s",
+        "samples_fresh_per_s",
+        "samples_consumed_per_s",
+        "reuse_fraction",
+        "learner_busy_fraction",
+        "actor_wait_fraction",
+        "pace_set_by",
+        "replay_ratio",
+        "episodes",
+        "final_return",
+        "target_return",
+        "final_win_rate",
+        "target_win_rate",
+        "convergence_time_s",
+        "convergence_env_steps",
+        "eval_return",
+        "eval_win_rate",
+        "skipped_updates",
+        "actor_restarts",
+        "learner_restarts",
+        "rejected_messages",
+        "interrupted",
+        "run_dir",
+    ]
     rows = [(k, fmt(summary[k])) for k in keys if k in summary]
     width = max(len(k) for k, _ in rows)
     line = "-" * (width + 32)
@@ -168,12 +196,18 @@ def format_summary(summary: dict) -> str:
     verdict = summary.get("convergence_time_s")
     if summary.get("target_win_rate") is not None:
         out.append(line)
-        out.append(f"target win rate {fmt(summary['target_win_rate'])} reached after {fmt(verdict)} s"
-                   if verdict is not None else f"target win rate {fmt(summary['target_win_rate'])} not reached")
+        out.append(
+            f"target win rate {fmt(summary['target_win_rate'])} reached after {fmt(verdict)} s"
+            if verdict is not None
+            else f"target win rate {fmt(summary['target_win_rate'])} not reached"
+        )
     elif summary.get("target_return") is not None:
         out.append(line)
-        out.append(f"target {fmt(summary['target_return'])} reached after {fmt(verdict)} s"
-                   if verdict is not None else f"target {fmt(summary['target_return'])} not reached")
+        out.append(
+            f"target {fmt(summary['target_return'])} reached after {fmt(verdict)} s"
+            if verdict is not None
+            else f"target {fmt(summary['target_return'])} not reached"
+        )
     if summary.get("stopped_at_target"):
         out.append(f"stopped there (stop_at_target), at {fmt(summary['env_steps'])} env steps")
     out.append(line)

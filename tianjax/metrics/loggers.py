@@ -52,7 +52,10 @@ def flat_config(config: Config) -> dict:
                 out[f"{key}.{sub}"] = v
         else:
             out[key] = value
-    return {k: (v if isinstance(v, (bool, int, float, str)) or v is None else str(v)) for k, v in out.items()}
+    return {
+        k: (v if isinstance(v, (bool, int, float, str)) or v is None else str(v))
+        for k, v in out.items()
+    }
 
 
 class TensorBoardLogger:
@@ -81,13 +84,24 @@ class WandbLogger:
 
         w = config.wandb
         mode = w.mode or os.environ.get("WANDB_MODE") or "online"
-        self._run = wandb.init(project=w.project, entity=w.entity, tags=list(w.tags) or None, mode=mode,
-                               name=w.name or os.path.basename(run_dir), group=w.group, dir=run_dir,
-                               config=config.to_dict(read_only=True), reinit="create_new")
+        self._run = wandb.init(
+            project=w.project,
+            entity=w.entity,
+            tags=list(w.tags) or None,
+            mode=mode,
+            name=w.name or os.path.basename(run_dir),
+            group=w.group,
+            dir=run_dir,
+            config=config.to_dict(read_only=True),
+            reinit="create_new",
+        )
 
     def record(self, record: dict) -> None:
-        data = {k: v for k, v in record.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
-                and math.isfinite(v)}
+        data = {
+            k: v
+            for k, v in record.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+        }
         self._run.log(data)
 
     def summary(self, summary: dict) -> None:
@@ -110,9 +124,12 @@ class ConsoleLogger:
             v = record.get(key)
             return "-" if not isinstance(v, (int, float)) else format(v, spec)
 
-        print(f"tianjax: {f('env_steps', ',.0f')}/{self._total:,} env steps  return {f('return_mean_100', '.4g')}"
-              f"  {f('env_steps_per_s', ',.0f')} steps/s  {f('wall_time_s', '.1f')} s",
-              file=sys.stderr, flush=True)
+        print(
+            f"tianjax: {f('env_steps', ',.0f')}/{self._total:,} env steps  return {f('return_mean_100', '.4g')}"
+            f"  {f('env_steps_per_s', ',.0f')} steps/s  {f('wall_time_s', '.1f')} s",
+            file=sys.stderr,
+            flush=True,
+        )
 
     def summary(self, summary: dict) -> None:
         pass
@@ -131,10 +148,14 @@ def resolve(name: str):
     from tianjax.config.references import resolve_reference
 
     cls = resolve_reference(name, "loggers")
-    missing = [m for m in ("start", "record", "summary", "close") if not callable(getattr(cls, m, None))]
+    missing = [
+        m for m in ("start", "record", "summary", "close") if not callable(getattr(cls, m, None))
+    ]
     if missing:
-        raise ConfigError(f"config key 'loggers': {name!r} lacks {', '.join(missing)} (a logger has start, "
-                          "record, summary and close; see tianjax.metrics.loggers.Logger)")
+        raise ConfigError(
+            f"config key 'loggers': {name!r} lacks {', '.join(missing)} (a logger has start, "
+            "record, summary and close; see tianjax.metrics.loggers.Logger)"
+        )
     return cls
 
 
@@ -179,8 +200,12 @@ class Loggers:
     @staticmethod
     def _warn(name: str, method: str, e: Exception) -> None:
         line = (str(e).strip().splitlines() or [""])[0]
-        print(f"tianjax: warning: logger {name!r} failed in {method} ({type(e).__name__}: {line}); "
-              "left out for the rest of the run (metrics.jsonl has every record)", file=sys.stderr, flush=True)
+        print(
+            f"tianjax: warning: logger {name!r} failed in {method} ({type(e).__name__}: {line}); "
+            "left out for the rest of the run (metrics.jsonl has every record)",
+            file=sys.stderr,
+            flush=True,
+        )
 
     def record(self, record: dict) -> None:
         self._each("record", record)

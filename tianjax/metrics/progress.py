@@ -16,13 +16,28 @@ def _interactive() -> bool:
 class Progress:
     """Env steps of total, steps/s, recent return (and whatever else is posted)."""
 
-    def __init__(self, total_env_steps: int, enabled: bool | None = None, desc: str = "train",
-                 line_every_s: float = 5.0):
+    def __init__(
+        self,
+        total_env_steps: int,
+        enabled: bool | None = None,
+        desc: str = "train",
+        line_every_s: float = 5.0,
+    ):
         self.total = int(total_env_steps)
         self.enabled = _interactive() if enabled is None else enabled
         self.quiet_lines = not self.enabled and not os.environ.get("CI") and enabled is None
-        self._bar = tqdm(total=self.total, desc=desc, unit="step", unit_scale=True,
-                         dynamic_ncols=True, leave=True) if self.enabled else None
+        self._bar = (
+            tqdm(
+                total=self.total,
+                desc=desc,
+                unit="step",
+                unit_scale=True,
+                dynamic_ncols=True,
+                leave=True,
+            )
+            if self.enabled
+            else None
+        )
         self._last = 0
         self._last_line = 0.0
         self._every = line_every_s
@@ -37,8 +52,11 @@ class Progress:
             # Not a terminal (a log file, a notebook pipe): a plain line now and then.
             self._last_line = time.monotonic()
             extra = " ".join(f"{k}={v}" for k, v in fields.items())
-            print(f"[{100 * env_steps / self.total:5.1f}%] {env_steps}/{self.total} steps {extra}",
-                  file=sys.stderr, flush=True)
+            print(
+                f"[{100 * env_steps / self.total:5.1f}%] {env_steps}/{self.total} steps {extra}",
+                file=sys.stderr,
+                flush=True,
+            )
         self._last = env_steps
 
     def close(self) -> None:

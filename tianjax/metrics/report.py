@@ -54,7 +54,9 @@ class Run(NamedTuple):
         """What a reader should know before the numbers: a run with no records, or none summary."""
         out = []
         if not self.records:
-            out.append("no metrics records (it stopped before its first record), so it is in no figure")
+            out.append(
+                "no metrics records (it stopped before its first record), so it is in no figure"
+            )
         if not self.summary:
             out.append("no summary.json (it did not finish), so its row is empty")
         return out
@@ -81,8 +83,10 @@ COLUMNS = [
     ("learner_busy_fraction", "learner busy fraction", 2),
     ("actor_wait_fraction", "actor wait fraction", 2),
 ]
-ROUNDING = ("convergence time to 0.1 s; env steps to target exact; final return and win rate to 2 decimals; "
-            "throughputs to the nearest integer; '-' = not reached or not measured")
+ROUNDING = (
+    "convergence time to 0.1 s; env steps to target exact; final return and win rate to 2 decimals; "
+    "throughputs to the nearest integer; '-' = not reached or not measured"
+)
 
 
 def _read_json(path: str) -> Any:
@@ -111,10 +115,15 @@ def load_run(path: str | os.PathLike) -> Run:
     path = os.path.abspath(path)
     if not os.path.isdir(path):
         raise ReportError(f"run directory {str(path)!r} does not exist")
-    has = {f: os.path.exists(os.path.join(path, f)) for f in ("config.yaml", "metrics.jsonl", "summary.json")}
+    has = {
+        f: os.path.exists(os.path.join(path, f))
+        for f in ("config.yaml", "metrics.jsonl", "summary.json")
+    }
     if not has["config.yaml"] or not (has["metrics.jsonl"] or has["summary.json"]):
-        raise ReportError(f"{str(path)!r} is not a run directory (it needs config.yaml and "
-                          "metrics.jsonl or summary.json)")
+        raise ReportError(
+            f"{str(path)!r} is not a run directory (it needs config.yaml and "
+            "metrics.jsonl or summary.json)"
+        )
     try:
         with open(os.path.join(path, "config.yaml")) as f:
             config = yaml.safe_load(f) or {}
@@ -122,8 +131,16 @@ def load_run(path: str | os.PathLike) -> Run:
         raise ReportError(f"cannot read {os.path.join(path, 'config.yaml')}: {e}") from None
     summary = _read_json(os.path.join(path, "summary.json")) if has["summary.json"] else {}
     if not isinstance(config, dict) or not isinstance(summary, dict):
-        raise ReportError(f"{str(path)!r} is not a run directory (config or summary is not a mapping)")
-    return Run(os.path.basename(path), path, config, summary, _read_records(os.path.join(path, "metrics.jsonl")))
+        raise ReportError(
+            f"{str(path)!r} is not a run directory (config or summary is not a mapping)"
+        )
+    return Run(
+        os.path.basename(path),
+        path,
+        config,
+        summary,
+        _read_records(os.path.join(path, "metrics.jsonl")),
+    )
 
 
 def load_runs(paths) -> list[Run]:
@@ -132,7 +149,10 @@ def load_runs(paths) -> list[Run]:
     runs = [load_run(p) for p in paths]
     names = [r.name for r in runs]
     if len(set(names)) < len(names):  # same basename in different places: add the parent
-        runs = [r._replace(name=os.path.join(os.path.basename(os.path.dirname(r.path)), r.name)) for r in runs]
+        runs = [
+            r._replace(name=os.path.join(os.path.basename(os.path.dirname(r.path)), r.name))
+            for r in runs
+        ]
     return runs
 
 
@@ -156,8 +176,10 @@ def format_cell(value, decimals: int | None) -> str:
 
 
 def markdown_table(rows: list[dict]) -> str:
-    lines = ["| " + " | ".join(h for _, h, _ in COLUMNS) + " |",
-             "|" + "|".join("---" if d is None else "---:" for _, _, d in COLUMNS) + "|"]
+    lines = [
+        "| " + " | ".join(h for _, h, _ in COLUMNS) + " |",
+        "|" + "|".join("---" if d is None else "---:" for _, _, d in COLUMNS) + "|",
+    ]
     for row in rows:
         lines.append("| " + " | ".join(format_cell(row[k], d) for k, _, d in COLUMNS) + " |")
     return "\n".join(lines)
@@ -165,8 +187,11 @@ def markdown_table(rows: list[dict]) -> str:
 
 # ----------------------------------------------------------------------------- figures
 def _series(run: Run, x: str, y: str) -> tuple[list, list]:
-    pts = [(r[x], r[y]) for r in run.records
-           if isinstance(r.get(x), (int, float)) and isinstance(r.get(y), (int, float))]
+    pts = [
+        (r[x], r[y])
+        for r in run.records
+        if isinstance(r.get(x), (int, float)) and isinstance(r.get(y), (int, float))
+    ]
     return [p[0] for p in pts], [p[1] for p in pts]
 
 
@@ -191,8 +216,17 @@ def _line_figure(runs, panels, xlabel: str, title: str, target: str | None = Non
         for j, run in enumerate(runs):
             xs, ys = _series(run, x, y)
             if xs:  # a run keeps its colour across figures
-                ax.plot(xs, ys, label=run.label, color=f"C{j}", marker="o", markersize=3 if len(xs) > 40 else 5)
-        targets = sorted({t for run in runs if (t := run.target(target)) is not None}) if target else []
+                ax.plot(
+                    xs,
+                    ys,
+                    label=run.label,
+                    color=f"C{j}",
+                    marker="o",
+                    markersize=3 if len(xs) > 40 else 5,
+                )
+        targets = (
+            sorted({t for run in runs if (t := run.target(target)) is not None}) if target else []
+        )
         for t in targets:
             ax.axhline(t, color="grey", linestyle="--", linewidth=1, label=f"target {t:g}")
         ax.set_xlabel(xlabel)
@@ -204,8 +238,11 @@ def _line_figure(runs, panels, xlabel: str, title: str, target: str | None = Non
 
 
 def _staleness_figure(runs) -> Figure | None:
-    hists = [(j, r, {int(k): int(v) for k, v in r.summary["staleness_histogram"].items()})
-             for j, r in enumerate(runs) if isinstance(r.summary.get("staleness_histogram"), dict)]
+    hists = [
+        (j, r, {int(k): int(v) for k, v in r.summary["staleness_histogram"].items()})
+        for j, r in enumerate(runs)
+        if isinstance(r.summary.get("staleness_histogram"), dict)
+    ]
     hists = [(j, r, h) for j, r, h in hists if sum(h.values()) > 0]
     if not hists:
         return None
@@ -215,8 +252,13 @@ def _staleness_figure(runs) -> Figure | None:
     for i, (j, run, h) in enumerate(hists):
         total = sum(h.values())
         taus = sorted(h)
-        ax.bar([t - 0.4 + width * (i + 0.5) for t in taus], [h[t] / total for t in taus],
-               width=width, label=run.label, color=f"C{j}")
+        ax.bar(
+            [t - 0.4 + width * (i + 0.5) for t in taus],
+            [h[t] / total for t in taus],
+            width=width,
+            label=run.label,
+            color=f"C{j}",
+        )
     ax.set_xlabel("staleness tau (learner version - behaviour version)")
     ax.set_ylabel("fraction of consumed samples")
     ax.set_title("Staleness of consumed samples")
@@ -225,32 +267,77 @@ def _staleness_figure(runs) -> Figure | None:
 
 
 FIGURES = {  # file -> (caption, builder)
-    "return_vs_time.png": ("Return against wall-clock time", lambda runs: _line_figure(
-        runs, [("wall_time_s", "return_mean_100", "return (mean of 100)")], "wall-clock time (s)",
-        "Return against wall-clock time", target="target_return")),
-    "return_vs_steps.png": ("Return against env steps", lambda runs: _line_figure(
-        runs, [("env_steps", "return_mean_100", "return (mean of 100)")], "env steps",
-        "Return against env steps", target="target_return")),
-    "win_rate_vs_steps.png": ("Win rate against env steps (envs that report wins)", lambda runs: _line_figure(
-        runs, [("env_steps", "win_rate_100", "win rate (last 100 episodes)")], "env steps",
-        "Win rate against env steps", target="target_win_rate")),
-    "throughput.png": ("Throughput over time", lambda runs: _line_figure(
-        runs, [("wall_time_s", "env_steps_per_s", "env steps/s"),
-               ("wall_time_s", "samples_fresh_per_s", "fresh samples/s"),
-               ("wall_time_s", "samples_consumed_per_s", "samples consumed/s (reuse incl.)")],
-        "wall-clock time (s)", "Throughput")),
+    "return_vs_time.png": (
+        "Return against wall-clock time",
+        lambda runs: _line_figure(
+            runs,
+            [("wall_time_s", "return_mean_100", "return (mean of 100)")],
+            "wall-clock time (s)",
+            "Return against wall-clock time",
+            target="target_return",
+        ),
+    ),
+    "return_vs_steps.png": (
+        "Return against env steps",
+        lambda runs: _line_figure(
+            runs,
+            [("env_steps", "return_mean_100", "return (mean of 100)")],
+            "env steps",
+            "Return against env steps",
+            target="target_return",
+        ),
+    ),
+    "win_rate_vs_steps.png": (
+        "Win rate against env steps (envs that report wins)",
+        lambda runs: _line_figure(
+            runs,
+            [("env_steps", "win_rate_100", "win rate (last 100 episodes)")],
+            "env steps",
+            "Win rate against env steps",
+            target="target_win_rate",
+        ),
+    ),
+    "throughput.png": (
+        "Throughput over time",
+        lambda runs: _line_figure(
+            runs,
+            [
+                ("wall_time_s", "env_steps_per_s", "env steps/s"),
+                ("wall_time_s", "samples_fresh_per_s", "fresh samples/s"),
+                ("wall_time_s", "samples_consumed_per_s", "samples consumed/s (reuse incl.)"),
+            ],
+            "wall-clock time (s)",
+            "Throughput",
+        ),
+    ),
     "staleness.png": ("Staleness histogram", _staleness_figure),
-    "balance.png": ("Production rate p and consumption rate c", lambda runs: _line_figure(
-        runs, [("wall_time_s", "production_rate", "p (samples/s)"),
-               ("wall_time_s", "consumption_rate", "c (samples/s)")],
-        "wall-clock time (s)", "Balance: production p and consumption c")),
-    "controller.png": ("Balance controller: set-point, measurement and actions", lambda runs: _line_figure(
-        runs, [("wall_time_s", "balance_target_staleness", "target staleness (set-point)"),
-               ("wall_time_s", "balance_staleness_measured", "measured staleness (per period)"),
-               ("wall_time_s", "balance_window", "credit window (trajectories)"),
-               ("wall_time_s", "balance_publish_every", "publish_every"),
-               ("wall_time_s", "balance_max_reuse", "reuse budget")],
-        "wall-clock time (s)", "Balance controller")),
+    "balance.png": (
+        "Production rate p and consumption rate c",
+        lambda runs: _line_figure(
+            runs,
+            [
+                ("wall_time_s", "production_rate", "p (samples/s)"),
+                ("wall_time_s", "consumption_rate", "c (samples/s)"),
+            ],
+            "wall-clock time (s)",
+            "Balance: production p and consumption c",
+        ),
+    ),
+    "controller.png": (
+        "Balance controller: set-point, measurement and actions",
+        lambda runs: _line_figure(
+            runs,
+            [
+                ("wall_time_s", "balance_target_staleness", "target staleness (set-point)"),
+                ("wall_time_s", "balance_staleness_measured", "measured staleness (per period)"),
+                ("wall_time_s", "balance_window", "credit window (trajectories)"),
+                ("wall_time_s", "balance_publish_every", "publish_every"),
+                ("wall_time_s", "balance_max_reuse", "reuse budget"),
+            ],
+            "wall-clock time (s)",
+            "Balance controller",
+        ),
+    ),
 }
 
 
@@ -285,16 +372,27 @@ def write_report(run_dirs, out_dir: str | None = None) -> Report:
             links.append(f"### {caption}\n\n![{caption}]({name})\n")
     rows = table_rows(runs)
     notes = [f"- {r.name}: {note}" for r in runs for note in r.notes()]
-    text = "\n".join([
-        "# tianjax report", "",
-        f"{len(runs)} run(s), generated {time.strftime('%Y-%m-%d %H:%M:%S')}.", "",
-        markdown_table(rows), "",
-        f"Rounding: {ROUNDING}.", "",
-        *(["## Notes", "", *notes, ""] if notes else []),
-        "## Figures", "", *links,
-        # paths relative to the report, so that a report moved with its runs still points at them
-        "## Runs", "", *[f"- {r.label}: `{os.path.relpath(r.path, out_dir)}`" for r in runs], "",
-    ])
+    text = "\n".join(
+        [
+            "# tianjax report",
+            "",
+            f"{len(runs)} run(s), generated {time.strftime('%Y-%m-%d %H:%M:%S')}.",
+            "",
+            markdown_table(rows),
+            "",
+            f"Rounding: {ROUNDING}.",
+            "",
+            *(["## Notes", "", *notes, ""] if notes else []),
+            "## Figures",
+            "",
+            *links,
+            # paths relative to the report, so that a report moved with its runs still points at them
+            "## Runs",
+            "",
+            *[f"- {r.label}: `{os.path.relpath(r.path, out_dir)}`" for r in runs],
+            "",
+        ]
+    )
     markdown = os.path.join(out_dir, "report.md")
     with open(markdown, "w") as f:
         f.write(text)

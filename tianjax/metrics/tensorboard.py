@@ -67,11 +67,27 @@ TAGS = {
     "rejected_messages": "counts/rejected",
     "update_skipped": "counts/update_skipped",
 }
-LOSS_KEYS = frozenset({
-    "loss", "policy_loss", "value_loss", "entropy", "approx_kl", "clip_frac",  # PPO
-    "rho_mean", "rho_max", "rho_clip_frac", "pg_advantage_mean", "vs_mean", "value_mean",  # IMPALA
-    "q_mean", "q_max", "target_mean", "td_abs", "target_synced",  # DQN
-})
+LOSS_KEYS = frozenset(
+    {
+        "loss",
+        "policy_loss",
+        "value_loss",
+        "entropy",
+        "approx_kl",
+        "clip_frac",  # PPO
+        "rho_mean",
+        "rho_max",
+        "rho_clip_frac",
+        "pg_advantage_mean",
+        "vs_mean",
+        "value_mean",  # IMPALA
+        "q_mean",
+        "q_max",
+        "target_mean",
+        "td_abs",
+        "target_synced",  # DQN
+    }
+)
 
 
 def tag_for(key: str) -> str:
@@ -131,22 +147,37 @@ class TensorBoardWriter:
         if not isinstance(counts, (list, tuple, np.ndarray)):
             return
         counts = np.asarray(counts, np.float64)
-        if counts.ndim != 1 or counts.size == 0 or not np.all(np.isfinite(counts)) or counts.sum() <= 0:
+        if (
+            counts.ndim != 1
+            or counts.size == 0
+            or not np.all(np.isfinite(counts))
+            or counts.sum() <= 0
+        ):
             return
         taus = np.arange(counts.size, dtype=np.float64)
         seen = taus[counts > 0]
         self._writer.add_histogram_raw(
-            "staleness/tau", min=float(seen.min()), max=float(seen.max()), num=float(counts.sum()),
-            sum=float(counts @ taus), sum_squares=float(counts @ taus**2),
-            bucket_limits=(taus + 0.5).tolist(), bucket_counts=counts.tolist(), global_step=step)
+            "staleness/tau",
+            min=float(seen.min()),
+            max=float(seen.max()),
+            num=float(counts.sum()),
+            sum=float(counts @ taus),
+            sum_squares=float(counts @ taus**2),
+            bucket_limits=(taus + 0.5).tolist(),
+            bucket_counts=counts.tolist(),
+            global_step=step,
+        )
 
     def write_hparams(self, hparams: dict, summary: dict) -> None:
         """The config as hyperparameters (TensorBoard's HPARAMS tab), with the summary's
         finite numbers as their metrics, in this run's own event file."""
         from tensorboardX.summary import hparams as hparams_summary
 
-        metrics = {f"summary/{k}": float(v) for k, v in summary.items()
-                   if _scalar(v) is not None and not isinstance(v, bool)}
+        metrics = {
+            f"summary/{k}": float(v)
+            for k, v in summary.items()
+            if _scalar(v) is not None and not isinstance(v, bool)
+        }
         values = {k: ("null" if v is None else v) for k, v in hparams.items()}
         exp, ssi, sei = hparams_summary(values, metrics)
         fw = self._writer._get_file_writer()

@@ -17,8 +17,9 @@ import numpy as np
 
 
 class EpisodeTracker:
-    def __init__(self, target_return: float | None, window: int = 100,
-                 target_win_rate: float | None = None):
+    def __init__(
+        self, target_return: float | None, window: int = 100, target_win_rate: float | None = None
+    ):
         self.target = target_return
         self.target_win_rate = target_win_rate
         self.window = window
@@ -29,8 +30,13 @@ class EpisodeTracker:
         self.convergence_time_s: float | None = None
         self.convergence_env_steps: int | None = None
 
-    def add(self, returns: Iterable[float], env_steps: Iterable[int] | int, wall_time_s: float,
-            wins: Iterable[bool] | None = None) -> None:
+    def add(
+        self,
+        returns: Iterable[float],
+        env_steps: Iterable[int] | int,
+        wall_time_s: float,
+        wins: Iterable[bool] | None = None,
+    ) -> None:
         """Adds finished episodes in the order they ended.
 
         `env_steps` is, per episode (or one number for all), the run's env-step count when
@@ -38,7 +44,11 @@ class EpisodeTracker:
         that report them, whether each episode was won.
         """
         returns = [float(r) for r in returns]
-        steps = [int(env_steps)] * len(returns) if isinstance(env_steps, (int, float)) else [int(s) for s in env_steps]
+        steps = (
+            [int(env_steps)] * len(returns)
+            if isinstance(env_steps, (int, float))
+            else [int(s) for s in env_steps]
+        )
         won = [None] * len(returns) if wins is None else [bool(w) for w in wins]
         if wins is not None:
             self.reports_wins = True
@@ -49,7 +59,11 @@ class EpisodeTracker:
             if w is not None:
                 self._wins.append(w)
             self.episodes += 1
-            if self.convergence_time_s is None and len(self._recent) == self.window and self._reached():
+            if (
+                self.convergence_time_s is None
+                and len(self._recent) == self.window
+                and self._reached()
+            ):
                 self.convergence_time_s = float(wall_time_s)
                 self.convergence_env_steps = s
 
@@ -74,9 +88,13 @@ class EpisodeTracker:
 
     def state_dict(self) -> dict:
         """Plain JSON-able state (for checkpoints); `load_state_dict` restores it."""
-        return {"recent": list(self._recent), "wins": list(self._wins), "episodes": self.episodes,
-                "convergence_time_s": self.convergence_time_s,
-                "convergence_env_steps": self.convergence_env_steps}
+        return {
+            "recent": list(self._recent),
+            "wins": list(self._wins),
+            "episodes": self.episodes,
+            "convergence_time_s": self.convergence_time_s,
+            "convergence_env_steps": self.convergence_env_steps,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         self._recent.clear()

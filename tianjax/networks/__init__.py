@@ -5,7 +5,31 @@ for an `ActionSpec`. Params are plain pytrees."""
 from tianjax.core.types import ActionSpec
 from tianjax.networks.custom import custom_network, use_network
 from tianjax.networks.heads import ActorCritic, QNetwork
-from tianjax.networks.torsos import MLP, TORSOS, ImpalaCNN, MinAtarCNN, NatureCNN, Torso, as_float, resolve_network, resolve_torso
+from tianjax.networks.torsos import (
+    MLP,
+    TORSOS,
+    ImpalaCNN,
+    MinAtarCNN,
+    NatureCNN,
+    Torso,
+    as_float,
+    resolve_network,
+    resolve_torso,
+)
 
-__all__ = ["MLP", "TORSOS", "ActionSpec", "ActorCritic", "ImpalaCNN", "MinAtarCNN", "NatureCNN", "QNetwork", "Torso", "as_float",
-           "custom_network", "resolve_network", "resolve_torso", "use_network"]
+__all__ = [
+    "MLP",
+    "TORSOS",
+    "ActionSpec",
+    "ActorCritic",
+    "ImpalaCNN",
+    "MinAtarCNN",
+    "NatureCNN",
+    "QNetwork",
+    "Torso",
+    "as_float",
+    "custom_network",
+    "resolve_network",
+    "resolve_torso",
+    "use_network",
+]

@@ -55,8 +55,11 @@ def _patches(x, kh: int, kw: int, strides, padding):
     x = jnp.pad(x, ((0, 0), (pt, pb), (pl, pr), (0, 0)))
     sh, sw = strides
     ho, wo = (x.shape[1] - kh) // sh + 1, (x.shape[2] - kw) // sw + 1
-    cols = [x[:, i:i + (ho - 1) * sh + 1:sh, j:j + (wo - 1) * sw + 1:sw, :]
-            for i in range(kh) for j in range(kw)]
+    cols = [
+        x[:, i : i + (ho - 1) * sh + 1 : sh, j : j + (wo - 1) * sw + 1 : sw, :]
+        for i in range(kh)
+        for j in range(kw)
+    ]
     return jnp.stack(cols, axis=3).reshape(x.shape[0], ho, wo, kh * kw * x.shape[3])
 
 
@@ -64,7 +67,9 @@ def _conv2d_bwd(strides, padding, res, g):
     x, w = res
     kh, kw, c, o = w.shape
     patches = _patches(x, kh, kw, strides, padding)
-    dw = jnp.einsum("nhwk,nhwo->ko", patches, g, precision=lax.Precision.HIGHEST).reshape(kh, kw, c, o)
+    dw = jnp.einsum("nhwk,nhwo->ko", patches, g, precision=lax.Precision.HIGHEST).reshape(
+        kh, kw, c, o
+    )
     if tuple(strides) == (1, 1) and (padding == "VALID" or (kh % 2 and kw % 2)):
         if padding == "VALID":
             pad = ((kh - 1, kh - 1), (kw - 1, kw - 1))
@@ -93,7 +98,9 @@ class Conv(nn.Module):
     @nn.compact
     def __call__(self, x):
         kh, kw = self.kernel_size
-        kernel = self.param("kernel", self.kernel_init, (kh, kw, x.shape[-1], self.features), jnp.float32)
+        kernel = self.param(
+            "kernel", self.kernel_init, (kh, kw, x.shape[-1], self.features), jnp.float32
+        )
         bias = self.param("bias", self.bias_init, (self.features,), jnp.float32)
         lead = x.shape[:-3]
         y = conv2d(x.reshape((-1,) + x.shape[-3:]), kernel, tuple(self.strides), self.padding)

@@ -42,10 +42,14 @@ def custom_network(network_cfg: NetworkConfig, obs_shape: tuple[int, ...], actio
         return None
     if not isinstance(obj, nn.Module):
         if not callable(obj):
-            raise ConfigError(f"config key 'network.module': {obj!r} is neither a flax module nor "
-                              "a factory(obs_shape, action_spec)")
+            raise ConfigError(
+                f"config key 'network.module': {obj!r} is neither a flax module nor "
+                "a factory(obs_shape, action_spec)"
+            )
         obj = obj(tuple(obs_shape), action)
     if not isinstance(obj, nn.Module):
-        raise ConfigError(f"config key 'network.module': the factory returned {type(obj).__name__}, "
-                          "not a flax module")
+        raise ConfigError(
+            f"config key 'network.module': the factory returned {type(obj).__name__}, "
+            "not a flax module"
+        )
     return obj

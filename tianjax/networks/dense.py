@@ -54,15 +54,29 @@ def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_t
     """flax's `dot_general` hook: `matmul` for Dense's own product (the input's last axis
     against a 2-D kernel's first, no precision asked), `lax.dot_general` otherwise."""
     (lc, rc), (lb, rb) = dimension_numbers
-    standard = (tuple(lc) == (lhs.ndim - 1,) and tuple(rc) == (0,) and not lb and not rb and rhs.ndim == 2
-                and precision is None and preferred_element_type is None)
+    standard = (
+        tuple(lc) == (lhs.ndim - 1,)
+        and tuple(rc) == (0,)
+        and not lb
+        and not rb
+        and rhs.ndim == 2
+        and precision is None
+        and preferred_element_type is None
+    )
     if standard:
         return matmul(lhs, rhs)
-    return lax.dot_general(lhs, rhs, dimension_numbers, precision=precision,
-                           preferred_element_type=preferred_element_type)
+    return lax.dot_general(
+        lhs,
+        rhs,
+        dimension_numbers,
+        precision=precision,
+        preferred_element_type=preferred_element_type,
+    )
 
 
 Dense = partial(nn.Dense, dot_general=dot_general)
-Dense.__doc__ = "flax.linen.Dense with tianjax.networks.dense.matmul as its product (same parameters)."
+Dense.__doc__ = (
+    "flax.linen.Dense with tianjax.networks.dense.matmul as its product (same parameters)."
+)
 
 __all__ = ["Dense", "dot_general", "matmul"]

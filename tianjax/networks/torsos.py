@@ -75,10 +75,14 @@ def resolve_torso(torso: str, obs_shape: Sequence[int], obs_dtype=None) -> str:
     torso cannot take the shape."""
     obs_shape = tuple(int(d) for d in obs_shape)
     if torso not in TORSOS:
-        raise ConfigError(f"config key 'network.torso': must be one of {list(TORSOS)}, got {torso!r}")
+        raise ConfigError(
+            f"config key 'network.torso': must be one of {list(TORSOS)}, got {torso!r}"
+        )
     if any(d <= 0 for d in obs_shape):
-        raise ConfigError(f"config key 'network.torso': the observation shape {obs_shape} has an "
-                          "empty axis; no torso can take it")
+        raise ConfigError(
+            f"config key 'network.torso': the observation shape {obs_shape} has an "
+            "empty axis; no torso can take it"
+        )
     image = len(obs_shape) == 3
     if torso == "auto":
         if not image:
@@ -89,14 +93,18 @@ def resolve_torso(torso: str, obs_shape: Sequence[int], obs_dtype=None) -> str:
         frames = obs_dtype is None or np.dtype(obs_dtype) == np.uint8
         return "nature_cnn" if frames else "impala_cnn"
     if torso != "mlp" and not image:
-        raise ConfigError(f"config key 'network.torso': {torso} needs image observations "
-                          f"[H, W, C] or [C, H, W], got shape {obs_shape}; use mlp or auto")
+        raise ConfigError(
+            f"config key 'network.torso': {torso} needs image observations "
+            f"[H, W, C] or [C, H, W], got shape {obs_shape}; use mlp or auto"
+        )
     if torso == "nature_cnn":
         h, w, _, _ = image_layout(obs_shape)
         if min(h, w) < NATURE_MIN_SIZE:
-            raise ConfigError(f"config key 'network.torso': nature_cnn needs frames of at least "
-                              f"{NATURE_MIN_SIZE}x{NATURE_MIN_SIZE}, got {h}x{w} (shape {obs_shape}); "
-                              "use minatar_cnn, impala_cnn or auto")
+            raise ConfigError(
+                f"config key 'network.torso': nature_cnn needs frames of at least "
+                f"{NATURE_MIN_SIZE}x{NATURE_MIN_SIZE}, got {h}x{w} (shape {obs_shape}); "
+                "use minatar_cnn, impala_cnn or auto"
+            )
     return torso
 
 
@@ -105,7 +113,9 @@ def resolve_network(cfg: NetworkConfig, obs_shape, obs_dtype=None) -> NetworkCon
     (unchanged for a concrete torso, an unknown dtype, or a structured multi-agent shape)."""
     if cfg.torso != "auto" or obs_dtype is None:
         return cfg
-    if not isinstance(obs_shape, (tuple, list)) or not all(isinstance(d, (int, np.integer)) for d in obs_shape):
+    if not isinstance(obs_shape, (tuple, list)) or not all(
+        isinstance(d, (int, np.integer)) for d in obs_shape
+    ):
         return cfg
     return dataclasses.replace(cfg, torso=resolve_torso("auto", obs_shape, obs_dtype))
 
@@ -118,7 +128,9 @@ class MLP(nn.Module):
     def __call__(self, x):
         act = _ACTIVATIONS[self.activation]
         for width in self.hidden:
-            x = act(Dense(width, kernel_init=_ortho(np.sqrt(2)), bias_init=nn.initializers.zeros)(x))
+            x = act(
+                Dense(width, kernel_init=_ortho(np.sqrt(2)), bias_init=nn.initializers.zeros)(x)
+            )
         return x
 
 
@@ -127,7 +139,7 @@ def _nhwc(x, channels_first: bool):
 
 
 def _flatten(x, obs_ndim: int):
-    return x.reshape(x.shape[:x.ndim - obs_ndim] + (-1,))
+    return x.reshape(x.shape[: x.ndim - obs_ndim] + (-1,))
 
 
 class MinAtarCNN(nn.Module):
@@ -151,7 +163,9 @@ class NatureCNN(nn.Module):
     def __call__(self, x):
         x = _nhwc(x, self.channels_first)
         for feat, k, s in ((32, 8, 4), (64, 4, 2), (64, 3, 1)):
-            x = nn.relu(Conv(feat, (k, k), (s, s), padding="VALID", kernel_init=_ortho(np.sqrt(2)))(x))
+            x = nn.relu(
+                Conv(feat, (k, k), (s, s), padding="VALID", kernel_init=_ortho(np.sqrt(2)))(x)
+            )
         return _flatten(x, 3)
 
 

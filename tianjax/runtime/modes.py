@@ -52,17 +52,31 @@ class Mode:
         return ReuseBatches(AsyncBatches(pool, k), limits, split)
 
 
-SYNC = Mode("sync", takes_newest=False, waits_for_next_version=True, exact_versions=True, reuses=False,
-            needs_every_actor=True)
-ASYNC = Mode("async", takes_newest=True, waits_for_next_version=False, exact_versions=False, reuses=True,
-             needs_every_actor=False)
+SYNC = Mode(
+    "sync",
+    takes_newest=False,
+    waits_for_next_version=True,
+    exact_versions=True,
+    reuses=False,
+    needs_every_actor=True,
+)
+ASYNC = Mode(
+    "async",
+    takes_newest=True,
+    waits_for_next_version=False,
+    exact_versions=False,
+    reuses=True,
+    needs_every_actor=False,
+)
 MODES = {m.name: m for m in (SYNC, ASYNC)}
 
 
 def mode_of(config: Config) -> Mode:
     """The strategy of a config's distributed mode (sync or async)."""
     if config.mode not in MODES:
-        raise ValueError(f"mode '{config.mode}' has no actors or learner process (it is its own runner)")
+        raise ValueError(
+            f"mode '{config.mode}' has no actors or learner process (it is its own runner)"
+        )
     return MODES[config.mode]
 
 

@@ -7,15 +7,57 @@ Import the submodules directly (`tianjax.transport.channels`, `.codec`, `.auth`)
 package re-exports their public names.
 """
 
-from tianjax.transport.auth import (InsecureNoAuth, KEY_ENV, MessageAuth, RunKey, load_key, new_run_key, write_key_file)
-from tianjax.transport.channels import (ControlClient, ControlServer, ParamPublisher, ParamSubscriber, TrajectoryReceiver, TrajectorySender)
-from tianjax.transport.codec import CodecError, Message, REASONS, ReplayGuard, TreeSpec, decode, encode
+from tianjax.transport.auth import (
+    KEY_ENV,
+    InsecureNoAuth,
+    MessageAuth,
+    RunKey,
+    load_key,
+    new_run_key,
+    write_key_file,
+)
+from tianjax.transport.channels import (
+    ControlClient,
+    ControlServer,
+    ParamPublisher,
+    ParamSubscriber,
+    TrajectoryReceiver,
+    TrajectorySender,
+)
+from tianjax.transport.codec import (
+    REASONS,
+    CodecError,
+    Message,
+    ReplayGuard,
+    TreeSpec,
+    decode,
+    encode,
+)
 from tianjax.transport.security import Gatekeeper, Handshake, SecureContext, resolve_security
 
 __all__ = [
-    "KEY_ENV", "InsecureNoAuth", "MessageAuth", "RunKey", "load_key", "new_run_key",
-    "write_key_file", "ControlClient", "ControlServer", "ParamPublisher", "ParamSubscriber",
-    "TrajectoryReceiver", "TrajectorySender", "REASONS", "CodecError", "Message",
-    "ReplayGuard", "TreeSpec", "decode", "encode", "Gatekeeper", "Handshake", "SecureContext",
+    "KEY_ENV",
+    "InsecureNoAuth",
+    "MessageAuth",
+    "RunKey",
+    "load_key",
+    "new_run_key",
+    "write_key_file",
+    "ControlClient",
+    "ControlServer",
+    "ParamPublisher",
+    "ParamSubscriber",
+    "TrajectoryReceiver",
+    "TrajectorySender",
+    "REASONS",
+    "CodecError",
+    "Message",
+    "ReplayGuard",
+    "TreeSpec",
+    "decode",
+    "encode",
+    "Gatekeeper",
+    "Handshake",
+    "SecureContext",
     "resolve_security",
 ]

@@ -96,8 +96,9 @@ class RunKey:
 
     def __reduce__(self):
         # A pickled key would land in whatever the pickle lands in (queues, logs, files).
-        raise TypeError("RunKey is not picklable: pass it via the environment (KEY_ENV, hex) "
-                        "or a key file")
+        raise TypeError(
+            "RunKey is not picklable: pass it via the environment (KEY_ENV, hex) or a key file"
+        )
 
 
 def new_run_key() -> RunKey:
@@ -113,8 +114,10 @@ def _parse_key_bytes(raw: bytes, where: str) -> RunKey:
         key = b""
     if len(key) != KEY_BYTES:
         # (the message never shows what was found: it may be a secret of some other kind)
-        raise ValueError(f"the run key in {where} is not {2 * KEY_BYTES} hex digits ({KEY_BYTES} random "
-                         "bytes; write one with tianjax.transport.write_key_file)")
+        raise ValueError(
+            f"the run key in {where} is not {2 * KEY_BYTES} hex digits ({KEY_BYTES} random "
+            "bytes; write one with tianjax.transport.write_key_file)"
+        )
     return RunKey(key)
 
 
@@ -135,9 +138,11 @@ def load_key(source: str | os.PathLike | None = None) -> RunKey:
     with open(source, "rb") as f:
         mode = os.fstat(f.fileno()).st_mode
         if mode & 0o077:
-            raise PermissionError(f"the run key file {os.fspath(source)} may be read by its group or others "
-                                  f"(mode {mode & 0o777:o}): make it readable by its owner only "
-                                  f"(chmod 600 {os.fspath(source)})")
+            raise PermissionError(
+                f"the run key file {os.fspath(source)} may be read by its group or others "
+                f"(mode {mode & 0o777:o}): make it readable by its owner only "
+                f"(chmod 600 {os.fspath(source)})"
+            )
         return _parse_key_bytes(f.read(), os.fspath(source))
 
 
@@ -189,7 +194,7 @@ class MessageAuth:
                 continue
             view = view.cast("B")
             for j, start in enumerate(range(0, n, _CHUNK)):
-                parts.append(gcm.encrypt(_nonce(i, j), b"", view[start:start + _CHUNK]))
+                parts.append(gcm.encrypt(_nonce(i, j), b"", view[start : start + _CHUNK]))
         return hmac.digest(k_m, b"".join(parts), "sha256")[:TAG_BYTES]
 
     def verify(self, tag: Buffer, header: Buffer, frames: Sequence[Buffer]) -> bool:

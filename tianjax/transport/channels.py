@@ -30,5 +30,13 @@ from tianjax.transport.params import ParamPublisher, ParamSubscriber
 from tianjax.transport.sockets import CONTROL_MAX_BYTES, DEFAULT_HOST
 from tianjax.transport.trajectories import TrajectoryReceiver, TrajectorySender
 
-__all__ = ["CONTROL_MAX_BYTES", "DEFAULT_HOST", "ControlClient", "ControlServer", "ParamPublisher",
-           "ParamSubscriber", "TrajectoryReceiver", "TrajectorySender"]
+__all__ = [
+    "CONTROL_MAX_BYTES",
+    "DEFAULT_HOST",
+    "ControlClient",
+    "ControlServer",
+    "ParamPublisher",
+    "ParamSubscriber",
+    "TrajectoryReceiver",
+    "TrajectorySender",
+]

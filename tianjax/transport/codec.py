@@ -36,7 +36,8 @@ or "old_incarnation" for an earlier incarnation of this recipient), truncated (f
 than the header lists), schema / dtype / shape (the header's leaves against the
 template), truncated / size (each leaf frame's length), schema (the structure hash).
 Replays (and messages of a superseded incarnation: "incarnation") are caught by a
-`ReplayGuard` after everything else has passed, so a bad message cannot advance it. A rejection names the problem, never echoes the message at length.
+`ReplayGuard` after everything else has passed, so a bad message cannot advance it. A rejection
+names the problem, never echoes the message at length.
 """
 
 from __future__ import annotations
@@ -51,14 +52,28 @@ from typing import Any, NamedTuple
 import numpy as np
 from jax import tree_util
 
-from tianjax.transport.auth import Authenticator, TAG_BYTES
+from tianjax.transport.auth import TAG_BYTES, Authenticator
 
 MAGIC = "tianjax"
 PROTOCOL = 2
 KINDS = ("params", "traj", "ctrl.up", "ctrl.down")
 BROADCAST = "*"  # the recipient of parameter messages: every actor of the run
-REASONS = frozenset({"auth", "truncated", "schema", "dtype", "shape", "size", "replay",
-                     "header", "kind", "recipient", "old_incarnation", "incarnation"})
+REASONS = frozenset(
+    {
+        "auth",
+        "truncated",
+        "schema",
+        "dtype",
+        "shape",
+        "size",
+        "replay",
+        "header",
+        "kind",
+        "recipient",
+        "old_incarnation",
+        "incarnation",
+    }
+)
 MAX_HEADER_BYTES = 1 << 20  # JSON for ~10k leaves; bigger headers are refused unparsed
 
 
@@ -108,10 +123,13 @@ def _dtype_name(dtype: np.dtype) -> str:
     return name
 
 
-def _schema_hash(paths: Sequence[str], dtypes: Sequence[str], tails: Sequence[tuple],
-                 batch_dims: int) -> str:
-    desc = json.dumps([batch_dims, [[p, d, list(s)] for p, d, s in zip(paths, dtypes, tails)]],
-                      separators=(",", ":"))
+def _schema_hash(
+    paths: Sequence[str], dtypes: Sequence[str], tails: Sequence[tuple], batch_dims: int
+) -> str:
+    desc = json.dumps(
+        [batch_dims, [[p, d, list(s)] for p, d, s in zip(paths, dtypes, tails)]],
+        separators=(",", ":"),
+    )
     return hashlib.sha256(desc.encode()).hexdigest()[:16]
 
 
@@ -130,18 +148,23 @@ class TreeSpec:
         for path, leaf in with_path:
             shape = tuple(int(d) for d in np.shape(leaf))
             if len(shape) < batch_dims:
-                raise ValueError(f"leaf {tree_util.keystr(path)} has rank {len(shape)} < "
-                                 f"batch_dims={batch_dims}")
+                raise ValueError(
+                    f"leaf {tree_util.keystr(path)} has rank {len(shape)} < batch_dims={batch_dims}"
+                )
             dtype = leaf.dtype if hasattr(leaf, "dtype") else np.asarray(leaf).dtype
             leaves.append(LeafSpec(tree_util.keystr(path), _native(np.dtype(dtype)), shape))
         self.leaves = tuple(leaves)
-        self.schema = _schema_hash([l.path for l in leaves], [l.dtype.name for l in leaves],
-                                   [l.shape[batch_dims:] for l in leaves], batch_dims)
-        self.nbytes = sum(math.prod(l.shape) * l.dtype.itemsize for l in leaves)
+        self.schema = _schema_hash(
+            [spec.path for spec in leaves],
+            [spec.dtype.name for spec in leaves],
+            [spec.shape[batch_dims:] for spec in leaves],
+            batch_dims,
+        )
+        self.nbytes = sum(math.prod(spec.shape) * spec.dtype.itemsize for spec in leaves)
         # the header's leaf list as an exact-shape message carries it: one comparison
         # accepts the common case; the per-leaf checks only run to name a mismatch
-        self.header_leaves = [[l.dtype.name, list(l.shape)] for l in leaves]
-        self.leaf_nbytes = [math.prod(l.shape) * l.dtype.itemsize for l in leaves]
+        self.header_leaves = [[spec.dtype.name, list(spec.shape)] for spec in leaves]
+        self.leaf_nbytes = [math.prod(spec.shape) * spec.dtype.itemsize for spec in leaves]
 
     def __repr__(self) -> str:
         return f"TreeSpec({len(self.leaves)} leaves, {self.nbytes} B, schema={self.schema})"
@@ -176,25 +199,49 @@ def _layout(treedef, paths, names, shapes, batch_dims) -> tuple[str, str]:
         if len(_layout_cache) > 256:
             _layout_cache.clear()
         schema = _schema_hash(paths, names, [s[batch_dims:] for s in shapes], batch_dims)
-        leaves_json = json.dumps([[n, list(s)] for n, s in zip(names, shapes)], separators=(",", ":"))
+        leaves_json = json.dumps(
+            [[n, list(s)] for n, s in zip(names, shapes)], separators=(",", ":")
+        )
         out = _layout_cache[key] = (schema, leaves_json)
     return out
 
 
-def _header(kind: str, schema: str, version: int, sender: str, inc: str, to: str, seq: int,
-            leaves_json: str, nbytes: int, body: dict | None = None) -> bytes:
+def _header(
+    kind: str,
+    schema: str,
+    version: int,
+    sender: str,
+    inc: str,
+    to: str,
+    seq: int,
+    leaves_json: str,
+    nbytes: int,
+    body: dict | None = None,
+) -> bytes:
     # json.dumps for every string that comes from a caller, so nothing can break the quoting
-    text = (f'{{"m":"{MAGIC}","p":{PROTOCOL},"kind":{json.dumps(kind)},"schema":{json.dumps(schema)},'
-            f'"version":{int(version)},"sender":{json.dumps(str(sender))},"inc":{json.dumps(str(inc))},'
-            f'"to":{json.dumps(str(to))},"seq":{int(seq)},'
-            f'"nonce":"{os.urandom(16).hex()}","leaves":{leaves_json},"nbytes":{int(nbytes)}')
+    text = (
+        f'{{"m":"{MAGIC}","p":{PROTOCOL},"kind":{json.dumps(kind)},"schema":{json.dumps(schema)},'
+        f'"version":{int(version)},"sender":{json.dumps(str(sender))},"inc":{json.dumps(str(inc))},'
+        f'"to":{json.dumps(str(to))},"seq":{int(seq)},'
+        f'"nonce":"{os.urandom(16).hex()}","leaves":{leaves_json},"nbytes":{int(nbytes)}'
+    )
     if body is not None:
         text += ',"body":' + json.dumps(body, separators=(",", ":"))
     return (text + "}").encode()
 
 
-def encode(tree: Any, *, auth: Authenticator, kind: str, version: int, sender: str, seq: int,
-           inc: str = "", to: str = "", batch_dims: int = 0) -> list:
+def encode(
+    tree: Any,
+    *,
+    auth: Authenticator,
+    kind: str,
+    version: int,
+    sender: str,
+    seq: int,
+    inc: str = "",
+    to: str = "",
+    batch_dims: int = 0,
+) -> list:
     """Frames for `tree` (numpy or jax arrays, any pytree), from `sender` (incarnation
     `inc`) to `to`. Leaf frames are views of the arrays: the caller must not write to them
     in place until ZeroMQ has sent them."""
@@ -213,12 +260,23 @@ def encode(tree: Any, *, auth: Authenticator, kind: str, version: int, sender: s
         names.append(_dtype_name(a.dtype))
         shapes.append(a.shape)
     schema, leaves_json = _layout(treedef, paths, tuple(names), tuple(shapes), batch_dims)
-    header = _header(kind, schema, version, sender, inc, to, seq, leaves_json, sum(v.nbytes for v in views))
+    header = _header(
+        kind, schema, version, sender, inc, to, seq, leaves_json, sum(v.nbytes for v in views)
+    )
     return [auth.tag(header, views), header, *views]
 
 
-def encode_json(body: dict, *, auth: Authenticator, kind: str, sender: str, seq: int,
-                inc: str = "", to: str = "", version: int = 0) -> list:
+def encode_json(
+    body: dict,
+    *,
+    auth: Authenticator,
+    kind: str,
+    sender: str,
+    seq: int,
+    inc: str = "",
+    to: str = "",
+    version: int = 0,
+) -> list:
     """Frames for a small JSON-able dict (control messages): it rides in the header."""
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
@@ -238,22 +296,33 @@ def _parse_header(buf) -> dict:
         raise CodecError("header", f"not JSON ({type(e).__name__})") from None
     if type(h) is not dict or h.get("m") != MAGIC or h.get("p") != PROTOCOL:
         raise CodecError("header", "bad magic or protocol")
-    if not (type(h.get("kind")) is str and type(h.get("schema")) is str
-            and _is_int(h.get("version")) and type(h.get("sender")) is str
-            and type(h.get("inc")) is str and type(h.get("to")) is str
-            and _is_int(h.get("seq")) and _is_int(h.get("nbytes"))
-            and type(h.get("leaves")) is list):
+    if not (
+        type(h.get("kind")) is str
+        and type(h.get("schema")) is str
+        and _is_int(h.get("version"))
+        and type(h.get("sender")) is str
+        and type(h.get("inc")) is str
+        and type(h.get("to")) is str
+        and _is_int(h.get("seq"))
+        and _is_int(h.get("nbytes"))
+        and type(h.get("leaves")) is list
+    ):
         raise CodecError("header", "missing or mistyped field")
     return h
 
 
 def _check_leaves(leaves: list) -> list[tuple[str, tuple[int, ...]]]:
     out = []
-    for l in leaves:
-        if not (type(l) is list and len(l) == 2 and type(l[0]) is str and type(l[1]) is list
-                and all(_is_int(d) and d >= 0 for d in l[1])):
+    for entry in leaves:
+        if not (
+            type(entry) is list
+            and len(entry) == 2
+            and type(entry[0]) is str
+            and type(entry[1]) is list
+            and all(_is_int(d) and d >= 0 for d in entry[1])
+        ):
             raise CodecError("header", "mistyped leaf entry")
-        out.append((l[0], tuple(l[1])))
+        out.append((entry[0], tuple(entry[1])))
     return out
 
 
@@ -262,8 +331,9 @@ def _buf(frame):
     return getattr(frame, "buffer", frame)
 
 
-def _authenticate(frames: Sequence, auth: Authenticator, max_bytes: int, kind: str,
-                  to: str | None) -> tuple[dict, list]:
+def _authenticate(
+    frames: Sequence, auth: Authenticator, max_bytes: int, kind: str, to: str | None
+) -> tuple[dict, list]:
     if len(frames) < 2:
         raise CodecError("truncated", f"{len(frames)} frames")
     bufs = [_buf(f) for f in frames]
@@ -281,14 +351,25 @@ def _authenticate(frames: Sequence, auth: Authenticator, max_bytes: int, kind: s
         # for an earlier incarnation of this very recipient (sent before it restarted, or
         # replayed since): told apart from a message for someone else
         earlier = h["to"].rpartition("@")[0] == to.rpartition("@")[0]
-        raise CodecError("old_incarnation" if earlier else "recipient", f"addressed to {h['to'][:64]}")
+        raise CodecError(
+            "old_incarnation" if earlier else "recipient", f"addressed to {h['to'][:64]}"
+        )
     if len(frames) - 2 != len(h["leaves"]):
-        raise CodecError("truncated", f"{len(frames) - 2} leaf frames for {len(h['leaves'])} leaves")
+        raise CodecError(
+            "truncated", f"{len(frames) - 2} leaf frames for {len(h['leaves'])} leaves"
+        )
     return h, bufs
 
 
-def decode(frames: Sequence, *, auth: Authenticator, spec: TreeSpec, kind: str,
-           max_bytes: int, to: str | None = None) -> Message:
+def decode(
+    frames: Sequence,
+    *,
+    auth: Authenticator,
+    spec: TreeSpec,
+    kind: str,
+    max_bytes: int,
+    to: str | None = None,
+) -> Message:
     """Checks and rebuilds a tree message. Frames are `zmq.Frame`s (recv copy=False) or
     buffers. `to`: the recipient this receiver is (None: not checked, for tests of the
     codec alone; every channel gives it). Raises CodecError; the replay check is the
@@ -297,25 +378,35 @@ def decode(frames: Sequence, *, auth: Authenticator, spec: TreeSpec, kind: str,
     leaf_bufs = bufs[2:]
     if spec.batch_dims == 0 and h["leaves"] == spec.header_leaves:
         # fast path: exactly the template's dtypes and shapes (the spec's own ints are used)
-        shapes = [l.shape for l in spec.leaves]
+        shapes = [leaf.shape for leaf in spec.leaves]
         needs = spec.leaf_nbytes
     else:
         shapes = _check_against(spec, _check_leaves(h["leaves"]))
-        needs = [math.prod(s) * l.dtype.itemsize for s, l in zip(shapes, spec.leaves)]
+        needs = [math.prod(s) * leaf.dtype.itemsize for s, leaf in zip(shapes, spec.leaves)]
     arrays = []
     for buf, need, shape, leaf in zip(leaf_bufs, needs, shapes, spec.leaves):
         got = memoryview(buf).nbytes
         if got != need:
-            raise CodecError("truncated" if got < need else "size",
-                             f"{leaf.path}: {got} bytes, expected {need}")
+            raise CodecError(
+                "truncated" if got < need else "size", f"{leaf.path}: {got} bytes, expected {need}"
+            )
         arrays.append(np.frombuffer(buf, dtype=leaf.dtype).reshape(shape))
     if h["schema"] != spec.schema:
         raise CodecError("schema", "tree structure differs")
     nbytes = sum(needs)
     if h["nbytes"] != nbytes:
         raise CodecError("header", "nbytes disagrees with the leaves")
-    return Message(h["kind"], h["sender"], h["seq"], h["version"],
-                   tree_util.tree_unflatten(spec.treedef, arrays), None, nbytes, h["inc"], h["to"])
+    return Message(
+        h["kind"],
+        h["sender"],
+        h["seq"],
+        h["version"],
+        tree_util.tree_unflatten(spec.treedef, arrays),
+        None,
+        nbytes,
+        h["inc"],
+        h["to"],
+    )
 
 
 def _check_against(spec: TreeSpec, leaves: list) -> list[tuple[int, ...]]:
@@ -339,8 +430,9 @@ def _check_against(spec: TreeSpec, leaves: list) -> list[tuple[int, ...]]:
     return shapes
 
 
-def decode_json(frames: Sequence, *, auth: Authenticator, kind: str, max_bytes: int,
-                to: str | None = None) -> Message:
+def decode_json(
+    frames: Sequence, *, auth: Authenticator, kind: str, max_bytes: int, to: str | None = None
+) -> Message:
     """Checks a control message; its body must be a JSON object with a string "type"."""
     h, _ = _authenticate(frames, auth, max_bytes, kind, to)
     body = h.get("body")

@@ -226,7 +226,11 @@ class ConnectionLimit:
             kind = event["event"]
             if kind == zmq.EVENT_ACCEPTED:
                 endpoint = event["endpoint"]
-                self._accepted(w, event["value"], endpoint.decode() if isinstance(endpoint, bytes) else endpoint)
+                self._accepted(
+                    w,
+                    event["value"],
+                    endpoint.decode() if isinstance(endpoint, bytes) else endpoint,
+                )
             elif kind == zmq.EVENT_DISCONNECTED:
                 w.drop(event["value"])
             elif kind == zmq.EVENT_MONITOR_STOPPED:
@@ -255,7 +259,9 @@ class ConnectionLimit:
             if w.per_host[host] <= self.max_per_host:
                 return
             try:
-                sock.shutdown(_socket.SHUT_RDWR)  # ends the connection; libzmq sees it and closes it
+                sock.shutdown(
+                    _socket.SHUT_RDWR
+                )  # ends the connection; libzmq sees it and closes it
             except OSError:
                 pass  # it ended on its own meanwhile
             w.add(fd, _Conn(host, inode, refused=True))
@@ -273,8 +279,11 @@ class ConnectionLimit:
         self._stop.set()
         self._thread.join(_JOIN_S)
         if self._thread.is_alive():
-            print(f"tianjax: warning: the connection-limit thread did not stop within {_JOIN_S:g} s",
-                  file=sys.stderr, flush=True)
+            print(
+                f"tianjax: warning: the connection-limit thread did not stop within {_JOIN_S:g} s",
+                file=sys.stderr,
+                flush=True,
+            )
 
 
 __all__ = ["PER_HOST_LIMIT", "ConnectionLimit"]

@@ -14,8 +14,15 @@ import zmq
 from tianjax.transport.auth import as_authenticator
 from tianjax.transport.codec import CodecError, ReplayGuard, decode_json, encode_json
 from tianjax.transport.connections import ConnectionLimit
-from tianjax.transport.sockets import CONTROL_MAX_BYTES, DEFAULT_HOST, Key, _Channel, address, process_incarnation
 from tianjax.transport.security import Handshake
+from tianjax.transport.sockets import (
+    CONTROL_MAX_BYTES,
+    DEFAULT_HOST,
+    Key,
+    _Channel,
+    address,
+    process_incarnation,
+)
 
 CONTROL_RCVHWM = 64
 
@@ -28,12 +35,22 @@ class ControlServer(_Channel):
     only messages addressed to `address` (`sender`@`incarnation`), and addresses each reply
     to the incarnation of the client that last wrote under that name."""
 
-    def __init__(self, key: Key, *, endpoint: str | None = None, host: str = DEFAULT_HOST,
-                 transport: Literal["tcp", "ipc"] = "tcp", sender: str = "learner",
-                 max_bytes: int = CONTROL_MAX_BYTES, ctx: zmq.Context | None = None,
-                 handshake: Handshake | None = None, ipc_dir: str | None = None,
-                 use_fd: int | None = None, incarnation: str | None = None,
-                 limit: ConnectionLimit | None = None):
+    def __init__(
+        self,
+        key: Key,
+        *,
+        endpoint: str | None = None,
+        host: str = DEFAULT_HOST,
+        transport: Literal["tcp", "ipc"] = "tcp",
+        sender: str = "learner",
+        max_bytes: int = CONTROL_MAX_BYTES,
+        ctx: zmq.Context | None = None,
+        handshake: Handshake | None = None,
+        ipc_dir: str | None = None,
+        use_fd: int | None = None,
+        incarnation: str | None = None,
+        limit: ConnectionLimit | None = None,
+    ):
         super().__init__(zmq.ROUTER, ctx, max_bytes, handshake)
         self._auth = as_authenticator(key)
         self.sender = sender
@@ -56,8 +73,13 @@ class ControlServer(_Channel):
 
     def poll(self, timeout_ms: int | None = 0) -> tuple[bytes, dict] | None:
         def valid(frames):
-            msg = decode_json(frames[1:], auth=self._auth, kind="ctrl.up", max_bytes=self.max_bytes,
-                              to=self.address)
+            msg = decode_json(
+                frames[1:],
+                auth=self._auth,
+                kind="ctrl.up",
+                max_bytes=self.max_bytes,
+                to=self.address,
+            )
             self._guard.check(msg)
             return frames[0].bytes, msg
 
@@ -78,8 +100,15 @@ class ControlServer(_Channel):
             return False
         route, inc = got
         self._seq += 1
-        frames = encode_json(msg, auth=self._auth, kind="ctrl.down", sender=self.sender, seq=self._seq,
-                             inc=self.incarnation, to=address(identity.decode(), inc))
+        frames = encode_json(
+            msg,
+            auth=self._auth,
+            kind="ctrl.down",
+            sender=self.sender,
+            seq=self._seq,
+            inc=self.incarnation,
+            to=address(identity.decode(), inc),
+        )
         try:
             self.socket.send_multipart([route, *frames], flags=zmq.NOBLOCK)
         except (zmq.Again, zmq.ZMQError):
@@ -101,9 +130,18 @@ class ControlClient(_Channel):
     knows it): it sends there, and takes only that learner's messages addressed to its own
     `address` (`identity`@`incarnation`)."""
 
-    def __init__(self, key: Key, endpoint: str, *, identity: str, to: str | None = None, hwm: int = 1000,
-                 ctx: zmq.Context | None = None, handshake: Handshake | None = None,
-                 incarnation: str | None = None):
+    def __init__(
+        self,
+        key: Key,
+        endpoint: str,
+        *,
+        identity: str,
+        to: str | None = None,
+        hwm: int = 1000,
+        ctx: zmq.Context | None = None,
+        handshake: Handshake | None = None,
+        incarnation: str | None = None,
+    ):
         super().__init__(zmq.DEALER, ctx, CONTROL_MAX_BYTES, handshake)
         self._auth = as_authenticator(key)
         self.identity = identity
@@ -122,8 +160,15 @@ class ControlClient(_Channel):
         if self.to is None:
             raise RuntimeError("a control client needs its learner (`to`) before it sends")
         self._seq += 1
-        frames = encode_json(msg, auth=self._auth, kind="ctrl.up", sender=self.identity, seq=self._seq,
-                             inc=self.incarnation, to=self.to)
+        frames = encode_json(
+            msg,
+            auth=self._auth,
+            kind="ctrl.up",
+            sender=self.identity,
+            seq=self._seq,
+            inc=self.incarnation,
+            to=self.to,
+        )
         try:
             self.socket.send_multipart(frames, flags=zmq.NOBLOCK)
         except zmq.Again:
@@ -132,8 +177,13 @@ class ControlClient(_Channel):
 
     def recv(self, timeout_ms: int | None = 0) -> dict | None:
         def valid(frames):
-            msg = decode_json(frames, auth=self._auth, kind="ctrl.down", max_bytes=CONTROL_MAX_BYTES,
-                              to=self.address)
+            msg = decode_json(
+                frames,
+                auth=self._auth,
+                kind="ctrl.down",
+                max_bytes=CONTROL_MAX_BYTES,
+                to=self.address,
+            )
             if msg.source != self.to:  # another learner, or one before a restart
                 raise CodecError("incarnation", f"from {msg.source[:64]}, not the learner followed")
             self._guard.check(msg)

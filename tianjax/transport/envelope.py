@@ -69,6 +69,6 @@ def unpack(buf) -> list[memoryview]:
     for n in lengths:
         if n > total - at:
             raise CodecError("truncated", f"a frame of {n} bytes past the envelope's end")
-        frames.append(view[at:at + n])
+        frames.append(view[at : at + n])
         at += n + _pad(n)
     return frames

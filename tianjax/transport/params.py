@@ -44,12 +44,23 @@ class ParamPublisher(_Channel):
     the PUB queues for it drains at the speed of the connection, not of the actor.
     """
 
-    def __init__(self, key: Key, *, endpoint: str | None = None, host: str = DEFAULT_HOST,
-                 transport: Literal["tcp", "ipc"] = "tcp", sender: str = "learner",
-                 hwm: int = 8, batch_dims: int = 0, ctx: zmq.Context | None = None,
-                 handshake: Handshake | None = None, ipc_dir: str | None = None,
-                 use_fd: int | None = None, incarnation: str | None = None,
-                 limit: ConnectionLimit | None = None):
+    def __init__(
+        self,
+        key: Key,
+        *,
+        endpoint: str | None = None,
+        host: str = DEFAULT_HOST,
+        transport: Literal["tcp", "ipc"] = "tcp",
+        sender: str = "learner",
+        hwm: int = 8,
+        batch_dims: int = 0,
+        ctx: zmq.Context | None = None,
+        handshake: Handshake | None = None,
+        ipc_dir: str | None = None,
+        use_fd: int | None = None,
+        incarnation: str | None = None,
+        limit: ConnectionLimit | None = None,
+    ):
         # what a PUB receives are subscriptions: tiny, so an oversized one is refused unread
         super().__init__(zmq.XPUB, ctx, SUBSCRIPTION_MAX_BYTES, handshake)
         self.socket.setsockopt(zmq.XPUB_MANUAL, 1)
@@ -80,8 +91,17 @@ class ParamPublisher(_Channel):
     def publish(self, version: int, params: Any) -> None:
         self.serve_subscriptions()
         self._seq += 1
-        frames = encode(params, auth=self._auth, kind="params", version=version, sender=self.sender,
-                        seq=self._seq, inc=self.incarnation, to=BROADCAST, batch_dims=self.batch_dims)
+        frames = encode(
+            params,
+            auth=self._auth,
+            kind="params",
+            version=version,
+            sender=self.sender,
+            seq=self._seq,
+            inc=self.incarnation,
+            to=BROADCAST,
+            batch_dims=self.batch_dims,
+        )
         self.socket.send(envelope.pack(frames), copy=False)  # PUB never blocks
 
 
@@ -108,14 +128,29 @@ class ParamSubscriber(_Channel):
     _KEEP = 8
     _MAX_DRAIN = 100_000
 
-    def __init__(self, key: Key, endpoint: str, template: Any, *,
-                 max_bytes: int | None = None, batch_dims: int = 0, same_version: bool = False,
-                 ctx: zmq.Context | None = None, handshake: Handshake | None = None):
-        spec = template if isinstance(template, TreeSpec) else TreeSpec(template, batch_dims=batch_dims)
+    def __init__(
+        self,
+        key: Key,
+        endpoint: str,
+        template: Any,
+        *,
+        max_bytes: int | None = None,
+        batch_dims: int = 0,
+        same_version: bool = False,
+        ctx: zmq.Context | None = None,
+        handshake: Handshake | None = None,
+    ):
+        spec = (
+            template
+            if isinstance(template, TreeSpec)
+            else TreeSpec(template, batch_dims=batch_dims)
+        )
         # never above the exact size a template without batch dims fixes
         max_bytes = min(max_bytes or (1 << 62), _default_max_bytes(spec))
         # the envelope is one frame: the payload's bound plus its table and padding
-        super().__init__(zmq.SUB, ctx, max_bytes + envelope.overhead(len(spec.leaves) + 2), handshake)
+        super().__init__(
+            zmq.SUB, ctx, max_bytes + envelope.overhead(len(spec.leaves) + 2), handshake
+        )
         self.same_version = same_version
         self._auth = as_authenticator(key)
         self.spec = spec
@@ -150,13 +185,21 @@ class ParamSubscriber(_Channel):
         # and the ones before it need no verification (verifying is the costly part).
         for i in range(len(raws) - 1, -1, -1):
             try:
-                msg = decode(envelope.unpack(raws[i].buffer), auth=self._auth, spec=self.spec,
-                             kind="params", max_bytes=self.max_bytes, to=BROADCAST)
+                msg = decode(
+                    envelope.unpack(raws[i].buffer),
+                    auth=self._auth,
+                    spec=self.spec,
+                    kind="params",
+                    max_bytes=self.max_bytes,
+                    to=BROADCAST,
+                )
                 self._guard.check(msg)
             except CodecError as e:
                 self.rejected[e.reason] += 1
                 continue
-            older = msg.version < self.version or (msg.version == self.version and not self.same_version)
+            older = msg.version < self.version or (
+                msg.version == self.version and not self.same_version
+            )
             if older and msg.source == self.source:
                 self.stale += 1
                 continue

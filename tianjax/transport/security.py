@@ -119,8 +119,15 @@ class Handshake:
     handler's check. `allow`: the only hosts a tcp server admits (empty: any with the
     credentials). Holds secrets: its repr hides them and it refuses to be pickled."""
 
-    __slots__ = ("security", "allow", "_token", "_server_secret", "_client_secret", "server_public",
-                 "client_public")
+    __slots__ = (
+        "security",
+        "allow",
+        "_token",
+        "_server_secret",
+        "_client_secret",
+        "server_public",
+        "client_public",
+    )
 
     def __init__(self, run_key: RunKey | bytes, security: Security, allow: tuple[str, ...] = ()):
         if security not in SECURITY_LEVELS:
@@ -197,9 +204,13 @@ class Gatekeeper:
     would admit anyone) and closed before the context is terminated.
     """
 
-    def __init__(self, ctx: zmq.Context, handshake: Handshake, allow: tuple[str, ...] | None = None):
+    def __init__(
+        self, ctx: zmq.Context, handshake: Handshake, allow: tuple[str, ...] | None = None
+    ):
         self.handshake = handshake
-        self.allow = frozenset(str(ipaddress.ip_address(a)) for a in (handshake.allow if allow is None else allow))
+        self.allow = frozenset(
+            str(ipaddress.ip_address(a)) for a in (handshake.allow if allow is None else allow)
+        )
         self.admitted = 0
         self.refused: collections.Counter = collections.Counter()
         self._ctx = ctx
@@ -231,7 +242,14 @@ class Gatekeeper:
                     reply = self._answer(request)
                 except Exception:  # noqa: BLE001 - a request it cannot read is refused, not fatal
                     self.refused["malformed"] += 1
-                    reply = [b"1.0", request[1] if len(request) > 1 else b"", b"500", b"malformed", b"", b""]
+                    reply = [
+                        b"1.0",
+                        request[1] if len(request) > 1 else b"",
+                        b"500",
+                        b"malformed",
+                        b"",
+                        b"",
+                    ]
                 sock.send_multipart(reply)
         except BaseException as e:  # noqa: BLE001 - the learner sees it through `alive`
             self.error = e
@@ -277,8 +295,6 @@ class Gatekeeper:
         self._thread.join(timeout=5)
 
 
-
-
 class SecureContext:
     """A role's own ZeroMQ context, with the run's handshake and, on the learner (the side
     that binds), the gatekeeper that checks it and, with `max_connections_per_host` (0: no
@@ -286,9 +302,16 @@ class SecureContext:
     tianjax.transport.connections). `io_threads`: CurveZMQ encrypts in the I/O threads,
     so curve gets two by default (one is the limit otherwise)."""
 
-    def __init__(self, run_key: RunKey | bytes, security: Security, *, server: bool,
-                 allow: tuple[str, ...] = (), io_threads: int | None = None,
-                 max_connections_per_host: int = 0):
+    def __init__(
+        self,
+        run_key: RunKey | bytes,
+        security: Security,
+        *,
+        server: bool,
+        allow: tuple[str, ...] = (),
+        io_threads: int | None = None,
+        max_connections_per_host: int = 0,
+    ):
         self.handshake = Handshake(run_key, security, allow)
         self.io_threads = io_threads or (2 if security == "curve" else 1)
         self.ctx = zmq.Context(io_threads=self.io_threads)
@@ -326,20 +349,38 @@ MAC_OFF_LOOPBACK = (
     "who can observe that network reads the connection token and every parameter and trajectory in "
     "clear; with the token they can connect to the learner's ports and make it spend memory and CPU "
     "on messages it then rejects (only the per-message MACs stop them from injecting or replaying "
-    "anything). Use runtime.security: curve off loopback.")
+    "anything). Use runtime.security: curve off loopback."
+)
 
 
-def secure_context(run_key: RunKey | bytes, runtime, *, server: bool,
-                   max_connections_per_host: int = 0) -> SecureContext:
+def secure_context(
+    run_key: RunKey | bytes, runtime, *, server: bool, max_connections_per_host: int = 0
+) -> SecureContext:
     """The SecureContext a role's `runtime` config section asks for (a learner binding
     beyond loopback under `plain` is warned what an observer of its network can do);
     `max_connections_per_host`: as resolved by the config (Config.max_connections_per_host)."""
     security = resolve_security(runtime.security, runtime.bind_host)
     if server and security == "plain" and not is_loopback(runtime.bind_host):
         print(MAC_OFF_LOOPBACK.format(host=runtime.bind_host), file=sys.stderr, flush=True)
-    return SecureContext(run_key, security, server=server, allow=tuple(runtime.allow_hosts),
-                         io_threads=runtime.io_threads, max_connections_per_host=max_connections_per_host)
+    return SecureContext(
+        run_key,
+        security,
+        server=server,
+        allow=tuple(runtime.allow_hosts),
+        io_threads=runtime.io_threads,
+        max_connections_per_host=max_connections_per_host,
+    )
 
 
-__all__ = ["HANDSHAKE_MS", "SECURITY_LEVELS", "SUBSCRIPTION_MAX_BYTES", "Gatekeeper", "Handshake",
-           "SecureContext", "is_loopback", "limit_frames", "resolve_security", "secure_context"]
+__all__ = [
+    "HANDSHAKE_MS",
+    "SECURITY_LEVELS",
+    "SUBSCRIPTION_MAX_BYTES",
+    "Gatekeeper",
+    "Handshake",
+    "SecureContext",
+    "is_loopback",
+    "limit_frames",
+    "resolve_security",
+    "secure_context",
+]

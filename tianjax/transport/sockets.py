@@ -13,7 +13,7 @@ from typing import Literal
 import zmq
 
 from tianjax.transport.auth import Authenticator, RunKey
-from tianjax.transport.codec import CodecError, MAX_HEADER_BYTES, TreeSpec
+from tianjax.transport.codec import MAX_HEADER_BYTES, CodecError, TreeSpec
 from tianjax.transport.connections import ConnectionLimit
 from tianjax.transport.security import Handshake, limit_frames
 
@@ -77,8 +77,9 @@ class _Channel:
     if given, is the run's connection credentials (see `security`), set before the socket
     binds (as a server) or connects (as a client)."""
 
-    def __init__(self, socket_type: int, ctx: zmq.Context | None, max_in: int,
-                 handshake: Handshake | None):
+    def __init__(
+        self, socket_type: int, ctx: zmq.Context | None, max_in: int, handshake: Handshake | None
+    ):
         self._ctx = ctx or zmq.Context.instance()
         self.socket: zmq.Socket = self._ctx.socket(socket_type)
         self.socket.linger = 0
@@ -93,9 +94,15 @@ class _Channel:
         self.socket.connect(endpoint)
         self.endpoint = endpoint
 
-    def _bind(self, endpoint: str | None, host: str, transport: Literal["tcp", "ipc"],
-              ipc_dir: str | None = None, use_fd: int | None = None,
-              limit: ConnectionLimit | None = None) -> None:
+    def _bind(
+        self,
+        endpoint: str | None,
+        host: str,
+        transport: Literal["tcp", "ipc"],
+        ipc_dir: str | None = None,
+        use_fd: int | None = None,
+        limit: ConnectionLimit | None = None,
+    ) -> None:
         """`limit`: the per-host connection limit to hold the socket to (tcp only: ipc
         peers have no host), set up before the bind so that it sees every connection."""
         ipc = endpoint.startswith("ipc://") if endpoint is not None else transport == "ipc"
@@ -116,7 +123,9 @@ class _Channel:
             # NOTE: never the shared temporary directory: any local user could connect to
             # (or replace) a socket there. The launcher makes a private one (mode 0700)
             if ipc_dir is None:
-                raise ValueError("ipc sockets need a private directory (ipc_dir, mode 0700): none was given")
+                raise ValueError(
+                    "ipc sockets need a private directory (ipc_dir, mode 0700): none was given"
+                )
             name = f"tianjax-{os.getpid()}-{secrets.token_hex(6)}.ipc"
             endpoint = "ipc://" + os.path.join(ipc_dir, name)
         if endpoint is None:
@@ -130,7 +139,7 @@ class _Channel:
         # resolves "tcp://host:0" and "tcp://host:*" to the port the OS gave
         self.endpoint = self.socket.getsockopt_string(zmq.LAST_ENDPOINT)
         if endpoint.startswith("ipc://"):
-            self._ipc_path = endpoint[len("ipc://"):]
+            self._ipc_path = endpoint[len("ipc://") :]
 
     def _recv_valid(self, timeout_ms: int | None, valid):
         """The first message `valid(frames)` accepts within timeout_ms, or None. Messages it
@@ -152,7 +161,9 @@ class _Channel:
             except CodecError as e:
                 self.rejected[e.reason] += 1
                 refused += 1
-                if refused >= MAX_REJECTED_PER_CALL or (deadline is not None and time.monotonic() >= deadline):
+                if refused >= MAX_REJECTED_PER_CALL or (
+                    deadline is not None and time.monotonic() >= deadline
+                ):
                     return None
                 continue
             self.accepted += 1

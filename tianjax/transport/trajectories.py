@@ -12,7 +12,14 @@ from tianjax.transport.auth import as_authenticator
 from tianjax.transport.codec import Message, ReplayGuard, TreeSpec, decode, encode
 from tianjax.transport.connections import ConnectionLimit
 from tianjax.transport.security import SENDER_MAX_BYTES, Handshake
-from tianjax.transport.sockets import DEFAULT_HOST, Key, _Channel, _default_max_bytes, address, process_incarnation
+from tianjax.transport.sockets import (
+    DEFAULT_HOST,
+    Key,
+    _Channel,
+    _default_max_bytes,
+    address,
+    process_incarnation,
+)
 
 
 class TrajectorySender(_Channel):
@@ -21,9 +28,19 @@ class TrajectorySender(_Channel):
     sets it to the one it registered with, and a learner takes no other's. `incarnation`:
     this sender's (default: the process's)."""
 
-    def __init__(self, key: Key, endpoint: str, *, sender: str, to: str | None = None, hwm: int = 2,
-                 batch_dims: int = 0, ctx: zmq.Context | None = None,
-                 handshake: Handshake | None = None, incarnation: str | None = None):
+    def __init__(
+        self,
+        key: Key,
+        endpoint: str,
+        *,
+        sender: str,
+        to: str | None = None,
+        hwm: int = 2,
+        batch_dims: int = 0,
+        ctx: zmq.Context | None = None,
+        handshake: Handshake | None = None,
+        incarnation: str | None = None,
+    ):
         super().__init__(zmq.PUSH, ctx, SENDER_MAX_BYTES, handshake)
         self._auth = as_authenticator(key)
         self.sender = sender
@@ -41,8 +58,17 @@ class TrajectorySender(_Channel):
         if self.to is None:
             raise RuntimeError("a trajectory sender needs its recipient (`to`) before it sends")
         self._seq += 1
-        frames = encode(tree, auth=self._auth, kind="traj", version=version, sender=self.sender,
-                        seq=self._seq, inc=self.incarnation, to=self.to, batch_dims=self.batch_dims)
+        frames = encode(
+            tree,
+            auth=self._auth,
+            kind="traj",
+            version=version,
+            sender=self.sender,
+            seq=self._seq,
+            inc=self.incarnation,
+            to=self.to,
+            batch_dims=self.batch_dims,
+        )
         # try first, wait only when full: a poll per message costs more than the rare retry.
         # A multipart message is queued whole or not at all, so NOBLOCK cannot split it.
         try:
@@ -64,13 +90,30 @@ class TrajectoryReceiver(_Channel):
     Bad messages are dropped and counted: `rejected[reason]`; good ones in `accepted`.
     Only messages addressed to `address` ("name@incarnation") are taken."""
 
-    def __init__(self, key: Key, template: Any, *, endpoint: str | None = None,
-                 host: str = DEFAULT_HOST, transport: Literal["tcp", "ipc"] = "tcp",
-                 hwm: int = 4, max_bytes: int | None = None, batch_dims: int = 0,
-                 ctx: zmq.Context | None = None, handshake: Handshake | None = None,
-                 ipc_dir: str | None = None, use_fd: int | None = None, name: str = "learner",
-                 incarnation: str | None = None, limit: ConnectionLimit | None = None):
-        spec = template if isinstance(template, TreeSpec) else TreeSpec(template, batch_dims=batch_dims)
+    def __init__(
+        self,
+        key: Key,
+        template: Any,
+        *,
+        endpoint: str | None = None,
+        host: str = DEFAULT_HOST,
+        transport: Literal["tcp", "ipc"] = "tcp",
+        hwm: int = 4,
+        max_bytes: int | None = None,
+        batch_dims: int = 0,
+        ctx: zmq.Context | None = None,
+        handshake: Handshake | None = None,
+        ipc_dir: str | None = None,
+        use_fd: int | None = None,
+        name: str = "learner",
+        incarnation: str | None = None,
+        limit: ConnectionLimit | None = None,
+    ):
+        spec = (
+            template
+            if isinstance(template, TreeSpec)
+            else TreeSpec(template, batch_dims=batch_dims)
+        )
         # never above the exact size a template without batch dims fixes
         max_bytes = min(max_bytes or (1 << 62), _default_max_bytes(spec))
         super().__init__(zmq.PULL, ctx, max_bytes, handshake)
@@ -86,8 +129,14 @@ class TrajectoryReceiver(_Channel):
 
     def recv(self, timeout_ms: int | None = 0) -> Message | None:
         def valid(frames):
-            msg = decode(frames, auth=self._auth, spec=self.spec, kind="traj", max_bytes=self.max_bytes,
-                         to=self.address)
+            msg = decode(
+                frames,
+                auth=self._auth,
+                spec=self.spec,
+                kind="traj",
+                max_bytes=self.max_bytes,
+                to=self.address,
+            )
             self._guard.check(msg)
             return msg
 

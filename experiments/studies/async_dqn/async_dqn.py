@@ -36,19 +36,28 @@ def main():
         common = [f"total_env_steps={args.steps}", f"seed={seed}", "eval_episodes=0"]
         rows.append(("fused", seed, run(CONFIG, common)))
         for n in args.actors:
-            rows.append((f"async {n} actors", seed,
-                         run(CONFIG, common + ["mode=async", f"num_actors={n}", "env_backend=envpool"])))
+            rows.append(
+                (
+                    f"async {n} actors",
+                    seed,
+                    run(CONFIG, common + ["mode=async", f"num_actors={n}", "env_backend=envpool"]),
+                )
+            )
     fused = {seed: s["convergence_env_steps"] for name, seed, s in rows if name == "fused"}
     print(f"\nDQN on CartPole-v1, {args.steps:,} env steps (eps decays over the first 25%)")
-    print(f"{'run':<16}{'seed':>5}{'steps to 475':>14}{'x fused':>9}{'time to 475 s':>15}"
-          f"{'replay ratio':>14}{'target':>8}{'final':>8}{'tau mean':>10}")
+    print(
+        f"{'run':<16}{'seed':>5}{'steps to 475':>14}{'x fused':>9}{'time to 475 s':>15}"
+        f"{'replay ratio':>14}{'target':>8}{'final':>8}{'tau mean':>10}"
+    )
     for name, seed, s in rows:
         steps = s["convergence_env_steps"]
         ratio = steps / fused[seed] if steps and fused.get(seed) else None
-        print(f"{name:<16}{seed:>5}{fmt(steps):>14}{fmt(ratio, '.2f'):>9}"
-              f"{fmt(s['convergence_time_s'], '.1f'):>15}{fmt(s.get('replay_ratio'), '.2f'):>14}"
-              f"{fmt(s.get('replay_ratio_target'), '.2f'):>8}{s['final_return']:>8.1f}"
-              f"{fmt(s.get('staleness_mean'), '.0f'):>10}")
+        print(
+            f"{name:<16}{seed:>5}{fmt(steps):>14}{fmt(ratio, '.2f'):>9}"
+            f"{fmt(s['convergence_time_s'], '.1f'):>15}{fmt(s.get('replay_ratio'), '.2f'):>14}"
+            f"{fmt(s.get('replay_ratio_target'), '.2f'):>8}{s['final_return']:>8.1f}"
+            f"{fmt(s.get('staleness_mean'), '.0f'):>10}"
+        )
 
 
 if __name__ == "__main__":

@@ -29,7 +29,9 @@ import jax
 import numpy as np
 
 # experiments/benchmarks/, for the reference PPO
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "benchmarks"))
+sys.path.insert(
+    0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "benchmarks")
+)
 
 from minimal_ppo import make_train  # noqa: E402
 
@@ -55,10 +57,22 @@ def last_episodes_mean(r: np.ndarray, d: np.ndarray, n: int = 100) -> float:
 
 def run_minimal(cfg, steps: int, seed: int) -> dict:
     p = cfg.ppo
-    train, total = make_train(env_name=cfg.env, num_envs=cfg.num_envs, num_steps=cfg.rollout_len,
-                              total_steps=steps, epochs=p.num_epochs, minibatches=p.num_minibatches,
-                              lr=p.lr, gamma=p.gamma, lam=p.gae_lambda, clip=p.clip_eps,
-                              ent=p.ent_coef, vf=p.vf_coef, max_norm=p.max_grad_norm, anneal=p.anneal_lr)
+    train, total = make_train(
+        env_name=cfg.env,
+        num_envs=cfg.num_envs,
+        num_steps=cfg.rollout_len,
+        total_steps=steps,
+        epochs=p.num_epochs,
+        minibatches=p.num_minibatches,
+        lr=p.lr,
+        gamma=p.gamma,
+        lam=p.gae_lambda,
+        clip=p.clip_eps,
+        ent=p.ent_coef,
+        vf=p.vf_coef,
+        max_norm=p.max_grad_norm,
+        anneal=p.anneal_lr,
+    )
     t = time.perf_counter()
     compiled = jax.jit(train).lower(jax.random.key(seed)).compile()
     compile_s = time.perf_counter() - t
@@ -67,15 +81,23 @@ def run_minimal(cfg, steps: int, seed: int) -> dict:
     train_s = time.perf_counter() - t
     r = np.asarray(r).reshape(-1, cfg.num_envs)
     d = np.asarray(d).reshape(-1, cfg.num_envs)
-    return {"final_return": last_episodes_mean(r, d), "env_steps": total, "train_s": train_s,
-            "compile_s": compile_s}
+    return {
+        "final_return": last_episodes_mean(r, d),
+        "env_steps": total,
+        "train_s": train_s,
+        "compile_s": compile_s,
+    }
 
 
 def run_tianjax(config: str, overrides: list[str]) -> dict:
     with tempfile.TemporaryDirectory() as d:
         s = tianjax.train(config, overrides, run_dir=d, progress=False, verbose=False).summary
-    return {"final_return": s["final_return"], "env_steps": s["env_steps"],
-            "train_s": s["env_steps"] / s["env_steps_per_s"], "compile_s": s["compile_time_s"]}
+    return {
+        "final_return": s["final_return"],
+        "env_steps": s["env_steps"],
+        "train_s": s["env_steps"] / s["env_steps_per_s"],
+        "compile_s": s["compile_time_s"],
+    }
 
 
 def main() -> None:
@@ -83,23 +105,38 @@ def main() -> None:
     ap.add_argument("--env", default="SpaceInvaders-MinAtar")
     ap.add_argument("--steps", type=int, default=10_000_000)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--no-own", action="store_true", help="skip the third row (the config's own network)")
+    ap.add_argument(
+        "--no-own", action="store_true", help="skip the third row (the config's own network)"
+    )
     args = ap.parse_args()
     name = args.env.split("-")[0].lower()
     config = f"configs/ppo_{name}_minatar.yaml"
-    common = [f"total_env_steps={args.steps}", f"seed={args.seed}", "eval_episodes=0", "log_every=50",
-              "target_return=null"]
+    common = [
+        f"total_env_steps={args.steps}",
+        f"seed={args.seed}",
+        "eval_episodes=0",
+        "log_every=50",
+        "target_return=null",
+    ]
     cfg = tianjax.load_config(config, common + MLP)
-    rows = [("minimal PPO, 2x64 tanh MLP", run_minimal(cfg, args.steps, args.seed)),
-            ("tianjax fused PPO, 2x64 tanh MLP", run_tianjax(config, common + MLP))]
+    rows = [
+        ("minimal PPO, 2x64 tanh MLP", run_minimal(cfg, args.steps, args.seed)),
+        ("tianjax fused PPO, 2x64 tanh MLP", run_tianjax(config, common + MLP)),
+    ]
     if not args.no_own:
         rows.append(("tianjax fused PPO, the config's own network", run_tianjax(config, common)))
-    print(f"\n{args.env}, {args.steps:,} env steps, seed {args.seed}; return = mean of the last 100 episodes")
-    print(f"| run | final return | env steps | training s (compile apart) | compile s |")
+    print(
+        f"\n{args.env}, {args.steps:,} env steps, seed {args.seed}; return = mean of the last 100 episodes"
+    )
+    print("| run | final return | env steps | training s (compile apart) | compile s |")
     print("|---|---|---|---|---|")
     for label, r in rows:
-        print(f"| {label} | {r['final_return']:.2f} | {r['env_steps']:,} | {r['train_s']:.1f} | {r['compile_s']:.1f} |")
-    print(f"tianjax/minimal final return (same MLP): {rows[1][1]['final_return'] / rows[0][1]['final_return']:.2f}")
+        print(
+            f"| {label} | {r['final_return']:.2f} | {r['env_steps']:,} | {r['train_s']:.1f} | {r['compile_s']:.1f} |"
+        )
+    print(
+        f"tianjax/minimal final return (same MLP): {rows[1][1]['final_return'] / rows[0][1]['final_return']:.2f}"
+    )
 
 
 if __name__ == "__main__":

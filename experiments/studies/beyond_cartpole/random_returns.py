@@ -16,7 +16,9 @@ import jax
 import jax.numpy as jnp
 
 
-def random_return(name: str, num_envs: int = 256, steps: int = 2000, seed: int = 0) -> tuple[float, int]:
+def random_return(
+    name: str, num_envs: int = 256, steps: int = 2000, seed: int = 0
+) -> tuple[float, int]:
     env, params = gymnax.make(name)
     num_actions = env.action_space(params).n
 
@@ -28,7 +30,9 @@ def random_return(name: str, num_envs: int = 256, steps: int = 2000, seed: int =
             state, ret, total, episodes = carry
             k_act, k_env = jax.random.split(k)
             action = jax.random.randint(k_act, (num_envs,), 0, num_actions)
-            out = jax.vmap(env.step, (0, 0, 0, None))(jax.random.split(k_env, num_envs), state, action, params)
+            out = jax.vmap(env.step, (0, 0, 0, None))(
+                jax.random.split(k_env, num_envs), state, action, params
+            )
             state, reward, done = out[1], out[2], out[3]
             ret = ret + reward
             total = total + jnp.sum(jnp.where(done, ret, 0.0))

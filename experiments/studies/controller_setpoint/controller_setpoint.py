@@ -31,9 +31,11 @@ from _runs import run  # noqa: E402
 def second_half(records):
     """Mean tau of the samples consumed in the second half of the records (each record's
     staleness_hist counts the consumed samples per tau since the previous one)."""
-    hists = [h for h in records.get("staleness_hist", []) if h is not None]  # TrainResult.metrics columns
+    hists = [
+        h for h in records.get("staleness_hist", []) if h is not None
+    ]  # TrainResult.metrics columns
     n = tau = 0
-    for h in hists[len(hists) // 2:]:
+    for h in hists[len(hists) // 2 :]:
         n += sum(h)
         tau += sum(t * c for t, c in enumerate(h))
     return tau / n if n else math.nan
@@ -46,28 +48,58 @@ def main():
     ap.add_argument("--targets", type=float, nargs="+", default=[2.0, 6.0])
     ap.add_argument("--out", default="runs/controller_setpoint")
     args = ap.parse_args()
-    base = [f"num_actors={args.actors}", "runtime.batch_trajectories=1", "network.hidden=[256,256]",
-            "runtime.credits_per_actor=8", "runtime.publish_every=4", "runtime.max_reuse=2",
-            "runtime.max_pool=64", "staleness.max_staleness=null", "target_return=null",
-            f"total_env_steps={args.steps}", "log_every=5", "balance.period_s=0.5"]
+    base = [
+        f"num_actors={args.actors}",
+        "runtime.batch_trajectories=1",
+        "network.hidden=[256,256]",
+        "runtime.credits_per_actor=8",
+        "runtime.publish_every=4",
+        "runtime.max_reuse=2",
+        "runtime.max_pool=64",
+        "staleness.max_staleness=null",
+        "target_return=null",
+        f"total_env_steps={args.steps}",
+        "log_every=5",
+        "balance.period_s=0.5",
+    ]
     rows = []
     for target in args.targets:
         for mode in ("adaptive", "fixed"):
             d = os.path.join(args.out, f"{mode}_target{target:g}")
-            s = run("configs/ppo_cartpole_async.yaml",
-                    [*base, f"balance.mode={mode}", f"balance.target_staleness={target}"], keep_dir=d)
+            s = run(
+                "configs/ppo_cartpole_async.yaml",
+                [*base, f"balance.mode={mode}", f"balance.target_staleness={target}"],
+                keep_dir=d,
+            )
             b = s["balance"]
-            rows.append((target, mode, s["staleness_mean"], second_half(s["metrics"]),
-                         b["balance_moves"], b["balance_window"], b["balance_publish_every"],
-                         b["balance_max_reuse"], s.get("learner_busy_fraction", float("nan")),
-                         s["wall_time_s"], d))
-    print(f"\nasync PPO, envpool CartPole-v1, {args.actors} actors, hidden [256,256], {args.steps:,} env steps")
-    print(f"{'target':>6} {'mode':>9}{'tau mean':>10}{'2nd half':>10}{'within 25%':>11}{'moves':>7}"
-          f"{'window':>8}{'publish':>8}{'reuse':>6}{'busy':>6}{'wall s':>9}  run dir")
+            rows.append(
+                (
+                    target,
+                    mode,
+                    s["staleness_mean"],
+                    second_half(s["metrics"]),
+                    b["balance_moves"],
+                    b["balance_window"],
+                    b["balance_publish_every"],
+                    b["balance_max_reuse"],
+                    s.get("learner_busy_fraction", float("nan")),
+                    s["wall_time_s"],
+                    d,
+                )
+            )
+    print(
+        f"\nasync PPO, envpool CartPole-v1, {args.actors} actors, hidden [256,256], {args.steps:,} env steps"
+    )
+    print(
+        f"{'target':>6} {'mode':>9}{'tau mean':>10}{'2nd half':>10}{'within 25%':>11}{'moves':>7}"
+        f"{'window':>8}{'publish':>8}{'reuse':>6}{'busy':>6}{'wall s':>9}  run dir"
+    )
     for t, mode, tau, tau2, moves, w, pe, ru, busy, tt, d in rows:
         ok = "yes" if abs(tau2 - t) <= 0.25 * t else "no"
-        print(f"{t:>6g} {mode:>9}{tau:>10.2f}{tau2:>10.2f}{ok:>11}{moves:>7}{w:>8}{pe:>8}{ru:>6}"
-              f"{busy:>6.2f}{tt:>9.1f}  {d}")
+        print(
+            f"{t:>6g} {mode:>9}{tau:>10.2f}{tau2:>10.2f}{ok:>11}{moves:>7}{w:>8}{pe:>8}{ru:>6}"
+            f"{busy:>6.2f}{tt:>9.1f}  {d}"
+        )
 
 
 if __name__ == "__main__":

@@ -27,8 +27,10 @@ def main(argv=None) -> None:
         ev = tianjax.evaluate(path, episodes=args.battles, seed=args.seed)
         if ev.won is None:
             raise SystemExit(f"{path}: its env reports no wins (not SMAX)")
-        print(f"{path}: step {ev.step}, greedy win rate {ev.win_rate:.3f} over {args.battles} battles, "
-              f"mean return {float(np.mean(ev.returns)):.2f}")
+        print(
+            f"{path}: step {ev.step}, greedy win rate {ev.win_rate:.3f} over {args.battles} battles, "
+            f"mean return {float(np.mean(ev.returns)):.2f}"
+        )
 
 
 if __name__ == "__main__":

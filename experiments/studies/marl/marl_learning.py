@@ -21,8 +21,8 @@ import numpy as np
 
 import tianjax
 from tianjax.config import load_config
-from tianjax.envs.factory import make_jax_env
 from tianjax.core.rollout import team_reward
+from tianjax.envs.factory import make_jax_env
 
 
 def random_policy(env, episodes: int, seed: int = 0) -> tuple[float, float | None]:
@@ -44,8 +44,9 @@ def random_policy(env, episodes: int, seed: int = 0) -> tuple[float, float | Non
                 action = jax.random.categorical(k_act, jnp.where(obs.avail, 0.0, -1e9))
             else:
                 shape = obs.obs.shape[:-1] + tuple(env.action_spec.shape)
-                action = jax.random.uniform(k_act, shape, minval=env.action_spec.low,
-                                            maxval=env.action_spec.high)
+                action = jax.random.uniform(
+                    k_act, shape, minval=env.action_spec.low, maxval=env.action_spec.high
+                )
             nxt = jax.vmap(env.step)(jax.random.split(k_env, episodes), state, action)
             ret = ret + jnp.where(finished, 0.0, team_reward(nxt.reward, 1))
             done = nxt.terminated | nxt.truncated
@@ -58,7 +59,9 @@ def random_policy(env, episodes: int, seed: int = 0) -> tuple[float, float | Non
         return out[3], out[5]
 
     ret, won = jax.jit(play)(jax.random.key(seed))
-    return float(np.mean(ret)), (float(np.mean(won)) if getattr(env, "reports_wins", False) else None)
+    return float(np.mean(ret)), (
+        float(np.mean(won)) if getattr(env, "reports_wins", False) else None
+    )
 
 
 def main(argv=None) -> dict:
@@ -73,13 +76,20 @@ def main(argv=None) -> dict:
     result = tianjax.train(config, progress=False, verbose=False)
     s = result.summary
     row = {
-        "config": args.config, "env": config.env, "algo": config.algo, "env_steps": s["env_steps"],
-        "wall_time_s": round(s["wall_time_s"], 1), "compile_time_s": round(s["compile_time_s"], 1),
-        "final_return": round(s["final_return"], 2), "random_return": round(rand_ret, 2),
-        "final_win_rate": s.get("final_win_rate"), "random_win_rate": rand_win,
+        "config": args.config,
+        "env": config.env,
+        "algo": config.algo,
+        "env_steps": s["env_steps"],
+        "wall_time_s": round(s["wall_time_s"], 1),
+        "compile_time_s": round(s["compile_time_s"], 1),
+        "final_return": round(s["final_return"], 2),
+        "random_return": round(rand_ret, 2),
+        "final_win_rate": s.get("final_win_rate"),
+        "random_win_rate": rand_win,
         "eval_return": None if s.get("eval_return") is None else round(s["eval_return"], 2),
         "eval_win_rate": s.get("eval_win_rate"),
-        "convergence_env_steps": s.get("convergence_env_steps"), "run_dir": s["run_dir"],
+        "convergence_env_steps": s.get("convergence_env_steps"),
+        "run_dir": s["run_dir"],
     }
     print("| " + " | ".join(row) + " |")
     print("|" + "---|" * len(row))

@@ -27,20 +27,33 @@ def main():
     args = ap.parse_args()
     rows = []
     for n in args.actors:
-        s = run("configs/ppo_cartpole_async.yaml",
-                [f"num_actors={n}", "runtime.batch_trajectories=2", f"total_env_steps={args.steps}",
-                 "staleness.max_staleness=null", "target_return=null"])
+        s = run(
+            "configs/ppo_cartpole_async.yaml",
+            [
+                f"num_actors={n}",
+                "runtime.batch_trajectories=2",
+                f"total_env_steps={args.steps}",
+                "staleness.max_staleness=null",
+                "target_return=null",
+            ],
+        )
         rows.append((n, s))
     base = rows[0][1]["env_steps_per_s"]
-    print(f"\nasync PPO, envpool CartPole-v1, {args.steps:,} env steps, learner batch = 2 trajectories")
-    print(f"{'actors':>6}{'env steps/s':>13}{'samples/s':>11}{'vs 1 actor':>12}{'tau mean':>10}{'tau max':>9}"
-          "  tau distribution (share of consumed samples)")
+    print(
+        f"\nasync PPO, envpool CartPole-v1, {args.steps:,} env steps, learner batch = 2 trajectories"
+    )
+    print(
+        f"{'actors':>6}{'env steps/s':>13}{'samples/s':>11}{'vs 1 actor':>12}{'tau mean':>10}{'tau max':>9}"
+        "  tau distribution (share of consumed samples)"
+    )
     for n, s in rows:
         hist = {int(k): v for k, v in s["staleness_histogram"].items()}
         total = sum(hist.values()) or 1
         dist = " ".join(f"{t}:{c / total:.0%}" for t, c in sorted(hist.items())[:8])
-        print(f"{n:>6}{fmt(s['env_steps_per_s']):>13}{fmt(s['samples_consumed_per_s']):>11}"
-              f"{s['env_steps_per_s'] / base:>12.2f}{s['staleness_mean']:>10.2f}{s['staleness_max']:>9}  {dist}")
+        print(
+            f"{n:>6}{fmt(s['env_steps_per_s']):>13}{fmt(s['samples_consumed_per_s']):>11}"
+            f"{s['env_steps_per_s'] / base:>12.2f}{s['staleness_mean']:>10.2f}{s['staleness_max']:>9}  {dist}"
+        )
 
 
 if __name__ == "__main__":

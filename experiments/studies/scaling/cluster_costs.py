@@ -98,7 +98,9 @@ def _fit(xs, ys) -> tuple[float, float]:
 
 
 def _actor_seed(config, actor_id: int = 0) -> int:
-    return config.seed + 7919 * (actor_id + 1)  # as tianjax.runtime.actor.actor.Actor seeds its source
+    return config.seed + 7919 * (
+        actor_id + 1
+    )  # as tianjax.runtime.actor.actor.Actor seeds its source
 
 
 # ------------------------------------------------------------------------------ 1. env step
@@ -130,8 +132,13 @@ def measure_env(n_steps: int, n_steps_zero: int) -> dict:
     seed = _actor_seed(config)
     wall, cpu = _step_env(config, n_steps, seed)
     opts = config.env_options
-    latency = Latency(**{k: (tuple(v) if k == "slow_actors" else v) for k, v in opts.items()
-                         if k in Latency.__dataclass_fields__})
+    latency = Latency(
+        **{
+            k: (tuple(v) if k == "slow_actors" else v)
+            for k, v in opts.items()
+            if k in Latency.__dataclass_fields__
+        }
+    )
     # the simulator's own stream (LatencyVectorEnv.reset seeds it so), one draw per step
     rng = np.random.default_rng([seed % 2**63, 0x1A7E])
     drawn = np.array([draw_delay_s(rng, latency, 1.0) for _ in range(n_steps)])
@@ -142,7 +149,9 @@ def measure_env(n_steps: int, n_steps_zero: int) -> dict:
         "env_steps_measured": int(n_steps),
         "env_num_envs": int(config.num_envs),
         "env_config_mean_ms": latency.mean_ms(-1),
-        "env_config": {k: opts[k] for k in ("step_ms", "sigma", "hiccup_p", "hiccup_ms") if k in opts},
+        "env_config": {
+            k: opts[k] for k in ("step_ms", "sigma", "hiccup_p", "hiccup_ms") if k in opts
+        },
         "env_drawn_mean_ms": float(drawn.mean() * ms),
         "env_wall_ms_mean": float(wall.mean() * ms),
         "env_wall_ms_median": float(np.median(wall) * ms),
@@ -172,7 +181,9 @@ def _acting_source(config):
     source = make_source(config, seed=_actor_seed(config))
     template = jax.eval_shape(source.algo.init, jax.random.key(0)).params
     source.compile(template)
-    params = jax.device_put(jax.device_get(jax.jit(source.algo.init)(jax.random.key(config.seed)).params))
+    params = jax.device_put(
+        jax.device_get(jax.jit(source.algo.init)(jax.random.key(config.seed)).params)
+    )
     return source, params
 
 
@@ -234,8 +245,13 @@ def measure_update(sizes, reps: int, trajectory, warmup: int = 2) -> dict:
         # what Learner.__init__ and Learner.compile build, for a batch of B actors' trajectories
         config = _config([f"num_actors={B}"])
         obs_shape, obs_dtype, action_spec = env_spec(config)
-        algo = make_algorithm(config, obs_shape, action_spec, correct_staleness=config.staleness.correct,
-                              obs_dtype=obs_dtype)
+        algo = make_algorithm(
+            config,
+            obs_shape,
+            action_spec,
+            correct_staleness=config.staleness.correct,
+            obs_dtype=obs_dtype,
+        )
         template = batch_template(config, algo, obs_shape, obs_dtype)
         sgd = ShardedUpdate(config, algo, template[0], config.batch_trajectories)
         state = sgd.init_state(config.seed)
@@ -310,7 +326,9 @@ def _peer(sync_endpoint: str) -> None:
     config = _config()
     algo, template = _actor_side(config)
     message = jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), template)  # the actor's layout
-    params_template = ParamsMessage(jax.eval_shape(algo.init, jax.random.key(0)).params, np.zeros((), np.int64))
+    params_template = ParamsMessage(
+        jax.eval_shape(algo.init, jax.random.key(0)).params, np.zeros((), np.int64)
+    )
     net = secure_context(BENCH_KEY, config.runtime, server=False)
     ctx = zmq.Context()
     sync = ctx.socket(zmq.PAIR)
@@ -336,8 +354,15 @@ def _peer_send(config, net, sync, cmd, message) -> dict:
     process, every thread) and the send calls' start times."""
     from tianjax.transport.channels import TrajectorySender
 
-    sender = TrajectorySender(BENCH_KEY, cmd["endpoint"], sender="actor-0", to=cmd["to"],
-                              hwm=config.runtime.send_hwm, ctx=net.ctx, handshake=net.handshake)
+    sender = TrajectorySender(
+        BENCH_KEY,
+        cmd["endpoint"],
+        sender="actor-0",
+        to=cmd["to"],
+        hwm=config.runtime.send_hwm,
+        ctx=net.ctx,
+        handshake=net.handshake,
+    )
     try:
         gap, warm, n = cmd["gap_s"], cmd["warmup"], cmd["n"]
         for i in range(warm):
@@ -364,16 +389,26 @@ def _peer_subscribe(config, net, sync, cmd, params_template) -> dict:
     newest once; the CPU of that take (drain, MAC check, decode) per subscriber."""
     from tianjax.transport.channels import ParamSubscriber
 
-    subs = [ParamSubscriber(BENCH_KEY, cmd["endpoint"], params_template,
-                            max_bytes=int(config.runtime.max_message_mb * 2**20), ctx=net.ctx,
-                            handshake=net.handshake) for _ in range(cmd["k"])]
+    subs = [
+        ParamSubscriber(
+            BENCH_KEY,
+            cmd["endpoint"],
+            params_template,
+            max_bytes=int(config.runtime.max_message_mb * 2**20),
+            ctx=net.ctx,
+            handshake=net.handshake,
+        )
+        for _ in range(cmd["k"])
+    ]
     try:
         deadline = time.monotonic() + SYNC_TIMEOUT_MS / 1e3
         while any(s.version < 0 for s in subs):
             if time.monotonic() > deadline:
                 held = sum(s.version >= 0 for s in subs)
-                raise TimeoutError(f"parameters reached {held} of {len(subs)} subscribers "
-                                   f"(rejected: {[dict(s.rejected) for s in subs][:3]})")
+                raise TimeoutError(
+                    f"parameters reached {held} of {len(subs)} subscribers "
+                    f"(rejected: {[dict(s.rejected) for s in subs][:3]})"
+                )
             for s in subs:
                 if s.version < 0:
                     s.latest(0)
@@ -400,7 +435,9 @@ class Peer:
         self.sync = self.ctx.socket(zmq.PAIR)
         self.sync.linger = 0
         port = self.sync.bind_to_random_port("tcp://127.0.0.1")
-        self.proc = mp.get_context("spawn").Process(target=_peer, args=(f"tcp://127.0.0.1:{port}",), daemon=True)
+        self.proc = mp.get_context("spawn").Process(
+            target=_peer, args=(f"tcp://127.0.0.1:{port}",), daemon=True
+        )
         self.proc.start()
         _recv_json(self.sync)  # it has built its templates
 
@@ -422,26 +459,52 @@ def measure_transfer(peer: Peer, n: int, gap_s: float = 0.002, warmup: int = 5) 
 
     from tianjax.runtime.learner.receiver import check_finite
     from tianjax.runtime.learner.sharded_update import ShardedUpdate
+    from tianjax.transport.auth import as_authenticator
     from tianjax.transport.channels import TrajectoryReceiver
     from tianjax.transport.codec import encode
-    from tianjax.transport.auth import as_authenticator
     from tianjax.transport.security import secure_context
 
     config = _config()
     algo, template = _actor_side(config)
     place = ShardedUpdate(config, algo, template[0], config.batch_trajectories).placer()
     rt = config.runtime
-    net = secure_context(BENCH_KEY, rt, server=True, max_connections_per_host=config.max_connections_per_host)
-    rx = TrajectoryReceiver(BENCH_KEY, template, host=rt.bind_host, transport="tcp", hwm=rt.recv_hwm,
-                            max_bytes=int(rt.max_message_mb * 2**20), ctx=net.ctx, handshake=net.handshake,
-                            limit=net.limit)
+    net = secure_context(
+        BENCH_KEY, rt, server=True, max_connections_per_host=config.max_connections_per_host
+    )
+    rx = TrajectoryReceiver(
+        BENCH_KEY,
+        template,
+        host=rt.bind_host,
+        transport="tcp",
+        hwm=rt.recv_hwm,
+        max_bytes=int(rt.max_message_mb * 2**20),
+        ctx=net.ctx,
+        handshake=net.handshake,
+        limit=net.limit,
+    )
     try:
         zeros = jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), template)
-        frames = encode(zeros, auth=as_authenticator(BENCH_KEY), kind="traj", version=0, sender="actor-0", seq=0,
-                        inc="0" * 16, to=rx.address)
+        frames = encode(
+            zeros,
+            auth=as_authenticator(BENCH_KEY),
+            kind="traj",
+            version=0,
+            sender="actor-0",
+            seq=0,
+            inc="0" * 16,
+            to=rx.address,
+        )
         wire = sum(memoryview(f).nbytes for f in frames)
-        peer.sync.send_json({"op": "traj", "endpoint": rx.endpoint, "to": rx.address, "n": n, "warmup": warmup,
-                             "gap_s": gap_s})
+        peer.sync.send_json(
+            {
+                "op": "traj",
+                "endpoint": rx.endpoint,
+                "to": rx.address,
+                "n": n,
+                "warmup": warmup,
+                "gap_s": gap_s,
+            }
+        )
         for _ in range(warmup):
             if rx.recv(SYNC_TIMEOUT_MS) is None:
                 raise TimeoutError("no trajectory from the peer")
@@ -505,22 +568,41 @@ def measure_publish(peer: Peer, ks, n: int, gap_s: float = 0.003) -> dict:
     params = jax.device_get(jax.jit(algo.init)(jax.random.key(config.seed)).params)
     tree = ParamsMessage(params, np.asarray(0, np.int64))
     rt = config.runtime
-    frames = encode(tree, auth=as_authenticator(BENCH_KEY), kind="params", version=0, sender="learner-0", seq=0,
-                    inc="0" * 16, to=BROADCAST)
+    frames = encode(
+        tree,
+        auth=as_authenticator(BENCH_KEY),
+        kind="params",
+        version=0,
+        sender="learner-0",
+        seq=0,
+        inc="0" * 16,
+        to=BROADCAST,
+    )
     param_bytes = sum(x.nbytes for x in jax.tree.leaves(params))
     wire = len(envelope.pack(frames))
     cpu_ms, call_ms, take_ms = {}, {}, []
     for k in ks:
-        net = secure_context(BENCH_KEY, rt, server=True, max_connections_per_host=config.max_connections_per_host)
-        pub = ParamPublisher(BENCH_KEY, host=rt.bind_host, transport="tcp", sender="learner-0", ctx=net.ctx,
-                             handshake=net.handshake, limit=net.limit)
+        net = secure_context(
+            BENCH_KEY, rt, server=True, max_connections_per_host=config.max_connections_per_host
+        )
+        pub = ParamPublisher(
+            BENCH_KEY,
+            host=rt.bind_host,
+            transport="tcp",
+            sender="learner-0",
+            ctx=net.ctx,
+            handshake=net.handshake,
+            limit=net.limit,
+        )
         try:
             peer.sync.send_json({"op": "params", "endpoint": pub.endpoint, "k": k})
             v = 0
             while not peer.sync.poll(10):  # until every subscriber holds a version
                 if v > 3000:  # 30 s
-                    raise TimeoutError(f"K={k}: the subscribers never all held a version "
-                                       f"({pub.subscriptions} subscribed)")
+                    raise TimeoutError(
+                        f"K={k}: the subscribers never all held a version "
+                        f"({pub.subscriptions} subscribed)"
+                    )
                 v += 1
                 pub.publish(v, tree)
             assert peer.sync.recv_json()["ready"]
@@ -537,8 +619,10 @@ def measure_publish(peer: Peer, ks, n: int, gap_s: float = 0.003) -> dict:
             peer.sync.send_json({"last": TIMED_VERSION + n - 1})
             out = _recv_json(peer.sync)
             if out["got_last"] != k:
-                print(f"warning: {k - out['got_last']} of {k} subscribers missed the last version",
-                      file=sys.stderr)
+                print(
+                    f"warning: {k - out['got_last']} of {k} subscribers missed the last version",
+                    file=sys.stderr,
+                )
         finally:
             pub.close()
             net.close()
@@ -568,62 +652,135 @@ def _table(r: dict) -> str:
 
     out = []
     if "env_wall_ms_mean" in r:
-        out += [f"env: {r['env_steps_measured']} vector steps of {r['env_num_envs']} envs, "
-                f"configured {r['env_config']}",
-                row("configured mean delay, ms per vector step", get("env_config_mean_ms")),
-                row("drawn mean delay (these steps), ms per vector step", get("env_drawn_mean_ms")),
-                row("wall ms per vector step: mean / median / p90 / p99 / max",
-                    " / ".join(get(k, "{:.2f}") for k in ("env_wall_ms_mean", "env_wall_ms_median",
-                                                          "env_wall_ms_p90", "env_wall_ms_p99", "env_wall_ms_max"))),
-                row("wall minus the drawn delay, ms: mean / median / p99",
-                    " / ".join(get(k) for k in ("env_overshoot_ms_mean", "env_overshoot_ms_median",
-                                                "env_overshoot_ms_p99"))),
-                row("CPU ms per vector step (with delay)", get("env_cpu_ms_per_step")),
-                row(f"CPU ms per vector step, no delay ({r['env0_steps_measured']} steps; median)",
-                    f"{get('env0_cpu_ms_per_step')} ({get('env0_cpu_ms_per_step_median')})")]
+        out += [
+            f"env: {r['env_steps_measured']} vector steps of {r['env_num_envs']} envs, "
+            f"configured {r['env_config']}",
+            row("configured mean delay, ms per vector step", get("env_config_mean_ms")),
+            row("drawn mean delay (these steps), ms per vector step", get("env_drawn_mean_ms")),
+            row(
+                "wall ms per vector step: mean / median / p90 / p99 / max",
+                " / ".join(
+                    get(k, "{:.2f}")
+                    for k in (
+                        "env_wall_ms_mean",
+                        "env_wall_ms_median",
+                        "env_wall_ms_p90",
+                        "env_wall_ms_p99",
+                        "env_wall_ms_max",
+                    )
+                ),
+            ),
+            row(
+                "wall minus the drawn delay, ms: mean / median / p99",
+                " / ".join(
+                    get(k)
+                    for k in (
+                        "env_overshoot_ms_mean",
+                        "env_overshoot_ms_median",
+                        "env_overshoot_ms_p99",
+                    )
+                ),
+            ),
+            row("CPU ms per vector step (with delay)", get("env_cpu_ms_per_step")),
+            row(
+                f"CPU ms per vector step, no delay ({r['env0_steps_measured']} steps; median)",
+                f"{get('env0_cpu_ms_per_step')} ({get('env0_cpu_ms_per_step_median')})",
+            ),
+        ]
     if "act_cpu_ms_per_traj" in r:
-        out += [f"acting: {r['act_trajectories_measured']} trajectories of {r['act_steps_per_traj']} vector steps,"
-                " zero-delay env, medians",
-                row("CPU ms per trajectory / per vector step",
-                    f"{get('act_cpu_ms_per_traj')} / {get('act_cpu_ms_per_step')}"),
-                row("wall ms per trajectory / per vector step",
-                    f"{get('act_wall_ms_per_traj')} / {get('act_wall_ms_per_step')}"),
-                row("actor CPU ms per vector step, delayed env (+ sleeping's cost)",
-                    get("actor_cpu_ms_per_step"))]
+        out += [
+            f"acting: {r['act_trajectories_measured']} trajectories of {r['act_steps_per_traj']} vector steps,"
+            " zero-delay env, medians",
+            row(
+                "CPU ms per trajectory / per vector step",
+                f"{get('act_cpu_ms_per_traj')} / {get('act_cpu_ms_per_step')}",
+            ),
+            row(
+                "wall ms per trajectory / per vector step",
+                f"{get('act_wall_ms_per_traj')} / {get('act_wall_ms_per_step')}",
+            ),
+            row(
+                "actor CPU ms per vector step, delayed env (+ sleeping's cost)",
+                get("actor_cpu_ms_per_step"),
+            ),
+        ]
     if "update_wall_ms" in r:
-        out.append(f"update: batch of B trajectories x {r['update_samples_per_traj']} samples, "
-                   f"median of {r['update_reps']}")
+        out.append(
+            f"update: batch of B trajectories x {r['update_samples_per_traj']} samples, "
+            f"median of {r['update_reps']}"
+        )
         out.append(row("B: wall ms per update / CPU ms per update / CPU/wall", ""))
         for B, w in r["update_wall_ms"].items():
-            out.append(row(f"  B={B}", f"{w:.2f} / {r['update_cpu_ms'][B]:.2f} / {r['update_cpu_over_wall'][B]:.2f}"))
-        out += [row("fit wall: a ms + b ms per trajectory",
-                    f"{r['update_fit_a_ms']:.2f} + {r['update_fit_b_ms_per_traj']:.3f} B"),
-                row("fit CPU: a ms + b ms per trajectory",
-                    f"{r['update_cpu_fit_a_ms']:.2f} + {r['update_cpu_fit_b_ms_per_traj']:.3f} B")]
+            out.append(
+                row(
+                    f"  B={B}",
+                    f"{w:.2f} / {r['update_cpu_ms'][B]:.2f} / {r['update_cpu_over_wall'][B]:.2f}",
+                )
+            )
+        out += [
+            row(
+                "fit wall: a ms + b ms per trajectory",
+                f"{r['update_fit_a_ms']:.2f} + {r['update_fit_b_ms_per_traj']:.3f} B",
+            ),
+            row(
+                "fit CPU: a ms + b ms per trajectory",
+                f"{r['update_cpu_fit_a_ms']:.2f} + {r['update_cpu_fit_b_ms_per_traj']:.3f} B",
+            ),
+        ]
     if "traj_bytes" in r:
-        out += [f"transfer: {r['traj_messages_measured']} trajectory messages, one every {r['traj_gap_ms']:g} ms,"
-                " tcp loopback",
-                row("bytes per trajectory: payload / on the wire", f"{r['traj_bytes']} / {r['traj_wire_bytes']}"),
-                row("sender CPU ms per message: process / send call", f"{get('traj_send_cpu_ms')} / "
-                    f"{get('traj_send_call_cpu_ms')}"),
-                row("receiver CPU ms per message: process / recv+check+place",
-                    f"{get('traj_recv_cpu_ms')} / {get('traj_recv_call_cpu_ms')}"),
-                row("  of which recv+MAC+decode / finite check / device placement",
-                    " / ".join(get(f"traj_{k}_call_cpu_ms") for k in ("decode", "check", "place"))),
-                row("wall ms send call -> decoded and placed: median / p90 / p99",
-                    " / ".join(get(k) for k in ("traj_wall_ms_median", "traj_wall_ms_p90", "traj_wall_ms_p99")))]
+        out += [
+            f"transfer: {r['traj_messages_measured']} trajectory messages, one every {r['traj_gap_ms']:g} ms,"
+            " tcp loopback",
+            row(
+                "bytes per trajectory: payload / on the wire",
+                f"{r['traj_bytes']} / {r['traj_wire_bytes']}",
+            ),
+            row(
+                "sender CPU ms per message: process / send call",
+                f"{get('traj_send_cpu_ms')} / {get('traj_send_call_cpu_ms')}",
+            ),
+            row(
+                "receiver CPU ms per message: process / recv+check+place",
+                f"{get('traj_recv_cpu_ms')} / {get('traj_recv_call_cpu_ms')}",
+            ),
+            row(
+                "  of which recv+MAC+decode / finite check / device placement",
+                " / ".join(get(f"traj_{k}_call_cpu_ms") for k in ("decode", "check", "place")),
+            ),
+            row(
+                "wall ms send call -> decoded and placed: median / p90 / p99",
+                " / ".join(
+                    get(k) for k in ("traj_wall_ms_median", "traj_wall_ms_p90", "traj_wall_ms_p99")
+                ),
+            ),
+        ]
     if "param_bytes" in r:
-        out += [f"publish: {r['publish_messages_measured']} publishes per K, one every {r['publish_gap_ms']:g} ms",
-                row("param bytes: payload / on the wire", f"{r['param_bytes']} / {r['param_wire_bytes']}")]
+        out += [
+            f"publish: {r['publish_messages_measured']} publishes per K, one every {r['publish_gap_ms']:g} ms",
+            row(
+                "param bytes: payload / on the wire",
+                f"{r['param_bytes']} / {r['param_wire_bytes']}",
+            ),
+        ]
         for k, c in r["publish_cpu_ms"].items():
-            out.append(row(f"  K={k}: publisher CPU ms per publish: process / publish call",
-                           f"{c:.3f} / {r['publish_call_cpu_ms'][k]:.3f}"))
-        out += [row("fit: a ms + b ms per subscriber",
-                    f"{r['publish_fit_a_ms']:.3f} + {r['publish_fit_b_ms_per_sub']:.4f} K"),
-                row("subscriber CPU ms to take the newest version (median)", get("param_take_cpu_ms"))]
+            out.append(
+                row(
+                    f"  K={k}: publisher CPU ms per publish: process / publish call",
+                    f"{c:.3f} / {r['publish_call_cpu_ms'][k]:.3f}",
+                )
+            )
+        out += [
+            row(
+                "fit: a ms + b ms per subscriber",
+                f"{r['publish_fit_a_ms']:.3f} + {r['publish_fit_b_ms_per_sub']:.4f} K",
+            ),
+            row("subscriber CPU ms to take the newest version (median)", get("param_take_cpu_ms")),
+        ]
     m = r["machine"]
-    out.append(f"machine: {m['cpu_count']} CPUs, load average {m['loadavg_start']} at the start, "
-               f"{m.get('loadavg_end')} at the end, {r.get('elapsed_s', 0):.0f} s")
+    out.append(
+        f"machine: {m['cpu_count']} CPUs, load average {m['loadavg_start']} at the start, "
+        f"{m.get('loadavg_end')} at the end, {r.get('elapsed_s', 0):.0f} s"
+    )
     return "\n".join(out)
 
 
@@ -636,9 +793,16 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     q = args.quick
     t0 = time.perf_counter()
-    r: dict = {"config": CONFIG, "quick": q,
-               "machine": {"cpu_count": os.cpu_count(), "loadavg_start": [round(x, 2) for x in os.getloadavg()],
-                           "platform": platform.platform(), "python": platform.python_version()}}
+    r: dict = {
+        "config": CONFIG,
+        "quick": q,
+        "machine": {
+            "cpu_count": os.cpu_count(),
+            "loadavg_start": [round(x, 2) for x in os.getloadavg()],
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+        },
+    }
     import jax
 
     r["machine"]["jax"] = jax.__version__
@@ -647,8 +811,14 @@ def main(argv=None) -> None:
     if "env" in parts:
         r.update(measure_env(100 if q else 250, 300 if q else 1000))
     if "update" in parts:
-        r.update(measure_update((1, 16) if q else (1, 2, 4, 8, 16, 32), 3 if q else 5, one_trajectory(),
-                                warmup=1 if q else 2))
+        r.update(
+            measure_update(
+                (1, 16) if q else (1, 2, 4, 8, 16, 32),
+                3 if q else 5,
+                one_trajectory(),
+                warmup=1 if q else 2,
+            )
+        )
     if parts & {"act", "transfer", "publish"}:
         peer = Peer()
         try:
@@ -662,7 +832,9 @@ def main(argv=None) -> None:
         finally:
             peer.close()
     if "act_cpu_ms_per_step" in r and "env_cpu_ms_per_step" in r:
-        r["actor_cpu_ms_per_step"] = r["act_cpu_ms_per_step"] + r["env_cpu_ms_per_step"] - r["env0_cpu_ms_per_step"]
+        r["actor_cpu_ms_per_step"] = (
+            r["act_cpu_ms_per_step"] + r["env_cpu_ms_per_step"] - r["env0_cpu_ms_per_step"]
+        )
     r["machine"]["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
     r["elapsed_s"] = time.perf_counter() - t0
     print(_table(r))

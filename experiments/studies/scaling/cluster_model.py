@@ -186,7 +186,11 @@ class Host:
         jobs = sorted((j for j in self.jobs.values() if j[4] == 1), key=lambda j: j[1])
         # the computations' floor: their threads' fair share among every runnable thread
         threads = sum(j[1] for j in jobs)
-        floor = min(threads, self.cores * threads / (len(bursts) + threads)) if jobs and math.isfinite(self.cores) else 0
+        floor = (
+            min(threads, self.cores * threads / (len(bursts) + threads))
+            if jobs and math.isfinite(self.cores)
+            else 0
+        )
         left = self.cores - floor
         for job in bursts:
             job[3] = min(job[1], left)
@@ -212,7 +216,12 @@ class Host:
         self._advance()
         done = [k for k, j in self.jobs.items() if j[0] <= 1e-12]
         if not done:  # rounding: the nearest one of those running
-            done = [min((k for k in self.jobs if self.jobs[k][3] > 0), key=lambda k: self.jobs[k][0] / self.jobs[k][3])]
+            done = [
+                min(
+                    (k for k in self.jobs if self.jobs[k][3] > 0),
+                    key=lambda k: self.jobs[k][0] / self.jobs[k][3],
+                )
+            ]
         gens = [self.jobs.pop(k)[2] for k in done]
         self._reschedule()
         for gen in gens:
@@ -247,11 +256,17 @@ class Costs:
     traj_bytes: float
     wire_s_per_byte: float  # loopback: the wall time of a message per byte beyond the CPU above
     update_wall_ms: dict  # trajectories per batch -> wall ms of one update (alone on the machine)
-    update_cpu_over_wall: float  # the update's parallelism (XLA:CPU's threads), where update_cpu_ms is not given
+    update_cpu_over_wall: (
+        float  # the update's parallelism (XLA:CPU's threads), where update_cpu_ms is not given
+    )
     publish_fit_a_ms: float
     publish_fit_b_ms_per_sub: float
-    update_cpu_ms: dict | None = None  # trajectories per batch -> CPU ms of one update (all its threads)
-    param_take_cpu_ms: float = 0.0  # an actor taking a newer version of the parameters (decode, check)
+    update_cpu_ms: dict | None = (
+        None  # trajectories per batch -> CPU ms of one update (all its threads)
+    )
+    param_take_cpu_ms: float = (
+        0.0  # an actor taking a newer version of the parameters (decode, check)
+    )
 
     @classmethod
     def load(cls, path: str) -> "Costs":
@@ -259,19 +274,29 @@ class Costs:
             c = json.load(f)
         wire = c.get("traj_wire_s_per_byte")
         if wire is None:  # the message's wall time beyond its two sides' CPU, per byte
-            extra = c.get("traj_wall_ms_median", c.get("traj_wall_ms", 0.0)) - c["traj_send_cpu_ms"] - c["traj_recv_cpu_ms"]
+            extra = (
+                c.get("traj_wall_ms_median", c.get("traj_wall_ms", 0.0))
+                - c["traj_send_cpu_ms"]
+                - c["traj_recv_cpu_ms"]
+            )
             wire = max(extra, 0.0) / 1e3 / c["traj_bytes"]
         # an actor's CPU per vector step in a run: acting (policy, env dynamics, Python) plus
         # what waking from each simulated delay costs (cluster_costs.py measures both)
         act = c.get("actor_cpu_ms_per_step", c["act_cpu_ms_per_step"])
         cpu = c.get("update_cpu_ms")
-        return cls(act_cpu_ms_per_step=act, traj_send_cpu_ms=c["traj_send_cpu_ms"],
-                   traj_recv_cpu_ms=c["traj_recv_cpu_ms"], traj_bytes=c["traj_bytes"], wire_s_per_byte=wire,
-                   update_wall_ms={int(k): v for k, v in c["update_wall_ms"].items()},
-                   update_cpu_over_wall=c.get("update_cpu_over_wall_median", 1.0),
-                   publish_fit_a_ms=c["publish_fit_a_ms"], publish_fit_b_ms_per_sub=c["publish_fit_b_ms_per_sub"],
-                   update_cpu_ms=None if cpu is None else {int(k): v for k, v in cpu.items()},
-                   param_take_cpu_ms=c.get("param_take_cpu_ms", 0.0))
+        return cls(
+            act_cpu_ms_per_step=act,
+            traj_send_cpu_ms=c["traj_send_cpu_ms"],
+            traj_recv_cpu_ms=c["traj_recv_cpu_ms"],
+            traj_bytes=c["traj_bytes"],
+            wire_s_per_byte=wire,
+            update_wall_ms={int(k): v for k, v in c["update_wall_ms"].items()},
+            update_cpu_over_wall=c.get("update_cpu_over_wall_median", 1.0),
+            publish_fit_a_ms=c["publish_fit_a_ms"],
+            publish_fit_b_ms_per_sub=c["publish_fit_b_ms_per_sub"],
+            update_cpu_ms=None if cpu is None else {int(k): v for k, v in cpu.items()},
+            param_take_cpu_ms=c.get("param_take_cpu_ms", 0.0),
+        )
 
     def update_ms(self, k: int) -> float:
         """Wall ms of an update on k trajectories (alone on the machine)."""
@@ -350,18 +375,39 @@ def simulate(s: Setup) -> dict:
     k = s.batch or n
     shared = math.isfinite(s.cores)
     actor_hosts = [Host(eng, s.cores)] * n if shared else [Host(eng, 1.0) for _ in range(n)]
-    learner_host = actor_hosts[0] if shared and s.learner_cores is None else Host(eng, s.learner_cores or s.cores)
+    learner_host = (
+        actor_hosts[0]
+        if shared and s.learner_cores is None
+        else Host(eng, s.learner_cores or s.cores)
+    )
     update_ms = s.update_ms or costs.update_ms
 
     def parallelism(k: int) -> float:
         par = s.update_parallelism or costs.update_parallelism(k)
         return min(par, s.cores) if shared else par
+
     update_host = Host(eng, 1.0) if s.gpu else learner_host
     # each learner process publishes to its own actors, beside the others
     publish_ms = costs.publish_ms(math.ceil(n / s.learner_hosts))
 
-    st = dict(published=0, finished=0, dispatched=0, fresh=0, first_end=None, first_fresh=0, busy=0.0, busy_first=0.0,
-              tau_sum=0.0, tau_n=0, dropped=0, done=False, t_end=None, wait=0.0, wait_first=None, credit_wait=0.0)
+    st = dict(
+        published=0,
+        finished=0,
+        dispatched=0,
+        fresh=0,
+        first_end=None,
+        first_fresh=0,
+        busy=0.0,
+        busy_first=0.0,
+        tau_sum=0.0,
+        tau_n=0,
+        dropped=0,
+        done=False,
+        t_end=None,
+        wait=0.0,
+        wait_first=None,
+        credit_wait=0.0,
+    )
     pool: collections.deque = collections.deque()
     queue: collections.deque = collections.deque()
     inflight = [0] * n  # trajectories acted, in flight or pooled, per actor (credits taken)
@@ -369,9 +415,16 @@ def simulate(s: Setup) -> dict:
     waiting_since = [None] * n  # an actor's current wait (credit / parameters) began then
     credit_sig = [Signal() for _ in range(n)]
     param_sig, pool_sig, update_sig, publish_sig = Signal(), Signal(), Signal(), Signal()
-    ctrl = AdaptiveBalance(adaptive=True, target_staleness=s.target_staleness, batch_trajectories=k,
-                           max_credits_per_actor=s.credits_per_actor, max_publish_every=1, max_reuse=0,
-                           n_actors=n, period_s=1.0)
+    ctrl = AdaptiveBalance(
+        adaptive=True,
+        target_staleness=s.target_staleness,
+        batch_trajectories=k,
+        max_credits_per_actor=s.credits_per_actor,
+        max_publish_every=1,
+        max_reuse=0,
+        n_actors=n,
+        period_s=1.0,
+    )
 
     def credits(i: int) -> int:
         return ctrl.actions.credits(i, n) if s.mode == "async" else 1
@@ -469,7 +522,11 @@ def simulate(s: Setup) -> dict:
             st["finished"] += 1
             publish_sig.fire(eng)
             if st["first_end"] is None:
-                st["first_end"], st["busy_first"], st["wait_first"] = eng.now, st["busy"], waits_now()
+                st["first_end"], st["busy_first"], st["wait_first"] = (
+                    eng.now,
+                    st["busy"],
+                    waits_now(),
+                )
                 st["first_fresh"] = len(batch) * s.steps_per_traj
             else:
                 st["fresh"] += len(batch) * s.steps_per_traj
@@ -495,8 +552,13 @@ def simulate(s: Setup) -> dict:
         wall0 = eng.now
         while not st["done"]:
             yield Sleep(1.0)
-            ctrl.decide(eng.now, busy_s=st["busy"], credit_wait_s=st["credit_wait"] + sum(
-                eng.now - w for w in waiting_since if w is not None), actor_wall_s=n * (eng.now - wall0))
+            ctrl.decide(
+                eng.now,
+                busy_s=st["busy"],
+                credit_wait_s=st["credit_wait"]
+                + sum(eng.now - w for w in waiting_since if w is not None),
+                actor_wall_s=n * (eng.now - wall0),
+            )
             for sig in credit_sig:
                 sig.fire(eng)
 
@@ -552,35 +614,53 @@ def actor_cpu_ms_per_step(run: dict) -> float:
 def check(args) -> None:
     costs = Costs.load(args.costs)
     table = measured_table(args.runs)
+
     def shown(path: str) -> str:  # the repository's files by their place in it
         rel = os.path.relpath(os.path.abspath(path), os.path.join(HERE, "..", "..", ".."))
         return path if rel.startswith("..") else rel
 
-    print(f"The model against the measured scaling table ({', '.join(map(shown, args.runs))}); costs from "
-          f"{shown(args.costs)}, "
-          f"an actor's CPU per vector step {'as each row measured it' if args.actor_cpu == 'runs' else 'from it'}; "
-          f"{args.cores:g} cores; model: median of {args.seeds} simulated seeds, the samples each row learned")
-    print(f"{'case':<7}{'N':>3} {'mode':<6}{'runs':>5}{'fresh/s':>9}{'model':>9}{'error':>8}"
-          f"{'conv. upd.':>11}{'model':>7}{'tau':>6}{'model':>6}{'busy':>6}{'model':>6}{'wait':>6}{'model':>6}")
+    print(
+        f"The model against the measured scaling table ({', '.join(map(shown, args.runs))}); costs from "
+        f"{shown(args.costs)}, "
+        f"an actor's CPU per vector step {'as each row measured it' if args.actor_cpu == 'runs' else 'from it'}; "
+        f"{args.cores:g} cores; model: median of {args.seeds} simulated seeds, the samples each row learned"
+    )
+    print(
+        f"{'case':<7}{'N':>3} {'mode':<6}{'runs':>5}{'fresh/s':>9}{'model':>9}{'error':>8}"
+        f"{'conv. upd.':>11}{'model':>7}{'tau':>6}{'model':>6}{'busy':>6}{'model':>6}{'wait':>6}{'model':>6}"
+    )
     worst = 0.0
-    for (case, n, mode) in sorted(table, key=lambda c: (list(CASES).index(c[0]), c[1], c[2] == "async")):
+    for case, n, mode in sorted(
+        table, key=lambda c: (list(CASES).index(c[0]), c[1], c[2] == "async")
+    ):
         rs = table[case, n, mode]
         samples = med([r["fresh"] * r["conv"] for r in rs])
         row_costs = costs
         if args.actor_cpu == "runs":
-            row_costs = dataclasses.replace(costs, act_cpu_ms_per_step=med([actor_cpu_ms_per_step(r) for r in rs]))
-        sims = [simulate(Setup(mode, n, latency_of(case), row_costs, samples, cores=args.cores, seed=seed))
-                for seed in range(args.seeds)]
+            row_costs = dataclasses.replace(
+                costs, act_cpu_ms_per_step=med([actor_cpu_ms_per_step(r) for r in rs])
+            )
+        sims = [
+            simulate(
+                Setup(mode, n, latency_of(case), row_costs, samples, cores=args.cores, seed=seed)
+            )
+            for seed in range(args.seeds)
+        ]
         m = {key: med([x[key] for x in sims]) for key in ("fresh", "conv", "tau", "busy", "wait")}
         fresh = med([r["fresh"] for r in rs])
         err = m["fresh"] / fresh - 1
         worst = max(worst, abs(err))
-        print(f"{case:<7}{n:>3} {mode:<6}{len(rs):>5}{fresh:>9,.0f}{m['fresh']:>9,.0f}{err:>+8.0%}"
-              f"{med([r['conv'] for r in rs]):>11.1f}{m['conv']:>7.1f}{med([r['tau'] for r in rs]):>6.2f}"
-              f"{m['tau']:>6.2f}{med([r['busy'] for r in rs]):>6.2f}{m['busy']:>6.2f}"
-              f"{med([r['wait'] for r in rs]) or 0:>6.2f}{m['wait']:>6.2f}", flush=True)
-    print(f"\nlargest |error| of fresh/s (and so of conv. from the first update): {worst:.0%}"
-          f" ({'within' if worst <= 0.2 else 'NOT within'} 20% on every row)")
+        print(
+            f"{case:<7}{n:>3} {mode:<6}{len(rs):>5}{fresh:>9,.0f}{m['fresh']:>9,.0f}{err:>+8.0%}"
+            f"{med([r['conv'] for r in rs]):>11.1f}{m['conv']:>7.1f}{med([r['tau'] for r in rs]):>6.2f}"
+            f"{m['tau']:>6.2f}{med([r['busy'] for r in rs]):>6.2f}{m['busy']:>6.2f}"
+            f"{med([r['wait'] for r in rs]) or 0:>6.2f}{m['wait']:>6.2f}",
+            flush=True,
+        )
+    print(
+        f"\nlargest |error| of fresh/s (and so of conv. from the first update): {worst:.0%}"
+        f" ({'within' if worst <= 0.2 else 'NOT within'} 20% on every row)"
+    )
 
 
 # ---------------------------------------------------------------------- predict
@@ -591,7 +671,13 @@ def sample_cost(paths: list[str], case: str) -> float | None:
         table = measured_table(paths)
     except FileNotFoundError:
         return None
-    ns = sorted({n for (c, n, _m) in table if c == case and (c, n, "sync") in table and (c, n, "async") in table})
+    ns = sorted(
+        {
+            n
+            for (c, n, _m) in table
+            if c == case and (c, n, "sync") in table and (c, n, "async") in table
+        }
+    )
     ratios = []
     for n in ns[-2:]:
         a, b = (med([r["fresh"] * r["conv"] for r in table[case, n, m]]) for m in ("async", "sync"))
@@ -608,35 +694,68 @@ def predict(args) -> None:
     steps = 4 * 8  # PPO: epochs x minibatches, each an all-reduce across the learner hosts
 
     def gpu_ms(k: int) -> float:
-        return args.gpu_update_ms + args.gpu_ms_per_traj * k / hosts + (args.allreduce_ms * steps if hosts > 1 else 0)
+        return (
+            args.gpu_update_ms
+            + args.gpu_ms_per_traj * k / hosts
+            + (args.allreduce_ms * steps if hosts > 1 else 0)
+        )
 
-    print(f"Prediction: actors on hosts of their own (1 core each, {costs.act_cpu_ms_per_step:.2f} ms CPU per vector "
-          f"step as measured here), case {args.case}: {lat.step_ms:g} ms sigma {lat.sigma:g} simulators with "
-          f"{lat.hiccup_p:.0%} hiccups of {lat.hiccup_ms:g} ms"
-          + (f", actors {list(lat.slow_actors)} {lat.slow_factor:g}x slower" if lat.slow_actors else "")
-          + f"; learner on {hosts} GPU host(s), assumed update "
-          f"{args.gpu_update_ms:g} ms + {args.gpu_ms_per_traj:g} ms per trajectory per host"
-          + (f" + {steps} all-reduces of {args.allreduce_ms:g} ms" if hosts > 1 else "")
-          + f"; async batch {args.async_batch or 'N'} trajectories; median of {args.seeds} seeds")
-    print(f"{'N':>5} {'sync fresh/s':>13}{'async fresh/s':>14}{'ratio':>7}{'async tau':>10}{'async busy':>11}"
-          f"{'sync upd. ms':>13}{'conv. ratio':>12}")
+    print(
+        f"Prediction: actors on hosts of their own (1 core each, {costs.act_cpu_ms_per_step:.2f} ms CPU per vector "
+        f"step as measured here), case {args.case}: {lat.step_ms:g} ms sigma {lat.sigma:g} simulators with "
+        f"{lat.hiccup_p:.0%} hiccups of {lat.hiccup_ms:g} ms"
+        + (
+            f", actors {list(lat.slow_actors)} {lat.slow_factor:g}x slower"
+            if lat.slow_actors
+            else ""
+        )
+        + f"; learner on {hosts} GPU host(s), assumed update "
+        f"{args.gpu_update_ms:g} ms + {args.gpu_ms_per_traj:g} ms per trajectory per host"
+        + (f" + {steps} all-reduces of {args.allreduce_ms:g} ms" if hosts > 1 else "")
+        + f"; async batch {args.async_batch or 'N'} trajectories; median of {args.seeds} seeds"
+    )
+    print(
+        f"{'N':>5} {'sync fresh/s':>13}{'async fresh/s':>14}{'ratio':>7}{'async tau':>10}{'async busy':>11}"
+        f"{'sync upd. ms':>13}{'conv. ratio':>12}"
+    )
     for n in args.actors:
         sync_samples = args.updates * n * 512  # sync: the same number of updates at every N
         out = {}
         for mode in ("sync", "async"):
             k = n if mode == "sync" or args.async_batch is None else min(args.async_batch, n)
-            sims = [simulate(Setup(mode, n, lat, costs, sync_samples, cores=math.inf, seed=seed, batch=k,
-                                   update_ms=gpu_ms, update_parallelism=1.0, learner_cores=float(hosts),
-                                   learner_hosts=hosts, gpu=True))
-                    for seed in range(args.seeds)]
+            sims = [
+                simulate(
+                    Setup(
+                        mode,
+                        n,
+                        lat,
+                        costs,
+                        sync_samples,
+                        cores=math.inf,
+                        seed=seed,
+                        batch=k,
+                        update_ms=gpu_ms,
+                        update_parallelism=1.0,
+                        learner_cores=float(hosts),
+                        learner_hosts=hosts,
+                        gpu=True,
+                    )
+                )
+                for seed in range(args.seeds)
+            ]
             out[mode] = {key: med([x[key] for x in sims]) for key in ("fresh", "tau", "busy")}
         r = out["async"]["fresh"] / out["sync"]["fresh"]
-        print(f"{n:>5} {out['sync']['fresh']:>13,.0f}{out['async']['fresh']:>14,.0f}{r:>7.2f}"
-              f"{out['async']['tau']:>10.2f}{out['async']['busy']:>11.2f}{gpu_ms(n):>13.1f}"
-              f"{r / args.sample_cost:>12.2f}", flush=True)
-    print("\nconv. ratio: sync/async time to converge, with the same samples to learn in both modes times "
-          f"async's measured sample cost {args.sample_cost:.2f}. The paper (TianJi, 8 nodes): 7.13x throughput, "
-          "4.37x convergence, against its baselines.")
+        print(
+            f"{n:>5} {out['sync']['fresh']:>13,.0f}{out['async']['fresh']:>14,.0f}{r:>7.2f}"
+            f"{out['async']['tau']:>10.2f}{out['async']['busy']:>11.2f}{gpu_ms(n):>13.1f}"
+            f"{r / args.sample_cost:>12.2f}",
+            flush=True,
+        )
+    print(
+        "\nconv. ratio: sync/async time to converge, with the same samples to learn in both modes times "
+        f"async's measured sample cost {args.sample_cost:.2f}. The paper (TianJi, 8 nodes): 7.13x throughput, "
+        "4.37x convergence, against its baselines."
+    )
 
 
 def main():
@@ -647,21 +766,43 @@ def main():
     c.add_argument("--costs", default=COSTS)
     c.add_argument("--cores", type=float, default=2.0)
     c.add_argument("--seeds", type=int, default=3)
-    c.add_argument("--actor-cpu", choices=["runs", "costs"], default="runs",
-                   help="an actor's CPU per vector step: as each row's runs measured it (default), or "
-                        "cluster_costs.py's one-actor figure for every row")
-    p = sub.add_parser("predict", help="clusters: actors on hosts of their own, learners on GPU hosts")
+    c.add_argument(
+        "--actor-cpu",
+        choices=["runs", "costs"],
+        default="runs",
+        help="an actor's CPU per vector step: as each row's runs measured it (default), or "
+        "cluster_costs.py's one-actor figure for every row",
+    )
+    p = sub.add_parser(
+        "predict", help="clusters: actors on hosts of their own, learners on GPU hosts"
+    )
     p.add_argument("--costs", default=COSTS)
     p.add_argument("--actors", type=int, nargs="+", default=[32, 64, 128, 256, 512, 1024])
     p.add_argument("--learner-hosts", type=int, default=8)
-    p.add_argument("--gpu-update-ms", type=float, default=4.0, help="assumed: fixed cost of one update")
-    p.add_argument("--gpu-ms-per-traj", type=float, default=0.05, help="assumed: per trajectory per host")
-    p.add_argument("--allreduce-ms", type=float, default=0.1, help="assumed: one gradient all-reduce")
-    p.add_argument("--async-batch", type=int, default=None, help="async: trajectories per update (default: "
-                   "one per actor, as the shipped config and sync)")
+    p.add_argument(
+        "--gpu-update-ms", type=float, default=4.0, help="assumed: fixed cost of one update"
+    )
+    p.add_argument(
+        "--gpu-ms-per-traj", type=float, default=0.05, help="assumed: per trajectory per host"
+    )
+    p.add_argument(
+        "--allreduce-ms", type=float, default=0.1, help="assumed: one gradient all-reduce"
+    )
+    p.add_argument(
+        "--async-batch",
+        type=int,
+        default=None,
+        help="async: trajectories per update (default: "
+        "one per actor, as the shipped config and sync)",
+    )
     p.add_argument("--updates", type=int, default=30, help="sync updates simulated per point")
-    p.add_argument("--sample-cost", type=float, default=None, help="async samples to converge / sync's (default: "
-                   "the stored runs' ratio at their two largest N)")
+    p.add_argument(
+        "--sample-cost",
+        type=float,
+        default=None,
+        help="async samples to converge / sync's (default: "
+        "the stored runs' ratio at their two largest N)",
+    )
     p.add_argument("--runs", nargs="+", default=[RUNS])
     p.add_argument("--case", choices=list(CASES), default="sigma1", help="the simulators' delays")
     p.add_argument("--seeds", type=int, default=3)

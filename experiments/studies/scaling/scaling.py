@@ -49,7 +49,7 @@ import tempfile
 # experiments/, for the shared _runs helper
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
-from _runs import fmt, median, ratio, records_of, run, summarise  # noqa: E402
+from _runs import fmt, ratio, records_of, run, summarise  # noqa: E402
 
 CONFIG = "configs/ppo_latency_async.yaml"
 CASES = {
@@ -60,8 +60,16 @@ CASES = {
 
 
 def measure(case: str, n: int, mode: str, seed: int, steps: int, extra: list[str]) -> dict:
-    overrides = [*CASES[case], f"num_actors={n}", f"mode={mode}", f"seed={seed}", f"total_env_steps={steps}",
-                 "log_every=1", "stop_at_target=true", *extra]
+    overrides = [
+        *CASES[case],
+        f"num_actors={n}",
+        f"mode={mode}",
+        f"seed={seed}",
+        f"total_env_steps={steps}",
+        "log_every=1",
+        "stop_at_target=true",
+        *extra,
+    ]
     with tempfile.TemporaryDirectory() as d:
         s = run(CONFIG, overrides, keep_dir=os.path.join(d, "run"))
     records = [r for r in records_of(s.pop("metrics")) if r.get("updates")]
@@ -90,13 +98,26 @@ def main():
     ap.add_argument("--actors", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32])
     ap.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--seeds", type=int, nargs="+", help="these seeds instead of 0..repeats-1 (to add repeats "
-                    "to a stored study: --seeds 1 2 --out the same file)")
-    ap.add_argument("--steps", type=int, default=500_000, help="total_env_steps of each run (a cap: runs stop "
-                    "at convergence)")
+    ap.add_argument(
+        "--seeds",
+        type=int,
+        nargs="+",
+        help="these seeds instead of 0..repeats-1 (to add repeats "
+        "to a stored study: --seeds 1 2 --out the same file)",
+    )
+    ap.add_argument(
+        "--steps",
+        type=int,
+        default=500_000,
+        help="total_env_steps of each run (a cap: runs stop at convergence)",
+    )
     ap.add_argument("--out", help="append every run to this JSON-lines file as it ends")
-    ap.add_argument("--table", nargs="+", metavar="JSONL", help="print the table of the runs stored in these "
-                    "files (no new runs)")
+    ap.add_argument(
+        "--table",
+        nargs="+",
+        metavar="JSONL",
+        help="print the table of the runs stored in these files (no new runs)",
+    )
     ap.add_argument("overrides", nargs="*", help="more key=value overrides for every run")
     args = ap.parse_args()
     if args.table:
@@ -112,15 +133,26 @@ def main():
             for i in args.seeds or range(args.repeats):
                 for mode in ("sync", "async"):
                     r = measure(case, n, mode, i, args.steps, args.overrides)
-                    r.update(case=case, n=n, mode=mode, seed=i, steps=args.steps, overrides=args.overrides)
+                    r.update(
+                        case=case,
+                        n=n,
+                        mode=mode,
+                        seed=i,
+                        steps=args.steps,
+                        overrides=args.overrides,
+                    )
                     rows.append(r)
                     if args.out:
                         with open(args.out, "a") as f:
                             f.write(json.dumps(r) + "\n")
-                    print(f"{case} N={n} {mode:<5} seed {i}: fresh {fmt(r['fresh'])}/s, convergence "
-                          f"{fmt(r['conv_launch'], '.1f')} s from launch ({fmt(r['conv'], '.1f')} s from the first "
-                          f"update), tau {r['tau']:.2f}, busy {r['busy']:.2f}, wait {fmt(r['wait'], '.2f')}, "
-                          f"final {r['final']:.0f}", file=sys.stderr, flush=True)
+                    print(
+                        f"{case} N={n} {mode:<5} seed {i}: fresh {fmt(r['fresh'])}/s, convergence "
+                        f"{fmt(r['conv_launch'], '.1f')} s from launch ({fmt(r['conv'], '.1f')} s from the first "
+                        f"update), tau {r['tau']:.2f}, busy {r['busy']:.2f}, wait {fmt(r['wait'], '.2f')}, "
+                        f"final {r['final']:.0f}",
+                        file=sys.stderr,
+                        flush=True,
+                    )
     print_table(rows)
 
 
@@ -129,23 +161,36 @@ def print_table(rows: list[dict]) -> None:
     table: dict = {}
     for r in rows:
         table.setdefault((r["case"], r["n"]), {}).setdefault(r["mode"], []).append(r)
-    table = {k: {mode: summarise(rs) | {"runs": len(rs)} for mode, rs in v.items()} for k, v in table.items()}
+    table = {
+        k: {mode: summarise(rs) | {"runs": len(rs)} for mode, rs in v.items()}
+        for k, v in table.items()
+    }
     steps = sorted({r["steps"] for r in rows})
-    print(f"\nPPO on tianjax/LatencyCartPole-v1 ({CONFIG}), 16 envs x 32 steps per trajectory and actor, "
-          f"budget {', '.join(f'{s:,}' for s in steps)} env steps (each run stops at 475), medians, sync and "
-          f"async alternating")
-    print(f"{'case':<7}{'N':>3} {'mode':<6}{'fresh/s':>9}{'conv. launch':>13}{'conv. upd.':>11}{'tau':>6}"
-          f"{'busy':>6}{'wait':>6}{'reached':>9}")
-    for (case, n), modes in sorted(table.items(), key=lambda kv: (list(CASES).index(kv[0][0]), kv[0][1])):
+    print(
+        f"\nPPO on tianjax/LatencyCartPole-v1 ({CONFIG}), 16 envs x 32 steps per trajectory and actor, "
+        f"budget {', '.join(f'{s:,}' for s in steps)} env steps (each run stops at 475), medians, sync and "
+        f"async alternating"
+    )
+    print(
+        f"{'case':<7}{'N':>3} {'mode':<6}{'fresh/s':>9}{'conv. launch':>13}{'conv. upd.':>11}{'tau':>6}"
+        f"{'busy':>6}{'wait':>6}{'reached':>9}"
+    )
+    for (case, n), modes in sorted(
+        table.items(), key=lambda kv: (list(CASES).index(kv[0][0]), kv[0][1])
+    ):
         for mode in ("sync", "async"):
             if mode not in modes:
                 continue
             m = modes[mode]
-            print(f"{case:<7}{n:>3} {mode:<6}{fmt(m['fresh']):>9}{fmt(m['conv_launch'], '.1f'):>13}"
-                  f"{fmt(m['conv'], '.1f'):>11}{fmt(m['tau'], '.2f'):>6}{fmt(m['busy'], '.2f'):>6}"
-                  f"{fmt(m['wait'], '.2f'):>6}{m['reached']:>6}/{m['runs']:<2}")
+            print(
+                f"{case:<7}{n:>3} {mode:<6}{fmt(m['fresh']):>9}{fmt(m['conv_launch'], '.1f'):>13}"
+                f"{fmt(m['conv'], '.1f'):>11}{fmt(m['tau'], '.2f'):>6}{fmt(m['busy'], '.2f'):>6}"
+                f"{fmt(m['wait'], '.2f'):>6}{m['reached']:>6}/{m['runs']:<2}"
+            )
     print()
-    for (case, n), modes in sorted(table.items(), key=lambda kv: (list(CASES).index(kv[0][0]), kv[0][1])):
+    for (case, n), modes in sorted(
+        table.items(), key=lambda kv: (list(CASES).index(kv[0][0]), kv[0][1])
+    ):
         if set(modes) != {"sync", "async"}:
             continue
         s, a = modes["sync"], modes["async"]
@@ -158,10 +203,12 @@ def print_table(rows: list[dict]) -> None:
             one = table.get((case, 1), {}).get("async", {}).get("fresh")
             ideal = None if one is None else one * n
         eff = ratio(a["fresh"], ideal)
-        print(f"{case} N={n}: async/sync fresh samples/s {fmt(ratio(a['fresh'], s['fresh']), '.2f')}, "
-              f"sync/async convergence time {fmt(ratio(s['conv_launch'], a['conv_launch']), '.2f')} from launch "
-              f"({fmt(ratio(s['conv'], a['conv']), '.2f')} from the first update), async fresh/s vs N x one "
-              f"actor's {fmt(eff, '.2f')}")
+        print(
+            f"{case} N={n}: async/sync fresh samples/s {fmt(ratio(a['fresh'], s['fresh']), '.2f')}, "
+            f"sync/async convergence time {fmt(ratio(s['conv_launch'], a['conv_launch']), '.2f')} from launch "
+            f"({fmt(ratio(s['conv'], a['conv']), '.2f')} from the first update), async fresh/s vs N x one "
+            f"actor's {fmt(eff, '.2f')}"
+        )
 
 
 if __name__ == "__main__":

@@ -66,9 +66,17 @@ def test_long_jobs_share_what_bursts_leave():
 
 
 def free_costs(update_ms: float, publish_ms: float = 0.0) -> cm.Costs:
-    return cm.Costs(act_cpu_ms_per_step=0.0, traj_send_cpu_ms=0.0, traj_recv_cpu_ms=0.0, traj_bytes=0.0,
-                    wire_s_per_byte=0.0, update_wall_ms={1: update_ms, 2: update_ms, 4: update_ms},
-                    update_cpu_over_wall=1.0, publish_fit_a_ms=publish_ms, publish_fit_b_ms_per_sub=0.0)
+    return cm.Costs(
+        act_cpu_ms_per_step=0.0,
+        traj_send_cpu_ms=0.0,
+        traj_recv_cpu_ms=0.0,
+        traj_bytes=0.0,
+        wire_s_per_byte=0.0,
+        update_wall_ms={1: update_ms, 2: update_ms, 4: update_ms},
+        update_cpu_over_wall=1.0,
+        publish_fit_a_ms=publish_ms,
+        publish_fit_b_ms_per_sub=0.0,
+    )
 
 
 FIXED = Latency(step_ms=16.0)
@@ -93,7 +101,9 @@ def test_one_async_actor_never_waits_for_a_short_update():
 
 def test_sync_actors_with_fixed_delays_move_in_lockstep():
     u = 10.0
-    out = cm.simulate(cm.Setup("sync", 4, FIXED, free_costs(u), samples=4 * 512 * 10, cores=math.inf))
+    out = cm.simulate(
+        cm.Setup("sync", 4, FIXED, free_costs(u), samples=4 * 512 * 10, cores=math.inf)
+    )
     assert out["fresh"] == pytest.approx(4 * 512 / (32 * 0.016 + u / 1e3), rel=1e-9)
 
 
@@ -102,5 +112,7 @@ def test_shared_cpu_slows_actors_down():
     # bottleneck, 1 vector step (16 samples) per 10 ms whatever the mode
     costs = free_costs(0.001)
     costs.act_cpu_ms_per_step = 10.0
-    out = cm.simulate(cm.Setup("async", 4, Latency(step_ms=0.0), costs, samples=512 * 40, cores=1.0))
+    out = cm.simulate(
+        cm.Setup("async", 4, Latency(step_ms=0.0), costs, samples=512 * 40, cores=1.0)
+    )
     assert out["fresh"] == pytest.approx(16 / 0.010, rel=0.02)

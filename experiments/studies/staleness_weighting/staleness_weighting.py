@@ -38,16 +38,32 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from _runs import fmt, median, run  # noqa: E402
 
 CONFIG = "configs/ppo_cartpole_async.yaml"
-BASE = ["num_actors=4", "runtime.credits_per_actor=4", "runtime.batch_trajectories=1", "runtime.publish_every=4",
-        "runtime.max_reuse=0", "staleness.max_staleness=null", "target_return=475", "ppo.num_minibatches=4",
-        "balance.mode=fixed"]
+BASE = [
+    "num_actors=4",
+    "runtime.credits_per_actor=4",
+    "runtime.batch_trajectories=1",
+    "runtime.publish_every=4",
+    "runtime.max_reuse=0",
+    "staleness.max_staleness=null",
+    "target_return=475",
+    "ppo.num_minibatches=4",
+    "balance.mode=fixed",
+]
 ARMS = {
     "none": ["staleness.correct=false"],
     "IS only": ["staleness.schedule=constant"],
     "w(tau)+IS": ["staleness.schedule=polynomial", "staleness.power=1.0"],
-    "w+IS+traces": ["staleness.schedule=polynomial", "staleness.power=1.0", "ppo.truncated_traces=true"],
+    "w+IS+traces": [
+        "staleness.schedule=polynomial",
+        "staleness.power=1.0",
+        "ppo.truncated_traces=true",
+    ],
     "IS+bclip": ["staleness.schedule=constant", "ppo.behaviour_clip=true"],
-    "w+IS+bclip": ["staleness.schedule=polynomial", "staleness.power=1.0", "ppo.behaviour_clip=true"],
+    "w+IS+bclip": [
+        "staleness.schedule=polynomial",
+        "staleness.power=1.0",
+        "ppo.behaviour_clip=true",
+    ],
     "sync": ["mode=sync", "runtime.batch_trajectories=null"],
 }
 
@@ -61,17 +77,25 @@ def main():
     results = {k: [] for k in args.arms}
     for seed in range(args.seeds):
         for name in args.arms:  # interleaved, so drifts of the machine's speed hit every arm
-            results[name].append(run(CONFIG, BASE + ARMS[name] + [f"seed={seed}", f"total_env_steps={args.steps}"]))
-    print(f"\nasync PPO, envpool CartPole-v1, 4 actors, publish every 4 updates, {args.steps:,} env steps, "
-          f"{args.seeds} seeds")
-    print(f"{'arm':<11}{'final (mean)':>13}{'steps to 475':>14}{'time to 475 s':>15}{'reached':>9}{'tau mean':>10}")
+            results[name].append(
+                run(CONFIG, BASE + ARMS[name] + [f"seed={seed}", f"total_env_steps={args.steps}"])
+            )
+    print(
+        f"\nasync PPO, envpool CartPole-v1, 4 actors, publish every 4 updates, {args.steps:,} env steps, "
+        f"{args.seeds} seeds"
+    )
+    print(
+        f"{'arm':<11}{'final (mean)':>13}{'steps to 475':>14}{'time to 475 s':>15}{'reached':>9}{'tau mean':>10}"
+    )
     sync_steps = median([r["convergence_env_steps"] for r in results.get("sync", [])])
     for name, runs in results.items():
         steps = median([r["convergence_env_steps"] for r in runs])
-        print(f"{name:<11}{statistics.mean(r['final_return'] for r in runs):>13.1f}{fmt(steps):>14}"
-              f"{fmt(median([r['convergence_time_s'] for r in runs]), '.1f'):>15}"
-              f"{sum(r['convergence_time_s'] is not None for r in runs):>6}/{len(runs):<2}"
-              f"{statistics.mean(r.get('staleness_mean', 0.0) for r in runs):>10.2f}")
+        print(
+            f"{name:<11}{statistics.mean(r['final_return'] for r in runs):>13.1f}{fmt(steps):>14}"
+            f"{fmt(median([r['convergence_time_s'] for r in runs]), '.1f'):>15}"
+            f"{sum(r['convergence_time_s'] is not None for r in runs):>6}/{len(runs):<2}"
+            f"{statistics.mean(r.get('staleness_mean', 0.0) for r in runs):>10.2f}"
+        )
     if sync_steps:
         for name in results:
             if name != "sync":

@@ -40,7 +40,7 @@ import tempfile
 # experiments/, for the shared _runs helper
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
-from _runs import fmt, median, ratio, records_of, run, summarise  # noqa: E402
+from _runs import fmt, ratio, records_of, run, summarise  # noqa: E402
 
 from tianjax.envs.latency import CARTPOLE_ID  # noqa: E402
 
@@ -51,10 +51,18 @@ _LINE = re.compile(r"latency: actor (\d+) steps at ([0-9.]+)x")
 
 
 def overrides(k: float, step_ms: float, steps: int, mode: str, seed: int) -> list[str]:
-    return [f"env={CARTPOLE_ID}", "env_backend=gymnasium", f"num_actors={NUM_ACTORS}",
-            f"env_options.step_ms={step_ms}", f"env_options.slow_actors=[{SLOW_ACTOR}]",
-            f"env_options.slow_factor={k}", f"total_env_steps={steps}", "log_every=1",
-            f"mode={mode}", f"seed={seed}"]
+    return [
+        f"env={CARTPOLE_ID}",
+        "env_backend=gymnasium",
+        f"num_actors={NUM_ACTORS}",
+        f"env_options.step_ms={step_ms}",
+        f"env_options.slow_actors=[{SLOW_ACTOR}]",
+        f"env_options.slow_factor={k}",
+        f"total_env_steps={steps}",
+        "log_every=1",
+        f"mode={mode}",
+        f"seed={seed}",
+    ]
 
 
 def check_slowdown(run_dir: str, k: float) -> None:
@@ -65,8 +73,10 @@ def check_slowdown(run_dir: str, k: float) -> None:
         found = {int(m.group(1)): float(m.group(2)) for m in _LINE.finditer(text)}
         want = k if a == SLOW_ACTOR else 1.0
         if found.get(a) != want:
-            raise SystemExit(f"stragglers: actor {a} should step at {want:g}x, its log says {found or 'nothing'} "
-                             f"({path})")
+            raise SystemExit(
+                f"stragglers: actor {a} should step at {want:g}x, its log says {found or 'nothing'} "
+                f"({path})"
+            )
 
 
 def measure(k: float, step_ms: float, steps: int, mode: str, seed: int) -> dict:
@@ -95,9 +105,13 @@ def measure(k: float, step_ms: float, steps: int, mode: str, seed: int) -> dict:
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--k", type=float, nargs="+", default=[1, 2, 4, 8], help="slowdown of actor 0's env")
+    ap.add_argument(
+        "--k", type=float, nargs="+", default=[1, 2, 4, 8], help="slowdown of actor 0's env"
+    )
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--step-ms", type=float, default=2.0, help="sleep per vector step (ms) of a normal actor")
+    ap.add_argument(
+        "--step-ms", type=float, default=2.0, help="sleep per vector step (ms) of a normal actor"
+    )
     ap.add_argument("--steps", type=int, default=150_000, help="total_env_steps of each run")
     args = ap.parse_args()
     table = {}
@@ -107,28 +121,39 @@ def main():
             for mode in ("sync", "async"):
                 r = measure(k, args.step_ms, args.steps, mode, seed=i)
                 runs[mode].append(r)
-                print(f"k={k:g} {mode:<5} seed {i}: convergence {fmt(r['conv'], '.1f')} s after a start-up of "
-                      f"{r['startup']:.1f} s, {fmt(r['conv_steps'])} env steps, fresh {fmt(r['fresh'])}/s, "
-                      f"tau {r['tau']:.2f}", flush=True)
+                print(
+                    f"k={k:g} {mode:<5} seed {i}: convergence {fmt(r['conv'], '.1f')} s after a start-up of "
+                    f"{r['startup']:.1f} s, {fmt(r['conv_steps'])} env steps, fresh {fmt(r['fresh'])}/s, "
+                    f"tau {r['tau']:.2f}",
+                    flush=True,
+                )
         table[k] = {mode: summarise(rs) for mode, rs in runs.items()}
 
-    print(f"\nPPO, host CartPole ({CARTPOLE_ID}), {NUM_ACTORS} actors x 16 envs; a normal vector step sleeps "
-          f"{args.step_ms:g} ms, actor {SLOW_ACTOR}'s k times that; "
-          f"{args.steps:,} env steps; medians of {args.repeats}")
-    print(f"{'k':>3} {'mode':<6}{'conv. s':>9}{'start-up s':>12}{'steps to 475':>14}{'fresh/s':>10}"
-          f"{'reached':>9}{'tau mean':>10}")
+    print(
+        f"\nPPO, host CartPole ({CARTPOLE_ID}), {NUM_ACTORS} actors x 16 envs; a normal vector step sleeps "
+        f"{args.step_ms:g} ms, actor {SLOW_ACTOR}'s k times that; "
+        f"{args.steps:,} env steps; medians of {args.repeats}"
+    )
+    print(
+        f"{'k':>3} {'mode':<6}{'conv. s':>9}{'start-up s':>12}{'steps to 475':>14}{'fresh/s':>10}"
+        f"{'reached':>9}{'tau mean':>10}"
+    )
     for k, modes in table.items():
         for mode in ("sync", "async"):
             m = modes[mode]
-            print(f"{k:>3g} {mode:<6}{fmt(m['conv'], '.1f'):>9}{fmt(m['startup'], '.1f'):>12}"
-                  f"{fmt(m['conv_steps']):>14}{fmt(m['fresh']):>10}{m['reached']:>6}/{args.repeats:<2}"
-                  f"{fmt(m['tau'], '.2f'):>10}")
+            print(
+                f"{k:>3g} {mode:<6}{fmt(m['conv'], '.1f'):>9}{fmt(m['startup'], '.1f'):>12}"
+                f"{fmt(m['conv_steps']):>14}{fmt(m['fresh']):>10}{m['reached']:>6}/{args.repeats:<2}"
+                f"{fmt(m['tau'], '.2f'):>10}"
+            )
     print()
     for k, modes in table.items():
         s, a = modes["sync"], modes["async"]
-        print(f"k={k:g}: sync/async convergence time {fmt(ratio(s['conv'], a['conv']), '.2f')} "
-              f"(from launch: {fmt(ratio(s['conv_launch'], a['conv_launch']), '.2f')}), "
-              f"async/sync fresh samples/s {fmt(ratio(a['fresh'], s['fresh']), '.2f')}")
+        print(
+            f"k={k:g}: sync/async convergence time {fmt(ratio(s['conv'], a['conv']), '.2f')} "
+            f"(from launch: {fmt(ratio(s['conv_launch'], a['conv_launch']), '.2f')}), "
+            f"async/sync fresh samples/s {fmt(ratio(a['fresh'], s['fresh']), '.2f')}"
+        )
 
 
 if __name__ == "__main__":

@@ -8,8 +8,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tianjax.core.replay import frames as frame_replay, ring as buffers
 from tianjax.config import ConfigError, load_config
+from tianjax.core.replay import frames as frame_replay
+from tianjax.core.replay import ring as buffers
 from tianjax.core.types import Transition
 
 JIT = [False, True]
@@ -33,19 +34,23 @@ def _hand_chunk(offset=0.0, version=0):
     Observation values are offset by `offset` (to tell chunks apart).
     """
     o = offset
-    obs = [[_obs(o + 10), _obs(o + 50)],
-           [_obs(o + 11), _obs(o + 60)],
-           [_obs(o + 20), _obs(o + 61)]]
-    nxt = [[_obs(o + 11), _obs(o + 51)],   # env 1: final obs of the truncated episode
-           [_obs(o + 12), _obs(o + 61)],   # env 0: final obs of the terminated episode
-           [_obs(o + 21), _obs(o + 62)]]
+    obs = [[_obs(o + 10), _obs(o + 50)], [_obs(o + 11), _obs(o + 60)], [_obs(o + 20), _obs(o + 61)]]
+    nxt = [
+        [_obs(o + 11), _obs(o + 51)],  # env 1: final obs of the truncated episode
+        [_obs(o + 12), _obs(o + 61)],  # env 0: final obs of the terminated episode
+        [_obs(o + 21), _obs(o + 62)],
+    ]
     term = [[False, False], [True, False], [False, False]]
     action = [[0, 1], [1, 0], [1, 1]]
     reward = [[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]]
-    return Transition(obs=jnp.asarray(obs, jnp.float32), action=jnp.asarray(action, jnp.int32),
-                      reward=jnp.asarray(reward, jnp.float32) + offset,
-                      next_obs=jnp.asarray(nxt, jnp.float32), terminated=jnp.asarray(term),
-                      version=jnp.full((T, B), version, jnp.int32))
+    return Transition(
+        obs=jnp.asarray(obs, jnp.float32),
+        action=jnp.asarray(action, jnp.int32),
+        reward=jnp.asarray(reward, jnp.float32) + offset,
+        next_obs=jnp.asarray(nxt, jnp.float32),
+        terminated=jnp.asarray(term),
+        version=jnp.full((T, B), version, jnp.int32),
+    )
 
 
 def _all(state):
@@ -65,10 +70,14 @@ def test_hand_chunk_frames_next_obs_and_mask(jit):
     np.testing.assert_array_equal(np.asarray(rb.frames)[0, :, 0, 0], [10, 11, 20, 21])
     np.testing.assert_array_equal(np.asarray(rb.frames)[0, :, 1, 0], [50, 60, 61, 62])
     # the cut: only env 1's truncation at t=0 (env 0's termination needs no next obs)
-    np.testing.assert_array_equal(np.asarray(rb.cut)[0], [[False, True], [False, False], [False, False]])
+    np.testing.assert_array_equal(
+        np.asarray(rb.cut)[0], [[False, True], [False, False], [False, False]]
+    )
 
     trans, mask = _all(rb)  # flat index (t * B + b)
-    chunk = jax.tree.map(lambda x: np.asarray(x).reshape((T * B,) + x.shape[2:]), _hand_chunk(version=7))
+    chunk = jax.tree.map(
+        lambda x: np.asarray(x).reshape((T * B,) + x.shape[2:]), _hand_chunk(version=7)
+    )
     np.testing.assert_array_equal(trans.obs, chunk.obs)
     np.testing.assert_array_equal(trans.action, chunk.action)
     np.testing.assert_array_equal(trans.reward, chunk.reward)
@@ -143,9 +152,14 @@ def test_atari_frame_bytes_are_t_plus_1_over_2t_of_two_copies():
     T_, B_, blocks = 32, 8, 4
     obs = jax.ShapeDtypeStruct((T_, B_, 4, 84, 84), jnp.uint8)
     s = jax.ShapeDtypeStruct((T_, B_), jnp.float32)
-    chunk = Transition(obs=obs, action=jax.ShapeDtypeStruct((T_, B_), jnp.int32), reward=s, next_obs=obs,
-                       terminated=jax.ShapeDtypeStruct((T_, B_), jnp.bool_),
-                       version=jax.ShapeDtypeStruct((T_, B_), jnp.int32))
+    chunk = Transition(
+        obs=obs,
+        action=jax.ShapeDtypeStruct((T_, B_), jnp.int32),
+        reward=s,
+        next_obs=obs,
+        terminated=jax.ShapeDtypeStruct((T_, B_), jnp.bool_),
+        version=jax.ShapeDtypeStruct((T_, B_), jnp.int32),
+    )
     cap = blocks * T_ * B_
     once = jax.eval_shape(lambda: frame_replay.init(cap, chunk))
     one = jax.tree.map(lambda x: np.zeros(x.shape[2:], x.dtype), chunk)  # one transition
@@ -179,13 +193,22 @@ def test_cut_is_read_off_a_real_rollout():
     from tianjax.core.rollout import make_rollout
 
     T_, B_ = 32, 8
-    config = load_config({"algo": "dqn", "num_envs": B_, "rollout_len": T_, "network": {"hidden": [8]},
-                          "dqn": {"buffer_size": 4 * T_ * B_, "batch_size": 8}})
+    config = load_config(
+        {
+            "algo": "dqn",
+            "num_envs": B_,
+            "rollout_len": T_,
+            "network": {"hidden": [8]},
+            "dqn": {"buffer_size": 4 * T_ * B_, "batch_size": 8},
+        }
+    )
     env = _short_cartpole(12)
     algo = make_algorithm(config, env.obs_shape, env.action_spec, correct_staleness=False)
     rollout_init, rollout = make_rollout(env, algo, B_, T_)
     learner = algo.init(jax.random.key(0))
-    _, trans, episodes = jax.jit(rollout)(learner.params, learner.version, rollout_init(jax.random.key(1)))
+    _, trans, episodes = jax.jit(rollout)(
+        learner.params, learner.version, rollout_init(jax.random.key(1))
+    )
     truncated = np.asarray(episodes.done) & ~np.asarray(trans.terminated)
     assert truncated[:-1].any() and np.asarray(trans.terminated).any()  # both kinds occur
 
@@ -193,18 +216,36 @@ def test_cut_is_read_off_a_real_rollout():
     got, mask = frame_replay.gather(rb, jnp.arange(T_ * B_))
     expect_cut = truncated.copy()
     expect_cut[-1] = False
-    np.testing.assert_array_equal(np.asarray(mask).reshape(T_, B_), (~expect_cut).astype(np.float32))
+    np.testing.assert_array_equal(
+        np.asarray(mask).reshape(T_, B_), (~expect_cut).astype(np.float32)
+    )
     keep = ~np.asarray(trans.terminated).reshape(-1) & (np.asarray(mask) == 1)
-    np.testing.assert_array_equal(np.asarray(got.next_obs)[keep],
-                                  np.asarray(trans.next_obs).reshape(T_ * B_, -1)[keep])
+    np.testing.assert_array_equal(
+        np.asarray(got.next_obs)[keep], np.asarray(trans.next_obs).reshape(T_ * B_, -1)[keep]
+    )
     np.testing.assert_array_equal(np.asarray(got.obs), np.asarray(trans.obs).reshape(T_ * B_, -1))
 
 
 def _fused_config(**dqn):
-    return load_config({"algo": "dqn", "total_env_steps": 4000, "num_envs": 4, "rollout_len": 8,
-                        "network": {"hidden": [16]},
-                        "dqn": dict({"batch_size": 16, "buffer_size": 96, "learning_starts": 64,
-                                     "updates_per_rollout": 2, "target_update_every": 4}, **dqn)})
+    return load_config(
+        {
+            "algo": "dqn",
+            "total_env_steps": 4000,
+            "num_envs": 4,
+            "rollout_len": 8,
+            "network": {"hidden": [16]},
+            "dqn": dict(
+                {
+                    "batch_size": 16,
+                    "buffer_size": 96,
+                    "learning_starts": 64,
+                    "updates_per_rollout": 2,
+                    "target_update_every": 4,
+                },
+                **dqn,
+            ),
+        }
+    )
 
 
 def test_fused_dqn_equals_the_two_copy_buffer_without_cuts():
@@ -212,8 +253,8 @@ def test_fused_dqn_equals_the_two_copy_buffer_without_cuts():
     same flat indices and draw the same samples: fused DQN is bit for bit the same, also
     after the ring wrapped (96 transitions, 3 blocks; 10 rollouts of 32)."""
     from tianjax.algos import make_algorithm
-    from tianjax.envs.gymnax_env import make_gymnax
     from tianjax.core.fused_loop import make_fused
+    from tianjax.envs.gymnax_env import make_gymnax
 
     env = make_gymnax("CartPole-v1")
     out = {}
@@ -263,9 +304,18 @@ def test_fused_frame_once_resume_equals_uninterrupted_run(tmp_path):
     import tianjax
 
     def train(run_dir, steps, *extra):
-        over = ["dqn.frame_once=true", "eval_episodes=0", "log_every=5", "dqn.learning_starts=200",
-                "dqn.buffer_size=400", "network.hidden=[16]",
-                "dqn.eps_start=0.1", "dqn.eps_end=0.1", f"total_env_steps={steps}", *extra]
+        over = [
+            "dqn.frame_once=true",
+            "eval_episodes=0",
+            "log_every=5",
+            "dqn.learning_starts=200",
+            "dqn.buffer_size=400",
+            "network.hidden=[16]",
+            "dqn.eps_start=0.1",
+            "dqn.eps_end=0.1",
+            f"total_env_steps={steps}",
+            *extra,
+        ]
         kw = {"run_dir": str(run_dir)} if run_dir is not None else {}
         return tianjax.train("configs/dqn_cartpole.yaml", over, progress=False, verbose=False, **kw)
 
@@ -285,7 +335,9 @@ def test_fused_frame_once_resume_equals_uninterrupted_run(tmp_path):
 def test_config_rejects_frame_once_where_it_is_not_served():
     # (dqn.frame_once under another algo is an unread key of dqn's own section, as dqn.lr
     # is: no algorithm borrows another's section any more)
-    with pytest.raises(ConfigError, match=r"^config key 'dqn.frame_once': is served by mode: fused and by actor"):
+    with pytest.raises(
+        ConfigError, match=r"^config key 'dqn.frame_once': is served by mode: fused and by actor"
+    ):
         load_config("configs/dqn_pong.yaml", ["dqn.frame_once=true", "mode=sync", "num_actors=0"])
     assert load_config("configs/dqn_pong.yaml").dqn.frame_once  # async, with actors
     assert load_config("configs/dqn_cartpole.yaml", ["dqn.frame_once=true"]).dqn.frame_once

@@ -17,18 +17,28 @@ def _maybe_jit(fn, jit, **kw):
 
 def _example():
     """One transition without the N axis: obs [2], int action, scalars."""
-    return Transition(obs=jnp.zeros((2,), jnp.float32), action=jnp.zeros((), jnp.int32),
-                      reward=jnp.zeros((), jnp.float32), next_obs=jnp.zeros((2,), jnp.float32),
-                      terminated=jnp.zeros((), bool), version=jnp.zeros((), jnp.int32))
+    return Transition(
+        obs=jnp.zeros((2,), jnp.float32),
+        action=jnp.zeros((), jnp.int32),
+        reward=jnp.zeros((), jnp.float32),
+        next_obs=jnp.zeros((2,), jnp.float32),
+        terminated=jnp.zeros((), bool),
+        version=jnp.zeros((), jnp.int32),
+    )
 
 
 def _batch(ids, version):
     """N transitions whose every field encodes its id (ids start at 1; 0 marks empty slots)."""
     ids = np.asarray(ids, np.float32)
     n = len(ids)
-    return Transition(obs=jnp.stack([ids, -ids], axis=1), action=jnp.asarray(ids, jnp.int32),
-                      reward=jnp.asarray(ids), next_obs=jnp.stack([ids + 0.5, -ids], axis=1),
-                      terminated=jnp.asarray(ids % 2 == 0), version=jnp.full((n,), version, jnp.int32))
+    return Transition(
+        obs=jnp.stack([ids, -ids], axis=1),
+        action=jnp.asarray(ids, jnp.int32),
+        reward=jnp.asarray(ids),
+        next_obs=jnp.stack([ids + 0.5, -ids], axis=1),
+        terminated=jnp.asarray(ids % 2 == 0),
+        version=jnp.full((n,), version, jnp.int32),
+    )
 
 
 def test_init_is_empty_and_shaped():
@@ -109,8 +119,12 @@ def test_sample_after_wrap_keeps_versions(jit):
 
 
 def test_flatten_time_batch():
-    tree = Transition(*(jnp.arange(3 * 2 * k).reshape((3, 2) + ((k,) if k > 1 else ()))
-                        for k in (2, 1, 1, 2, 1, 1)))
+    tree = Transition(
+        *(
+            jnp.arange(3 * 2 * k).reshape((3, 2) + ((k,) if k > 1 else ()))
+            for k in (2, 1, 1, 2, 1, 1)
+        )
+    )
     flat = buffers.flatten_time_batch(tree)
     assert flat.obs.shape == (6, 2) and flat.reward.shape == (6,)
     np.testing.assert_array_equal(flat.reward, np.arange(6))
@@ -131,9 +145,14 @@ def test_replay_keeps_uint8_frames_uint8(jit):
     """Frames enter, rest in and leave the replay buffer as uint8, one byte a pixel, values
     unchanged (no float copy of a 1M-frame buffer, no rounding)."""
     T, B, frame = 3, 2, (4, 6, 6)
-    rollout = Transition(obs=_frames((T, B) + frame, 0), action=np.zeros((T, B), np.int32),
-                         reward=np.zeros((T, B), np.float32), next_obs=_frames((T, B) + frame, 1),
-                         terminated=np.zeros((T, B), bool), version=np.zeros((T, B), np.int32))
+    rollout = Transition(
+        obs=_frames((T, B) + frame, 0),
+        action=np.zeros((T, B), np.int32),
+        reward=np.zeros((T, B), np.float32),
+        next_obs=_frames((T, B) + frame, 1),
+        terminated=np.zeros((T, B), bool),
+        version=np.zeros((T, B), np.int32),
+    )
     flat = buffers.flatten_time_batch(rollout)
     assert flat.obs.dtype == np.uint8 and flat.obs.shape == (T * B,) + frame
     one = jax.tree.map(lambda x: x[0], flat)
@@ -142,7 +161,7 @@ def test_replay_keeps_uint8_frames_uint8(jit):
     assert rb.data.obs.nbytes == 8 * 4 * 6 * 6
     rb = _maybe_jit(buffers.replay_add, jit)(rb, flat)
     assert rb.data.obs.dtype == jnp.uint8
-    np.testing.assert_array_equal(rb.data.obs[:T * B], flat.obs)
+    np.testing.assert_array_equal(rb.data.obs[: T * B], flat.obs)
     sample = _maybe_jit(buffers.replay_sample, jit, static_argnums=2)(rb, jax.random.key(0), 16)
     assert sample.obs.dtype == jnp.uint8 and sample.next_obs.dtype == jnp.uint8
     # every sampled frame is one of those inserted, byte for byte
@@ -153,8 +172,8 @@ def test_replay_keeps_uint8_frames_uint8(jit):
 def test_onpolicy_pool_keeps_uint8_frames_uint8():
     """Trajectories pooled by the learner (device-resident after the receiver's device_put)
     and joined into one batch along B stay uint8."""
-    from tianjax.runtime.learner.batches.axes import concat_batches
     from tianjax.core.types import Trajectory
+    from tianjax.runtime.learner.batches.axes import concat_batches
 
     T, B, frame = 4, 2, (4, 6, 6)
 
@@ -181,5 +200,7 @@ def test_onpolicy_pool_keeps_uint8_frames_uint8():
     assert batch.obs.dtype == jnp.uint8 and batch.obs.shape == (T, 2 * B) + frame
     assert batch.last_obs.dtype == jnp.uint8 and batch.trunc_obs.dtype == jnp.uint8
     np.testing.assert_array_equal(batch.obs, np.concatenate([t.obs for t in host], axis=1))
-    np.testing.assert_array_equal(batch.last_obs, np.concatenate([t.last_obs for t in host], axis=0))
+    np.testing.assert_array_equal(
+        batch.last_obs, np.concatenate([t.last_obs for t in host], axis=0)
+    )
     assert concat_batches(host).obs.dtype == np.uint8  # host-side leaves too

@@ -9,8 +9,19 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[3]
-NOT_IN_AN_ACTOR = ("envpool", "brax", "jaxmarl", "gymnax", "orbax", "matplotlib", "tensorboardX", "tensorboard",
-                   "mujoco", "torch", "tensorflow")
+NOT_IN_AN_ACTOR = (
+    "envpool",
+    "brax",
+    "jaxmarl",
+    "gymnax",
+    "orbax",
+    "matplotlib",
+    "tensorboardX",
+    "tensorboard",
+    "mujoco",
+    "torch",
+    "tensorflow",
+)
 
 PROGRAM = """
 import json, sys
@@ -28,9 +39,19 @@ print(json.dumps(sorted({m.split(".")[0] for m in sys.modules})))
 
 
 def test_a_latency_actor_imports_no_backend_or_module_it_does_not_use():
-    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    out = subprocess.run([sys.executable, "-c", PROGRAM], cwd=REPO, env=env, capture_output=True, text=True,
-                         timeout=120)
+    env = dict(
+        os.environ,
+        JAX_PLATFORMS="cpu",
+        PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", PROGRAM],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     loaded = set(json.loads(out.stdout.strip().splitlines()[-1]))
     assert {"jax", "flax", "gymnasium", "zmq"} <= loaded  # what it does use

@@ -49,7 +49,7 @@ class Plant:
             self.learner_done = None
         if self.learner_done is None:
             if len(self.pool) >= self.k:
-                batch, self.pool = self.pool[:self.k], self.pool[self.k:]
+                batch, self.pool = self.pool[: self.k], self.pool[self.k :]
                 for _, i in batch:
                     self.held[i] -= 1
                 self.last, self.reuse = [v for v, _ in batch], 0
@@ -93,16 +93,24 @@ def run(plant, ctl, t_end, events=()):
 
 
 def controller(target, n, k, adaptive=True, credits=4, publish=3, reuse=2):
-    return AdaptiveBalance(adaptive=adaptive, target_staleness=target, batch_trajectories=k,
-                           max_credits_per_actor=credits, max_publish_every=publish, max_reuse=reuse,
-                           n_actors=n)
+    return AdaptiveBalance(
+        adaptive=adaptive,
+        target_staleness=target,
+        batch_trajectories=k,
+        max_credits_per_actor=credits,
+        max_publish_every=publish,
+        max_reuse=reuse,
+        n_actors=n,
+    )
 
 
 def settled(plant, target, t_change, horizon=10.0, tail=10.0):
     """Within +-25% of the target from `horizon` s after the change on, in every 2 s window,
     and the error of the last window no larger than that of the first (no growing swing)."""
-    windows = [plant.mean_tau(t0, t0 + 2.0)
-               for t0 in [t_change + horizon + 2.0 * j for j in range(int(tail / 2.0))]]
+    windows = [
+        plant.mean_tau(t0, t0 + 2.0)
+        for t0 in [t_change + horizon + 2.0 * j for j in range(int(tail / 2.0))]
+    ]
     errors = [abs(w - target) for w in windows]
     assert all(e <= 0.25 * target for e in errors), (target, windows)
     half = len(windows) // 2
@@ -116,7 +124,9 @@ def settled(plant, target, t_change, horizon=10.0, tail=10.0):
 def test_a_slow_learner_settles_at_the_target(target):
     # 4 actors at 10 trajectories/s each, a learner that takes 4 per 0.2 s (20/s): the pool
     # fills to the whole window; at the bounds (6 credits, publish every 3, reuse 2) tau would be ~7
-    plant = run(Plant([0.1] * 4, update_s=0.2, k=4), ctl := controller(target, 4, 4, credits=6), 25.0)
+    plant = run(
+        Plant([0.1] * 4, update_s=0.2, k=4), ctl := controller(target, 4, 4, credits=6), 25.0
+    )
     settled(plant, target, 0.0, horizon=10.0, tail=14.0)
     assert ctl.moves > 0
 
@@ -132,7 +142,11 @@ def test_a_target_below_one_trajectory_per_actor_idles_actors():
 @pytest.mark.parametrize("target", [2.0, 4.0])
 def test_fixed_mode_drifts_from_the_target(target):
     # the same plant without the controller sits at tau ~7, whatever the target
-    plant = run(Plant([0.1] * 4, update_s=0.2, k=4), ctl := controller(target, 4, 4, adaptive=False, credits=6), 20.0)
+    plant = run(
+        Plant([0.1] * 4, update_s=0.2, k=4),
+        ctl := controller(target, 4, 4, adaptive=False, credits=6),
+        20.0,
+    )
     assert abs(plant.mean_tau(10.0, 20.0) - target) > 0.25 * target
     assert ctl.moves == 0 and ctl.actions == Actions(24, 3, 2)
 
@@ -141,9 +155,14 @@ def test_a_step_change_in_producer_speed():
     # actors slow from 10 to 5 trajectories/s each at t = 15 s, then speed up to 20/s at 35 s
     def speed(s):
         return lambda plant, ctl: plant.prod_s.__setitem__(slice(None), [s] * 4)
+
     target = 2.0
-    plant = run(Plant([0.1] * 4, update_s=0.2, k=4), controller(target, 4, 4), 55.0,
-                [(15.0, speed(0.2)), (35.0, speed(0.05))])
+    plant = run(
+        Plant([0.1] * 4, update_s=0.2, k=4),
+        controller(target, 4, 4),
+        55.0,
+        [(15.0, speed(0.2)), (35.0, speed(0.05))],
+    )
     settled(plant, target, 0.0, horizon=10.0, tail=4.0)
     settled(plant, target, 15.0, horizon=10.0, tail=10.0)
     settled(plant, target, 35.0, horizon=10.0, tail=10.0)
@@ -159,8 +178,13 @@ def test_an_actor_leaves_and_one_joins():
     def join(plant, ctl):
         plant.join(0.1)
         ctl.actors_changed(len(plant.live()))
-    plant = run(Plant([0.1] * 4, update_s=0.2, k=2), ctl := controller(target, 4, 2), 55.0,
-                [(15.0, leave), (35.0, join)])
+
+    plant = run(
+        Plant([0.1] * 4, update_s=0.2, k=2),
+        ctl := controller(target, 4, 2),
+        55.0,
+        [(15.0, leave), (35.0, join)],
+    )
     settled(plant, target, 15.0, horizon=10.0, tail=10.0)
     settled(plant, target, 35.0, horizon=10.0, tail=10.0)
     assert ctl.n_actors == 4
@@ -207,9 +231,19 @@ def test_inside_the_dead_band_and_without_samples_nothing_moves():
 
 
 def test_replay_ratio_set_point_takes_fewer_gradient_steps_then_slows_the_actors():
-    ctl = AdaptiveBalance(adaptive=True, target_staleness=0.0, batch_trajectories=1,
-                          max_credits_per_actor=4, max_publish_every=1, max_reuse=0, n_actors=2,
-                          target_replay_ratio=2.0, traj_samples=512, batch_size=128, replay_tolerance=0.1)
+    ctl = AdaptiveBalance(
+        adaptive=True,
+        target_staleness=0.0,
+        batch_trajectories=1,
+        max_credits_per_actor=4,
+        max_publish_every=1,
+        max_reuse=0,
+        n_actors=2,
+        target_replay_ratio=2.0,
+        traj_samples=512,
+        batch_size=128,
+        replay_tolerance=0.1,
+    )
     ctl.decide(0.0)
     ctl.decide(1.0, production_rate=1000.0, consumption_rate=0.0)  # before learning starts
     assert ctl.moves == 0
@@ -265,9 +299,19 @@ class ReplayPlant:
 def test_replay_ratio_stays_within_tolerance_and_actors_run_as_fast_as_it_allows(capacity_share):
     target, speed = 4.0, 1000.0
     plant = ReplayPlant(speed, capacity_share * target * speed, target)
-    ctl = AdaptiveBalance(adaptive=True, target_staleness=0.0, batch_trajectories=1,
-                          max_credits_per_actor=4, max_publish_every=1, max_reuse=0, n_actors=2,
-                          target_replay_ratio=target, traj_samples=64, batch_size=32, replay_tolerance=0.1)
+    ctl = AdaptiveBalance(
+        adaptive=True,
+        target_staleness=0.0,
+        batch_trajectories=1,
+        max_credits_per_actor=4,
+        max_publish_every=1,
+        max_reuse=0,
+        n_actors=2,
+        target_replay_ratio=target,
+        traj_samples=64,
+        batch_size=32,
+        replay_tolerance=0.1,
+    )
     p = c = 0.0
     held_any = False
     scales, t = [], 0.0
@@ -284,7 +328,7 @@ def test_replay_ratio_stays_within_tolerance_and_actors_run_as_fast_as_it_allows
     # the run ends once what is owed is learned: the ratio it ends at
     ratio = (plant.learned + plant.owed) / plant.produced
     assert abs(ratio / target - 1) <= 0.1 + 1e-9, ratio
-    late = scales[len(scales) // 2:]
+    late = scales[len(scales) // 2 :]
     if capacity_share >= 1.0:
         assert min(late) == 1.0  # a learner that keeps up learns at the full ratio
     else:
@@ -320,7 +364,11 @@ def periods(ctl, k, n, bound=True):
     for j in range(1, n + 1):
         tau = learner_bound_tau(ctl.actions, k)
         ctl.consumed(tau_sum=tau * 4, samples=4)
-        busy, wait, wall = busy + (0.95 if bound else 0.5), wait + (0.4 if bound else 0.1), wall + 2.0
+        busy, wait, wall = (
+            busy + (0.95 if bound else 0.5),
+            wait + (0.4 if bound else 0.1),
+            wall + 2.0,
+        )
         ctl.decide(float(j), busy_s=busy, credit_wait_s=wait, actor_wall_s=wall)
         out.append((ctl.actions.window, ctl.actions.publish_every, tau))
     return out
@@ -333,7 +381,14 @@ def test_a_learner_bound_run_keeps_a_batch_in_reserve_paid_for_by_publish_every(
     # 2: tau 4.5, error 1.5 > the 1 publish_every adds: down by 2, stopped at the reserve (4).
     # Then publish_every pays for it: tau 4 -> 3.5 -> 3, on target, 2 batches in the window
     ctl = controller(3.0, n=2, k=2, credits=4, publish=3, reuse=0)
-    assert periods(ctl, 2, 6) == [(5, 3, 6.0), (4, 3, 4.5), (4, 2, 4.0), (4, 1, 3.5), (4, 1, 3.0), (4, 1, 3.0)]
+    assert periods(ctl, 2, 6) == [
+        (5, 3, 6.0),
+        (4, 3, 4.5),
+        (4, 2, 4.0),
+        (4, 1, 3.5),
+        (4, 1, 3.0),
+        (4, 1, 3.0),
+    ]
     assert ctl.learner_bound and ctl.reserve
     assert abs(learner_bound_tau(ctl.actions, 2) - 3.0) <= 0.25 * 3.0
     m = ctl.metrics()

@@ -51,6 +51,7 @@ def test_a_version_from_the_future_counts_as_fresh():
 # reads high by one event (x2 with two events). Fix (balance.py, `_rate`): leave the first
 # event's samples out of the numerator, e.g. `(sum(n for _, n in events) - events[0][1]) / span`.
 
+
 def test_rates_are_zero_before_anything_happens():
     bc = _controller()
     assert bc.measures.production_rate(5.0) == 0.0

@@ -3,10 +3,10 @@ pools: which trajectories each takes, what it drops, and whose credits it hands 
 
 import numpy as np
 
-from tianjax.runtime.balance.limits import Limits
-from tianjax.runtime.learner.pool import Pool
-from tianjax.runtime.learner.batches.onpolicy import AsyncBatches, ReuseBatches, SyncBatches
 from tianjax.core.types import Trajectory
+from tianjax.runtime.balance.limits import Limits
+from tianjax.runtime.learner.batches.onpolicy import AsyncBatches, ReuseBatches, SyncBatches
+from tianjax.runtime.learner.pool import Pool
 
 T, B = 2, 1
 
@@ -39,10 +39,14 @@ def _rig(kind, items, k=2, max_staleness=None, max_reuse=0):
 
 
 def test_sync_takes_one_current_trajectory_per_actor_and_drops_older_ones():
-    batches, pool, balance, released = _rig(SyncBatches, [(3, b"a", 1), (2, b"c", 2), (3, b"a", 3), (3, b"b", 4)])
+    batches, pool, balance, released = _rig(
+        SyncBatches, [(3, b"a", 1), (2, b"c", 2), (3, b"a", 3), (3, b"b", 4)]
+    )
     choice = batches.next(3)
     assert choice is not None and not choice.reuse
-    np.testing.assert_array_equal(choice.batch.reward[0], [1, 4])  # a's first, then b's, joined along B
+    np.testing.assert_array_equal(
+        choice.batch.reward[0], [1, 4]
+    )  # a's first, then b's, joined along B
     np.testing.assert_array_equal(choice.behaviour, 3)
     assert released == [b"c", b"a", b"b"]  # the dropped one's credit first, then the taken ones'
     assert balance.measures.expired == T * B
@@ -51,11 +55,14 @@ def test_sync_takes_one_current_trajectory_per_actor_and_drops_older_ones():
 
 
 def test_async_takes_the_oldest_within_max_staleness():
-    batches, pool, balance, released = _rig(AsyncBatches, [(1, b"a", 1), (4, b"b", 2), (5, b"a", 3), (5, b"c", 4)],
-                                            max_staleness=3)
+    batches, pool, balance, released = _rig(
+        AsyncBatches, [(1, b"a", 1), (4, b"b", 2), (5, b"a", 3), (5, b"c", 4)], max_staleness=3
+    )
     choice = batches.next(5)
     np.testing.assert_array_equal(choice.batch.reward[0], [2, 3])
-    assert released == [b"a", b"b", b"a"] and balance.measures.expired == T * B  # version 1 aged past 3
+    assert (
+        released == [b"a", b"b", b"a"] and balance.measures.expired == T * B
+    )  # version 1 aged past 3
     assert len(pool) == 1 and batches.drained() and batches.next(5) is None
 
 
@@ -74,7 +81,9 @@ def test_reuse_passes_over_the_last_batch_only_while_idle_and_within_budget():
 
 
 def test_reuse_stops_when_the_batch_ages_past_max_staleness():
-    fresh, _, balance, _ = _rig(AsyncBatches, [(0, b"a", 1), (0, b"b", 2)], max_staleness=1, max_reuse=5)
+    fresh, _, balance, _ = _rig(
+        AsyncBatches, [(0, b"a", 1), (0, b"b", 2)], max_staleness=1, max_reuse=5
+    )
     batches = ReuseBatches(fresh, balance, split=False)
     assert not batches.next(0).reuse
     assert batches.next(1).reuse and batches.next(2) is None

@@ -18,8 +18,17 @@ from tianjax.transport.auth import new_run_key
 from tianjax.transport.channels import ControlClient, TrajectorySender
 
 CONFIG = str(Path(__file__).resolve().parents[3] / "configs" / "ppo_cartpole_async.yaml")
-TINY = ["num_actors=1", "num_envs=4", "rollout_len=8", "ppo.num_minibatches=1", "runtime.credits_per_actor=3",
-        "runtime.publish_every=1", "runtime.max_reuse=0", "balance.mode=adaptive", "balance.target_staleness=2"]
+TINY = [
+    "num_actors=1",
+    "num_envs=4",
+    "rollout_len=8",
+    "ppo.num_minibatches=1",
+    "runtime.credits_per_actor=3",
+    "runtime.publish_every=1",
+    "runtime.max_reuse=0",
+    "balance.mode=adaptive",
+    "balance.target_staleness=2",
+]
 WAIT_S = 20.0
 
 
@@ -27,7 +36,9 @@ def _tree(template, version=0):
     batch_t = template[0]
     leaves = {name: np.zeros(s.shape, s.dtype) for name, s in zip(batch_t._fields, batch_t)}
     T, B = batch_t.reward.shape
-    episodes = Episodes(np.zeros((T, B), bool), np.zeros((T, B), np.float32), np.zeros((T, B), np.int32))
+    episodes = Episodes(
+        np.zeros((T, B), bool), np.zeros((T, B), np.float32), np.zeros((T, B), np.int32)
+    )
     return type(batch_t)(**leaves), episodes, np.asarray(0, np.int64)
 
 
@@ -56,10 +67,23 @@ def rig():
     ctx = zmq.Context()
     try:
         shake = learner.net.handshake  # the run's own credentials
-        ctl = ControlClient(key, learner.endpoints["control"], identity="actor-0", to=learner.address, ctx=ctx,
-                            handshake=shake)
-        traj = TrajectorySender(key, learner.endpoints["traj"], sender="actor-0", to=learner.address, hwm=100, ctx=ctx,
-                                handshake=shake)
+        ctl = ControlClient(
+            key,
+            learner.endpoints["control"],
+            identity="actor-0",
+            to=learner.address,
+            ctx=ctx,
+            handshake=shake,
+        )
+        traj = TrajectorySender(
+            key,
+            learner.endpoints["traj"],
+            sender="actor-0",
+            to=learner.address,
+            hwm=100,
+            ctx=ctx,
+            handshake=shake,
+        )
         yield learner, ctl, traj
     finally:
         ctx.destroy(linger=0)
@@ -93,17 +117,37 @@ def test_shrunk_window_holds_back_freed_slots_and_a_wider_one_is_granted(rig):
 
 def test_actor_time_reports_are_summed_and_malformed_ones_ignored(rig):
     learner, ctl, _ = rig
-    good = {"acting": 3.0, "waiting_credit": 1.0, "waiting_params": 0.5, "sending": 0.5, "wall": 5.0, "cpu": 2.5}
+    good = {
+        "acting": 3.0,
+        "waiting_credit": 1.0,
+        "waiting_params": 0.5,
+        "sending": 0.5,
+        "wall": 5.0,
+        "cpu": 2.5,
+    }
     assert ctl.send({"type": "register", "actor": 0})
     _credits(ctl, learner, 0.2)
-    assert learner.ingress.actor_time_summary() == {"actor_time_s": dict.fromkeys(good, 0.0), "actor_wait_fraction": None}
+    assert learner.ingress.actor_time_summary() == {
+        "actor_time_s": dict.fromkeys(good, 0.0),
+        "actor_wait_fraction": None,
+    }
     assert ctl.send({"type": "heartbeat", "actor": 0, "credits": 3, "time_s": good})
     _credits(ctl, learner, 0.2)
-    assert learner.ingress.actor_time_summary() == {"actor_time_s": good, "actor_wait_fraction": 0.4}
+    assert learner.ingress.actor_time_summary() == {
+        "actor_time_s": good,
+        "actor_wait_fraction": 0.4,
+    }
     # a later report replaces the earlier one only when every field is a finite,
     # non-negative number of seconds
-    for bad in ({**good, "acting": float("nan")}, {**good, "wall": -1.0}, {**good, "cpu": True},
-                {k: v for k, v in good.items() if k != "sending"}, [1, 2], "soon", {**good, "acting": "3"}):
+    for bad in (
+        {**good, "acting": float("nan")},
+        {**good, "wall": -1.0},
+        {**good, "cpu": True},
+        {k: v for k, v in good.items() if k != "sending"},
+        [1, 2],
+        "soon",
+        {**good, "acting": "3"},
+    ):
         assert ctl.send({"type": "heartbeat", "actor": 0, "credits": 3, "time_s": bad})
     _credits(ctl, learner, 0.2)
     assert learner.ingress.actor_time_summary()["actor_time_s"] == good

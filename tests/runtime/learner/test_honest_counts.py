@@ -24,7 +24,13 @@ from tianjax.transport.auth import new_run_key
 from tianjax.transport.channels import ControlClient, TrajectorySender
 
 CONFIG = str(Path(__file__).resolve().parents[3] / "configs" / "ppo_cartpole_async.yaml")
-TINY = ["num_actors=1", "num_envs=4", "rollout_len=8", "ppo.num_minibatches=1", "runtime.max_reuse=0"]
+TINY = [
+    "num_actors=1",
+    "num_envs=4",
+    "rollout_len=8",
+    "ppo.num_minibatches=1",
+    "runtime.max_reuse=0",
+]
 TRAJ = 4 * 8  # env steps per trajectory
 WAIT_S = 30.0
 
@@ -34,7 +40,9 @@ def _tree(template, reward: float = 0.0):
     leaves = {name: np.zeros(s.shape, s.dtype) for name, s in zip(batch_t._fields, batch_t)}
     leaves["reward"] = np.full(batch_t.reward.shape, reward, batch_t.reward.dtype)
     T, B = batch_t.reward.shape
-    episodes = Episodes(np.zeros((T, B), bool), np.zeros((T, B), np.float32), np.zeros((T, B), np.int32))
+    episodes = Episodes(
+        np.zeros((T, B), bool), np.zeros((T, B), np.float32), np.zeros((T, B), np.int32)
+    )
     return type(batch_t)(**leaves), episodes, np.asarray(0, np.int64)
 
 
@@ -44,9 +52,12 @@ class _Actor:
     def __init__(self, key, learner):
         self.ctx = zmq.Context()
         net = dict(ctx=self.ctx, handshake=learner.net.handshake)
-        self.ctl = ControlClient(key, learner.endpoints["control"], identity="actor-0", to=learner.address, **net)
-        self.traj = TrajectorySender(key, learner.endpoints["traj"], sender="actor-0", to=learner.address,
-                                     hwm=100, **net)
+        self.ctl = ControlClient(
+            key, learner.endpoints["control"], identity="actor-0", to=learner.address, **net
+        )
+        self.traj = TrajectorySender(
+            key, learner.endpoints["traj"], sender="actor-0", to=learner.address, hwm=100, **net
+        )
 
     def close(self):
         self.ctx.destroy(linger=0)
@@ -55,8 +66,15 @@ class _Actor:
 def test_a_checkpoint_leaves_out_the_pool_and_a_resume_reports_it(tmp_path):
     key = new_run_key()
     # a batch of 4 trajectories: 3 pooled never make an update
-    config = load_config(CONFIG, TINY + ["runtime.batch_trajectories=4", "runtime.credits_per_actor=4",
-                                         f"total_env_steps={8 * TRAJ}"])
+    config = load_config(
+        CONFIG,
+        TINY
+        + [
+            "runtime.batch_trajectories=4",
+            "runtime.credits_per_actor=4",
+            f"total_env_steps={8 * TRAJ}",
+        ],
+    )
     learner = Learner(config, key, checkpoint_root=str(tmp_path))
     actor = _Actor(key, learner)
     try:
@@ -79,8 +97,14 @@ def test_a_checkpoint_leaves_out_the_pool_and_a_resume_reports_it(tmp_path):
     assert meta["env_steps"] == 0 and meta["balance"]["produced"] == 0
     assert meta["unlearned_samples"] == 3 * TRAJ
 
-    resumed = Learner(load_config(CONFIG, TINY + ["runtime.batch_trajectories=4", f"total_env_steps={8 * TRAJ}",
-                                                  f"resume={tmp_path}"]), new_run_key())
+    resumed = Learner(
+        load_config(
+            CONFIG,
+            TINY
+            + ["runtime.batch_trajectories=4", f"total_env_steps={8 * TRAJ}", f"resume={tmp_path}"],
+        ),
+        new_run_key(),
+    )
     try:
         assert resumed.env_steps == 0 and resumed.measures.produced == 0
         assert resumed.ingress.credits_left() == 8  # the whole budget is there to be acted again

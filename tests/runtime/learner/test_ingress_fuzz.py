@@ -34,15 +34,20 @@ from hypothesis import strategies as st
 from tianjax.config import load_config
 from tianjax.core.rollout import Episodes
 from tianjax.runtime.learner.learner import Learner
-from tianjax.transport.auth import InsecureNoAuth, MessageAuth, TAG_BYTES, new_run_key
+from tianjax.transport.auth import TAG_BYTES, InsecureNoAuth, MessageAuth, new_run_key
 from tianjax.transport.channels import CONTROL_MAX_BYTES
 from tianjax.transport.codec import MAX_HEADER_BYTES, encode, encode_json
 
 REPO = Path(__file__).resolve().parents[3]
 CONFIG = str(REPO / "configs" / "ppo_cartpole_async.yaml")
-OVERRIDES = ["num_actors=1", "num_envs=4", "rollout_len=8", "ppo.num_minibatches=1",
-             "runtime.max_message_mb=0.05",  # ~52 KB: oversized messages stay cheap to send
-             "runtime.max_pool=100000"]  # the good messages never fill the pool
+OVERRIDES = [
+    "num_actors=1",
+    "num_envs=4",
+    "rollout_len=8",
+    "ppo.num_minibatches=1",
+    "runtime.max_message_mb=0.05",  # ~52 KB: oversized messages stay cheap to send
+    "runtime.max_pool=100000",
+]  # the good messages never fill the pool
 SEND_TIMEOUT_MS = 5000
 CATCH_UP_S = 30.0
 UNKNOWN = "?"  # a bad message whose reason the test does not predict
@@ -51,6 +56,7 @@ FUZZ = {"deadline": None, "suppress_health_check": list(HealthCheck), "derandomi
 
 class Boom:
     """Unpickling this would record it: proves no payload is ever unpickled."""
+
     unpickled: ClassVar[list] = []
 
     def __reduce__(self):
@@ -67,8 +73,10 @@ def _state_snapshot(learner) -> list[np.ndarray]:
 
 
 def _bit_equal(a: list[np.ndarray], b: list[np.ndarray]) -> bool:
-    return len(a) == len(b) and all(x.dtype == y.dtype and x.shape == y.shape and x.tobytes() == y.tobytes()
-                                    for x, y in zip(a, b))
+    return len(a) == len(b) and all(
+        x.dtype == y.dtype and x.shape == y.shape and x.tobytes() == y.tobytes()
+        for x, y in zip(a, b)
+    )
 
 
 def _flip_bit(buf, rng) -> bytes:
@@ -107,8 +115,12 @@ class Rig:
         self.ctrl_bad: collections.Counter = collections.Counter()
         self.nonfinite = 0
         self.ctrl_good = 0
-        self.base = {"pool": len(learner.pool), "env_steps": learner.env_steps,
-                     "version": learner.state_version, "state": _state_snapshot(learner)}
+        self.base = {
+            "pool": len(learner.pool),
+            "env_steps": learner.env_steps,
+            "version": learner.state_version,
+            "state": _state_snapshot(learner),
+        }
 
     def _socket(self, kind: int, endpoint: str) -> zmq.Socket:
         s = self.ctx.socket(kind)
@@ -143,13 +155,24 @@ class Rig:
                 leaves[name] = rng.standard_normal(s.shape).astype(s.dtype)
         leaves["version"] = np.full(batch_t.version.shape, version, batch_t.version.dtype)
         T, B = batch_t.reward.shape
-        episodes = Episodes(np.zeros((T, B), bool), np.zeros((T, B), np.float32), np.zeros((T, B), np.int32))
+        episodes = Episodes(
+            np.zeros((T, B), bool), np.zeros((T, B), np.float32), np.zeros((T, B), np.int32)
+        )
         return type(batch_t)(**leaves), episodes, np.asarray(0, np.int64)
 
-    def encode(self, tree=None, *, auth=None, kind="traj", sender="fuzz", seq=None, version=0) -> list[bytes]:
+    def encode(
+        self, tree=None, *, auth=None, kind="traj", sender="fuzz", seq=None, version=0
+    ) -> list[bytes]:
         tree = self.tree() if tree is None else tree
-        frames = encode(tree, auth=auth or self.auth, kind=kind, version=version, sender=sender,
-                        seq=self.next_seq() if seq is None else seq, to=self.learner.address)
+        frames = encode(
+            tree,
+            auth=auth or self.auth,
+            kind=kind,
+            version=version,
+            sender=sender,
+            seq=self.next_seq() if seq is None else seq,
+            to=self.learner.address,
+        )
         return [bytes(f) for f in frames]
 
     def resign(self, frames: list[bytes]) -> list[bytes]:
@@ -193,10 +216,20 @@ class Rig:
         self._send(self.dealer, frames)
         self.ctrl_bad[reason] += 1
 
-    def ctrl_encode(self, body: dict, *, auth=None, kind="ctrl.up", sender="probe", seq=None) -> list[bytes]:
-        return [bytes(f) for f in encode_json(body, auth=auth or self.auth, kind=kind, sender=sender,
-                                              seq=self.next_seq() if seq is None else seq,
-                                              to=self.learner.address)]
+    def ctrl_encode(
+        self, body: dict, *, auth=None, kind="ctrl.up", sender="probe", seq=None
+    ) -> list[bytes]:
+        return [
+            bytes(f)
+            for f in encode_json(
+                body,
+                auth=auth or self.auth,
+                kind=kind,
+                sender=sender,
+                seq=self.next_seq() if seq is None else seq,
+                to=self.learner.address,
+            )
+        ]
 
     def good_ctrl(self) -> list[bytes]:
         frames = self.ctrl_encode({"type": "heartbeat", "actor": 0, "credits": 1})
@@ -215,17 +248,23 @@ class Rig:
 
     def _processed(self) -> tuple[int, int]:
         L = self.learner
-        return (L.traj_in.accepted + sum(L.traj_in.rejected.values()),
-                L.control.accepted + sum(L.control.rejected.values()))
+        return (
+            L.traj_in.accepted + sum(L.traj_in.rejected.values()),
+            L.control.accepted + sum(L.control.rejected.values()),
+        )
 
     def settle(self, quiet_s: float = 0.0) -> None:
         """Pumps until the learner has processed everything sent (its receiver thread
         has checked it, and the learner has taken in what passed), then checks it all."""
         deadline = time.monotonic() + CATCH_UP_S
-        while self._processed() < (self.traj_expected, self.ctrl_expected) or self.learner.rx.in_hand:
+        while (
+            self._processed() < (self.traj_expected, self.ctrl_expected) or self.learner.rx.in_hand
+        ):
             if time.monotonic() > deadline:
-                raise AssertionError(f"learner processed {self._processed()} of "
-                                     f"{(self.traj_expected, self.ctrl_expected)} messages")
+                raise AssertionError(
+                    f"learner processed {self._processed()} of "
+                    f"{(self.traj_expected, self.ctrl_expected)} messages"
+                )
             self.learner.pump(10)
         end = time.monotonic() + quiet_s
         while time.monotonic() < end:  # and nothing more than was sent turns up
@@ -302,38 +341,56 @@ def _corrupt_traj(r: Rig, name: str, rng) -> None:
     cases = {
         # the tag
         "mac_bitflip": lambda: ([_flip_bit(good[0], rng), *good[1:]], "auth"),
-        "mac_truncated": lambda: ([good[0][:TAG_BYTES // 2], *good[1:]], "auth"),
+        "mac_truncated": lambda: ([good[0][: TAG_BYTES // 2], *good[1:]], "auth"),
         "mac_empty": lambda: ([b"", *good[1:]], "auth"),
         "no_signature": lambda: (good[1:], "auth"),
         "wrong_key": lambda: (r.encode(auth=MessageAuth(new_run_key())), "auth"),
         "insecure_no_auth": lambda: (r.encode(auth=InsecureNoAuth()), "auth"),
         # tampering without the key
         "header_bitflip": lambda: ([good[0], _flip_bit(good[1], rng), *good[2:]], "auth"),
-        "leaf_bitflip": lambda: ([*good[:i], _flip_bit(good[i], rng), *good[i + 1:]], "auth"),
-        "leaf_cut_unsigned": lambda: ([*good[:i], good[i][:-1], *good[i + 1:]], "auth"),
+        "leaf_bitflip": lambda: ([*good[:i], _flip_bit(good[i], rng), *good[i + 1 :]], "auth"),
+        "leaf_cut_unsigned": lambda: ([*good[:i], good[i][:-1], *good[i + 1 :]], "auth"),
         "leaf_dropped_unsigned": lambda: (good[:-1], "auth"),
         "pickle_unsigned": lambda: ([good[0], payload, *good[2:]], "auth"),
         # size, before anything is verified (every frame within the socket's frame limit,
         # max_bytes: a larger one disconnects its sender unread, see test_channels)
         "oversized_frame": lambda: ([*good, rng.bytes(r.max_bytes)], "size"),
-        "oversized_leaf": lambda: ([*good[:i], good[i] + bytes(r.max_bytes - len(good[i])), *good[i + 1:]],
-                                   "size"),
+        "oversized_leaf": lambda: (
+            [*good[:i], good[i] + bytes(r.max_bytes - len(good[i])), *good[i + 1 :]],
+            "size",
+        ),
         "oversized_one_frame": lambda: ([bytes(r.max_bytes)], "truncated"),
         # signed but malformed: what a buggy sender holding the key could send
-        "leaf_cut": lambda: (r.resign([*good[:i], good[i][:-1], *good[i + 1:]]), "truncated"),
-        "leaf_long": lambda: (r.resign([*good[:i], good[i] + b"\0", *good[i + 1:]]), "size"),
+        "leaf_cut": lambda: (r.resign([*good[:i], good[i][:-1], *good[i + 1 :]]), "truncated"),
+        "leaf_long": lambda: (r.resign([*good[:i], good[i] + b"\0", *good[i + 1 :]]), "size"),
         "leaf_missing": lambda: (r.resign(good[:-1]), "truncated"),
         "leaf_extra": lambda: (r.resign([*good, b"\0" * 4]), "truncated"),
         "schema_hash": lambda: (r.reheader(good, lambda h: h.update(schema="0" * 16)), "schema"),
-        "header_dtype": lambda: (r.reheader(good, lambda h: h["leaves"][j].__setitem__(
-            0, _other_dtype(h["leaves"][j][0]))), "dtype"),
-        "header_shape": lambda: (r.reheader(good, lambda h: h["leaves"][j].__setitem__(
-            1, [d + 1 for d in h["leaves"][j][1]] or [1])), "shape"),
-        "header_negative_dim": lambda: (r.reheader(good, lambda h: h["leaves"][j].__setitem__(
-            1, [-1, *h["leaves"][j][1][1:]])), "header"),
-        "tree_dtype": lambda: (r.encode((tree[0]._replace(obs=tree[0].obs.astype(np.float64)), *tree[1:])),
-                               "dtype"),
-        "tree_shape": lambda: (r.encode((tree[0]._replace(obs=tree[0].obs[:, :, :2]), *tree[1:])), "shape"),
+        "header_dtype": lambda: (
+            r.reheader(
+                good, lambda h: h["leaves"][j].__setitem__(0, _other_dtype(h["leaves"][j][0]))
+            ),
+            "dtype",
+        ),
+        "header_shape": lambda: (
+            r.reheader(
+                good,
+                lambda h: h["leaves"][j].__setitem__(1, [d + 1 for d in h["leaves"][j][1]] or [1]),
+            ),
+            "shape",
+        ),
+        "header_negative_dim": lambda: (
+            r.reheader(good, lambda h: h["leaves"][j].__setitem__(1, [-1, *h["leaves"][j][1][1:]])),
+            "header",
+        ),
+        "tree_dtype": lambda: (
+            r.encode((tree[0]._replace(obs=tree[0].obs.astype(np.float64)), *tree[1:])),
+            "dtype",
+        ),
+        "tree_shape": lambda: (
+            r.encode((tree[0]._replace(obs=tree[0].obs[:, :, :2]), *tree[1:])),
+            "shape",
+        ),
         "tree_structure": lambda: (r.encode(tree[0]), "schema"),
         "tree_extra_leaf": lambda: (r.encode((*tree, np.zeros(3, np.float32))), "schema"),
         "kind_params": lambda: (r.encode(kind="params"), "kind"),
@@ -342,21 +399,33 @@ def _corrupt_traj(r: Rig, name: str, rng) -> None:
         "not_json": lambda: (r.resign([good[0], b"\xff\xfe" + rng.bytes(64), *good[2:]]), "header"),
         "json_not_object": lambda: (r.resign([good[0], b"[1, 2, 3]", *good[2:]]), "header"),
         "json_deep": lambda: (r.resign([good[0], b"[" * 40000, *good[2:]]), "header"),
-        "json_huge_int": lambda: (r.resign([good[0], good[1][:-1] + b',"x":1' + b"0" * 5000 + b"}",
-                                            *good[2:]]), "header"),
+        "json_huge_int": lambda: (
+            r.resign([good[0], good[1][:-1] + b',"x":1' + b"0" * 5000 + b"}", *good[2:]]),
+            "header",
+        ),
         "bad_magic": lambda: (r.reheader(good, lambda h: h.update(m="tianjaX")), "header"),
         "bad_protocol": lambda: (r.reheader(good, lambda h: h.update(p=1)), "header"),
         "inc_missing": lambda: (r.reheader(good, lambda h: h.pop("inc")), "header"),
         # signed, for another learner or this one's incarnation before a restart
-        "to_another_learner": lambda: (r.reheader(good, lambda h: h.update(to="learner-1" + h["to"][9:])),
-                                       "recipient"),
-        "to_an_old_incarnation": lambda: (r.reheader(good, lambda h: h.update(to="learner-0@" + "0" * 16)),
-                                          "old_incarnation"),
+        "to_another_learner": lambda: (
+            r.reheader(good, lambda h: h.update(to="learner-1" + h["to"][9:])),
+            "recipient",
+        ),
+        "to_an_old_incarnation": lambda: (
+            r.reheader(good, lambda h: h.update(to="learner-0@" + "0" * 16)),
+            "old_incarnation",
+        ),
         "seq_string": lambda: (r.reheader(good, lambda h: h.update(seq=str(h["seq"]))), "header"),
         "seq_missing": lambda: (r.reheader(good, lambda h: h.pop("seq")), "header"),
         "version_float": lambda: (r.reheader(good, lambda h: h.update(version=0.5)), "header"),
-        "nbytes_wrong": lambda: (r.reheader(good, lambda h: h.update(nbytes=h["nbytes"] + 1)), "header"),
-        "leaves_mistyped": lambda: (r.reheader(good, lambda h: h["leaves"].__setitem__(j, {"x": 1})), "header"),
+        "nbytes_wrong": lambda: (
+            r.reheader(good, lambda h: h.update(nbytes=h["nbytes"] + 1)),
+            "header",
+        ),
+        "leaves_mistyped": lambda: (
+            r.reheader(good, lambda h: h["leaves"].__setitem__(j, {"x": 1})),
+            "header",
+        ),
     }
     if name == "replay_exact":
         r.bad_traj(r.good(), "replay")  # the very same frames again
@@ -370,16 +439,53 @@ def _corrupt_traj(r: Rig, name: str, rng) -> None:
     r.bad_traj(frames, reason)
 
 
-TRAJ_CORRUPTIONS = ["mac_bitflip", "mac_truncated", "mac_empty", "no_signature", "wrong_key",
-                    "insecure_no_auth", "header_bitflip", "leaf_bitflip", "leaf_cut_unsigned",
-                    "leaf_dropped_unsigned", "pickle_unsigned", "oversized_frame", "oversized_leaf",
-                    "oversized_one_frame", "leaf_cut", "leaf_long", "leaf_missing", "leaf_extra",
-                    "schema_hash", "header_dtype", "header_shape", "header_negative_dim", "tree_dtype",
-                    "tree_shape", "tree_structure", "tree_extra_leaf", "kind_params", "kind_ctrl",
-                    "pickle_signed", "not_json", "json_not_object", "json_deep", "json_huge_int",
-                    "bad_magic", "bad_protocol", "inc_missing", "to_another_learner",
-                    "to_an_old_incarnation", "seq_string", "seq_missing", "version_float",
-                    "nbytes_wrong", "leaves_mistyped", "replay_exact", "replay_old_seq"]
+TRAJ_CORRUPTIONS = [
+    "mac_bitflip",
+    "mac_truncated",
+    "mac_empty",
+    "no_signature",
+    "wrong_key",
+    "insecure_no_auth",
+    "header_bitflip",
+    "leaf_bitflip",
+    "leaf_cut_unsigned",
+    "leaf_dropped_unsigned",
+    "pickle_unsigned",
+    "oversized_frame",
+    "oversized_leaf",
+    "oversized_one_frame",
+    "leaf_cut",
+    "leaf_long",
+    "leaf_missing",
+    "leaf_extra",
+    "schema_hash",
+    "header_dtype",
+    "header_shape",
+    "header_negative_dim",
+    "tree_dtype",
+    "tree_shape",
+    "tree_structure",
+    "tree_extra_leaf",
+    "kind_params",
+    "kind_ctrl",
+    "pickle_signed",
+    "not_json",
+    "json_not_object",
+    "json_deep",
+    "json_huge_int",
+    "bad_magic",
+    "bad_protocol",
+    "inc_missing",
+    "to_another_learner",
+    "to_an_old_incarnation",
+    "seq_string",
+    "seq_missing",
+    "version_float",
+    "nbytes_wrong",
+    "leaves_mistyped",
+    "replay_exact",
+    "replay_old_seq",
+]
 
 
 def _corrupt_ctrl(r: Rig, name: str, rng) -> None:
@@ -394,27 +500,46 @@ def _corrupt_ctrl(r: Rig, name: str, rng) -> None:
         "header_bitflip": lambda: ([good[0], _flip_bit(good[1], rng)], "auth"),
         "no_signature": lambda: (good[1:], "truncated"),  # the header alone: one frame
         "no_signature_padded": lambda: ([good[1], b""], "auth"),
-        "wrong_key": lambda: (r.ctrl_encode({"type": "register", "actor": 0}, sender="intruder",
-                                            auth=MessageAuth(new_run_key())), "auth"),
-        "insecure_no_auth": lambda: (r.ctrl_encode({"type": "register", "actor": 0}, sender="intruder",
-                                                   auth=InsecureNoAuth()), "auth"),
+        "wrong_key": lambda: (
+            r.ctrl_encode(
+                {"type": "register", "actor": 0}, sender="intruder", auth=MessageAuth(new_run_key())
+            ),
+            "auth",
+        ),
+        "insecure_no_auth": lambda: (
+            r.ctrl_encode(
+                {"type": "register", "actor": 0}, sender="intruder", auth=InsecureNoAuth()
+            ),
+            "auth",
+        ),
         "pickle_unsigned": lambda: ([good[0], payload], "auth"),
         "pickle_signed": lambda: (r.resign([good[0], payload]), "header"),
         "oversized": lambda: ([*good, bytes(CONTROL_MAX_BYTES)], "size"),
         "kind_traj": lambda: (r.ctrl_encode({"type": "register", "actor": 0}, kind="traj"), "kind"),
         # a learner-to-actor message reflected back to the learner
         "kind_down": lambda: (r.ctrl_encode({"type": "credit", "n": 1}, kind="ctrl.down"), "kind"),
-        "to_an_old_incarnation": lambda: (r.reheader(good, lambda h: h.update(to="learner-0@" + "0" * 16)),
-                                          "old_incarnation"),
+        "to_an_old_incarnation": lambda: (
+            r.reheader(good, lambda h: h.update(to="learner-0@" + "0" * 16)),
+            "old_incarnation",
+        ),
         "not_json": lambda: (r.resign([good[0], b"\x80" + rng.bytes(32)]), "header"),
         "body_list": lambda: (r.reheader(good, body([1, 2])), "header"),
         "body_missing": lambda: (r.reheader(good, lambda h: h.pop("body")), "header"),
         "body_no_type": lambda: (r.reheader(good, body({"actor": 0})), "header"),
         "body_type_int": lambda: (r.reheader(good, body({"type": 3})), "header"),
-        "with_leaves": lambda: (r.resign([*r.reheader(good, lambda h: h.update(
-            leaves=[["float32", [1]]], nbytes=4)), b"\0" * 4]), "header"),
-        "leaves_without_frames": lambda: (r.reheader(good, lambda h: h.update(leaves=[["float32", [1]]])),
-                                          "truncated"),
+        "with_leaves": lambda: (
+            r.resign(
+                [
+                    *r.reheader(good, lambda h: h.update(leaves=[["float32", [1]]], nbytes=4)),
+                    b"\0" * 4,
+                ]
+            ),
+            "header",
+        ),
+        "leaves_without_frames": lambda: (
+            r.reheader(good, lambda h: h.update(leaves=[["float32", [1]]])),
+            "truncated",
+        ),
     }
     if name == "replay_exact":
         r.bad_ctrl(r.good_ctrl(), "replay")
@@ -423,10 +548,28 @@ def _corrupt_ctrl(r: Rig, name: str, rng) -> None:
     r.bad_ctrl(frames, reason)
 
 
-CTRL_CORRUPTIONS = ["mac_bitflip", "header_bitflip", "no_signature", "no_signature_padded", "wrong_key",
-                    "insecure_no_auth", "pickle_unsigned", "pickle_signed", "oversized", "kind_traj",
-                    "kind_down", "to_an_old_incarnation", "not_json", "body_list", "body_missing", "body_no_type", "body_type_int", "with_leaves",
-                    "leaves_without_frames", "replay_exact"]
+CTRL_CORRUPTIONS = [
+    "mac_bitflip",
+    "header_bitflip",
+    "no_signature",
+    "no_signature_padded",
+    "wrong_key",
+    "insecure_no_auth",
+    "pickle_unsigned",
+    "pickle_signed",
+    "oversized",
+    "kind_traj",
+    "kind_down",
+    "to_an_old_incarnation",
+    "not_json",
+    "body_list",
+    "body_missing",
+    "body_no_type",
+    "body_type_int",
+    "with_leaves",
+    "leaves_without_frames",
+    "replay_exact",
+]
 
 
 def _nonfinite(r: Rig, field: str, value: float, index: int) -> None:
@@ -434,7 +577,9 @@ def _nonfinite(r: Rig, field: str, value: float, index: int) -> None:
     batch, episodes, act_steps = r.tree()
     x = getattr(batch, field).copy()
     x.reshape(-1)[index % x.size] = value
-    r.nonfinite_traj(r.encode((batch._replace(**{field: x}), episodes, act_steps), sender="nan-sender"))
+    r.nonfinite_traj(
+        r.encode((batch._replace(**{field: x}), episodes, act_steps), sender="nan-sender")
+    )
 
 
 # ---------------------------------------------------------------------------- tests
@@ -480,10 +625,17 @@ def test_random_bytes_flood_with_good_traffic_interleaved(rig):
 
 
 @settings(max_examples=200, **FUZZ)
-@given(batch=st.lists(st.tuples(st.sampled_from(["traj", "ctrl"]),
-                                st.lists(st.binary(max_size=200), min_size=1, max_size=6)),
-                      min_size=1, max_size=30),
-       goods=st.integers(0, 2))
+@given(
+    batch=st.lists(
+        st.tuples(
+            st.sampled_from(["traj", "ctrl"]),
+            st.lists(st.binary(max_size=200), min_size=1, max_size=6),
+        ),
+        min_size=1,
+        max_size=30,
+    ),
+    goods=st.integers(0, 2),
+)
 def test_hypothesis_garbage_frames(rig, batch, goods):
     for target, frames in batch:
         rig.garbage(target, frames)
@@ -493,12 +645,20 @@ def test_hypothesis_garbage_frames(rig, batch, goods):
 
 
 @settings(max_examples=150, **FUZZ)
-@given(traj=st.lists(st.sampled_from(TRAJ_CORRUPTIONS), max_size=15),
-       ctrl=st.lists(st.sampled_from(CTRL_CORRUPTIONS), max_size=8),
-       nonfinite=st.lists(st.tuples(st.sampled_from(["obs", "reward", "last_obs"]),
-                                    st.sampled_from([np.nan, np.inf, -np.inf]), st.integers(0, 1 << 16)),
-                          max_size=3),
-       goods=st.integers(0, 3), seed=st.integers(0, 2**32 - 1))
+@given(
+    traj=st.lists(st.sampled_from(TRAJ_CORRUPTIONS), max_size=15),
+    ctrl=st.lists(st.sampled_from(CTRL_CORRUPTIONS), max_size=8),
+    nonfinite=st.lists(
+        st.tuples(
+            st.sampled_from(["obs", "reward", "last_obs"]),
+            st.sampled_from([np.nan, np.inf, -np.inf]),
+            st.integers(0, 1 << 16),
+        ),
+        max_size=3,
+    ),
+    goods=st.integers(0, 3),
+    seed=st.integers(0, 2**32 - 1),
+)
 def test_hypothesis_corrupted_messages(rig, traj, ctrl, nonfinite, goods, seed):
     rng = np.random.default_rng(seed)
     for name in traj:
@@ -513,10 +673,13 @@ def test_hypothesis_corrupted_messages(rig, traj, ctrl, nonfinite, goods, seed):
     rig.settle()
 
 
-JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
-                    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner,
-                                                                                max_size=4),
-                    max_leaves=12)
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
 _DELETE = object()
 # fields where any other value (or none) makes a signed trajectory invalid
 _ANY_CHANGE_BREAKS = ("m", "p", "kind", "schema", "nbytes", "leaves")

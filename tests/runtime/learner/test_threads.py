@@ -13,7 +13,12 @@ import zmq
 from tianjax.runtime.learner.publisher import Publisher
 from tianjax.runtime.learner.receiver import Receiver
 from tianjax.transport.auth import RunKey
-from tianjax.transport.channels import ParamPublisher, ParamSubscriber, TrajectoryReceiver, TrajectorySender
+from tianjax.transport.channels import (
+    ParamPublisher,
+    ParamSubscriber,
+    TrajectoryReceiver,
+    TrajectorySender,
+)
 
 KEY = RunKey(bytes(range(32)))
 TREE = {"obs": np.arange(12, dtype=np.float32).reshape(3, 4), "act": np.arange(3, dtype=np.int32)}
@@ -56,8 +61,12 @@ def _take_all(rx, n):
 
 
 def test_the_receiver_reads_checks_and_hands_over_in_order(ctx):
-    with TrajectoryReceiver(KEY, TREE, ctx=ctx) as channel, \
-            TrajectorySender(KEY, channel.endpoint, sender="actor-0", to=channel.address, ctx=ctx) as tx:
+    with (
+        TrajectoryReceiver(KEY, TREE, ctx=ctx) as channel,
+        TrajectorySender(
+            KEY, channel.endpoint, sender="actor-0", to=channel.address, ctx=ctx
+        ) as tx,
+    ):
         rx = Receiver(channel, ctx, max_ready=8)
         rx.start()
         try:
@@ -76,8 +85,12 @@ def test_the_receiver_reads_checks_and_hands_over_in_order(ctx):
 
 
 def test_the_receiver_reads_no_further_than_the_learner_has_room(ctx):
-    with TrajectoryReceiver(KEY, TREE, ctx=ctx, hwm=100) as channel, \
-            TrajectorySender(KEY, channel.endpoint, sender="actor-0", to=channel.address, hwm=100, ctx=ctx) as tx:
+    with (
+        TrajectoryReceiver(KEY, TREE, ctx=ctx, hwm=100) as channel,
+        TrajectorySender(
+            KEY, channel.endpoint, sender="actor-0", to=channel.address, hwm=100, ctx=ctx
+        ) as tx,
+    ):
         rx = Receiver(channel, ctx, max_ready=2)
         try:
             rx.set_room(False)
@@ -99,9 +112,15 @@ def test_the_receiver_reads_no_further_than_the_learner_has_room(ctx):
 
 
 def test_the_receiver_counts_what_it_rejects(ctx):
-    with TrajectoryReceiver(KEY, TREE, ctx=ctx) as channel, \
-            TrajectorySender(RunKey(bytes(32)), channel.endpoint, sender="intruder", to=channel.address, ctx=ctx) as bad, \
-            TrajectorySender(KEY, channel.endpoint, sender="actor-0", to=channel.address, ctx=ctx) as good:
+    with (
+        TrajectoryReceiver(KEY, TREE, ctx=ctx) as channel,
+        TrajectorySender(
+            RunKey(bytes(32)), channel.endpoint, sender="intruder", to=channel.address, ctx=ctx
+        ) as bad,
+        TrajectorySender(
+            KEY, channel.endpoint, sender="actor-0", to=channel.address, ctx=ctx
+        ) as good,
+    ):
         rx = Receiver(channel, ctx)
         rx.start()
         try:
@@ -115,7 +134,10 @@ def test_the_receiver_counts_what_it_rejects(ctx):
 
 
 def test_the_publisher_sends_the_newest_and_never_goes_back(ctx):
-    with ParamPublisher(KEY, ctx=ctx) as channel, ParamSubscriber(KEY, channel.endpoint, TREE, ctx=ctx) as sub:
+    with (
+        ParamPublisher(KEY, ctx=ctx) as channel,
+        ParamSubscriber(KEY, channel.endpoint, TREE, ctx=ctx) as sub,
+    ):
         pub = Publisher(channel)
         try:
             _subscribed(pub, sub)
@@ -135,7 +157,10 @@ def test_the_publisher_sends_the_newest_and_never_goes_back(ctx):
 
 
 def test_the_publisher_sends_what_it_holds_before_it_stops(ctx):
-    with ParamPublisher(KEY, ctx=ctx) as channel, ParamSubscriber(KEY, channel.endpoint, TREE, ctx=ctx) as sub:
+    with (
+        ParamPublisher(KEY, ctx=ctx) as channel,
+        ParamSubscriber(KEY, channel.endpoint, TREE, ctx=ctx) as sub,
+    ):
         pub = Publisher(channel)
         _subscribed(pub, sub)
         pub.offer(1, {"obs": TREE["obs"] * 2, "act": TREE["act"]})
@@ -158,7 +183,10 @@ def test_the_publisher_sends_a_device_snapshot_under_its_device_version(ctx):
 
     from tianjax.runtime.learner.inflight import snapshot
 
-    with ParamPublisher(KEY, ctx=ctx) as channel, ParamSubscriber(KEY, channel.endpoint, TREE, ctx=ctx) as sub:
+    with (
+        ParamPublisher(KEY, ctx=ctx) as channel,
+        ParamSubscriber(KEY, channel.endpoint, TREE, ctx=ctx) as sub,
+    ):
         pub = Publisher(channel)
         try:
             _subscribed(pub, sub)
@@ -210,8 +238,12 @@ def test_inflight_keeps_at_most_its_limit_unread(monkeypatch):
     try:
         inflight.add({"update_skipped": np.float32(0)}, time.perf_counter())
         added = threading.Event()
-        t = threading.Thread(target=lambda: (inflight.add({"update_skipped": np.float32(0)},
-                                                          time.perf_counter()), added.set()))
+        t = threading.Thread(
+            target=lambda: (
+                inflight.add({"update_skipped": np.float32(0)}, time.perf_counter()),
+                added.set(),
+            )
+        )
         t.start()
         assert not added.wait(0.3)  # the first is still "running": the second waits
         assert inflight.take() == []  # and take() does not wait for it
@@ -230,7 +262,14 @@ def test_check_finite_covers_every_inexact_dtype():
 
     from tianjax.runtime.learner.receiver import check_finite
 
-    for dtype in (np.float16, np.float32, np.float64, ml_dtypes.bfloat16, ml_dtypes.float8_e5m2, np.complex64):
+    for dtype in (
+        np.float16,
+        np.float32,
+        np.float64,
+        ml_dtypes.bfloat16,
+        ml_dtypes.float8_e5m2,
+        np.complex64,
+    ):
         for bad in (np.nan, np.inf, -np.inf):
             tree = {"ok": np.zeros(3, np.int32), "x": np.array([0.0, bad, 1.0]).astype(dtype)}
             assert not check_finite(tree), (dtype, bad)
@@ -257,7 +296,10 @@ def test_a_version_still_computed_never_displaces_an_earlier_one(ctx):
     """With an update queued behind the running one the learner offers the parameters of
     both: the running one's (1) go out when it ends, not one update later with the queued
     one's (2). Version 0 stands for the publication the thread is waiting on meanwhile."""
-    with ParamPublisher(KEY, ctx=ctx) as channel, ParamSubscriber(KEY, channel.endpoint, TREE, ctx=ctx) as sub:
+    with (
+        ParamPublisher(KEY, ctx=ctx) as channel,
+        ParamSubscriber(KEY, channel.endpoint, TREE, ctx=ctx) as sub,
+    ):
         pub = Publisher(channel)
         try:
             _subscribed(pub, sub, -1)
@@ -285,7 +327,10 @@ def test_a_version_still_computed_never_displaces_an_earlier_one(ctx):
 
 def test_a_computed_offer_supersedes_those_before_it(ctx):
     """Offers already computed while the thread was busy: only the newest goes out."""
-    with ParamPublisher(KEY, ctx=ctx) as channel, ParamSubscriber(KEY, channel.endpoint, TREE, ctx=ctx) as sub:
+    with (
+        ParamPublisher(KEY, ctx=ctx) as channel,
+        ParamSubscriber(KEY, channel.endpoint, TREE, ctx=ctx) as sub,
+    ):
         pub = Publisher(channel)
         try:
             _subscribed(pub, sub, -1)

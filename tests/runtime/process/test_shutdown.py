@@ -46,10 +46,14 @@ def test_a_stop_raised_in_a_destructor_is_not_printed_but_still_stops():
 
 
 def test_importing_tianjax_changes_no_interpreter_hook():
-    script = ("import sys; hooks = (sys.unraisablehook, sys.excepthook, sys.breakpointhook)\n"
-              "import tianjax, tianjax.train, tianjax.runtime.process.shutdown, tianjax.cli\n"
-              "print((sys.unraisablehook, sys.excepthook, sys.breakpointhook) == hooks)")
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    script = (
+        "import sys; hooks = (sys.unraisablehook, sys.excepthook, sys.breakpointhook)\n"
+        "import tianjax, tianjax.train, tianjax.runtime.process.shutdown, tianjax.cli\n"
+        "print((sys.unraisablehook, sys.excepthook, sys.breakpointhook) == hooks)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
     assert out.stdout.strip() == "True", out.stderr
 
 

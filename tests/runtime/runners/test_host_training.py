@@ -13,10 +13,10 @@ import pytest
 
 import tianjax
 from tianjax.algos import make_algorithm
-from tianjax.core.algorithm import ActOutput, Algorithm
 from tianjax.config import ConfigError, load_config
-from tianjax.envs.factory import make_host_env
+from tianjax.core.algorithm import ActOutput, Algorithm
 from tianjax.core.update import init_state
+from tianjax.envs.factory import make_host_env
 from tianjax.metrics import Progress, RunLogger
 from tianjax.runtime.runners.inprocess import run_host
 
@@ -87,16 +87,27 @@ class _Recorder:
 def _run(config, tmp_path, env=None, algo=None):
     logger = RunLogger(config, str(tmp_path / "run"))
     try:
-        return run_host(config, logger, Progress(config.total_env_steps, enabled=False), env=env, algo=algo)
+        return run_host(
+            config, logger, Progress(config.total_env_steps, enabled=False), env=env, algo=algo
+        )
     finally:
         logger.close()
 
 
 def test_ppo_batches_bootstrap_truncations_only(tmp_path):
     B, T = 4, 8
-    config = load_config(GYM_CFG, [IN_PROCESS, "env=TianjaxTestTicker-v0", f"num_envs={B}",
-                                   f"rollout_len={T}", f"total_env_steps={2 * B * T}",
-                                   "ppo.num_minibatches=2", "network.hidden=[16]"])
+    config = load_config(
+        GYM_CFG,
+        [
+            IN_PROCESS,
+            "env=TianjaxTestTicker-v0",
+            f"num_envs={B}",
+            f"rollout_len={T}",
+            f"total_env_steps={2 * B * T}",
+            "ppo.num_minibatches=2",
+            "network.hidden=[16]",
+        ],
+    )
     env = _Recorder(make_host_env("gymnasium", config.env, B, seed=config.seed))
     base = make_algorithm(config, env.obs_shape, env.action_spec, correct_staleness=False)
     seen = []
@@ -126,14 +137,22 @@ def test_ppo_batches_bootstrap_truncations_only(tmp_path):
             n_cut += int(cut.sum())
             n_term += int(s.terminated.sum())
         np.testing.assert_array_equal(traj.last_obs, steps[k * T + T - 1].obs)
-        np.testing.assert_allclose(traj.behaviour_value, np.asarray(value(params, traj.obs)), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(
+            traj.behaviour_value, np.asarray(value(params, traj.obs)), rtol=1e-5, atol=1e-6
+        )
         logits, _ = base.network.apply(params, traj.obs)
-        logp = np.take_along_axis(np.asarray(jax.nn.log_softmax(logits)), traj.action[..., None], -1)[..., 0]
+        logp = np.take_along_axis(
+            np.asarray(jax.nn.log_softmax(logits)), traj.action[..., None], -1
+        )[..., 0]
         np.testing.assert_allclose(traj.behaviour_log_prob, logp, rtol=1e-5, atol=1e-5)
     assert n_cut > 0 and n_term > 0
     # episodes: odd envs end after 3 steps (return 1+2+3), even ones after 4 (return 10)
     assert out.episodes == n_cut + n_term
-    returns = [6.0 if s.terminated[i] else 10.0 for s in steps for i in np.flatnonzero(s.terminated | s.truncated)]
+    returns = [
+        6.0 if s.terminated[i] else 10.0
+        for s in steps
+        for i in np.flatnonzero(s.terminated | s.truncated)
+    ]
     assert out.final_return == pytest.approx(np.mean(returns[-100:]))
 
 
@@ -152,16 +171,37 @@ def _fake_replay_algo(seen):
         return state._replace(version=state.version + 1), {"loss": jnp.mean(batch.reward)}
 
     zeros = lambda params, obs: jnp.zeros(obs.shape[:1])  # noqa: E731
-    return Algorithm("fake", "replay", init, act, zeros, lambda p, o: jnp.zeros(o.shape[:1], jnp.int32),
-                     update, None, None)
+    return Algorithm(
+        "fake",
+        "replay",
+        init,
+        act,
+        zeros,
+        lambda p, o: jnp.zeros(o.shape[:1], jnp.int32),
+        update,
+        None,
+        None,
+    )
 
 
 def test_replay_transitions_carry_the_final_obs(tmp_path):
     B, T = 4, 4
-    config = load_config(GYM_CFG, [IN_PROCESS, "algo=dqn", "env=TianjaxTestTicker-v0", f"num_envs={B}",
-                                   f"rollout_len={T}", f"total_env_steps={4 * B * T}", "dqn.buffer_size=64",
-                                   "dqn.batch_size=16", f"dqn.learning_starts={2 * B * T}",
-                                   "dqn.updates_per_rollout=2", "log_every=1"])
+    config = load_config(
+        GYM_CFG,
+        [
+            IN_PROCESS,
+            "algo=dqn",
+            "env=TianjaxTestTicker-v0",
+            f"num_envs={B}",
+            f"rollout_len={T}",
+            f"total_env_steps={4 * B * T}",
+            "dqn.buffer_size=64",
+            "dqn.batch_size=16",
+            f"dqn.learning_starts={2 * B * T}",
+            "dqn.updates_per_rollout=2",
+            "log_every=1",
+        ],
+    )
     seen = []
     out = _run(config, tmp_path, algo=_fake_replay_algo(seen))
     # updates start once learning_starts env steps are in: after rollouts 2, 3 and 4
@@ -190,12 +230,19 @@ def test_unknown_env_is_a_config_error(tmp_path):
 
 def test_gymnasium_short_run_writes_the_run_dir(tmp_path):
     run_dir = str(tmp_path / "r")
-    res = tianjax.train(GYM_CFG, [IN_PROCESS, "total_env_steps=2048", "log_every=1"], verbose=False,
-                        progress=False, run_dir=run_dir)
+    res = tianjax.train(
+        GYM_CFG,
+        [IN_PROCESS, "total_env_steps=2048", "log_every=1"],
+        verbose=False,
+        progress=False,
+        run_dir=run_dir,
+    )
     with open(os.path.join(run_dir, "summary.json")) as f:
         summary = json.load(f)
     assert summary["env_backend"] == "gymnasium" and summary["mode"] == "sync"
-    assert summary["env_steps"] == 2048 and summary["updates"] == 2 and summary["skipped_updates"] == 0
+    assert (
+        summary["env_steps"] == 2048 and summary["updates"] == 2 and summary["skipped_updates"] == 0
+    )
     assert summary["compile_time_s"] > 0 and summary["env_steps_per_s"] > 0
     assert summary["episodes"] > 0 and summary["final_return"] > 0
     assert {"act_time_s", "update_time_s"} <= set(summary)
@@ -206,8 +253,15 @@ def test_gymnasium_short_run_writes_the_run_dir(tmp_path):
     assert set(res.metrics) == set().union(*records)
     assert res.metrics["env_steps"].tolist() == [1024, 2048]
     assert np.allclose(res.metrics["loss"], [r["loss"] for r in records])
-    assert {"updates", "wall_time_s", "env_steps_per_s", "return_mean_100", "episodes", "loss",
-            "approx_kl"} <= set(records[-1])
+    assert {
+        "updates",
+        "wall_time_s",
+        "env_steps_per_s",
+        "return_mean_100",
+        "episodes",
+        "loss",
+        "approx_kl",
+    } <= set(records[-1])
     assert jax.tree.leaves(res.params)
 
 

@@ -32,7 +32,12 @@ class DQNConfig(ReplaySection):
         check_key(self.lr > 0, "dqn.lr", f"must be > 0, got {self.lr}")
         self._check_replay_settings("dqn")
         check_key(self.target_update_every >= 1, "dqn.target_update_every", "must be >= 1")
-        check_key(0 < self.target_tau <= 1, "dqn.target_tau", f"must be in (0, 1], got {self.target_tau}")
-        check_key(0 <= self.eps_end <= self.eps_start <= 1, "dqn.eps_end",
-               "needs 0 <= dqn.eps_end <= dqn.eps_start <= 1")
+        check_key(
+            0 < self.target_tau <= 1, "dqn.target_tau", f"must be in (0, 1], got {self.target_tau}"
+        )
+        check_key(
+            0 <= self.eps_end <= self.eps_start <= 1,
+            "dqn.eps_end",
+            "needs 0 <= dqn.eps_end <= dqn.eps_start <= 1",
+        )
         check_key(0 < self.eps_fraction <= 1, "dqn.eps_fraction", "must be in (0, 1]")

@@ -38,14 +38,13 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from tianjax.core.algorithm import ActOutput, Algorithm
-from tianjax.core.buffer_kind import TRANSITIONS
 from tianjax.algos.common import check_replay, periodic_target, replay_step, sample_weights
 from tianjax.config import Config, ConfigError, check_key
+from tianjax.core.algorithm import ActOutput, Algorithm
+from tianjax.core.buffer_kind import TRANSITIONS
+from tianjax.core.types import ActionSpec, Transition
 from tianjax.core.update import LearnerState, guarded, init_state, make_optimizer
-from tianjax.core.types import ActionSpec
 from tianjax.networks import QNetwork
-from tianjax.core.types import Transition
 
 
 def make_loss(apply_fn, *, gamma: float, double_q: bool, huber_delta: float):
@@ -108,26 +107,40 @@ def check_config(config: Config) -> None:
     """The dqn section against the run: frame_once where a loop serves it, a buffer that
     holds a rollout."""
     if config.dqn.frame_once:
-        check_key(config.mode == "fused" or config.num_actors >= 1, "dqn.frame_once",
-               "is served by mode: fused and by actor processes (num_actors >= 1); the "
-               "in-process host loop (num_actors: 0) keeps obs and next_obs")
+        check_key(
+            config.mode == "fused" or config.num_actors >= 1,
+            "dqn.frame_once",
+            "is served by mode: fused and by actor processes (num_actors >= 1); the "
+            "in-process host loop (num_actors: 0) keeps obs and next_obs",
+        )
     check_replay(config)
 
 
-def make(config: Config, obs_shape: tuple[int, ...], action_spec: ActionSpec, *,
-         correct_staleness: bool = True) -> Algorithm:
+def make(
+    config: Config,
+    obs_shape: tuple[int, ...],
+    action_spec: ActionSpec,
+    *,
+    correct_staleness: bool = True,
+) -> Algorithm:
     """DQN for `config`. `correct_staleness=False` skips the staleness weights (all 1)."""
     if not action_spec.discrete:
-        raise ConfigError("config key 'algo': dqn needs a discrete action space, got a "
-                          f"continuous one of shape {tuple(action_spec.shape)}; use ppo or impala")
+        raise ConfigError(
+            "config key 'algo': dqn needs a discrete action space, got a "
+            f"continuous one of shape {tuple(action_spec.shape)}; use ppo or impala"
+        )
     cfg = config.dqn
     obs_shape = tuple(obs_shape)
     net = QNetwork(config.network, obs_shape, action_spec.num_actions)
     apply_fn = net.apply
     optimizer = make_optimizer(cfg.lr, cfg.max_grad_norm)
     update_target = periodic_target(cfg.target_update_every, cfg.target_tau)
-    loss_fn = make_loss(apply_fn, gamma=cfg.gamma, double_q=cfg.double_q, huber_delta=cfg.huber_delta)
-    epsilon = epsilon_schedule(cfg.eps_start, cfg.eps_end, cfg.eps_fraction * config.total_env_steps)
+    loss_fn = make_loss(
+        apply_fn, gamma=cfg.gamma, double_q=cfg.double_q, huber_delta=cfg.huber_delta
+    )
+    epsilon = epsilon_schedule(
+        cfg.eps_start, cfg.eps_end, cfg.eps_fraction * config.total_env_steps
+    )
 
     def init(key):
         k_net, k_state = jax.random.split(key)
@@ -143,7 +156,7 @@ def make(config: Config, obs_shape: tuple[int, ...], action_spec: ActionSpec, *,
         return ActOutput(action, log_prob, jnp.zeros(action.shape, jnp.float32))
 
     def value(params, obs):
-        return jnp.zeros(obs.shape[:obs.ndim - len(obs_shape)], jnp.float32)
+        return jnp.zeros(obs.shape[: obs.ndim - len(obs_shape)], jnp.float32)
 
     def greedy(params, obs):
         return jnp.argmax(apply_fn(params, obs), axis=-1).astype(jnp.int32)
@@ -164,4 +177,6 @@ def make(config: Config, obs_shape: tuple[int, ...], action_spec: ActionSpec, *,
     def schedules(env_steps):
         return {"epsilon": epsilon(env_steps)}
 
-    return Algorithm("dqn", TRANSITIONS, init, act, value, greedy, guarded(update), loss_fn, net, schedules)
+    return Algorithm(
+        "dqn", TRANSITIONS, init, act, value, greedy, guarded(update), loss_fn, net, schedules
+    )

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+from tianjax.algos.dqn.config import DQNConfig
 from tianjax.algos.spec import AlgorithmSpec
 from tianjax.core.buffer_kind import TRANSITIONS
-from tianjax.algos.dqn.config import DQNConfig
-
 
 SPEC = AlgorithmSpec(
     "dqn",

@@ -22,8 +22,11 @@ class IMPALAConfig:
 
     def __post_init__(self):
         check_key(self.lr > 0, "impala.lr", f"must be > 0, got {self.lr}")
-        check_key(self.num_minibatches >= 1, "impala.num_minibatches",
-               f"must be >= 1, got {self.num_minibatches}")
+        check_key(
+            self.num_minibatches >= 1,
+            "impala.num_minibatches",
+            f"must be >= 1, got {self.num_minibatches}",
+        )
         check_key(0 < self.gamma <= 1, "impala.gamma", f"must be in (0, 1], got {self.gamma}")
         for k in ("rho_bar", "c_bar", "pg_rho_bar"):
             check_key(getattr(self, k) > 0, f"impala.{k}", f"must be > 0, got {getattr(self, k)}")

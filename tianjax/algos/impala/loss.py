@@ -21,23 +21,39 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from tianjax.algos.common import sample_weights
+from tianjax.algos.policy import actor_critic
+from tianjax.config import Config, check_key
 from tianjax.core import distributions as D
 from tianjax.core import returns
 from tianjax.core.algorithm import Algorithm
 from tianjax.core.buffer_kind import ON_POLICY
-from tianjax.algos.common import sample_weights
-from tianjax.algos.policy import actor_critic
-from tianjax.config import Config, check_key
-from tianjax.core.update import (LearnerState, gradient_step, guarded, init_state, learning_rate, lr_schedule, make_optimizer, step_progress)
-from tianjax.core.types import ActionSpec
-from tianjax.core.types import Trajectory
+from tianjax.core.types import ActionSpec, Trajectory
+from tianjax.core.update import (
+    LearnerState,
+    gradient_step,
+    guarded,
+    init_state,
+    learning_rate,
+    lr_schedule,
+    make_optimizer,
+    step_progress,
+)
 
 # V-trace over the time axis of [T, B] inputs (lambda = 1, as in the paper).
 _vtrace_tb = jax.vmap(returns.vtrace, in_axes=(1, 1, 1, 1, 1, None, None, None, None), out_axes=1)
 
 
-def make_loss(apply_fn, *, gamma: float, rho_bar: float, c_bar: float, pg_rho_bar: float,
-              vf_coef: float, ent_coef: float):
+def make_loss(
+    apply_fn,
+    *,
+    gamma: float,
+    rho_bar: float,
+    c_bar: float,
+    pg_rho_bar: float,
+    vf_coef: float,
+    ent_coef: float,
+):
     """loss_fn(params, traj: Trajectory [T, B], weight [T, B]) -> (loss, metrics)."""
 
     def loss_fn(params, traj: Trajectory, weight: jax.Array):
@@ -93,21 +109,33 @@ def split_batch(traj: Trajectory, weight: jax.Array, num_chunks: int):
 
     per_env = ("last_obs", "trunc_obs", "trunc_t")
     fields = {k: tb(v) for k, v in traj._asdict().items() if k not in per_env}
-    fields.update({k: getattr(traj, k).reshape((num_chunks, mb) + getattr(traj, k).shape[1:])
-                   for k in per_env})
+    fields.update(
+        {
+            k: getattr(traj, k).reshape((num_chunks, mb) + getattr(traj, k).shape[1:])
+            for k in per_env
+        }
+    )
     return Trajectory(**fields), tb(weight)
 
 
 def check_config(config: Config) -> None:
     """The impala section against the run: the minibatches split the batch's width."""
     width = config.batch_trajectories * config.num_envs
-    check_key(width % config.impala.num_minibatches == 0, "impala.num_minibatches",
-           f"must divide the batch width (trajectories x num_envs) = {width}, got "
-           f"{config.impala.num_minibatches}")
+    check_key(
+        width % config.impala.num_minibatches == 0,
+        "impala.num_minibatches",
+        f"must divide the batch width (trajectories x num_envs) = {width}, got "
+        f"{config.impala.num_minibatches}",
+    )
 
 
-def make(config: Config, obs_shape: tuple[int, ...], action_spec: ActionSpec, *,
-         correct_staleness: bool = True) -> Algorithm:
+def make(
+    config: Config,
+    obs_shape: tuple[int, ...],
+    action_spec: ActionSpec,
+    *,
+    correct_staleness: bool = True,
+) -> Algorithm:
     """IMPALA for `config`. `correct_staleness=False` (fused mode, where tau is always 0)
     skips computing weights that would all be 1."""
     cfg = config.impala
@@ -116,8 +144,15 @@ def make(config: Config, obs_shape: tuple[int, ...], action_spec: ActionSpec, *,
     num_updates = max(config.total_env_steps // config.steps_per_update, 1)
     optimizer = make_optimizer(cfg.lr, cfg.max_grad_norm)
     lr_at = lr_schedule(cfg.lr, cfg.anneal_lr, num_updates * config.steps_per_update)
-    loss_fn = make_loss(apply_fn, gamma=cfg.gamma, rho_bar=cfg.rho_bar, c_bar=cfg.c_bar,
-                        pg_rho_bar=cfg.pg_rho_bar, vf_coef=cfg.vf_coef, ent_coef=cfg.ent_coef)
+    loss_fn = make_loss(
+        apply_fn,
+        gamma=cfg.gamma,
+        rho_bar=cfg.rho_bar,
+        c_bar=cfg.c_bar,
+        pg_rho_bar=cfg.pg_rho_bar,
+        vf_coef=cfg.vf_coef,
+        ent_coef=cfg.ent_coef,
+    )
 
     def init(key):
         k_net, k_state = jax.random.split(key)
@@ -138,15 +173,26 @@ def make(config: Config, obs_shape: tuple[int, ...], action_spec: ActionSpec, *,
             return (p, o), m
 
         (params, opt_state), metrics = jax.lax.scan(
-            minibatch, (state.params, state.opt_state), (chunks, lrs))
+            minibatch, (state.params, state.opt_state), (chunks, lrs)
+        )
         metrics = jax.tree.map(jnp.mean, metrics)
         metrics["weight_min"] = jnp.min(w)
         metrics["weight_max"] = jnp.max(w)
         metrics["lr"] = learning_rate(opt_state)
         fresh_steps = state.fresh_steps + jnp.asarray(fresh, jnp.int32) * (T * B)
-        new_state = state._replace(params=params, opt_state=opt_state, version=state.version + 1,
-                                   fresh_steps=fresh_steps)
+        new_state = state._replace(
+            params=params, opt_state=opt_state, version=state.version + 1, fresh_steps=fresh_steps
+        )
         return new_state, metrics
 
-    return Algorithm("impala", ON_POLICY, init, policy.act, value, policy.greedy, guarded(update), loss_fn,
-                     policy.network)
+    return Algorithm(
+        "impala",
+        ON_POLICY,
+        init,
+        policy.act,
+        value,
+        policy.greedy,
+        guarded(update),
+        loss_fn,
+        policy.network,
+    )

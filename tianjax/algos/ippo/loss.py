@@ -24,16 +24,14 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from tianjax.algos.policy import ActorCriticPolicy, sampling_policy
 from tianjax.algos.ppo import loss as ppo
+from tianjax.config import Config, ConfigError, NetworkConfig
 from tianjax.core.algorithm import Algorithm
 from tianjax.core.buffer_kind import ON_POLICY
-from tianjax.algos.policy import ActorCriticPolicy, sampling_policy
-from tianjax.config import Config, ConfigError, NetworkConfig
-from tianjax.core.types import MAObs
+from tianjax.core.types import ActionSpec, MAObs, Trajectory
 from tianjax.networks import MLP, ActorCritic
 from tianjax.networks.torsos import _ortho
-from tianjax.core.types import ActionSpec
-from tianjax.core.types import Trajectory
 
 MASKED_LOGIT = -1e9
 
@@ -108,7 +106,9 @@ def agent_policy(config: Config, shapes: MAObs, action_spec: ActionSpec) -> Acto
     (n, d), (s,), (_, a) = shapes
     use_id, central = config.marl.agent_id, config.marl.centralised_value
     if central and not action_spec.discrete:
-        raise ConfigError("config key 'marl.centralised_value': supported for discrete actions only")
+        raise ConfigError(
+            "config key 'marl.centralised_value': supported for discrete actions only"
+        )
 
     def features(x, own: bool):
         parts = [(x.obs if own else x.state).astype(jnp.float32)]
@@ -130,8 +130,9 @@ def agent_policy(config: Config, shapes: MAObs, action_spec: ActionSpec) -> Acto
         return dist, value
 
     def init_params(key):
-        example = AgentObs(jnp.zeros((1, d)), jnp.zeros((1, s)), jnp.ones((1, a), bool),
-                           jnp.zeros((1, n)))
+        example = AgentObs(
+            jnp.zeros((1, d)), jnp.zeros((1, s)), jnp.ones((1, a), bool), jnp.zeros((1, n))
+        )
         if central:
             return net.init(key, features(example, True), features(example, False))
         return net.init(key, features(example, True))
@@ -139,18 +140,28 @@ def agent_policy(config: Config, shapes: MAObs, action_spec: ActionSpec) -> Acto
     return sampling_policy(net, apply_fn, init_params)
 
 
-def make(config: Config, obs_shape, action_spec: ActionSpec, *, correct_staleness: bool = True) -> Algorithm:
+def make(
+    config: Config, obs_shape, action_spec: ActionSpec, *, correct_staleness: bool = True
+) -> Algorithm:
     """IPPO for a multi-agent env whose one-env observation shapes are `obs_shape` (an MAObs
     of shapes, as `MultiAgentEnv.obs_shape`). Acts on MAObs [B] -> actions [B, N]."""
     try:
         shapes = MAObs(*(tuple(x) for x in obs_shape))
         _ = shapes.obs[1], shapes.state[0], shapes.avail[1]
     except (TypeError, IndexError):
-        raise ConfigError(f"config key 'env_backend': ippo needs a multi-agent env (jaxmarl), got "
-                          f"observations of shape {tuple(obs_shape)}") from None
+        raise ConfigError(
+            f"config key 'env_backend': ippo needs a multi-agent env (jaxmarl), got "
+            f"observations of shape {tuple(obs_shape)}"
+        ) from None
     policy = agent_policy(config, shapes, action_spec)
-    single = ppo.make(config, shapes.obs[1:], action_spec, correct_staleness=correct_staleness,
-                      policy=policy, samples_per_step=shapes.obs[0])
+    single = ppo.make(
+        config,
+        shapes.obs[1:],
+        action_spec,
+        correct_staleness=correct_staleness,
+        policy=policy,
+        samples_per_step=shapes.obs[0],
+    )
 
     def act(params, obs: MAObs, key, env_steps=0):
         return policy.act(params, agent_view(obs), key, env_steps)
@@ -164,5 +175,6 @@ def make(config: Config, obs_shape, action_spec: ActionSpec, *, correct_stalenes
     def update(state, traj: Trajectory, fresh=True):
         return single.update(state, agent_columns(traj), fresh)
 
-    return Algorithm("ippo", ON_POLICY, single.init, act, value, greedy, update, single.loss_fn,
-                     policy.network)
+    return Algorithm(
+        "ippo", ON_POLICY, single.init, act, value, greedy, update, single.loss_fn, policy.network
+    )

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from tianjax.algos.spec import AlgorithmSpec
-from tianjax.core.buffer_kind import ON_POLICY
 from tianjax.algos.ppo.config import PPOConfig
 from tianjax.algos.ppo.spec import SPEC as PPO
-
+from tianjax.algos.spec import AlgorithmSpec
+from tianjax.core.buffer_kind import ON_POLICY
 
 SPEC = AlgorithmSpec(
     "ippo",

@@ -11,7 +11,6 @@ from tianjax.config import ReplaySection, check_key
 class MADDPGConfig(ReplaySection):
     """MADDPG: deterministic per-agent actors, centralised critics, replay of transitions."""
 
-
     lr: float = 1e-3  # Adam, actors and critics
     gamma: float = 0.95
     target_tau: float = 0.01  # Polyak step of the target networks after every update
@@ -25,7 +24,11 @@ class MADDPGConfig(ReplaySection):
     def __post_init__(self):
         check_key(self.lr > 0, "maddpg.lr", f"must be > 0, got {self.lr}")
         check_key(0 < self.gamma <= 1, "maddpg.gamma", f"must be in (0, 1], got {self.gamma}")
-        check_key(0 < self.target_tau <= 1, "maddpg.target_tau", f"must be in (0, 1], got {self.target_tau}")
+        check_key(
+            0 < self.target_tau <= 1,
+            "maddpg.target_tau",
+            f"must be in (0, 1], got {self.target_tau}",
+        )
         check_key(self.noise_std >= 0, "maddpg.noise_std", "must be >= 0")
         self._check_replay_settings("maddpg")
         check_key(self.max_grad_norm > 0, "maddpg.max_grad_norm", "must be > 0")

@@ -25,15 +25,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tianjax.core.algorithm import ActOutput, Algorithm
-from tianjax.core.buffer_kind import TRANSITIONS
 from tianjax.algos.common import check_replay, polyak_target, replay_step, sample_weights
 from tianjax.config import Config, ConfigError
-from tianjax.core.types import MAObs
+from tianjax.core.algorithm import ActOutput, Algorithm
+from tianjax.core.buffer_kind import TRANSITIONS
+from tianjax.core.types import ActionSpec, MAObs, Transition
 from tianjax.core.update import LearnerState, guarded, init_state, make_optimizer
 from tianjax.networks import MLP
-from tianjax.core.types import ActionSpec
-from tianjax.core.types import Transition
 from tianjax.networks.dense import Dense
 
 
@@ -74,8 +72,12 @@ def make_networks(config: Config, n: int, spec: ActionSpec):
     critic_apply(critic_params [N], state [..., S], actions [..., N, A]) -> Q [..., N],
     actor module, critic module)."""
     net = config.network
-    actor = Actor(tuple(net.hidden), net.activation, np.asarray(spec.low, np.float32),
-                  np.asarray(spec.high, np.float32))
+    actor = Actor(
+        tuple(net.hidden),
+        net.activation,
+        np.asarray(spec.low, np.float32),
+        np.asarray(spec.high, np.float32),
+    )
     critic = Critic(tuple(net.hidden), net.activation)
 
     def actor_apply(params, obs):  # agent i's actor on agent i's observation
@@ -104,11 +106,18 @@ def make_loss(actor_apply, critic_apply, *, gamma: float):
         n = mu.shape[-2]
         own = jnp.eye(n, dtype=bool)[:, :, None]  # [i, j, 1]: j == i
         joint = jnp.where(own, mu[:, None], batch.action[:, None])  # [B, i, N, A]
-        q_pi = jax.vmap(lambda c, a_i, i: critic_apply(c, obs.state, a_i)[..., i],
-                        in_axes=(None, 1, 0), out_axes=-1)(sg(params.critic), joint, jnp.arange(n))
+        q_pi = jax.vmap(
+            lambda c, a_i, i: critic_apply(c, obs.state, a_i)[..., i],
+            in_axes=(None, 1, 0),
+            out_axes=-1,
+        )(sg(params.critic), joint, jnp.arange(n))
         actor_loss = -jnp.mean(weight * jnp.sum(q_pi, axis=-1))
-        metrics = {"critic_loss": critic_loss, "actor_loss": actor_loss, "q_mean": sg(jnp.mean(q)),
-                   "target_mean": sg(jnp.mean(y))}
+        metrics = {
+            "critic_loss": critic_loss,
+            "actor_loss": actor_loss,
+            "q_mean": sg(jnp.mean(q)),
+            "target_mean": sg(jnp.mean(y)),
+        }
         return critic_loss + actor_loss, metrics
 
     return loss_fn
@@ -119,16 +128,22 @@ def check_config(config: Config) -> None:
     check_replay(config)
 
 
-def make(config: Config, obs_shape, action_spec: ActionSpec, *, correct_staleness: bool = True) -> Algorithm:
+def make(
+    config: Config, obs_shape, action_spec: ActionSpec, *, correct_staleness: bool = True
+) -> Algorithm:
     """MADDPG for a multi-agent env with continuous actions (`obs_shape` an MAObs of shapes)."""
     try:
         (n, d), (s,), _ = (tuple(x) for x in obs_shape)
     except (TypeError, ValueError):
-        raise ConfigError(f"config key 'env_backend': maddpg needs a multi-agent env (jaxmarl), got "
-                          f"observations of shape {tuple(obs_shape)}") from None
+        raise ConfigError(
+            f"config key 'env_backend': maddpg needs a multi-agent env (jaxmarl), got "
+            f"observations of shape {tuple(obs_shape)}"
+        ) from None
     if action_spec.discrete:
-        raise ConfigError("config key 'env': maddpg needs continuous actions (e.g. "
-                          "MPE_simple_spread_v3_continuous); for discrete ones use ippo or qmix")
+        raise ConfigError(
+            "config key 'env': maddpg needs continuous actions (e.g. "
+            "MPE_simple_spread_v3_continuous); for discrete ones use ippo or qmix"
+        )
     cfg = config.maddpg
     actor_apply, critic_apply, actor, critic = make_networks(config, n, action_spec)
     a = action_spec.shape[0]
@@ -141,7 +156,8 @@ def make(config: Config, obs_shape, action_spec: ActionSpec, *, correct_stalenes
         k_a, k_c, k_state = jax.random.split(key, 3)
         actors = jax.vmap(lambda k: actor.init(k, jnp.zeros((1, d))))(jax.random.split(k_a, n))
         critics = jax.vmap(lambda k: critic.init(k, jnp.zeros((1, s)), jnp.zeros((1, n, a))))(
-            jax.random.split(k_c, n))
+            jax.random.split(k_c, n)
+        )
         return init_state(MADDPGParams(actors, critics), optimizer, k_state, with_target=True)
 
     def greedy(params, obs: MAObs):
@@ -161,8 +177,9 @@ def make(config: Config, obs_shape, action_spec: ActionSpec, *, correct_stalenes
         w, _ = sample_weights(correct_staleness, state.version, batch.version, config.staleness)
         return replay_step(loss_fn, optimizer, state, batch, w, update_target)
 
-    return Algorithm("maddpg", TRANSITIONS, init, act, value, greedy, guarded(update), loss_fn,
-                     (actor, critic))
+    return Algorithm(
+        "maddpg", TRANSITIONS, init, act, value, greedy, guarded(update), loss_fn, (actor, critic)
+    )
 
 
 __all__ = ["Actor", "Critic", "MADDPGParams", "make", "make_loss", "make_networks"]

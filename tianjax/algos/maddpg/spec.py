@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+from tianjax.algos.maddpg.config import MADDPGConfig
 from tianjax.algos.spec import AlgorithmSpec
 from tianjax.core.buffer_kind import TRANSITIONS
-from tianjax.algos.maddpg.config import MADDPGConfig
-
 
 SPEC = AlgorithmSpec(
     "maddpg",

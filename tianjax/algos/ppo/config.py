@@ -34,13 +34,27 @@ class PPOConfig:
 
     def __post_init__(self):
         check_key(self.lr > 0, "ppo.lr", f"must be > 0, got {self.lr}")
-        check_key(self.lr_base_width is None or (isinstance(self.lr_base_width, int) and not isinstance(self.lr_base_width, bool)
-                                              and self.lr_base_width >= 1),
-               "ppo.lr_base_width", f"must be null or an int >= 1, got {self.lr_base_width!r}")
+        check_key(
+            self.lr_base_width is None
+            or (
+                isinstance(self.lr_base_width, int)
+                and not isinstance(self.lr_base_width, bool)
+                and self.lr_base_width >= 1
+            ),
+            "ppo.lr_base_width",
+            f"must be null or an int >= 1, got {self.lr_base_width!r}",
+        )
         check_key(self.num_epochs >= 1, "ppo.num_epochs", f"must be >= 1, got {self.num_epochs}")
-        check_key(self.num_minibatches >= 1, "ppo.num_minibatches",
-               f"must be >= 1, got {self.num_minibatches}")
+        check_key(
+            self.num_minibatches >= 1,
+            "ppo.num_minibatches",
+            f"must be >= 1, got {self.num_minibatches}",
+        )
         check_key(0 < self.gamma <= 1, "ppo.gamma", f"must be in (0, 1], got {self.gamma}")
-        check_key(0 <= self.gae_lambda <= 1, "ppo.gae_lambda", f"must be in [0, 1], got {self.gae_lambda}")
+        check_key(
+            0 <= self.gae_lambda <= 1, "ppo.gae_lambda", f"must be in [0, 1], got {self.gae_lambda}"
+        )
         check_key(self.clip_eps > 0, "ppo.clip_eps", f"must be > 0, got {self.clip_eps}")
-        check_key(self.max_grad_norm > 0, "ppo.max_grad_norm", f"must be > 0, got {self.max_grad_norm}")
+        check_key(
+            self.max_grad_norm > 0, "ppo.max_grad_norm", f"must be > 0, got {self.max_grad_norm}"
+        )

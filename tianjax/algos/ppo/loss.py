@@ -71,18 +71,26 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from tianjax.algos.common import sample_weights
+from tianjax.algos.policy import ActorCriticPolicy, actor_critic
+from tianjax.config import Config, check_key
 from tianjax.core import distributions as D
 from tianjax.core import shuffle
 from tianjax.core import staleness as S
 from tianjax.core.algorithm import Algorithm
 from tianjax.core.buffer_kind import ON_POLICY
-from tianjax.algos.common import sample_weights
-from tianjax.algos.policy import ActorCriticPolicy, actor_critic
-from tianjax.config import Config, check_key
-from tianjax.core.update import (LearnerState, gradient_step, guarded, init_state, learning_rate, lr_schedule, make_optimizer, step_progress)
-from tianjax.core.types import ActionSpec
 from tianjax.core.returns import gae, traced_gae
-from tianjax.core.types import Trajectory
+from tianjax.core.types import ActionSpec, Trajectory
+from tianjax.core.update import (
+    LearnerState,
+    gradient_step,
+    guarded,
+    init_state,
+    learning_rate,
+    lr_schedule,
+    make_optimizer,
+    step_progress,
+)
 
 
 class PPOBatch(NamedTuple):
@@ -138,8 +146,15 @@ def make_loss(apply_fn, *, clip_eps: float, clip_value: bool, vf_coef: float, en
     return loss_fn
 
 
-def advantages(traj: Trajectory, values: jax.Array, last_value: jax.Array, bootstrap_value: jax.Array,
-               gamma: float, lambda_: float, traces: jax.Array | None = None):
+def advantages(
+    traj: Trajectory,
+    values: jax.Array,
+    last_value: jax.Array,
+    bootstrap_value: jax.Array,
+    gamma: float,
+    lambda_: float,
+    traces: jax.Array | None = None,
+):
     """GAE over a [T, B] trajectory with one critic's values: V(s_t) `values` [T, B], V(s_T)
     `last_value` [B], and V(final obs) where truncated `bootstrap_value` [T, B] (0 elsewhere).
     `traces` [T, B]: per-step trace coefficients c_t (returns.traced_gae), or None for 1.
@@ -149,26 +164,34 @@ def advantages(traj: Trajectory, values: jax.Array, last_value: jax.Array, boots
     r_t = traj.reward + gamma * bootstrap_value
     discount_t = gamma * (1.0 - traj.done.astype(jnp.float32))
     if traces is None:
-        adv = jax.vmap(gae, in_axes=(1, 1, None, 1, 1), out_axes=1)(r_t, discount_t, lambda_, v_tm1, v_t)
+        adv = jax.vmap(gae, in_axes=(1, 1, None, 1, 1), out_axes=1)(
+            r_t, discount_t, lambda_, v_tm1, v_t
+        )
     else:
         # the coefficient of the step after each one (the last bootstraps from V(s_T))
         c_next = jnp.concatenate([traces[1:], jnp.ones_like(traces[:1])], axis=0)
         adv = jax.vmap(traced_gae, in_axes=(1, 1, None, 1, 1, 1), out_axes=1)(
-            r_t, discount_t, lambda_, v_tm1, v_t, c_next)
+            r_t, discount_t, lambda_, v_tm1, v_t, c_next
+        )
     return adv, adv + v_tm1
 
 
-def already_moved(adv: jax.Array, log_pi0: jax.Array, log_mu: jax.Array, clip_eps: float) -> jax.Array:
+def already_moved(
+    adv: jax.Array, log_pi0: jax.Array, log_mu: jax.Array, clip_eps: float
+) -> jax.Array:
     """1.0 where pi_0 has already moved past the clip range from mu in the direction of the
     sample's (batch-normalised, as stored) advantage: A > 0 and pi_0/mu > 1 + eps, or A < 0
     and pi_0/mu < 1 - eps; else 0.0. These are the samples the textbook clip (centred on mu)
     gives no gradient at the first step: the learner has acted on what they say."""
     r0 = jnp.exp(log_pi0 - log_mu)
-    return (((adv > 0) & (r0 > 1 + clip_eps)) | ((adv < 0) & (r0 < 1 - clip_eps))).astype(jnp.float32)
+    return (((adv > 0) & (r0 > 1 + clip_eps)) | ((adv < 0) & (r0 < 1 - clip_eps))).astype(
+        jnp.float32
+    )
 
 
-def make_batch(apply_fn, config: Config, state: LearnerState, traj: Trajectory, *,
-               correct_staleness: bool) -> PPOBatch:
+def make_batch(
+    apply_fn, config: Config, state: LearnerState, traj: Trajectory, *, correct_staleness: bool
+) -> PPOBatch:
     """The [T, B] PPOBatch of one update, taken at the learner's params pi_0 = state.params.
 
     Corrected: pi_0 and V_0 are recomputed for every sample (one forward pass over the
@@ -190,7 +213,11 @@ def make_batch(apply_fn, config: Config, state: LearnerState, traj: Trajectory, 
         at_cut = jnp.arange(T)[:, None] == traj.trunc_t[None, :]
         boot = jnp.where(at_cut, trunc_v0[None, :], traj.bootstrap_value)
         rho = S.truncated_ratio(log_pi0, traj.behaviour_log_prob, config.staleness.rho_bar)
-        traces = S.truncated_ratio(log_pi0, traj.behaviour_log_prob, 1.0) if cfg.truncated_traces else None
+        traces = (
+            S.truncated_ratio(log_pi0, traj.behaviour_log_prob, 1.0)
+            if cfg.truncated_traces
+            else None
+        )
         w = S.normalise(w * rho, mask) if config.staleness.normalise else w * rho
     else:
         log_pi0, v0, boot = traj.behaviour_log_prob, traj.behaviour_value, traj.bootstrap_value
@@ -211,15 +238,24 @@ def make_batch(apply_fn, config: Config, state: LearnerState, traj: Trajectory, 
 def check_config(config: Config) -> None:
     """The ppo section against the run (ppo and ippo): the minibatches split the batch."""
     batch = config.steps_per_update
-    check_key(batch % config.ppo.num_minibatches == 0, "ppo.num_minibatches",
-           f"must divide the batch (trajectories x num_envs x rollout_len) = {batch}, got "
-           f"{config.ppo.num_minibatches} (a minibatch cannot be larger than the batch "
-           "and all minibatches have one size)")
+    check_key(
+        batch % config.ppo.num_minibatches == 0,
+        "ppo.num_minibatches",
+        f"must divide the batch (trajectories x num_envs x rollout_len) = {batch}, got "
+        f"{config.ppo.num_minibatches} (a minibatch cannot be larger than the batch "
+        "and all minibatches have one size)",
+    )
 
 
-def make(config: Config, obs_shape: tuple[int, ...], action_spec: ActionSpec, *,
-         correct_staleness: bool = True, policy: ActorCriticPolicy | None = None,
-         samples_per_step: int = 1) -> Algorithm:
+def make(
+    config: Config,
+    obs_shape: tuple[int, ...],
+    action_spec: ActionSpec,
+    *,
+    correct_staleness: bool = True,
+    policy: ActorCriticPolicy | None = None,
+    samples_per_step: int = 1,
+) -> Algorithm:
     """PPO for `config`. `correct_staleness=False` (fused mode, where tau is always 0 and
     mu = pi_0) skips computing weights that would all be 1. `policy` replaces the default
     MLP actor-critic, and `samples_per_step` is how many samples (columns of the batch) one
@@ -230,8 +266,13 @@ def make(config: Config, obs_shape: tuple[int, ...], action_spec: ActionSpec, *,
     num_updates = max(config.total_env_steps // config.steps_per_update, 1)
     optimizer = make_optimizer(cfg.lr, cfg.max_grad_norm, cfg.lr_base_width)
     lr_at = lr_schedule(cfg.lr, cfg.anneal_lr, num_updates * config.steps_per_update)
-    loss_fn = make_loss(apply_fn, clip_eps=cfg.clip_eps, clip_value=cfg.clip_value,
-                        vf_coef=cfg.vf_coef, ent_coef=cfg.ent_coef)
+    loss_fn = make_loss(
+        apply_fn,
+        clip_eps=cfg.clip_eps,
+        clip_value=cfg.clip_value,
+        vf_coef=cfg.vf_coef,
+        ent_coef=cfg.ent_coef,
+    )
     num_grad = cfg.num_epochs * cfg.num_minibatches
 
     def init(key):
@@ -251,14 +292,21 @@ def make(config: Config, obs_shape: tuple[int, ...], action_spec: ActionSpec, *,
         mb = n // cfg.num_minibatches
         steps = n // samples_per_step  # env steps in the batch
         lrs = lr_at(step_progress(state.fresh_steps, fresh, steps, num_grad)).reshape(
-            cfg.num_epochs, cfg.num_minibatches)
+            cfg.num_epochs, cfg.num_minibatches
+        )
 
         def epoch(carry, xs):
             key, epoch_lrs = xs
             with jax.named_scope("shuffle"):
-                perm = shuffle.permutation(key, n)  # uniform, as jax.random.permutation, and cheaper on CPU
+                perm = shuffle.permutation(
+                    key, n
+                )  # uniform, as jax.random.permutation, and cheaper on CPU
                 shuffled = jax.tree.map(
-                    lambda x: jnp.take(x, perm, axis=0).reshape((cfg.num_minibatches, mb) + x.shape[1:]), flat)
+                    lambda x: jnp.take(x, perm, axis=0).reshape(
+                        (cfg.num_minibatches, mb) + x.shape[1:]
+                    ),
+                    flat,
+                )
 
             def minibatch(c, xs):
                 mbatch, lr = xs
@@ -269,14 +317,20 @@ def make(config: Config, obs_shape: tuple[int, ...], action_spec: ActionSpec, *,
 
         key, sub = jax.random.split(state.key)
         (params, opt_state), metrics = jax.lax.scan(
-            epoch, (state.params, state.opt_state), (jax.random.split(sub, cfg.num_epochs), lrs))
+            epoch, (state.params, state.opt_state), (jax.random.split(sub, cfg.num_epochs), lrs)
+        )
         metrics = jax.tree.map(jnp.mean, metrics)
         metrics["weight_min"] = jnp.min(batch.weight)
         metrics["weight_max"] = jnp.max(batch.weight)
         metrics["lr"] = learning_rate(opt_state)
         fresh_steps = state.fresh_steps + jnp.asarray(fresh, jnp.int32) * steps
-        new_state = state._replace(params=params, opt_state=opt_state, key=key,
-                                   version=state.version + 1, fresh_steps=fresh_steps)
+        new_state = state._replace(
+            params=params,
+            opt_state=opt_state,
+            key=key,
+            version=state.version + 1,
+            fresh_steps=fresh_steps,
+        )
         return new_state, metrics
 
     def update(state: LearnerState, traj: Trajectory, fresh=True):
@@ -285,5 +339,16 @@ def make(config: Config, obs_shape: tuple[int, ...], action_spec: ActionSpec, *,
             batch = prepare(state, traj)
         return learn(state, batch, fresh)
 
-    return Algorithm("ppo", ON_POLICY, init, policy.act, value, policy.greedy, guarded(update), loss_fn,
-                     policy.network, prepare=prepare, learn=guarded(learn))
+    return Algorithm(
+        "ppo",
+        ON_POLICY,
+        init,
+        policy.act,
+        value,
+        policy.greedy,
+        guarded(update),
+        loss_fn,
+        policy.network,
+        prepare=prepare,
+        learn=guarded(learn),
+    )

@@ -1,4 +1,5 @@
-"""QMIX (recurrent agents, a monotonic mixer, replay of sequences): its config section (config.py), its loss, acting and update
+"""QMIX (recurrent agents, a monotonic mixer, replay of sequences): its config section
+(config.py), its loss, acting and update
 (loss.py), and its AlgorithmSpec (spec.py), which the registry reads."""
 
 from tianjax.algos.qmix.spec import SPEC

@@ -11,7 +11,6 @@ from tianjax.config import ReplaySection, check_key
 class QMIXConfig(ReplaySection):
     """QMIX: recurrent agents, a monotonic mixer, replay of [rollout_len] sequences."""
 
-
     lr: float = 5e-4
     gamma: float = 0.99
     td_lambda: float = 0.0  # lambda of the targets' TD(lambda) within a sequence (0: one-step)
@@ -33,14 +32,21 @@ class QMIXConfig(ReplaySection):
     def __post_init__(self):
         check_key(self.lr > 0, "qmix.lr", f"must be > 0, got {self.lr}")
         check_key(0 < self.gamma <= 1, "qmix.gamma", f"must be in (0, 1], got {self.gamma}")
-        check_key(0 <= self.td_lambda <= 1, "qmix.td_lambda", f"must be in [0, 1], got {self.td_lambda}")
+        check_key(
+            0 <= self.td_lambda <= 1, "qmix.td_lambda", f"must be in [0, 1], got {self.td_lambda}"
+        )
         self._check_replay_settings("qmix")
         check_key(self.burn_in >= 0, "qmix.burn_in", "must be >= 0")
         check_key(self.target_update_every >= 1, "qmix.target_update_every", "must be >= 1")
-        check_key(0 < self.target_tau <= 1, "qmix.target_tau", f"must be in (0, 1], got {self.target_tau}")
+        check_key(
+            0 < self.target_tau <= 1, "qmix.target_tau", f"must be in (0, 1], got {self.target_tau}"
+        )
         for k in ("hidden_dim", "mixer_embed", "hyper_hidden"):
             check_key(getattr(self, k) >= 1, f"qmix.{k}", "must be >= 1")
-        check_key(0 <= self.eps_end <= self.eps_start <= 1, "qmix.eps_end",
-               "needs 0 <= qmix.eps_end <= qmix.eps_start <= 1")
+        check_key(
+            0 <= self.eps_end <= self.eps_start <= 1,
+            "qmix.eps_end",
+            "needs 0 <= qmix.eps_end <= qmix.eps_start <= 1",
+        )
         check_key(0 < self.eps_fraction <= 1, "qmix.eps_fraction", "must be in (0, 1]")
         check_key(self.max_grad_norm > 0, "qmix.max_grad_norm", "must be > 0")

@@ -39,15 +39,13 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from tianjax.core.algorithm import ActOutput, Algorithm
-from tianjax.core.buffer_kind import SEQUENCES
 from tianjax.algos.common import check_replay, periodic_target, replay_step, sample_weights
 from tianjax.algos.dqn.loss import epsilon_schedule
 from tianjax.config import Config, ConfigError, check_key
-from tianjax.core.types import MAObs
+from tianjax.core.algorithm import ActOutput, Algorithm
+from tianjax.core.buffer_kind import SEQUENCES
+from tianjax.core.types import ActionSpec, MAObs, Sequences
 from tianjax.core.update import LearnerState, guarded, init_state, make_optimizer
-from tianjax.core.types import ActionSpec
-from tianjax.core.types import Sequences
 from tianjax.networks.dense import Dense
 
 MASKED_Q = -1e9
@@ -100,7 +98,9 @@ def agent_inputs(obs: jax.Array) -> jax.Array:
     return jnp.concatenate([obs, ids], axis=-1)
 
 
-def double_q_choice(q_next_online: jax.Array, q_next_target: jax.Array, avail_next: jax.Array) -> jax.Array:
+def double_q_choice(
+    q_next_online: jax.Array, q_next_target: jax.Array, avail_next: jax.Array
+) -> jax.Array:
     """Per-agent double-Q bootstrap values [..., N]: the target net's Q of the online net's
     best available action."""
     chex.assert_equal_shape([q_next_online, q_next_target, avail_next])
@@ -108,14 +108,24 @@ def double_q_choice(q_next_online: jax.Array, q_next_target: jax.Array, avail_ne
     return jnp.take_along_axis(q_next_target, best[..., None], axis=-1)[..., 0]
 
 
-def td_targets(reward_t: jax.Array, terminated_t: jax.Array, q_tot_next: jax.Array, gamma: float) -> jax.Array:
+def td_targets(
+    reward_t: jax.Array, terminated_t: jax.Array, q_tot_next: jax.Array, gamma: float
+) -> jax.Array:
     """y_t = r_t + gamma * (1 - terminated_t) * Q_tot^target(next) [...] (no gradient)."""
     chex.assert_equal_shape([reward_t, terminated_t, q_tot_next])
-    return jax.lax.stop_gradient(reward_t + gamma * (1.0 - terminated_t.astype(jnp.float32)) * q_tot_next)
+    return jax.lax.stop_gradient(
+        reward_t + gamma * (1.0 - terminated_t.astype(jnp.float32)) * q_tot_next
+    )
 
 
-def lambda_targets(reward_t: jax.Array, terminated_t: jax.Array, done_t: jax.Array, q_tot_next: jax.Array,
-                   gamma: float, lam: float) -> jax.Array:
+def lambda_targets(
+    reward_t: jax.Array,
+    terminated_t: jax.Array,
+    done_t: jax.Array,
+    q_tot_next: jax.Array,
+    gamma: float,
+    lam: float,
+) -> jax.Array:
     """TD(lambda) targets [T, ...] of time-major sequences (the module docstring's y_t; no
     gradient): computed backwards from y_{T-1} = r_{T-1} + gamma (1 - terminated) v_{T-1}."""
     chex.assert_equal_shape([reward_t, terminated_t, done_t, q_tot_next])
@@ -128,7 +138,9 @@ def lambda_targets(reward_t: jax.Array, terminated_t: jax.Array, done_t: jax.Arr
         return y, y
 
     last = reward_t[-1] + discount[-1] * q_tot_next[-1]
-    _, ys = jax.lax.scan(step, last, (reward_t[:-1], discount[:-1], carry_on[:-1], q_tot_next[:-1]), reverse=True)
+    _, ys = jax.lax.scan(
+        step, last, (reward_t[:-1], discount[:-1], carry_on[:-1], q_tot_next[:-1]), reverse=True
+    )
     return jax.lax.stop_gradient(jnp.concatenate([ys, last[None]], axis=0))
 
 
@@ -187,8 +199,12 @@ def make_loss(agent: AgentRNN, mixer: Mixer, *, gamma: float, burn_in: int, td_l
             y = td_targets(seq.reward, seq.terminated, q_tot_next, gamma)
         td = q_tot - y
         loss = jnp.sum(weight * jnp.square(td)) / jnp.maximum(jnp.sum(weight > 0), 1)
-        metrics = {"q_mean": sg(jnp.mean(q_tot)), "target_mean": sg(jnp.mean(y)),
-                   "td_abs": sg(jnp.mean(jnp.abs(td))), "learn_steps": jnp.asarray(T - burn_in, jnp.float32)}
+        metrics = {
+            "q_mean": sg(jnp.mean(q_tot)),
+            "target_mean": sg(jnp.mean(y)),
+            "td_abs": sg(jnp.mean(jnp.abs(td))),
+            "learn_steps": jnp.asarray(T - burn_in, jnp.float32),
+        }
         return loss, metrics
 
     return loss_fn
@@ -208,7 +224,9 @@ def _final_hidden(agent: AgentRNN, params, seq: Sequences) -> jax.Array:
     return jax.lax.scan(step, seq.carry, (seq.obs.obs, seq.done))[0]
 
 
-def masked_epsilon_greedy(key, q: jax.Array, avail: jax.Array, epsilon) -> tuple[jax.Array, jax.Array]:
+def masked_epsilon_greedy(
+    key, q: jax.Array, avail: jax.Array, epsilon
+) -> tuple[jax.Array, jax.Array]:
     """Epsilon-greedy over available actions: q, avail [..., A] -> (action [...], log mu(a|s))."""
     k_explore, k_rand = jax.random.split(key)
     greedy = jnp.argmax(jnp.where(avail, q, MASKED_Q), axis=-1).astype(jnp.int32)
@@ -229,12 +247,17 @@ def time_major(items: Sequences) -> Sequences:
 
 def check_config(config: Config) -> None:
     """The qmix section against the run: burn-in inside a sequence, a buffer that holds a rollout."""
-    check_key(config.qmix.burn_in < config.rollout_len, "qmix.burn_in",
-           f"must be below rollout_len ({config.rollout_len}), the replayed sequence length")
+    check_key(
+        config.qmix.burn_in < config.rollout_len,
+        "qmix.burn_in",
+        f"must be below rollout_len ({config.rollout_len}), the replayed sequence length",
+    )
     check_replay(config)
 
 
-def make(config: Config, obs_shape, action_spec: ActionSpec, *, correct_staleness: bool = True) -> Algorithm:
+def make(
+    config: Config, obs_shape, action_spec: ActionSpec, *, correct_staleness: bool = True
+) -> Algorithm:
     """QMIX for a multi-agent env with discrete actions (`obs_shape` an MAObs of shapes).
 
     Acts on MAObs [B] with the agents' GRU state [B, N, H] as its carry; learns from
@@ -243,25 +266,33 @@ def make(config: Config, obs_shape, action_spec: ActionSpec, *, correct_stalenes
     try:
         (n, d), (s,), _ = (tuple(x) for x in obs_shape)
     except (TypeError, ValueError):
-        raise ConfigError(f"config key 'env_backend': qmix needs a multi-agent env (jaxmarl), got "
-                          f"observations of shape {tuple(obs_shape)}") from None
+        raise ConfigError(
+            f"config key 'env_backend': qmix needs a multi-agent env (jaxmarl), got "
+            f"observations of shape {tuple(obs_shape)}"
+        ) from None
     if not action_spec.discrete:
-        raise ConfigError("config key 'algo': qmix needs discrete actions; for continuous MPE use maddpg")
+        raise ConfigError(
+            "config key 'algo': qmix needs discrete actions; for continuous MPE use maddpg"
+        )
     cfg = config.qmix
     agent = AgentRNN(cfg.hidden_dim, action_spec.num_actions)
     mixer = Mixer(cfg.mixer_embed, cfg.hyper_hidden)
     optimizer = make_optimizer(cfg.lr, cfg.max_grad_norm)
     update_target = periodic_target(cfg.target_update_every, cfg.target_tau)
     loss_fn = make_loss(agent, mixer, gamma=cfg.gamma, burn_in=cfg.burn_in, td_lambda=cfg.td_lambda)
-    epsilon = epsilon_schedule(cfg.eps_start, cfg.eps_end, cfg.eps_fraction * config.total_env_steps)
+    epsilon = epsilon_schedule(
+        cfg.eps_start, cfg.eps_end, cfg.eps_fraction * config.total_env_steps
+    )
 
     def init_carry(batch: int):
         return jnp.zeros((batch, n, cfg.hidden_dim), jnp.float32)
 
     def init(key):
         k_agent, k_mixer, k_state = jax.random.split(key, 3)
-        params = QMIXParams(agent.init(k_agent, init_carry(1), jnp.zeros((1, n, d + n))),
-                            mixer.init(k_mixer, jnp.zeros((1, n)), jnp.zeros((1, s))))
+        params = QMIXParams(
+            agent.init(k_agent, init_carry(1), jnp.zeros((1, n, d + n))),
+            mixer.init(k_mixer, jnp.zeros((1, n)), jnp.zeros((1, s))),
+        )
         return init_state(params, optimizer, k_state, with_target=True)
 
     def act(params, obs: MAObs, key, env_steps=0, carry=None):
@@ -288,9 +319,33 @@ def make(config: Config, obs_shape, action_spec: ActionSpec, *, correct_stalenes
     def schedules(env_steps):
         return {"epsilon": epsilon(env_steps)}
 
-    return Algorithm("qmix", SEQUENCES, init, act, value, greedy, guarded(update), loss_fn,
-                     (agent, mixer), schedules=schedules, init_carry=init_carry)
+    return Algorithm(
+        "qmix",
+        SEQUENCES,
+        init,
+        act,
+        value,
+        greedy,
+        guarded(update),
+        loss_fn,
+        (agent, mixer),
+        schedules=schedules,
+        init_carry=init_carry,
+    )
 
 
-__all__ = ["AgentRNN", "Mixer", "QMIXParams", "agent_inputs", "double_q_choice", "lambda_targets", "make",
-           "make_loss", "make_unroll", "masked_epsilon_greedy", "td_targets", "time_major", "time_slice"]
+__all__ = [
+    "AgentRNN",
+    "Mixer",
+    "QMIXParams",
+    "agent_inputs",
+    "double_q_choice",
+    "lambda_targets",
+    "make",
+    "make_loss",
+    "make_unroll",
+    "masked_epsilon_greedy",
+    "td_targets",
+    "time_major",
+    "time_slice",
+]

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+from tianjax.algos.qmix.config import QMIXConfig
 from tianjax.algos.spec import AlgorithmSpec
 from tianjax.core.buffer_kind import SEQUENCES
-from tianjax.algos.qmix.config import QMIXConfig
-
 
 SPEC = AlgorithmSpec(
     "qmix",

@@ -64,8 +64,9 @@ class FrameReplayState(NamedTuple):
 def _chunk_shape(example) -> tuple[int, int]:
     shape = tuple(example.reward.shape)
     if len(shape) != 2:
-        raise ValueError(f"frame replay: items are [T, B] chunks of transitions; got a reward of "
-                         f"shape {shape}")
+        raise ValueError(
+            f"frame replay: items are [T, B] chunks of transitions; got a reward of shape {shape}"
+        )
     return shape
 
 
@@ -75,8 +76,10 @@ def init(capacity: int, example: Transition) -> FrameReplayState:
     T, B = _chunk_shape(example)
     n_blocks = capacity // (T * B)
     if n_blocks < 1:
-        raise ValueError(f"frame replay: a capacity of {capacity} transitions holds no [T, B] = "
-                         f"[{T}, {B}] chunk ({T * B} transitions); raise the capacity to at least {T * B}")
+        raise ValueError(
+            f"frame replay: a capacity of {capacity} transitions holds no [T, B] = "
+            f"[{T}, {B}] chunk ({T * B} transitions); raise the capacity to at least {T * B}"
+        )
 
     def zeros(x, lead):
         return jnp.zeros((n_blocks,) + lead + tuple(x.shape[2:]), x.dtype)
@@ -90,7 +93,8 @@ def init(capacity: int, example: Transition) -> FrameReplayState:
         cut=jnp.zeros((n_blocks, T, B), bool),
         version=jnp.zeros((n_blocks, T, B), jnp.int32),
         insert_pos=jnp.zeros((), jnp.int32),
-        size=jnp.zeros((), jnp.int32))
+        size=jnp.zeros((), jnp.int32),
+    )
 
 
 def num_blocks(state: FrameReplayState) -> int:
@@ -116,9 +120,11 @@ def add(state: FrameReplayState, chunk: Transition) -> FrameReplayState:
     """Writes one [T, B] chunk of transitions over the oldest block (when full)."""
     T, B = _chunk_shape(chunk)
     if (T, B) != tuple(state.reward.shape[1:3]) or chunk.obs.shape[2:] != state.frames.shape[3:]:
-        raise ValueError(f"frame replay: a chunk of [T, B] = [{T}, {B}] and obs {chunk.obs.shape[2:]} "
-                         f"into a buffer of [{state.reward.shape[1]}, {state.reward.shape[2]}] chunks "
-                         f"and obs {state.frames.shape[3:]}")
+        raise ValueError(
+            f"frame replay: a chunk of [T, B] = [{T}, {B}] and obs {chunk.obs.shape[2:]} "
+            f"into a buffer of [{state.reward.shape[1]}, {state.reward.shape[2]}] chunks "
+            f"and obs {state.frames.shape[3:]}"
+        )
     k = state.insert_pos
     frames = jnp.concatenate([chunk.obs, chunk.next_obs[-1:]], axis=0).astype(state.frames.dtype)
 
@@ -134,7 +140,8 @@ def add(state: FrameReplayState, chunk: Transition) -> FrameReplayState:
         cut=put(state.cut, cut_mask(chunk)),
         version=put(state.version, chunk.version),
         insert_pos=(k + 1) % n,
-        size=jnp.minimum(state.size + 1, n))
+        size=jnp.minimum(state.size + 1, n),
+    )
 
 
 def gather(state: FrameReplayState, idx: jax.Array) -> tuple[Transition, jax.Array]:
@@ -142,13 +149,20 @@ def gather(state: FrameReplayState, idx: jax.Array) -> tuple[Transition, jax.Arr
     mask [N] (float32, 0 where cut)."""
     _, T, B = state.reward.shape
     k, t, b = idx // (T * B), (idx // B) % T, idx % B
-    trans = Transition(obs=state.frames[k, t, b], action=state.action[k, t, b],
-                       reward=state.reward[k, t, b], next_obs=state.frames[k, t + 1, b],
-                       terminated=state.terminated[k, t, b], version=state.version[k, t, b])
+    trans = Transition(
+        obs=state.frames[k, t, b],
+        action=state.action[k, t, b],
+        reward=state.reward[k, t, b],
+        next_obs=state.frames[k, t + 1, b],
+        terminated=state.terminated[k, t, b],
+        version=state.version[k, t, b],
+    )
     return trans, (~state.cut[k, t, b]).astype(jnp.float32)
 
 
-def sample(state: FrameReplayState, key: jax.Array, batch_size: int) -> tuple[Transition, jax.Array]:
+def sample(
+    state: FrameReplayState, key: jax.Array, batch_size: int
+) -> tuple[Transition, jax.Array]:
     """Uniform sample (with replacement) of `batch_size` transitions from the filled blocks:
     (Transition [batch_size], mask [batch_size])."""
     _, T, B = state.reward.shape
@@ -159,8 +173,12 @@ def sample(state: FrameReplayState, key: jax.Array, batch_size: int) -> tuple[Tr
 
 def nbytes(state) -> int:
     """Bytes of a buffer state (this one's or buffers.ReplayState's; works on eval_shape output)."""
-    return int(sum(np.prod(x.shape, dtype=np.int64) * np.dtype(x.dtype).itemsize
-                   for x in jax.tree.leaves(state)))
+    return int(
+        sum(
+            np.prod(x.shape, dtype=np.int64) * np.dtype(x.dtype).itemsize
+            for x in jax.tree.leaves(state)
+        )
+    )
 
 
 __all__ = ["FrameReplayState", "init", "add", "sample", "gather", "cut_mask", "capacity", "nbytes"]

@@ -25,7 +25,9 @@ class ReplayState(NamedTuple):
 
 def replay_init(capacity: int, example: Transition) -> ReplayState:
     """An empty buffer shaped like one transition `example` (leaves without the N axis)."""
-    data = jax.tree.map(lambda x: jnp.zeros((capacity,) + jnp.shape(x), jnp.asarray(x).dtype), example)
+    data = jax.tree.map(
+        lambda x: jnp.zeros((capacity,) + jnp.shape(x), jnp.asarray(x).dtype), example
+    )
     return ReplayState(data, jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32))
 
 
@@ -36,7 +38,9 @@ def replay_add(state: ReplayState, batch: Transition) -> ReplayState:
     chex.assert_tree_shape_prefix(batch, (n,))
     idx = (state.insert_pos + jnp.arange(n)) % capacity
     data = jax.tree.map(lambda buf, x: buf.at[idx].set(x.astype(buf.dtype)), state.data, batch)
-    return ReplayState(data, (state.insert_pos + n) % capacity, jnp.minimum(state.size + n, capacity))
+    return ReplayState(
+        data, (state.insert_pos + n) % capacity, jnp.minimum(state.size + n, capacity)
+    )
 
 
 def replay_sample(state: ReplayState, key: jax.Array, batch_size: int) -> Transition:

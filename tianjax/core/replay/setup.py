@@ -24,16 +24,20 @@ from typing import Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from tianjax.core.replay import frames as frame_replay, ring as buffers
-from tianjax.core.algorithm import Algorithm
 from tianjax.config import Config
+from tianjax.core.algorithm import Algorithm
+from tianjax.core.replay import frames as frame_replay
+from tianjax.core.replay import ring as buffers
 from tianjax.core.update import LearnerState
 
 
 def uses_frame_replay(config: Config, algo: Algorithm) -> bool:
     """Whether replay keeps each frame once (a replay section's frame_once, where it has
     one; transitions only, not sequences)."""
-    return bool(getattr(config.replay_config, "frame_once", False)) and algo.buffer.items == "transitions"
+    return (
+        bool(getattr(config.replay_config, "frame_once", False))
+        and algo.buffer.items == "transitions"
+    )
 
 
 class Replay(NamedTuple):
@@ -66,7 +70,9 @@ def make_replay(config: Config, algo: Algorithm) -> Replay:
         """`example`: one rollout's batch, as arrays or ShapeDtypeStructs."""
         if frames:
             return frame_replay.init(rc.buffer_size, example)
-        one = jax.tree.map(lambda x: jnp.zeros(x.shape[1:], x.dtype), jax.eval_shape(to_items, example))
+        one = jax.tree.map(
+            lambda x: jnp.zeros(x.shape[1:], x.dtype), jax.eval_shape(to_items, example)
+        )
         return buffers.replay_init(rc.buffer_size, one)
 
     def add(rb, batch):
@@ -95,9 +101,9 @@ def make_replay_learn(config: Config, algo: Algorithm):
         rb = replay.add(rb, batch)
 
         def run(l0):
-            def one(l, _):
-                key, sub = jax.random.split(l.key)
-                return replay.apply(algo.update, l._replace(key=key), replay.sample(rb, sub))
+            def one(state, _):
+                key, sub = jax.random.split(state.key)
+                return replay.apply(algo.update, state._replace(key=key), replay.sample(rb, sub))
 
             return jax.lax.scan(one, l0, None, length=rc.updates_per_rollout)
 

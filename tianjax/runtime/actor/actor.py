@@ -32,12 +32,12 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from tianjax.config import Config
+from tianjax.core.types import ParamsMessage
+from tianjax.runtime.actor.sources import make_source
 from tianjax.runtime.modes import Mode, mode_of
 from tianjax.runtime.process import shutdown
-from tianjax.runtime.actor.sources import make_source
 from tianjax.transport.channels import ControlClient, ParamSubscriber, TrajectorySender
 from tianjax.transport.security import secure_context
-from tianjax.core.types import ParamsMessage
 
 # the exit code of an actor whose learner is gone or failed: restarting it cannot help
 LEARNER_GONE = 3
@@ -57,7 +57,11 @@ class LearnerPresence:
     def __init__(self, channel):
         self._socket = channel.socket
         self._monitor = channel.socket.get_monitor_socket(
-            zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED | zmq.EVENT_CONNECT_RETRIED | zmq.EVENT_CLOSED)
+            zmq.EVENT_CONNECTED
+            | zmq.EVENT_DISCONNECTED
+            | zmq.EVENT_CONNECT_RETRIED
+            | zmq.EVENT_CLOSED
+        )
         # NOTE: events from before the monitor are lost, and a connection made then would
         # never be seen: connect again now that it listens (nothing was sent yet)
         channel.socket.disconnect(channel.endpoint)
@@ -79,7 +83,14 @@ class LearnerPresence:
 
 
 class Actor:
-    def __init__(self, config: Config, actor_id: int, endpoints: dict, run_key: bytes, mode: Mode | None = None):
+    def __init__(
+        self,
+        config: Config,
+        actor_id: int,
+        endpoints: dict,
+        run_key: bytes,
+        mode: Mode | None = None,
+    ):
         """`mode`: the run's sync or async strategy (default: the config's)."""
         self.config = config
         self.mode = mode if mode is not None else mode_of(config)
@@ -99,12 +110,20 @@ class Actor:
         self.net = secure_context(run_key, rt, server=False)
         net = dict(ctx=self.net.ctx, handshake=self.net.handshake)
         # actor-side schedules follow the global count, which moves on between versions
-        self.params_in = ParamSubscriber(run_key, endpoints["params"], params_template,
-                                         same_version=self.algo.schedules is not None,
-                                         max_bytes=int(rt.max_message_mb * 2**20), **net)
-        self.traj_out = TrajectorySender(run_key, endpoints["traj"], sender=f"actor-{actor_id}",
-                                         hwm=rt.send_hwm, **net)
-        self.control = ControlClient(run_key, endpoints["control"], identity=f"actor-{actor_id}", **net)
+        self.params_in = ParamSubscriber(
+            run_key,
+            endpoints["params"],
+            params_template,
+            same_version=self.algo.schedules is not None,
+            max_bytes=int(rt.max_message_mb * 2**20),
+            **net,
+        )
+        self.traj_out = TrajectorySender(
+            run_key, endpoints["traj"], sender=f"actor-{actor_id}", hwm=rt.send_hwm, **net
+        )
+        self.control = ControlClient(
+            run_key, endpoints["control"], identity=f"actor-{actor_id}", **net
+        )
         self.presence = LearnerPresence(self.control)
         self.version = -1
         self.params = None
@@ -126,10 +145,21 @@ class Actor:
         if self.control.to is None:
             return  # no learner heard yet: nobody to address
         if now - self._last_beat >= self.config.runtime.heartbeat_s:
-            self.control.send({"type": "heartbeat", "actor": self.actor_id, "version": self.version,
-                               "env_steps": self.env_steps, "credits": self.credits, "sent": self.sent,
-                               "time_s": {**self.time_s, "wall": time.perf_counter() - self._t0,
-                                          "cpu": time.process_time() - self._cpu0}})
+            self.control.send(
+                {
+                    "type": "heartbeat",
+                    "actor": self.actor_id,
+                    "version": self.version,
+                    "env_steps": self.env_steps,
+                    "credits": self.credits,
+                    "sent": self.sent,
+                    "time_s": {
+                        **self.time_s,
+                        "wall": time.perf_counter() - self._t0,
+                        "cpu": time.process_time() - self._cpu0,
+                    },
+                }
+            )
             self._last_beat = now
 
     def _check_control(self) -> None:
@@ -199,8 +229,10 @@ class Actor:
             if self.control.to is None and self.presence.absent_for(now) > lost:
                 # before its first word a learner may take connect_timeout_s, but only
                 # while its process holds its ports
-                raise ActorStopped(f"no learner at {self.control.endpoint} for {lost:.0f} s "
-                                   "(runtime.heartbeat_timeout_s): it never came, or it ended")
+                raise ActorStopped(
+                    f"no learner at {self.control.endpoint} for {lost:.0f} s "
+                    "(runtime.heartbeat_timeout_s): it never came, or it ended"
+                )
             poller.poll(timeout=int(1000 * self.config.runtime.heartbeat_s))
 
     def _wait_for_credit(self) -> None:
@@ -253,7 +285,9 @@ class Actor:
             # parameters name that learner's incarnation, see _take_newest)
             # the learner may still be starting (compiling, joining a multi-host mesh)
             self._last_heard = time.monotonic()
-            self._timed("waiting_params", self._wait_for_version, 0, self.config.runtime.connect_timeout_s)
+            self._timed(
+                "waiting_params", self._wait_for_version, 0, self.config.runtime.connect_timeout_s
+            )
             while True:
                 self._timed("waiting_credit", self._wait_for_credit)
                 if self.mode.takes_newest:
@@ -272,7 +306,11 @@ class Actor:
                     self._timed("waiting_params", self._wait_for_version, sent_with + 1)
         except ActorStopped as e:
             if e.args:
-                print(f"tianjax: actor {self.actor_id} stopping: {e.args[0]}", file=sys.stderr, flush=True)
+                print(
+                    f"tianjax: actor {self.actor_id} stopping: {e.args[0]}",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 return LEARNER_GONE
             return 0
         finally:
@@ -284,4 +322,3 @@ class Actor:
         for ch in (self.params_in, self.traj_out, self.control):
             ch.close()
         self.net.close()
-

@@ -25,15 +25,12 @@ import jax
 import numpy as np
 
 from tianjax.algos import make_algorithm
-from tianjax.core.algorithm import Algorithm
 from tianjax.config import Config, ConfigError
-from tianjax.envs.factory import HostEnv, make_host_env
-from tianjax.envs.gymnax_env import make_gymnax
-from tianjax.envs.factory import make_jax_env
+from tianjax.core.algorithm import Algorithm
 from tianjax.core.episodes import Episodes, track_episodes, truncation_bootstrap, values_where_cut
 from tianjax.core.rollout import make_rollout
 from tianjax.core.types import EpisodeStats, Trajectory, Transition
-
+from tianjax.envs.factory import HostEnv, make_host_env, make_jax_env
 
 _JAX_BACKENDS = ("gymnax", "jaxmarl", "brax")
 
@@ -48,21 +45,29 @@ def batch_template(config: Config, algo: Algorithm, obs_shape, obs_dtype) -> tup
     act_steps (int64 scalar) is the global env-step count the actor's schedules used."""
     T, B = config.rollout_len, config.num_envs
     sds = jax.ShapeDtypeStruct
-    if config.env_backend == "jaxmarl" or (not algo.buffer.host_envs and config.env_backend in _JAX_BACKENDS):
+    if config.env_backend == "jaxmarl" or (
+        not algo.buffer.host_envs and config.env_backend in _JAX_BACKENDS
+    ):
         # structured observations (MAObs), episodes with wins, sequences with their start
         # carry: the rollout's own shapes
-        init, rollout = make_rollout(make_jax_env(config.env_backend, config.env, config.env_options), algo, B, T)
+        init, rollout = make_rollout(
+            make_jax_env(config.env_backend, config.env, config.env_options), algo, B, T
+        )
         params = jax.eval_shape(algo.init, jax.random.key(0)).params
         state = jax.eval_shape(init, jax.random.key(0))
         _, batch, episodes = jax.eval_shape(rollout, params, 0, state, 0)
         return batch, episodes, sds((), np.int64)
     params = jax.eval_shape(algo.init, jax.random.key(0)).params
-    out = jax.eval_shape(algo.act, params, sds((B,) + tuple(obs_shape), obs_dtype), jax.random.key(0), 0)
+    out = jax.eval_shape(
+        algo.act, params, sds((B,) + tuple(obs_shape), obs_dtype), jax.random.key(0), 0
+    )
     act = sds((T,) + out.action.shape, out.action.dtype)
     obs = sds((T, B) + tuple(obs_shape), obs_dtype)
     if not algo.buffer.host_envs:
-        raise ConfigError(f"config key 'env_backend': '{algo.name}' replays {algo.buffer.items} of a recurrent "
-                          f"policy, which actors run on JAX envs only ({', '.join(_JAX_BACKENDS)})")
+        raise ConfigError(
+            f"config key 'env_backend': '{algo.name}' replays {algo.buffer.items} of a recurrent "
+            f"policy, which actors run on JAX envs only ({', '.join(_JAX_BACKENDS)})"
+        )
     batch = algo.buffer.batch_template(T, B, obs, act, sds((B,) + tuple(obs_shape), obs_dtype))
     f32, i32, b = (sds((T, B), d) for d in (np.float32, np.int32, np.bool_))
     return batch, Episodes(b, f32, i32), sds((), np.int64)
@@ -91,7 +96,9 @@ class JaxSource:
         return self._state.carry
 
     def __call__(self, params, version: int, env_steps: int) -> Rollout:
-        self._state, batch, episodes = self._rollout(params, np.int32(version), self._state, np.int32(env_steps))
+        self._state, batch, episodes = self._rollout(
+            params, np.int32(version), self._state, np.int32(env_steps)
+        )
         batch, episodes = jax.device_get((batch, episodes))
         return Rollout(batch, episodes)
 
@@ -106,10 +113,17 @@ class HostSource:
     the bootstrap values are evaluated once per rollout, batched over the truncated steps.
     """
 
-    def __init__(self, config: Config, algo: Algorithm, seed: int, env: HostEnv | None = None,
-                 key: jax.Array | None = None):
-        self.env = env or make_host_env(config.env_backend, config.env, config.num_envs, seed,
-                                           **config.env_options)
+    def __init__(
+        self,
+        config: Config,
+        algo: Algorithm,
+        seed: int,
+        env: HostEnv | None = None,
+        key: jax.Array | None = None,
+    ):
+        self.env = env or make_host_env(
+            config.env_backend, config.env, config.num_envs, seed, **config.env_options
+        )
         self.algo = algo
         self.T, self.B = config.rollout_len, config.num_envs
         self.replay = algo.buffer.replayed
@@ -154,8 +168,9 @@ class HostSource:
         final_buf = (np.empty if self.replay else np.zeros)((T, B) + obs_shape, self._obs_dtype)
         cut_buf = np.zeros((T, B), bool)
         for t in range(T):
-            self._key, (action, log_prob, value) = self._act(params, self._obs, self._key,
-                                                             np.int32(env_steps + t * B))
+            self._key, (action, log_prob, value) = self._act(
+                params, self._obs, self._key, np.int32(env_steps + t * B)
+            )
             action = np.asarray(action)
             if act_buf is None:
                 act_buf = np.empty((T,) + action.shape, action.dtype)
@@ -177,20 +192,40 @@ class HostSource:
                     final_buf[t, cut] = np.asarray(step.final_obs, self._obs_dtype)[cut]
             # the reported episode is the whole game, scored unclipped (HostStep.report_*);
             # learning above keeps the clipped reward and the per-life ends
-            self._stats, ep_ret[t], ep_len[t] = track_episodes(self._stats, step.report_reward,
-                                                               step.report_done, np)
+            self._stats, ep_ret[t], ep_len[t] = track_episodes(
+                self._stats, step.report_reward, step.report_done, np
+            )
             ep_done[t] = step.report_done
             self._obs = np.asarray(step.obs, self._obs_dtype)
         v_stamp = np.full((T, B), version, np.int32)
         episodes = Episodes(ep_done, ep_ret, ep_len)
         if self.replay:
-            return Rollout(Transition(obs=obs_buf, action=act_buf, reward=rew_buf, next_obs=final_buf,
-                                      terminated=term_buf, version=v_stamp), episodes)
+            return Rollout(
+                Transition(
+                    obs=obs_buf,
+                    action=act_buf,
+                    reward=rew_buf,
+                    next_obs=final_buf,
+                    terminated=term_buf,
+                    version=v_stamp,
+                ),
+                episodes,
+            )
         values = values_where_cut(lambda obs: self._value(params, obs), cut_buf, final_buf, B)
         boot, trunc_obs, trunc_t = truncation_bootstrap(values, cut_buf, final_buf, np)
-        traj = Trajectory(obs=obs_buf, action=act_buf, reward=rew_buf, done=done_buf, bootstrap_value=boot,
-                          behaviour_log_prob=logp_buf, behaviour_value=val_buf, version=v_stamp,
-                          last_obs=self._obs.copy(), trunc_obs=trunc_obs, trunc_t=trunc_t)
+        traj = Trajectory(
+            obs=obs_buf,
+            action=act_buf,
+            reward=rew_buf,
+            done=done_buf,
+            bootstrap_value=boot,
+            behaviour_log_prob=logp_buf,
+            behaviour_value=val_buf,
+            version=v_stamp,
+            last_obs=self._obs.copy(),
+            trunc_obs=trunc_obs,
+            trunc_t=trunc_t,
+        )
         return Rollout(traj, episodes)
 
     def close(self):
@@ -201,8 +236,9 @@ def make_source(config: Config, seed: int):
     """The configured env's rollout source, with the algorithm built for its spaces."""
     if config.env_backend in _JAX_BACKENDS:
         env = make_jax_env(config.env_backend, config.env, config.env_options)
-        algo = make_algorithm(config, env.obs_shape, env.action_spec,
-                              obs_dtype=getattr(env, "obs_dtype", None))
+        algo = make_algorithm(
+            config, env.obs_shape, env.action_spec, obs_dtype=getattr(env, "obs_dtype", None)
+        )
         return JaxSource(config, algo, seed, env=env)
     env = make_host_env(config.env_backend, config.env, config.num_envs, seed, **config.env_options)
     algo = make_algorithm(config, tuple(env.obs_shape), env.action_spec, obs_dtype=env.obs_dtype)

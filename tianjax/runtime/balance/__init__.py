@@ -1,1 +1,2 @@
-"""Balancing production against consumption: counts and hard limits (`limits`) and the pure set-point controller (`controller`)."""
+"""Balancing production against consumption: what is measured (`measures`), the hard limits
+set-point controller (`controller`)."""

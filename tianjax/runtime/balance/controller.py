@@ -124,8 +124,11 @@ class AdaptiveBalance:
     _pace_at: tuple | None = None  # (busy_s, credit_wait_s, actor_wall_s, now) at the last decision
 
     def __post_init__(self):
-        self.actions = Actions(self.max_credits_per_actor * max(self.n_actors, 1),
-                               self.max_publish_every, self.max_reuse)
+        self.actions = Actions(
+            self.max_credits_per_actor * max(self.n_actors, 1),
+            self.max_publish_every,
+            self.max_reuse,
+        )
 
     # ------------------------------------------------------------------ measurements
     def consumed(self, tau_sum: float, samples: int) -> None:
@@ -142,9 +145,16 @@ class AdaptiveBalance:
             self._set(window=self._clip_window(round(share * n_new)))
 
     # ------------------------------------------------------------------ decisions
-    def decide(self, now: float, production_rate: float = 0.0, consumption_rate: float = 0.0,
-               throttled: bool = False, busy_s: float | None = None, credit_wait_s: float | None = None,
-               actor_wall_s: float | None = None) -> Actions:
+    def decide(
+        self,
+        now: float,
+        production_rate: float = 0.0,
+        consumption_rate: float = 0.0,
+        throttled: bool = False,
+        busy_s: float | None = None,
+        credit_wait_s: float | None = None,
+        actor_wall_s: float | None = None,
+    ) -> Actions:
         """The actions from now on. Moves at most once per `period_s`. Off-policy,
         `throttled` says the runtime is holding actors' credits back (the learner behind).
         On-policy, the pace (see `pace`): `busy_s`, the learner's seconds with an update
@@ -223,8 +233,11 @@ class AdaptiveBalance:
         two = self._clip_window(2 * k)
         a = self.actions
         at_two = tau + (two - a.window) / max(k, 1) - (a.publish_every - 1) / 2
-        self.reserve = bool(self.learner_bound) and two > base and (
-            at_two <= self.target_staleness * (1 + self.deadband))
+        self.reserve = (
+            bool(self.learner_bound)
+            and two > base
+            and (at_two <= self.target_staleness * (1 + self.deadband))
+        )
         return two if self.reserve else base
 
     def _decide_replay(self, p: float, c: float, throttled: bool) -> None:
@@ -268,23 +281,28 @@ class AdaptiveBalance:
     def metrics(self) -> dict:
         """Set-point, measurement and action (the report plots them over time)."""
         a = self.actions
-        out = {"balance_adaptive": float(self.adaptive),
-               "balance_window": a.window,
-               "balance_credits_per_actor": a.window / max(self.n_actors, 1),
-               "balance_publish_every": a.publish_every,
-               "balance_max_reuse": a.max_reuse,
-               "balance_moves": self.moves,
-               # the pace as the controller last measured it (1: the learner, 0: the
-               # actors, nan: not yet), and whether the window keeps a batch in reserve
-               "balance_learner_bound": float("nan") if self.learner_bound is None else float(self.learner_bound),
-               "balance_reserve": float(self.reserve)}
+        out = {
+            "balance_adaptive": float(self.adaptive),
+            "balance_window": a.window,
+            "balance_credits_per_actor": a.window / max(self.n_actors, 1),
+            "balance_publish_every": a.publish_every,
+            "balance_max_reuse": a.max_reuse,
+            "balance_moves": self.moves,
+            # the pace as the controller last measured it (1: the learner, 0: the
+            # actors, nan: not yet), and whether the window keeps a batch in reserve
+            "balance_learner_bound": float("nan")
+            if self.learner_bound is None
+            else float(self.learner_bound),
+            "balance_reserve": float(self.reserve),
+        }
         if self.target_replay_ratio is not None:
             out["balance_target_replay_ratio"] = self.target_replay_ratio
             out["balance_replay_ratio_measured"] = self._measured
             out["balance_replay_scale"] = a.replay_scale
             if self.batch_size:
-                out["balance_grad_steps"] = (self.target_replay_ratio * a.replay_scale * self.traj_samples
-                                             / self.batch_size)
+                out["balance_grad_steps"] = (
+                    self.target_replay_ratio * a.replay_scale * self.traj_samples / self.batch_size
+                )
         else:
             out["balance_target_staleness"] = self.target_staleness
             out["balance_staleness_measured"] = self._measured

@@ -44,7 +44,9 @@ class Limits:
 
     def fresh_enough(self, behaviour_version: int, learner_version: int) -> bool:
         """Admission again, at consumption: a pooled trajectory may still be learned from."""
-        return bool(admissible(int(staleness(learner_version, behaviour_version)), self.max_staleness))
+        return bool(
+            admissible(int(staleness(learner_version, behaviour_version)), self.max_staleness)
+        )
 
     def accept_more(self, pool_size: int) -> bool:
         """Flow control: read the trajectory socket only while the pool has room."""

@@ -27,7 +27,9 @@ class Measures:
     produced: int = 0  # samples (env steps) admitted
     consumed: int = 0  # samples learned from, reuse counted
     fresh: int = 0  # samples learned from for the first time (consumed less reuse)
-    dropped: int = 0  # samples refused at admission (too stale, or past the budget) or expired in the pool
+    dropped: int = (
+        0  # samples refused at admission (too stale, or past the budget) or expired in the pool
+    )
     expired: int = 0  # of those, admitted samples that aged past max_staleness in the pool
     reused_batches: int = 0
     throttled: int = 0  # times the pool was full and the socket left unread
@@ -36,7 +38,9 @@ class Measures:
     # staleness counts {tau: samples}: bounded memory however long the run
     _tau_consumed: collections.Counter = field(default_factory=collections.Counter)
     _tau_arrival: collections.Counter = field(default_factory=collections.Counter)
-    _tau_interval: collections.Counter = field(default_factory=collections.Counter)  # since the last take
+    _tau_interval: collections.Counter = field(
+        default_factory=collections.Counter
+    )  # since the last take
 
     # ------------------------------------------------------------------ counting
     def arrival(self, tau: int, samples: int, now: float, admitted: bool) -> None:
@@ -64,8 +68,14 @@ class Measures:
         self.throttled += 1
 
     # ------------------------------------------------------------------ measurements
-    def consumed_batch(self, taus: np.ndarray, samples: int, now: float, reuse: bool = False,
-                       fresh: int | None = None) -> None:
+    def consumed_batch(
+        self,
+        taus: np.ndarray,
+        samples: int,
+        now: float,
+        reuse: bool = False,
+        fresh: int | None = None,
+    ) -> None:
         """`samples` learned from, `fresh` of them for the first time (default: all of them
         unless `reuse`)."""
         self.consumed += samples
@@ -113,17 +123,35 @@ class Measures:
 
     def state_dict(self) -> dict:
         """The counters and staleness counts, JSON-able (checkpoints); rates start afresh."""
-        return {"produced": self.produced, "consumed": self.consumed, "fresh": self.fresh,
-                "dropped": self.dropped, "expired": self.expired,
-                "reused_batches": self.reused_batches, "throttled": self.throttled,
-                "tau_consumed": {str(t): c for t, c in self._tau_consumed.items()},
-                "tau_arrival": {str(t): c for t, c in self._tau_arrival.items()}}
+        return {
+            "produced": self.produced,
+            "consumed": self.consumed,
+            "fresh": self.fresh,
+            "dropped": self.dropped,
+            "expired": self.expired,
+            "reused_batches": self.reused_batches,
+            "throttled": self.throttled,
+            "tau_consumed": {str(t): c for t, c in self._tau_consumed.items()},
+            "tau_arrival": {str(t): c for t, c in self._tau_arrival.items()},
+        }
 
     def load_state_dict(self, state: dict) -> None:
-        for k in ("produced", "consumed", "fresh", "dropped", "expired", "reused_batches", "throttled"):
+        for k in (
+            "produced",
+            "consumed",
+            "fresh",
+            "dropped",
+            "expired",
+            "reused_batches",
+            "throttled",
+        ):
             setattr(self, k, int(state.get(k, 0)))
-        self._tau_consumed = collections.Counter({int(t): int(c) for t, c in state["tau_consumed"].items()})
-        self._tau_arrival = collections.Counter({int(t): int(c) for t, c in state["tau_arrival"].items()})
+        self._tau_consumed = collections.Counter(
+            {int(t): int(c) for t, c in state["tau_consumed"].items()}
+        )
+        self._tau_arrival = collections.Counter(
+            {int(t): int(c) for t, c in state["tau_arrival"].items()}
+        )
 
     def arrival_histogram(self) -> dict:
         """{tau: count} of arriving samples (admitted or not)."""

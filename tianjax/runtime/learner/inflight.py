@@ -31,7 +31,9 @@ import numpy as np
 def to_host(tree):
     """numpy copies of replicated arrays (works when other processes hold parts of the
     mesh); waits for the arrays to be computed."""
-    return jax.tree.map(lambda x: np.asarray(x.addressable_data(0)) if isinstance(x, jax.Array) else x, tree)
+    return jax.tree.map(
+        lambda x: np.asarray(x.addressable_data(0)) if isinstance(x, jax.Array) else x, tree
+    )
 
 
 class InFlight:
@@ -40,7 +42,9 @@ class InFlight:
     def __init__(self, limit: int = 2):
         self.limit = max(int(limit), 1)
         self._cv = threading.Condition()
-        self._waiting: collections.deque = collections.deque()  # (metrics, t_dispatch), oldest first
+        self._waiting: collections.deque = (
+            collections.deque()
+        )  # (metrics, t_dispatch), oldest first
         self._done: collections.deque = collections.deque()  # host metrics, oldest first
         self._unresolved = 0  # added, not yet taken by the thread's read
         self._stop = False
@@ -57,7 +61,9 @@ class InFlight:
         with self._cv:
             if self._thread is None:
                 self._stop = False
-                self._thread = threading.Thread(target=self._run, name="tianjax-inflight", daemon=True)
+                self._thread = threading.Thread(
+                    target=self._run, name="tianjax-inflight", daemon=True
+                )
                 self._thread.start()
             self._waiting.append((metrics, t_dispatch))
             self._unresolved += 1
@@ -95,8 +101,11 @@ class InFlight:
         if thread is not None:
             thread.join(timeout_s)
             if thread.is_alive():
-                print(f"tianjax: warning: the update read-back thread did not stop within {timeout_s:g} s",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"tianjax: warning: the update read-back thread did not stop within {timeout_s:g} s",
+                    file=sys.stderr,
+                    flush=True,
+                )
         self._thread = None
 
     def _raise(self) -> None:

@@ -59,9 +59,21 @@ class Ingress:
     env_steps, now, wins)`: takes the episodes that finished; `replay`: the replay buffer
     admitted trajectories go to (None: the pool)."""
 
-    def __init__(self, config: Config, mode: Mode, control: ControlServer, rx: Receiver, limits: Limits,
-                 controller: AdaptiveBalance, *, budget: int, version: Callable[[], int],
-                 publish: Callable[[], None], episodes: Callable, replay: ReplayBatches | None = None):
+    def __init__(
+        self,
+        config: Config,
+        mode: Mode,
+        control: ControlServer,
+        rx: Receiver,
+        limits: Limits,
+        controller: AdaptiveBalance,
+        *,
+        budget: int,
+        version: Callable[[], int],
+        publish: Callable[[], None],
+        episodes: Callable,
+        replay: ReplayBatches | None = None,
+    ):
         self.config, self.mode, self.control, self.rx = config, mode, control, rx
         self.limits, self.measures = limits, limits.measures
         self.controller, self.replay = controller, replay
@@ -70,7 +82,9 @@ class Ingress:
         self.pool = Pool(limits, self.traj_steps, self.grant)
         self.held: collections.deque = collections.deque()  # replay: credits held back while behind
         self.actors: dict[bytes, ActorLedger] = {}  # connection identity -> what is known of it
-        self.actor_time_s: dict[bytes, dict] = {}  # identity -> where its time went (its newest heartbeat)
+        self.actor_time_s: dict[
+            bytes, dict
+        ] = {}  # identity -> where its time went (its newest heartbeat)
         self.env_steps = 0  # admitted
         self.act_steps = 0  # the global env-step count the newest admitted trajectory was acted at
         self.lag_max = 0  # since the last record: max (env steps admitted - that count) on arrival
@@ -87,7 +101,11 @@ class Ingress:
         """Trajectories the budget still allows beyond those admitted and in flight. (An actor
         not heard from for the heartbeat timeout is gone: its slots no longer count.)"""
         now, limit = time.perf_counter(), self.config.runtime.heartbeat_timeout_s
-        outstanding = sum(max(info.outstanding, 0) for info in self.actors.values() if info.silent_for(now) <= limit)
+        outstanding = sum(
+            max(info.outstanding, 0)
+            for info in self.actors.values()
+            if info.silent_for(now) <= limit
+        )
         return (self.budget - self.measures.produced) // self.traj_steps - outstanding
 
     def window(self, ident: bytes) -> int:
@@ -130,10 +148,15 @@ class Ingress:
         moves, decided = controller.moves, controller.decisions
         throttled = self.replay is not None and self.replay.throttled
         times = self.actor_time_summary()["actor_time_s"] if self.actor_time_s else None
-        actions = controller.decide(now, measures.production_rate(now), measures.consumption_rate(now),
-                                    throttled=throttled, busy_s=busy_s,
-                                    credit_wait_s=times and times["waiting_credit"],
-                                    actor_wall_s=times and times["wall"])
+        actions = controller.decide(
+            now,
+            measures.production_rate(now),
+            measures.consumption_rate(now),
+            throttled=throttled,
+            busy_s=busy_s,
+            credit_wait_s=times and times["waiting_credit"],
+            actor_wall_s=times and times["wall"],
+        )
         if self.replay is not None and controller.decisions != decided:
             self.replay.throttled = False  # a new period
         if controller.moves == moves:
@@ -197,8 +220,11 @@ class Ingress:
         # mode): the slots it held are gone with it. Left in, they would count against the
         # budget until its silence timed out, and near the end of a run the learner would
         # wait for trajectories no one can send
-        replaced = (kind == "register" and count(msg.get("actor")) is not None
-                    and self._drop(msg.get("actor"), keep=ident))
+        replaced = (
+            kind == "register"
+            and count(msg.get("actor")) is not None
+            and self._drop(msg.get("actor"), keep=ident)
+        )
         new = ident not in self.actors
         info = self.actors.setdefault(ident, ActorLedger(actor=msg.get("actor"), last_traj=now))
         info.last_seen = now
@@ -223,9 +249,14 @@ class Ingress:
             self.grant(ident, window)
             self.publish()  # a late joiner gets the current parameters at once
             return
-        lost, info.claim = lost_trajectories(info.claim, sent, info.accounted, now,
-                                                LOST_AFTER_BEATS * self.config.runtime.heartbeat_s,
-                                                self.rx.backlog_empty)
+        lost, info.claim = lost_trajectories(
+            info.claim,
+            sent,
+            info.accounted,
+            now,
+            LOST_AFTER_BEATS * self.config.runtime.heartbeat_s,
+            self.rx.backlog_empty,
+        )
         if lost:
             # trajectories it sent long ago that never came (rejected on the way, or a
             # connection that broke with them queued): hand their slots back
@@ -244,14 +275,22 @@ class Ingress:
             for k in total:
                 total[k] += times[k]
         waited = total["waiting_credit"] + total["waiting_params"] + total["sending"]
-        return {"actor_time_s": total, "actor_wait_fraction": waited / total["wall"] if total["wall"] else None}
+        return {
+            "actor_time_s": total,
+            "actor_wait_fraction": waited / total["wall"] if total["wall"] else None,
+        }
 
     def actor_counts(self) -> dict:
         """Per actor id: trajectories received from it, and what its newest heartbeat (at most
         `runtime.heartbeat_s` old, from its current process) said it had sent and stepped."""
         ids = sorted(set(self.received_by_actor) | set(self.reported_by_actor))
-        return {str(a): {"received": self.received_by_actor.get(a, 0), **self.reported_by_actor.get(a, {})}
-                for a in ids}
+        return {
+            str(a): {
+                "received": self.received_by_actor.get(a, 0),
+                **self.reported_by_actor.get(a, {}),
+            }
+            for a in ids
+        }
 
     def pump(self, timeout_ms: int) -> int:
         """Waits up to timeout_ms for control messages and trajectories and takes in what
@@ -272,7 +311,11 @@ class Ingress:
         if self.rx.wake in events:
             self.rx.drain_wake()
         received = 0
-        while room and len(self.pool) < self.config.runtime.max_pool and (item := self.rx.take()) is not None:
+        while (
+            room
+            and len(self.pool) < self.config.runtime.max_pool
+            and (item := self.rx.take()) is not None
+        ):
             self.ingest(*item, now)
             received += 1
         return received
@@ -288,8 +331,11 @@ class Ingress:
         # NOTE: read what waits on the control socket first: after a long update the
         # heartbeats that arrived meanwhile are queued, not missing
         self._drain_control(now)
-        return sorted(info.actor for info in self.actors.values()
-                      if isinstance(info.actor, int) and info.silent_for(now) > limit)
+        return sorted(
+            info.actor
+            for info in self.actors.values()
+            if isinstance(info.actor, int) and info.silent_for(now) > limit
+        )
 
     def forget_actor(self, actor_id: int) -> None:
         """Drops an actor that is being replaced; its replacement registers afresh. What it
@@ -299,7 +345,9 @@ class Ingress:
 
     def _drop(self, actor_id, keep: bytes | None = None) -> bool:
         """Removes every identity of `actor_id` but `keep`; returns whether any was."""
-        gone = [ident for ident, info in self.actors.items() if ident != keep and info.actor == actor_id]
+        gone = [
+            ident for ident, info in self.actors.items() if ident != keep and info.actor == actor_id
+        ]
         for ident in gone:
             del self.actors[ident]
             self.control.forget(ident)

@@ -39,24 +39,23 @@ import numpy as np
 from tianjax.algos import make_algorithm
 from tianjax.config import Config
 from tianjax.core.staleness import staleness
+from tianjax.envs.factory import env_spec
 from tianjax.metrics import Progress, RunLogger
-from tianjax.runtime.process import shutdown
+from tianjax.runtime.actor.sources import batch_template
 from tianjax.runtime.balance.controller import AdaptiveBalance
 from tianjax.runtime.balance.limits import Limits
+from tianjax.runtime.learner.batches.onpolicy import Choice
+from tianjax.runtime.learner.batches.replay import ReplayBatches
 from tianjax.runtime.learner.inflight import InFlight, to_host
 from tianjax.runtime.learner.ingress import Ingress
 from tianjax.runtime.learner.io import LearnerIO
+from tianjax.runtime.learner.sharded_update import ShardedUpdate
 from tianjax.runtime.learner.stats import LearnerStats
-from tianjax.runtime.learner.batches.onpolicy import Choice
+from tianjax.runtime.learner.watchdog import ArrivalWatch
 from tianjax.runtime.modes import mode_of
+from tianjax.runtime.process import shutdown
 from tianjax.runtime.record.outcome import RunOutcome
 from tianjax.runtime.record.recorder import RunRecorder
-from tianjax.runtime.learner.batches.replay import ReplayBatches
-from tianjax.runtime.learner.sharded_update import ShardedUpdate
-from tianjax.runtime.actor.sources import batch_template
-from tianjax.envs.factory import env_spec
-from tianjax.runtime.learner.watchdog import ArrivalWatch
-
 
 # Updates dispatched behind the running one. One: when an update ends the next is already
 # on the device, so the learner does not idle between them, and the loop takes the batch
@@ -81,10 +80,17 @@ PUBLISH_WAIT_S = 0.02
 class Learner:
     """The learner process's state and loop. `endpoints` are where actors connect."""
 
-    def __init__(self, config: Config, run_key, logger: RunLogger | None = None,
-                 progress: Progress | None = None, endpoints: dict | None = None,
-                 checkpoint_root: str | None = None, ipc_dir: str | None = None,
-                 listen_fds: dict | None = None):
+    def __init__(
+        self,
+        config: Config,
+        run_key,
+        logger: RunLogger | None = None,
+        progress: Progress | None = None,
+        endpoints: dict | None = None,
+        checkpoint_root: str | None = None,
+        ipc_dir: str | None = None,
+        listen_fds: dict | None = None,
+    ):
         """`checkpoint_root`: the run directory whose checkpoints/ this learner writes
         (default: the logger's run directory; none without a logger). In a multi-process
         run every learner process must name the same one. `ipc_dir`: where ipc sockets
@@ -94,57 +100,115 @@ class Learner:
         self.mode = mode_of(config)
         rt = config.runtime
         obs_shape, obs_dtype, action_spec = env_spec(config)
-        self.algo = make_algorithm(config, obs_shape, action_spec,
-                                   correct_staleness=config.staleness.correct, obs_dtype=obs_dtype)
+        self.algo = make_algorithm(
+            config,
+            obs_shape,
+            action_spec,
+            correct_staleness=config.staleness.correct,
+            obs_dtype=obs_dtype,
+        )
         self.template = batch_template(config, self.algo, obs_shape, obs_dtype)
-        self.replay = ReplayBatches(config, self.algo, self.template[0]) \
-            if self.algo.buffer.replayed else None
-        self.sgd = ShardedUpdate(config, self.algo, self.template[0], config.batch_trajectories, mode=self.mode,
-                                 items=self.replay and self.replay.items,
-                                 update=self.replay and self.replay.update_fn(self.algo.update))
+        self.replay = (
+            ReplayBatches(config, self.algo, self.template[0])
+            if self.algo.buffer.replayed
+            else None
+        )
+        self.sgd = ShardedUpdate(
+            config,
+            self.algo,
+            self.template[0],
+            config.batch_trajectories,
+            mode=self.mode,
+            items=self.replay and self.replay.items,
+            update=self.replay and self.replay.update_fn(self.algo.update),
+        )
         self.mesh = self.sgd.mesh
         self.state = self.sgd.init_state(config.seed)
         self.compile_time_s = 0.0
 
-        self.io = LearnerIO(config, run_key, self.template, self.sgd.placer(), lambda: self.env_steps,
-                            endpoints, ipc_dir, listen_fds)
-        self.net, self.traj_in, self.control, self.rx = self.io.net, self.io.traj_in, self.io.control, self.io.rx
+        self.io = LearnerIO(
+            config,
+            run_key,
+            self.template,
+            self.sgd.placer(),
+            lambda: self.env_steps,
+            endpoints,
+            ipc_dir,
+            listen_fds,
+        )
+        self.net, self.traj_in, self.control, self.rx = (
+            self.io.net,
+            self.io.traj_in,
+            self.io.control,
+            self.io.rx,
+        )
         # updates run while the loop goes on; a third thread reads their results back
         self.inflight = InFlight(limit=QUEUED + 1)
         self._dispatches = 0  # updates dispatched by this session
         self._pending: list[dict] = []  # read-back metrics of finished updates, not yet logged
-        self.limits = Limits(config.staleness.max_staleness, rt.max_pool,
-                             rt.max_reuse if jax.process_count() == 1 else 0)
+        self.limits = Limits(
+            config.staleness.max_staleness,
+            rt.max_pool,
+            rt.max_reuse if jax.process_count() == 1 else 0,
+        )
         self.measures = self.limits.measures
         self.traj_steps = config.rollout_len * config.num_envs
         # the set-point controller: the runtime's credits, publish_every and reuse are its bounds
         bc = config.balance
         self.controller = AdaptiveBalance(
-            adaptive=config.balance_adaptive, target_staleness=bc.target_staleness,
-            batch_trajectories=config.batch_trajectories, max_credits_per_actor=rt.credits_per_actor,
-            max_publish_every=rt.publish_every, max_reuse=self.limits.max_reuse,
-            n_actors=max(config.num_actors, 1), period_s=bc.period_s, deadband=bc.deadband,
+            adaptive=config.balance_adaptive,
+            target_staleness=bc.target_staleness,
+            batch_trajectories=config.batch_trajectories,
+            max_credits_per_actor=rt.credits_per_actor,
+            max_publish_every=rt.publish_every,
+            max_reuse=self.limits.max_reuse,
+            n_actors=max(config.num_actors, 1),
+            period_s=bc.period_s,
+            deadband=bc.deadband,
             target_replay_ratio=self.replay.ratio if self.replay else None,
-            traj_samples=self.traj_steps, batch_size=self.replay.batch_samples if self.replay else 0)
+            traj_samples=self.traj_steps,
+            batch_size=self.replay.batch_samples if self.replay else 0,
+        )
         # env steps the actors may produce: on-policy, whole updates' worth (the schedules
         # end there); off-policy, whole trajectories' worth of total_env_steps
         unit = self.traj_steps if self.algo.buffer.replayed else config.steps_per_update
         self.budget = config.total_env_steps // unit * unit
         self.n_updates = self.budget // config.steps_per_update  # on-policy: fresh batches
         self.fresh_updates = 0  # fresh batches taken (the loop's count: a skipped one too)
-        self._counted: collections.deque = collections.deque()  # fresh samples of each update in flight
+        self._counted: collections.deque = (
+            collections.deque()
+        )  # fresh samples of each update in flight
         self.skipped_fresh_samples = 0  # fresh samples of updates skipped for non-finite gradients
         self.resume_unlearned_samples = 0  # pooled at the checkpoint resumed from: acted again
         self.recorder = RunRecorder(config, logger, progress)
         self.tracker = self.recorder.tracker
-        self.ingress = Ingress(config, self.mode, self.control, self.rx, self.limits, self.controller, budget=self.budget,
-                               version=lambda: self.state_version, publish=self.publish,
-                               episodes=self.recorder.add, replay=self.replay)
+        self.ingress = Ingress(
+            config,
+            self.mode,
+            self.control,
+            self.rx,
+            self.limits,
+            self.controller,
+            budget=self.budget,
+            version=lambda: self.state_version,
+            publish=self.publish,
+            episodes=self.recorder.add,
+            replay=self.replay,
+        )
         self.pool, self.actors = self.ingress.pool, self.ingress.actors
         self.batches = self._batch_strategy()
-        self.stats = LearnerStats(config, self.algo, self.ingress, self.measures, self.controller, self.inflight,
-                                    self.replay, (self.traj_in, self.control), self.net,
-                                    int(self.mesh.devices.size))
+        self.stats = LearnerStats(
+            config,
+            self.algo,
+            self.ingress,
+            self.measures,
+            self.controller,
+            self.inflight,
+            self.replay,
+            (self.traj_in, self.control),
+            self.net,
+            int(self.mesh.devices.size),
+        )
         # says so while no actor has registered (a multi-host launch sets which flags)
         self.watch = ArrivalWatch(rt.connect_timeout_s, rt.heartbeat_timeout_s)
         self._published_steps = 0  # the env-step count the last publication carried
@@ -161,7 +225,9 @@ class Learner:
     def _batch_strategy(self):
         if self.replay is not None:
             return self.replay
-        return self.mode.batches(self.pool, self.config.batch_trajectories, self.limits, self.sgd.split)
+        return self.mode.batches(
+            self.pool, self.config.batch_trajectories, self.limits, self.sgd.split
+        )
 
     def compile(self) -> None:
         """Compiles the update. Separate from __init__ so that a launcher can bind the
@@ -234,14 +300,18 @@ class Learner:
     def finished(self) -> bool:
         """The budget is spent: every fresh batch learned from (on-policy), or every admitted
         sample learned from as often as the replay ratio says (off-policy)."""
-        if self.measures.produced < self.budget or (jax.process_count() > 1 and self.replay is None):
+        if self.measures.produced < self.budget or (
+            jax.process_count() > 1 and self.replay is None
+        ):
             # NOTE: every process of a multi-process run must take the same number of
             # (collective) updates: there only the count of fresh batches decides
             return self.fresh_updates >= self.n_updates and self.replay is None
         return self.batches.drained()
 
     # ------------------------------------------------------------------ the loop
-    def run(self, should_stop: Callable[[], bool] = lambda: False, t_start: float | None = None) -> RunOutcome:
+    def run(
+        self, should_stop: Callable[[], bool] = lambda: False, t_start: float | None = None
+    ) -> RunOutcome:
         """Trains until the budget is spent (see finished(); counting what the run it resumed
         learned), `should_stop()` says so, or an error. Checkpoints every
         `checkpoint.every` updates and, with `checkpoint.final`, at the end, including an
@@ -273,13 +343,18 @@ class Learner:
             # NOTE: in a multi-process run every learner must join a save; after a failure
             # on one of them the others would wait for it, so only a whole run saves there.
             # Interrupted mid-update (the state donated), the last periodic one stands.
-            rec.final_checkpoint(lambda: self.save_checkpoint(time.perf_counter()), tolerant=True,
-                                 allowed=completed or jax.process_count() == 1)
+            rec.final_checkpoint(
+                lambda: self.save_checkpoint(time.perf_counter()),
+                tolerant=True,
+                allowed=completed or jax.process_count() == 1,
+            )
         return self.result()
 
     def _loop(self, should_stop) -> None:
         cfg, rt = self.config, self.config.runtime
-        exact = self.mode.exact_versions or jax.process_count() > 1  # the version read back after each update
+        exact = (
+            self.mode.exact_versions or jax.process_count() > 1
+        )  # the version read back after each update
         self._pending = []
         self.publish()
         last_publish = time.perf_counter()
@@ -295,7 +370,9 @@ class Learner:
             # look again within 5 ms: when it ends, a reuse pass may be due.
             received = self.pump(0 if busy else 5 if self.inflight.pending else 50)
             now = time.perf_counter()
-            self.watch.check(now, received, len(self.actors), started=self.env_steps != self.recorder.env_steps0)
+            self.watch.check(
+                now, received, len(self.actors), started=self.env_steps != self.recorder.env_steps0
+            )
             self.ingress.steer(now, self.inflight.busy_s)
             # NOTE: a batch is taken (its credits handed back) only while at most QUEUED
             # updates are dispatched and unread: one runs, one waits behind it on the device,
@@ -312,8 +389,11 @@ class Learner:
             if choice is None:
                 # slow joiners and restarted actors catch up; actor-side schedules (epsilon)
                 # hear of the env steps admitted while no update runs (before learning starts)
-                moved = (self.algo.schedules is not None
-                         and self.env_steps - self._published_steps >= self.traj_steps * max(len(self.actors), 1))
+                moved = (
+                    self.algo.schedules is not None
+                    and self.env_steps - self._published_steps
+                    >= self.traj_steps * max(len(self.actors), 1)
+                )
                 if now - last_publish > rt.heartbeat_s or moved:
                     self.publish()
                     last_publish = now
@@ -378,9 +458,14 @@ class Learner:
         now = time.perf_counter()
         fields = self.stats.fields(now, self._pending)
         self._pending = []
-        self.recorder.record(self.env_steps, self.state_version, now,
-                             rates=self.stats.rates(max(now - self.recorder.t_train, 1e-9)), fields=fields,
-                             shown={"tau": fields["staleness_mean"]})
+        self.recorder.record(
+            self.env_steps,
+            self.state_version,
+            now,
+            rates=self.stats.rates(max(now - self.recorder.t_train, 1e-9)),
+            fields=fields,
+            shown={"tau": fields["staleness_mean"]},
+        )
 
     def _checkpoint_tree(self) -> dict:
         tree = {"learner": self.state}
@@ -409,29 +494,51 @@ class Learner:
         # resumed from here acts them again instead of ending short of its fresh budget;
         # `unlearned_samples` says how many that was (the summary reports it)
         pooled = 0 if self.replay is not None else len(self.pool) * self.traj_steps
-        counters = dict(updates=self.state_version, env_steps=self.env_steps - pooled,
-                        fresh_updates=self.fresh_updates, unlearned_samples=pooled)
+        counters = dict(
+            updates=self.state_version,
+            env_steps=self.env_steps - pooled,
+            fresh_updates=self.fresh_updates,
+            unlearned_samples=pooled,
+        )
         balance = self.measures.state_dict()
         balance["produced"] -= pooled
-        replay = self.replay.counters() if self.replay else dict(learned=0, replay_added=0, replay_earned=0.0)
+        replay = (
+            self.replay.counters()
+            if self.replay
+            else dict(learned=0, replay_added=0, replay_earned=0.0)
+        )
         with self.io.fd_reserve.released():
             # the run's wall time so far (elapsed() already goes on from a resumed run's)
-            rec.save(self.state_version, self._checkpoint_tree(), now, counters,
-                     dict(balance=balance, **replay))
+            rec.save(
+                self.state_version,
+                self._checkpoint_tree(),
+                now,
+                counters,
+                dict(balance=balance, **replay),
+            )
 
     def result(self) -> RunOutcome:
         now = time.perf_counter()
         return self.recorder.result(
-            params=to_host(self.state.params), algo=self.algo, env=None, env_steps=self.env_steps,
-            updates=self.state_version, skipped_updates=int(to_host(self.state.skipped_updates)),
-            compile_time_s=self.compile_time_s, interrupted=self.interrupted, now=now,
-            extra_summary={**self.stats.summary(now, self.recorder.session_time(now)),
-                           "learner_incarnation": self.address,
-                           # fresh samples of updates skipped for non-finite gradients
-                           # (not counted as fresh), and pooled samples the checkpoint this
-                           # run resumed from left out (acted again)
-                           "skipped_fresh_samples": self.skipped_fresh_samples,
-                           "resume_unlearned_samples": self.resume_unlearned_samples})
+            params=to_host(self.state.params),
+            algo=self.algo,
+            env=None,
+            env_steps=self.env_steps,
+            updates=self.state_version,
+            skipped_updates=int(to_host(self.state.skipped_updates)),
+            compile_time_s=self.compile_time_s,
+            interrupted=self.interrupted,
+            now=now,
+            extra_summary={
+                **self.stats.summary(now, self.recorder.session_time(now)),
+                "learner_incarnation": self.address,
+                # fresh samples of updates skipped for non-finite gradients
+                # (not counted as fresh), and pooled samples the checkpoint this
+                # run resumed from left out (acted again)
+                "skipped_fresh_samples": self.skipped_fresh_samples,
+                "resume_unlearned_samples": self.resume_unlearned_samples,
+            },
+        )
 
     # ------------------------------------------------------------------ shutdown
     def stop_actors(self, error: str | None = None) -> None:

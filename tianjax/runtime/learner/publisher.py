@@ -32,14 +32,15 @@ import numpy as np
 from tianjax.runtime.learner.inflight import to_host
 from tianjax.transport.channels import ParamPublisher
 
-
 _SERVE_S = 0.1  # how often an idle publisher reads the subscriptions that arrived
 _HELD = 4  # offers held at most (the oldest goes first: a later one supersedes it)
 
 
 def _computed(item) -> bool:
     """Whether an offer's arrays are all computed (jax.Array.is_ready; host values always are)."""
-    return all(x.is_ready() for x in jax.tree.leaves(item) if callable(getattr(x, "is_ready", None)))
+    return all(
+        x.is_ready() for x in jax.tree.leaves(item) if callable(getattr(x, "is_ready", None))
+    )
 
 
 class Publisher:
@@ -75,7 +76,9 @@ class Publisher:
                 self._held.popleft()
             if self._thread is None:
                 self._stop = False
-                self._thread = threading.Thread(target=self._run, name="tianjax-publisher", daemon=True)
+                self._thread = threading.Thread(
+                    target=self._run, name="tianjax-publisher", daemon=True
+                )
                 self._thread.start()
             self._cv.notify()
 
@@ -101,8 +104,11 @@ class Publisher:
         if thread is not None:
             thread.join(timeout_s)
             if thread.is_alive():
-                print(f"tianjax: warning: the parameter publisher thread did not stop within {timeout_s:g} s",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"tianjax: warning: the parameter publisher thread did not stop within {timeout_s:g} s",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 return False
         with self._cv:
             self._thread = None
@@ -120,7 +126,9 @@ class Publisher:
                         item = None
                     else:
                         # the newest offer already computed supersedes those before it
-                        last = max((i for i, it in enumerate(self._held) if _computed(it)), default=0)
+                        last = max(
+                            (i for i, it in enumerate(self._held) if _computed(it)), default=0
+                        )
                         for _ in range(last):
                             self._held.popleft()
                         item = self._held.popleft()

@@ -54,8 +54,13 @@ class Receiver:
     (in the learner's thread) that becomes readable when something is ready; take() gives
     the next (message, finite) pair or None."""
 
-    def __init__(self, channel: TrajectoryReceiver, ctx: zmq.Context, max_ready: int = 2,
-                 place: Callable[[Any], Any] | None = None):
+    def __init__(
+        self,
+        channel: TrajectoryReceiver,
+        ctx: zmq.Context,
+        max_ready: int = 2,
+        place: Callable[[Any], Any] | None = None,
+    ):
         """`place(tree) -> tree` is applied to each finite message's tree in the thread."""
         self.channel = channel
         self.place = place
@@ -95,8 +100,11 @@ class Receiver:
             self._space.set()
             self._thread.join(JOIN_S)
             if self._thread.is_alive():
-                print(f"tianjax: warning: the trajectory receiver thread did not stop within {JOIN_S:g} s",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"tianjax: warning: the trajectory receiver thread did not stop within {JOIN_S:g} s",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 return False
             self._thread = None
         return True

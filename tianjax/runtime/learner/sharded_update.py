@@ -25,10 +25,10 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from tianjax.core.algorithm import Algorithm
 from tianjax.config import Config
-from tianjax.runtime.modes import MODES, Mode
+from tianjax.core.algorithm import Algorithm
 from tianjax.runtime.learner.batches.axes import batch_axis, concat_batches
+from tianjax.runtime.modes import MODES, Mode
 
 
 def learner_mesh(config: Config) -> Mesh:
@@ -48,7 +48,9 @@ def _widened(batch, k: int):
         shape[batch_axis(name, type(batch))] *= k
         return jax.ShapeDtypeStruct(tuple(shape), x.dtype)
 
-    return type(batch)(*[jax.tree.map(lambda x, n=n: widen(n, x), getattr(batch, n)) for n in batch._fields])
+    return type(batch)(
+        *[jax.tree.map(lambda x, n=n: widen(n, x), getattr(batch, n)) for n in batch._fields]
+    )
 
 
 class ShardedUpdate:
@@ -56,8 +58,16 @@ class ShardedUpdate:
     per process make an on-policy batch. `items`: off-policy, one process's replay sample
     (ShapeDtypeStructs), and `update(state, sample, fresh)` the update on it."""
 
-    def __init__(self, config: Config, algo: Algorithm, template, local_trajectories: int,
-                 items=None, update: Callable | None = None, mode: Mode | None = None):
+    def __init__(
+        self,
+        config: Config,
+        algo: Algorithm,
+        template,
+        local_trajectories: int,
+        items=None,
+        update: Callable | None = None,
+        mode: Mode | None = None,
+    ):
         self.algo = algo
         self._template, self._k = template, local_trajectories
         self.mesh = learner_mesh(config)
@@ -65,28 +75,46 @@ class ShardedUpdate:
         n_dev = self.mesh.devices.size
         width = local_trajectories * config.num_envs * jax.process_count()
         if width % n_dev:
-            raise ValueError(f"config key 'num_envs': the batch width {width} must divide over "
-                             f"{n_dev} learner devices")
+            raise ValueError(
+                f"config key 'num_envs': the batch width {width} must divide over "
+                f"{n_dev} learner devices"
+            )
         kind = type(template)
         wide = _widened(template, local_trajectories * jax.process_count())
         # of one trajectory's fields, as of the batch's
-        self.traj_sharding = kind(*[
-            jax.tree.map(lambda _, a=batch_axis(name, kind): NamedSharding(self.mesh, P(*([None] * a), "data")),
-                         getattr(wide, name))
-            for name in wide._fields])
+        self.traj_sharding = kind(
+            *[
+                jax.tree.map(
+                    lambda _, a=batch_axis(name, kind): NamedSharding(
+                        self.mesh, P(*([None] * a), "data")
+                    ),
+                    getattr(wide, name),
+                )
+                for name in wide._fields
+            ]
+        )
         self.replay = items is not None
         if self.replay:
             n = jax.process_count()
-            self.global_sds = jax.tree.map(lambda x: jax.ShapeDtypeStruct((x.shape[0] * n,) + x.shape[1:], x.dtype),
-                                           items)
-            self.batch_sharding = jax.tree.map(lambda _: NamedSharding(self.mesh, P("data")), self.global_sds)
+            self.global_sds = jax.tree.map(
+                lambda x: jax.ShapeDtypeStruct((x.shape[0] * n,) + x.shape[1:], x.dtype), items
+            )
+            self.batch_sharding = jax.tree.map(
+                lambda _: NamedSharding(self.mesh, P("data")), self.global_sds
+            )
         else:
             self.global_sds, self.batch_sharding = wide, self.traj_sharding
         self._update = update or algo.update
         # on-policy reuse with a split update (PPO): prepare once per batch, learn per pass
         mode = mode if mode is not None else MODES.get(config.mode)  # (None in fused mode)
-        self.split = (algo.prepare is not None and not self.replay and mode is not None and mode.reuses
-                      and config.runtime.max_reuse > 0 and jax.process_count() == 1)
+        self.split = (
+            algo.prepare is not None
+            and not self.replay
+            and mode is not None
+            and mode.reuses
+            and config.runtime.max_reuse > 0
+            and jax.process_count() == 1
+        )
         self.placed = not self.replay and jax.process_count() == 1 and n_dev == 1
         self.update = None  # compiled by compile()
         self._prepared = None
@@ -101,18 +129,40 @@ class ShardedUpdate:
         replicated, fresh = self.replicated, jax.ShapeDtypeStruct((), np.bool_)
         self._compile_join()
         if not self.split:
-            self.update = jax.jit(self._update, in_shardings=(replicated, self.batch_sharding, replicated),
-                                  out_shardings=(replicated, replicated), donate_argnums=0).lower(
-                state, self.global_sds, fresh).compile()
+            self.update = (
+                jax.jit(
+                    self._update,
+                    in_shardings=(replicated, self.batch_sharding, replicated),
+                    out_shardings=(replicated, replicated),
+                    donate_argnums=0,
+                )
+                .lower(state, self.global_sds, fresh)
+                .compile()
+            )
             return
         prepared = jax.eval_shape(self.algo.prepare, state, self.global_sds)
-        sharding = jax.tree.map(lambda x: NamedSharding(self.mesh, P(None, "data") if x.ndim >= 2 else P()),
-                                prepared)
-        self._prepare = jax.jit(self.algo.prepare, in_shardings=(replicated, self.batch_sharding),
-                                out_shardings=sharding).lower(state, self.global_sds).compile()
-        self._learn = jax.jit(self.algo.learn, in_shardings=(replicated, sharding, replicated),
-                              out_shardings=(replicated, replicated), donate_argnums=0).lower(
-            state, prepared, fresh).compile()
+        sharding = jax.tree.map(
+            lambda x: NamedSharding(self.mesh, P(None, "data") if x.ndim >= 2 else P()), prepared
+        )
+        self._prepare = (
+            jax.jit(
+                self.algo.prepare,
+                in_shardings=(replicated, self.batch_sharding),
+                out_shardings=sharding,
+            )
+            .lower(state, self.global_sds)
+            .compile()
+        )
+        self._learn = (
+            jax.jit(
+                self.algo.learn,
+                in_shardings=(replicated, sharding, replicated),
+                out_shardings=(replicated, replicated),
+                donate_argnums=0,
+            )
+            .lower(state, prepared, fresh)
+            .compile()
+        )
 
     def _compile_join(self) -> None:
         """Joins k placed trajectories of zeros once, so that the join's programs (one
@@ -139,8 +189,12 @@ class ShardedUpdate:
         """This process's part of a batch as the global, sharded batch."""
         if self.placed:
             return jax.device_put(local, self.batch_sharding)  # already there but the versions
-        return jax.tree.map(lambda x, s, g: jax.make_array_from_process_local_data(s, x, g.shape),
-                            local, self.batch_sharding, self.global_sds)
+        return jax.tree.map(
+            lambda x, s, g: jax.make_array_from_process_local_data(s, x, g.shape),
+            local,
+            self.batch_sharding,
+            self.global_sds,
+        )
 
     def placer(self):
         """What the receiver thread applies to a decoded (batch, episodes, act_steps): the

@@ -14,13 +14,14 @@ import collections
 
 import numpy as np
 
-from tianjax.core.algorithm import Algorithm
 from tianjax.config import Config
+from tianjax.core.algorithm import Algorithm
+from tianjax.runtime.balance.controller import AdaptiveBalance
+from tianjax.runtime.balance.controller import pace as learner_sets_pace
 from tianjax.runtime.balance.measures import Measures
-from tianjax.runtime.balance.controller import AdaptiveBalance, pace as learner_sets_pace
+from tianjax.runtime.learner.batches.replay import ReplayBatches
 from tianjax.runtime.learner.inflight import InFlight, to_host
 from tianjax.runtime.learner.ingress import Ingress
-from tianjax.runtime.learner.batches.replay import ReplayBatches
 
 
 def pace(learner_busy: float, actor_time_s: dict) -> dict:
@@ -33,17 +34,30 @@ def pace(learner_busy: float, actor_time_s: dict) -> dict:
     if credit_wait is None:
         return {"pace_set_by": None, "actor_credit_wait_fraction": None}
     idle = 1.0 - learner_busy
-    return {"pace_set_by": "learner" if learner_sets_pace(credit_wait, idle) else "actors",
-            "actor_credit_wait_fraction": credit_wait, "learner_idle_fraction": idle}
+    return {
+        "pace_set_by": "learner" if learner_sets_pace(credit_wait, idle) else "actors",
+        "actor_credit_wait_fraction": credit_wait,
+        "learner_idle_fraction": idle,
+    }
 
 
 class LearnerStats:
     """`channels`: the trajectory and control channels (their accepted and rejected
     counts); `net`: the learner's SecureContext (the connections it refused)."""
 
-    def __init__(self, config: Config, algo: Algorithm, ingress: Ingress, measures: Measures,
-                 controller: AdaptiveBalance, inflight: InFlight, replay: ReplayBatches | None,
-                 channels: tuple, net, devices: int):
+    def __init__(
+        self,
+        config: Config,
+        algo: Algorithm,
+        ingress: Ingress,
+        measures: Measures,
+        controller: AdaptiveBalance,
+        inflight: InFlight,
+        replay: ReplayBatches | None,
+        channels: tuple,
+        net,
+        devices: int,
+    ):
         self.config, self.algo, self.ingress, self.measures = config, algo, ingress, measures
         self.controller, self.inflight, self.replay = controller, inflight, replay
         self.traj_in, self.control = channels
@@ -63,16 +77,21 @@ class LearnerStats:
         """This session's sample rates over `train_time` (see the module doc)."""
         fresh = self.fresh_samples() - self._counts0[1]
         consumed = self.measures.consumed - self._counts0[0]
-        return {"samples_fresh_per_s": fresh / train_time,
-                "samples_consumed_per_s": consumed / train_time,
-                # share of training wall time (compilation excluded) with an update running
-                "learner_busy_fraction": min(self.inflight.busy_s / train_time, 1.0),
-                "reuse_fraction": 1.0 - fresh / consumed if consumed and self.replay is None else 0.0}
+        return {
+            "samples_fresh_per_s": fresh / train_time,
+            "samples_consumed_per_s": consumed / train_time,
+            # share of training wall time (compilation excluded) with an update running
+            "learner_busy_fraction": min(self.inflight.busy_s / train_time, 1.0),
+            "reuse_fraction": 1.0 - fresh / consumed if consumed and self.replay is None else 0.0,
+        }
 
     def _replay_ratios(self) -> dict:
         if self.replay is None:
             return {}
-        return {"replay_ratio": self.replay.ratio_measured(), "replay_ratio_target": self.replay.ratio}
+        return {
+            "replay_ratio": self.replay.ratio_measured(),
+            "replay_ratio_target": self.replay.ratio,
+        }
 
     def fields(self, now: float, pending: list[dict]) -> dict:
         """A record's learner fields; `pending`: the finished updates' metrics since the last."""
@@ -80,7 +99,8 @@ class LearnerStats:
         out = {
             "pool": len(ingress.pool),
             "actors_seen": len(ingress.actors),
-            "rejected_messages": sum(self.traj_in.rejected.values()) + sum(self.control.rejected.values()),
+            "rejected_messages": sum(self.traj_in.rejected.values())
+            + sum(self.control.rejected.values()),
             "dropped_nonfinite": ingress.dropped_nonfinite,
             **self.measures.metrics(now),
             **self.controller.metrics(),
@@ -106,7 +126,9 @@ class LearnerStats:
         afresh; the summary lists them under "counted_since_learner_start"); the rest,
         the balance's counts included, go on across checkpoints."""
         stats = self.measures.staleness_stats()
-        rejected = collections.Counter(self.traj_in.rejected) + collections.Counter(self.control.rejected)
+        rejected = collections.Counter(self.traj_in.rejected) + collections.Counter(
+            self.control.rejected
+        )
         return {
             "num_actors": self.config.num_actors,
             **self.rates(max(train_time, 1e-9)),
@@ -132,15 +154,29 @@ class LearnerStats:
             # where the time went: this process's CPU seconds while training, and the actors'
             "learner_cpu_s": self.train_cpu_s,
             **(times := self.ingress.actor_time_summary()),
-            **pace(self.rates(max(train_time, 1e-9))["learner_busy_fraction"], times["actor_time_s"]),
+            **pace(
+                self.rates(max(train_time, 1e-9))["learner_busy_fraction"], times["actor_time_s"]
+            ),
             "counted_since_learner_start": list(PER_INCARNATION),
         }
 
 
 # summary keys that count from this learner process's start, not across checkpoints
-PER_INCARNATION = ("dropped_nonfinite", "trajectories_received", "trajectories_written_off", "rejected_messages",
-                   "rejected_by_reason", "handshakes_refused", "learner_cpu_s", "actor_time_s",
-                   "actor_wait_fraction", "skipped_fresh_samples", "trajectories_by_actor", "pace_set_by",
-                   "actor_credit_wait_fraction", "learner_idle_fraction")
+PER_INCARNATION = (
+    "dropped_nonfinite",
+    "trajectories_received",
+    "trajectories_written_off",
+    "rejected_messages",
+    "rejected_by_reason",
+    "handshakes_refused",
+    "learner_cpu_s",
+    "actor_time_s",
+    "actor_wait_fraction",
+    "skipped_fresh_samples",
+    "trajectories_by_actor",
+    "pace_set_by",
+    "actor_credit_wait_fraction",
+    "learner_idle_fraction",
+)
 
 __all__ = ["PER_INCARNATION", "LearnerStats"]

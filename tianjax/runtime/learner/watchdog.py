@@ -17,8 +17,13 @@ WAIT_NOTICE_S = 30.0  # while no actor has registered, the learner says so this 
 class ArrivalWatch:
     """`who` waits for its actors, started as `hint` says (both may change before use)."""
 
-    def __init__(self, connect_timeout_s: float, heartbeat_timeout_s: float,
-                 who: str = "learner", hint: str = "its actors (tianjax launch --role actor ...)"):
+    def __init__(
+        self,
+        connect_timeout_s: float,
+        heartbeat_timeout_s: float,
+        who: str = "learner",
+        hint: str = "its actors (tianjax launch --role actor ...)",
+    ):
         self.connect_timeout_s, self.heartbeat_timeout_s = connect_timeout_s, heartbeat_timeout_s
         self.who, self.hint = who, hint
         self.notice_every = min(WAIT_NOTICE_S, connect_timeout_s / 2)
@@ -37,14 +42,19 @@ class ArrivalWatch:
         waited = now - self.last_arrival
         limit = self.heartbeat_timeout_s if started else self.connect_timeout_s
         if not actors and waited > self._notice_at:
-            print(f"tianjax: {self.who}: no actor has connected after {waited:.0f} s "
-                  f"(waiting up to {limit:.0f} s, runtime.connect_timeout_s): start {self.hint}",
-                  file=sys.stderr, flush=True)
+            print(
+                f"tianjax: {self.who}: no actor has connected after {waited:.0f} s "
+                f"(waiting up to {limit:.0f} s, runtime.connect_timeout_s): start {self.hint}",
+                file=sys.stderr,
+                flush=True,
+            )
             self._notice_at += self.notice_every
         elif actors:
             self._notice_at = self.notice_every
         if waited > limit:
-            raise LearnerStalled(f"no trajectory from any actor for {limit:.0f} s ({actors} registered)")
+            raise LearnerStalled(
+                f"no trajectory from any actor for {limit:.0f} s ({actors} registered)"
+            )
 
 
 __all__ = ["ArrivalWatch", "WAIT_NOTICE_S"]

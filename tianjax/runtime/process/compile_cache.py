@@ -25,7 +25,6 @@ import os
 
 import jax
 
-
 ENV = "TIANJAX_COMPILE_CACHE"
 
 

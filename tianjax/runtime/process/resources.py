@@ -96,11 +96,15 @@ def describe_os_error(e: OSError) -> str | None:
     where = f" ({e.filename})" if e.filename else ""
     if e.errno in (errno.ENOSPC, errno.EDQUOT):
         run = os.path.dirname(os.path.normpath(e.filename)) if e.filename else "RUN_DIR"
-        return (f"no space left on the device{where}; the checkpoints before it are intact: free "
-                f"some and continue with resume={run}")
+        return (
+            f"no space left on the device{where}; the checkpoints before it are intact: free "
+            f"some and continue with resume={run}"
+        )
     if e.errno in (errno.EMFILE, errno.ENFILE):
-        return (f"out of file descriptors{where}: {open_fds()} open, limit "
-                f"{resource.getrlimit(resource.RLIMIT_NOFILE)[0]}; raise the hard limit (ulimit -Hn)")
+        return (
+            f"out of file descriptors{where}: {open_fds()} open, limit "
+            f"{resource.getrlimit(resource.RLIMIT_NOFILE)[0]}; raise the hard limit (ulimit -Hn)"
+        )
     if e.errno == errno.EADDRINUSE:
         return f"address already in use{where}: another process holds the port; pick another (--base-port)"
     return None

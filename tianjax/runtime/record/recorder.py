@@ -41,11 +41,21 @@ class RunRecorder:
     one tracker (`tracker`). `wins`: whether the env reports wins (None: as the trackers
     have seen). `win_target`: whether config.target_win_rate decides convergence."""
 
-    def __init__(self, config: Config, logger: RunLogger | None = None, progress: Progress | None = None, *,
-                 seeds: int | None = None, wins: bool | None = None, win_target: bool = True):
+    def __init__(
+        self,
+        config: Config,
+        logger: RunLogger | None = None,
+        progress: Progress | None = None,
+        *,
+        seeds: int | None = None,
+        wins: bool | None = None,
+        win_target: bool = True,
+    ):
         self.config, self.logger, self.progress = config, logger, progress
         target = config.target_win_rate if win_target else None
-        self.trackers = [EpisodeTracker(config.target_return, target_win_rate=target) for _ in range(seeds or 1)]
+        self.trackers = [
+            EpisodeTracker(config.target_return, target_win_rate=target) for _ in range(seeds or 1)
+        ]
         self.per_seed = seeds is not None
         self._wins = wins
         self.wall_offset = 0.0  # a resumed run's wall time before this session
@@ -54,7 +64,9 @@ class RunRecorder:
         self.t_train = 0.0
         self.env_steps0 = 0  # env steps when this session's training began
         self.train_time: float | None = None
-        self.final_checkpoint_s: float | None = None  # the final save's wall time (None: none saved)
+        self.final_checkpoint_s: float | None = (
+            None  # the final save's wall time (None: none saved)
+        )
         self.saver: ckpt.Checkpointer | None = None
 
     # ------------------------------------------------------------------ clock
@@ -74,7 +86,11 @@ class RunRecorder:
 
     def session_time(self, now: float) -> float:
         """The training time, or (a session that did not end its training) all of it."""
-        return self.train_time if self.train_time is not None else now - self.t_start - self.wall_offset
+        return (
+            self.train_time
+            if self.train_time is not None
+            else now - self.t_start - self.wall_offset
+        )
 
     # ------------------------------------------------------------------ episodes
     @property
@@ -85,7 +101,9 @@ class RunRecorder:
         """Finished episodes: their returns, the env-step count at each end (or one for all)."""
         self.trackers[seed].add(returns, ended_at, self.elapsed(now), wins=wins)
 
-    def add_rollout(self, done, returns, base_steps: int, now: float, won=None, seed: int = 0) -> None:
+    def add_rollout(
+        self, done, returns, base_steps: int, now: float, won=None, seed: int = 0
+    ) -> None:
         """The episodes that ended in a rollout's [..., B] steps, the first of which ends at
         env step base_steps + B (see finished_episodes)."""
         if won is None:
@@ -120,13 +138,25 @@ class RunRecorder:
         return int(sum(t.episodes for t in self.trackers))
 
     # ------------------------------------------------------------------ records
-    def record(self, env_steps: int, updates: int, now: float, rates: dict | None = None,
-               fields: dict | None = None, shown: dict | None = None) -> dict:
+    def record(
+        self,
+        env_steps: int,
+        updates: int,
+        now: float,
+        rates: dict | None = None,
+        fields: dict | None = None,
+        shown: dict | None = None,
+    ) -> dict:
         """Logs one record (see the module doc) and updates the progress line with the
         return, the `shown` values and the env steps per second."""
-        rec = {"env_steps": env_steps, "updates": updates, "wall_time_s": self.elapsed(now),
-               "env_steps_per_s": (env_steps - self.env_steps0) / max(now - self.t_train, 1e-9),
-               **(rates or {}), "return_mean_100": self.moving_average}
+        rec = {
+            "env_steps": env_steps,
+            "updates": updates,
+            "wall_time_s": self.elapsed(now),
+            "env_steps_per_s": (env_steps - self.env_steps0) / max(now - self.t_train, 1e-9),
+            **(rates or {}),
+            "return_mean_100": self.moving_average,
+        }
         if self.reports_wins:
             rec["win_rate_100"] = self.win_rate
         rec["episodes"] = self.episodes
@@ -134,8 +164,12 @@ class RunRecorder:
         if self.logger is not None:
             self.logger.log(rec)
         if self.progress is not None:
-            self.progress.update(env_steps, ret=rec["return_mean_100"], **(shown or {}),
-                                 sps=int(rec["env_steps_per_s"]))
+            self.progress.update(
+                env_steps,
+                ret=rec["return_mean_100"],
+                **(shown or {}),
+                sps=int(rec["env_steps_per_s"]),
+            )
         return rec
 
     # ------------------------------------------------------------------ checkpoints
@@ -146,11 +180,17 @@ class RunRecorder:
         # aside (by one process of a multi-process run), so that this run's save of that
         # step writes it rather than taking it for done
         resume = self.config.resume
-        ours = self.logger is not None and os.path.abspath(self.logger.run_dir) == os.path.abspath(resume)
-        step, tree, meta = ckpt.restore_latest(resume, template, move_aside=ours and jax.process_index() == 0)
+        ours = self.logger is not None and os.path.abspath(self.logger.run_dir) == os.path.abspath(
+            resume
+        )
+        step, tree, meta = ckpt.restore_latest(
+            resume, template, move_aside=ours and jax.process_index() == 0
+        )
         ckpt.check_compatible(meta, self.config, self.config.resume)
         self.wall_offset = float(meta["wall_time_s"])
-        for tracker, state in zip(self.trackers, meta["trackers"] if self.per_seed else [meta["tracker"]]):
+        for tracker, state in zip(
+            self.trackers, meta["trackers"] if self.per_seed else [meta["tracker"]]
+        ):
             tracker.load_state_dict(state)
         self.resumed_from = step
         if ours and jax.process_index() == 0:
@@ -166,17 +206,30 @@ class RunRecorder:
     def due(self, step: int) -> bool:
         return self.saver is not None and self.saver.due(step)
 
-    def save(self, step: int, tree, now: float, counters: dict, extra: dict | None = None,
-             wall_time_s: float | None = None) -> None:
+    def save(
+        self,
+        step: int,
+        tree,
+        now: float,
+        counters: dict,
+        extra: dict | None = None,
+        wall_time_s: float | None = None,
+    ) -> None:
         """A checkpoint labelled `step`; its meta: the runner's `counters`, the wall time so
         far (`wall_time_s`, default the run's), the trackers, then `extra`."""
         trackers = [t.state_dict() for t in self.trackers]
-        meta = dict(ckpt.run_meta(self.config), **counters,
-                    wall_time_s=self.elapsed(now) if wall_time_s is None else wall_time_s,
-                    **({"trackers": trackers} if self.per_seed else {"tracker": trackers[0]}), **(extra or {}))
+        meta = dict(
+            ckpt.run_meta(self.config),
+            **counters,
+            wall_time_s=self.elapsed(now) if wall_time_s is None else wall_time_s,
+            **({"trackers": trackers} if self.per_seed else {"tracker": trackers[0]}),
+            **(extra or {}),
+        )
         self.saver.save(step, tree, meta)
 
-    def final_checkpoint(self, save: Callable[[], None], tolerant: bool = False, allowed: bool = True) -> None:
+    def final_checkpoint(
+        self, save: Callable[[], None], tolerant: bool = False, allowed: bool = True
+    ) -> None:
         """With checkpoint.final (and `allowed`), `save()`; then closes the checkpoints.
         `tolerant`: a failed save (an update interrupted after it donated the state) is a
         warning, and the last periodic checkpoint stands."""
@@ -190,8 +243,12 @@ class RunRecorder:
         except Exception as e:  # noqa: BLE001
             if not tolerant:
                 raise
-            print(f"tianjax: warning: no final checkpoint ({type(e).__name__}: {e}); "
-                  f"the last periodic one stands", file=sys.stderr, flush=True)
+            print(
+                f"tianjax: warning: no final checkpoint ({type(e).__name__}: {e}); "
+                f"the last periodic one stands",
+                file=sys.stderr,
+                flush=True,
+            )
         finally:
             self.close()
 
@@ -201,9 +258,20 @@ class RunRecorder:
             self.saver = None
 
     # ------------------------------------------------------------------ result
-    def result(self, *, params, algo, env, env_steps: int, updates: int, skipped_updates: int,
-               compile_time_s: float, interrupted: bool, extra_summary: dict,
-               now: float | None = None) -> RunOutcome:
+    def result(
+        self,
+        *,
+        params,
+        algo,
+        env,
+        env_steps: int,
+        updates: int,
+        skipped_updates: int,
+        compile_time_s: float,
+        interrupted: bool,
+        extra_summary: dict,
+        now: float | None = None,
+    ) -> RunOutcome:
         """What train() reports: `env_steps` per seed; the rate counts this session's env
         steps of every seed over its training time."""
         n = len(self.trackers)
@@ -230,7 +298,9 @@ class RunRecorder:
             convergence_env_steps=None if any(c is None for c in conv_steps) else max(conv_steps),
             final_win_rate=self.win_rate if self.reports_wins else None,
             extra_summary=dict(extra_summary, final_checkpoint_s=self.final_checkpoint_s),
-            final_return_per_seed=[t.moving_average for t in self.trackers] if self.per_seed and n > 1 else None,
+            final_return_per_seed=[t.moving_average for t in self.trackers]
+            if self.per_seed and n > 1
+            else None,
         )
 
 
@@ -246,8 +316,11 @@ def sample_rates(config: Config, algo, env_steps: int, train_time: float) -> dic
         consumed = learned * rc.updates_per_rollout * rc.batch_size * item_steps
     else:
         consumed = env_steps
-    return {"samples_fresh_per_s": env_steps / t, "samples_consumed_per_s": consumed / t,
-            "reuse_fraction": 0.0}
+    return {
+        "samples_fresh_per_s": env_steps / t,
+        "samples_consumed_per_s": consumed / t,
+        "reuse_fraction": 0.0,
+    }
 
 
 def save_params(path: str, params) -> None:

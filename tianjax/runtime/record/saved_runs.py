@@ -15,8 +15,8 @@ from typing import Any, NamedTuple
 import jax
 import numpy as np
 
-from tianjax.checkpoint import store as ckpt
 from tianjax.algos import make_algorithm
+from tianjax.checkpoint import store as ckpt
 from tianjax.config import Config, ConfigError, load_config
 from tianjax.core.rollout import clip_action
 
@@ -37,9 +37,15 @@ class EvalResult:
     def line(self) -> str:
         r = self.returns
         wins = "" if self.won is None else f"  win rate {self.win_rate:.3f}"
-        count = f"{len(r) // self.seeds} episodes x {self.seeds} seeds" if self.seeds > 1 else f"{len(r)} episodes"
-        return (f"eval {count} (checkpoint step {self.step}): mean {r.mean():.2f}  "
-                f"std {r.std():.2f}  min {r.min():.2f}  max {r.max():.2f}{wins}")
+        count = (
+            f"{len(r) // self.seeds} episodes x {self.seeds} seeds"
+            if self.seeds > 1
+            else f"{len(r)} episodes"
+        )
+        return (
+            f"eval {count} (checkpoint step {self.step}): mean {r.mean():.2f}  "
+            f"std {r.std():.2f}  min {r.min():.2f}  max {r.max():.2f}{wins}"
+        )
 
 
 def locate(path: str) -> tuple[str, int | None]:
@@ -52,17 +58,21 @@ def locate(path: str) -> tuple[str, int | None]:
     if os.path.basename(parent) == ckpt.CHECKPOINT_DIR and os.path.basename(path).isdigit():
         return os.path.dirname(parent), int(os.path.basename(path))
     if not os.path.isfile(os.path.join(path, "config.yaml")):
-        raise ConfigError(f"eval: '{path}' is neither a run directory (no config.yaml) nor a "
-                          f"checkpoint (RUN_DIR/{ckpt.CHECKPOINT_DIR}/STEP)")
+        raise ConfigError(
+            f"eval: '{path}' is neither a run directory (no config.yaml) nor a "
+            f"checkpoint (RUN_DIR/{ckpt.CHECKPOINT_DIR}/STEP)"
+        )
     return path, None
 
 
 def require_checkpoint(run_dir: str, what: str = "eval") -> None:
     """ConfigError saying so when a run directory holds no checkpoint to read params from."""
     if not ckpt.has_checkpoint(run_dir):
-        raise ConfigError(f"{what}: the run in '{run_dir}' has no checkpoints, so there are no params to "
-                          "evaluate (it stopped before its first, or trained with checkpoint.final=false and "
-                          "checkpoint.every=0); train it with checkpoint.final=true")
+        raise ConfigError(
+            f"{what}: the run in '{run_dir}' has no checkpoints, so there are no params to "
+            "evaluate (it stopped before its first, or trained with checkpoint.final=false and "
+            "checkpoint.every=0); train it with checkpoint.final=true"
+        )
 
 
 class SavedRun(NamedTuple):
@@ -86,14 +96,25 @@ def read_run(path: str, what: str = "eval") -> SavedRun:
     return SavedRun(config, state["learner"]["params"], int(step), run_dir)
 
 
-def _host_returns(config: Config, algo, action_spec, params, episodes: int, greedy: bool, seed: int,
-                  max_steps: int = 100_000) -> np.ndarray:
+def _host_returns(
+    config: Config,
+    algo,
+    action_spec,
+    params,
+    episodes: int,
+    greedy: bool,
+    seed: int,
+    max_steps: int = 100_000,
+) -> np.ndarray:
     from tianjax.envs.factory import make_host_env
 
     env = make_host_env(config.env_backend, config.env, episodes, seed, **config.env_options)
     try:
-        policy = jax.jit(algo.greedy if greedy else
-                         (lambda p, o, k: algo.act(p, o, k, np.iinfo(np.int32).max).action))
+        policy = jax.jit(
+            algo.greedy
+            if greedy
+            else (lambda p, o, k: algo.act(p, o, k, np.iinfo(np.int32).max).action)
+        )
         key = jax.random.key(seed)
         obs = env.reset(seed)
         ret = np.zeros(episodes)
@@ -116,7 +137,9 @@ def _host_returns(config: Config, algo, action_spec, params, episodes: int, gree
         env.close()
 
 
-def evaluate_run(path: str, episodes: int = 10, greedy: bool = True, seed: int | None = None) -> EvalResult:
+def evaluate_run(
+    path: str, episodes: int = 10, greedy: bool = True, seed: int | None = None
+) -> EvalResult:
     """Evaluates the newest readable checkpoint of a run (or the named checkpoint)."""
     if episodes < 1:
         raise ConfigError(f"eval: episodes must be >= 1, got {episodes}")
@@ -130,33 +153,55 @@ def policy_seeds(config: Config) -> int:
     return config.num_seeds if config.mode == "fused" else 1
 
 
-def evaluate_params(config: Config, params, episodes: int = 10, greedy: bool = True, seed: int | None = None,
-                    env=None) -> np.ndarray:
+def evaluate_params(
+    config: Config,
+    params,
+    episodes: int = 10,
+    greedy: bool = True,
+    seed: int | None = None,
+    env=None,
+) -> np.ndarray:
     """Returns [episodes] (x seeds, flattened) of the policy `params` in the config's env
     (`env`: a JaxEnv or gymnax-API object to use instead of the config's)."""
     return evaluate_policy(config, params, episodes, greedy, seed, env)[0]
 
 
-def evaluate_policy(config: Config, params, episodes: int = 10, greedy: bool = True, seed: int | None = None,
-                    env=None) -> tuple[np.ndarray, np.ndarray | None]:
+def evaluate_policy(
+    config: Config,
+    params,
+    episodes: int = 10,
+    greedy: bool = True,
+    seed: int | None = None,
+    env=None,
+) -> tuple[np.ndarray, np.ndarray | None]:
     """(returns, won): as evaluate_params, with each episode's win [episodes] bool (x seeds,
     flattened) where the env reports wins (SMAX), else None."""
     seed = config.seed + 1 if seed is None else seed
     if config.env_backend in ("gymnax", "jaxmarl", "brax"):
-        from tianjax.envs.gymnax_env import make_gymnax
-        from tianjax.envs.factory import make_jax_env
         from tianjax.core.evaluation import make_evaluator
+        from tianjax.envs.factory import make_jax_env
+        from tianjax.envs.gymnax_env import make_gymnax
 
-        env = (make_jax_env(config.env_backend, config.env, config.env_options) if env is None
-               else make_gymnax(env))
-        algo = make_algorithm(config, env.obs_shape, env.action_spec, correct_staleness=False,
-                              obs_dtype=getattr(env, "obs_dtype", None))
+        env = (
+            make_jax_env(config.env_backend, config.env, config.env_options)
+            if env is None
+            else make_gymnax(env)
+        )
+        algo = make_algorithm(
+            config,
+            env.obs_shape,
+            env.action_spec,
+            correct_staleness=False,
+            obs_dtype=getattr(env, "obs_dtype", None),
+        )
         params = _as_tree_of(jax.eval_shape(algo.init, jax.random.key(0)).params, params)
         wins = bool(getattr(env, "reports_wins", False))
         evaluate = make_evaluator(env, algo, episodes, greedy=greedy, wins=wins)
         if config.mode == "fused" and config.num_seeds > 1:  # one policy per seed, one at a time
-            outs = [evaluate(jax.tree.map(lambda x, i=i: x[i], params), jax.random.key(seed))
-                    for i in range(config.num_seeds)]
+            outs = [
+                evaluate(jax.tree.map(lambda x, i=i: x[i], params), jax.random.key(seed))
+                for i in range(config.num_seeds)
+            ]
         else:
             outs = [evaluate(params, jax.random.key(seed))]
         if not wins:
@@ -166,7 +211,9 @@ def evaluate_policy(config: Config, params, episodes: int = 10, greedy: bool = T
     from tianjax.envs.factory import env_spec
 
     obs_shape, obs_dtype, action_spec = env_spec(config)
-    algo = make_algorithm(config, obs_shape, action_spec, correct_staleness=False, obs_dtype=obs_dtype)
+    algo = make_algorithm(
+        config, obs_shape, action_spec, correct_staleness=False, obs_dtype=obs_dtype
+    )
     return _host_returns(config, algo, action_spec, params, episodes, greedy, seed), None
 
 
@@ -174,10 +221,23 @@ def _as_tree_of(template, restored):
     """Restored params (nested dicts, as read without a template) in the structure of the
     algorithm's own params: NamedTuples (QMIX, MADDPG) are rebuilt from their field names."""
     if isinstance(template, tuple) and hasattr(template, "_fields") and isinstance(restored, dict):
-        return type(template)(*[_as_tree_of(getattr(template, f), restored[f]) for f in template._fields])
+        return type(template)(
+            *[_as_tree_of(getattr(template, f), restored[f]) for f in template._fields]
+        )
     if isinstance(template, dict) and isinstance(restored, dict):
-        return {k: _as_tree_of(template[k], restored[k]) if k in template else v for k, v in restored.items()}
+        return {
+            k: _as_tree_of(template[k], restored[k]) if k in template else v
+            for k, v in restored.items()
+        }
     return restored
 
 
-__all__ = ["EvalResult", "SavedRun", "evaluate_params", "evaluate_policy", "evaluate_run", "locate", "read_run"]
+__all__ = [
+    "EvalResult",
+    "SavedRun",
+    "evaluate_params",
+    "evaluate_policy",
+    "evaluate_run",
+    "locate",
+    "read_run",
+]

@@ -45,9 +45,16 @@ def _build_env(config: Config):
     if config.env_backend in ("envpool", "gymnasium"):
         from tianjax.envs.factory import make_host_env
 
-        env = make_host_env(config.env_backend, config.env, config.num_envs, config.seed, **config.env_options)
+        env = make_host_env(
+            config.env_backend, config.env, config.num_envs, config.seed, **config.env_options
+        )
         try:
-            return env.obs_shape, env.obs_dtype, env.action_spec, f"{config.num_envs} envs per actor"
+            return (
+                env.obs_shape,
+                env.obs_dtype,
+                env.action_spec,
+                f"{config.num_envs} envs per actor",
+            )
         finally:
             env.close()
     from tianjax.envs.factory import make_jax_env
@@ -59,8 +66,8 @@ def _build_env(config: Config):
 
 
 def dry_run(config: Config) -> DryRun:
-    from tianjax.runtime.runners import preflight
     from tianjax.algos import make_algorithm
+    from tianjax.runtime.runners import preflight
 
     preflight.check(config)
     obs_shape, obs_dtype, spec, what = _build_env(config)
@@ -69,32 +76,46 @@ def dry_run(config: Config) -> DryRun:
     n_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(shapes.params))
     obs, act = _obs_text(obs_shape, obs_dtype), _spec_text(spec)
     T, B, n = config.rollout_len, config.num_envs, config.batch_trajectories
-    lines = [f"dry run: {config.algo} on {config.env} ({config.env_backend}, {what}), mode {config.mode}"
-             + (f", {config.num_actors} actor processes" if config.mode != "fused" and config.num_actors else ""),
-             f"  observations  {obs}",
-             f"  actions       {act}",
-             f"  parameters    {n_params:,} ({algo.name}, network torso {_torso(config, obs_shape, obs_dtype)})",
-             f"  rollout       [T={T}, B={B}] = {T * B:,} env steps"
-             + (" per actor" if config.mode != "fused" and config.num_actors else "")]
+    lines = [
+        f"dry run: {config.algo} on {config.env} ({config.env_backend}, {what}), mode {config.mode}"
+        + (
+            f", {config.num_actors} actor processes"
+            if config.mode != "fused" and config.num_actors
+            else ""
+        ),
+        f"  observations  {obs}",
+        f"  actions       {act}",
+        f"  parameters    {n_params:,} ({algo.name}, network torso {_torso(config, obs_shape, obs_dtype)})",
+        f"  rollout       [T={T}, B={B}] = {T * B:,} env steps"
+        + (" per actor" if config.mode != "fused" and config.num_actors else ""),
+    ]
     spec = config.spec
     if not algo.buffer.replayed:
         batch = config.steps_per_update
-        lines.append(f"  batch         {n} trajector{'y' if n == 1 else 'ies'} x {T * B:,} = {batch:,} samples "
-                     "per update")
+        lines.append(
+            f"  batch         {n} trajector{'y' if n == 1 else 'ies'} x {T * B:,} = {batch:,} samples "
+            "per update"
+        )
     else:
         rc = config.replay_config
-        lines.append(f"  replay        {rc.buffer_size:,} {algo.buffer.items}, batches of {rc.batch_size}, learning "
-                     f"from {rc.learning_starts:,}, replay ratio {config.replay_ratio:g}")
+        lines.append(
+            f"  replay        {rc.buffer_size:,} {algo.buffer.items}, batches of {rc.batch_size}, learning "
+            f"from {rc.learning_starts:,}, replay ratio {config.replay_ratio:g}"
+        )
     describe = spec.resolve("describe")
     if describe is not None:
         lines += describe(config)
     if spec.target_networks:
         lines.append(f"  targets       target copies of {', '.join(spec.target_networks)}")
-    lines.append(f"  budget        {config.total_env_steps:,} env steps: about {config.planned_updates:,} "
-                 f"{'iterations' if config.in_process else 'updates'}, "
-                 f"a metrics record every {config.log_interval} "
-                 f"(about {max(1, config.planned_updates // config.log_interval)} records)")
-    lines.append("  checks        config, extras, env id, network and loggers: ok (nothing written)")
+    lines.append(
+        f"  budget        {config.total_env_steps:,} env steps: about {config.planned_updates:,} "
+        f"{'iterations' if config.in_process else 'updates'}, "
+        f"a metrics record every {config.log_interval} "
+        f"(about {max(1, config.planned_updates // config.log_interval)} records)"
+    )
+    lines.append(
+        "  checks        config, extras, env id, network and loggers: ok (nothing written)"
+    )
     return DryRun(obs, act, n_params, lines)
 
 

@@ -24,13 +24,12 @@ import numpy as np
 
 from tianjax.algos import make_algorithm
 from tianjax.config import Config
-from tianjax.envs.factory import make_jax_env
 from tianjax.core.fused_loop import make_fused
+from tianjax.envs.factory import make_jax_env
 from tianjax.metrics import Progress, RunLogger
 from tianjax.runtime.process import shutdown
 from tianjax.runtime.record.outcome import RunOutcome
 from tianjax.runtime.record.recorder import RunRecorder, sample_rates
-
 
 # A chunk is one call of the one compiled program: the host reads the device once per
 # chunk, so records (about 200 a run) are cut from a chunk's stacked outputs. Chunks aim at
@@ -83,9 +82,16 @@ def run_fused(config: Config, logger: RunLogger, progress: Progress, env=None) -
     """Trains `config` in fused mode; the RunOutcome holds the params, the episode stats and
     the timings."""
     t_start = time.perf_counter()
-    env = env if env is not None else make_jax_env(config.env_backend, config.env, config.env_options)
-    algo = make_algorithm(config, env.obs_shape, env.action_spec, correct_staleness=False,
-                          obs_dtype=getattr(env, "obs_dtype", None))
+    env = (
+        env if env is not None else make_jax_env(config.env_backend, config.env, config.env_options)
+    )
+    algo = make_algorithm(
+        config,
+        env.obs_shape,
+        env.action_spec,
+        correct_staleness=False,
+        obs_dtype=getattr(env, "obs_dtype", None),
+    )
     init, run = make_fused(config, env, algo)
     S, B, T = config.num_seeds, config.num_envs, config.rollout_len
     per_iter = B * T
@@ -114,19 +120,28 @@ def run_fused(config: Config, logger: RunLogger, progress: Progress, env=None) -
     # labelled by updates scheduled (iterations x updates per iteration): unique and
     # increasing even while DQN's version waits for learning_starts
     rec.open_checkpoints(logger.run_dir, start=done_iters * updates_per_iter)
+
     # one program for every chunk: it holds `capacity` iterations and runs the first n
     def chunk_fn(state, num_valid):
         return run(state, capacity, num_valid)
 
-    one_iter = jax.eval_shape(partial(run, num_iterations=1), state if S == 1 else
-                              jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), state))[1]
+    one_iter = jax.eval_shape(
+        partial(run, num_iterations=1),
+        state
+        if S == 1
+        else jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), state),
+    )[1]
     capacity = chunk_capacity(n_iters, every, S * tree_bytes(one_iter))
 
     t_compile = time.perf_counter()
     program = None
     if done_iters < n_iters:
         fn = jax.vmap(chunk_fn, in_axes=(0, None)) if S > 1 else chunk_fn
-        program = jax.jit(fn, donate_argnums=donate_argnums(state)).lower(state, jnp.int32(capacity)).compile()
+        program = (
+            jax.jit(fn, donate_argnums=donate_argnums(state))
+            .lower(state, jnp.int32(capacity))
+            .compile()
+        )
     compile_time = time.perf_counter() - t_compile
 
     rec.training(time.perf_counter(), env_steps)
@@ -134,8 +149,9 @@ def run_fused(config: Config, logger: RunLogger, progress: Progress, env=None) -
     def fetch(n, metrics, episodes):
         """The host copy of a chunk's outputs, in one transfer (waits for the chunk), and
         the time it was ready."""
-        metrics, done, rets, won = jax.device_get((metrics, episodes.done, episodes.returns,
-                                                   episodes.won if wins else None))
+        metrics, done, rets, won = jax.device_get(
+            (metrics, episodes.done, episodes.returns, episodes.won if wins else None)
+        )
         return n, time.perf_counter(), metrics, done, rets, won
 
     last_ready = None  # when the previous chunk's outputs were ready
@@ -156,8 +172,14 @@ def run_fused(config: Config, logger: RunLogger, progress: Progress, env=None) -
             g1 = min(n, g0 + every)
             at = start + (now - start) * g1 / n
             for s in range(S):
-                rec.add_rollout(done[s][g0:g1], rets[s][g0:g1], env_steps, at,
-                                won=None if won is None else won[s][g0:g1], seed=s)
+                rec.add_rollout(
+                    done[s][g0:g1],
+                    rets[s][g0:g1],
+                    env_steps,
+                    at,
+                    won=None if won is None else won[s][g0:g1],
+                    seed=s,
+                )
             env_steps += (g1 - g0) * per_iter
             fields = {k: float(np.mean(v[..., g0:g1])) for k, v in metrics.items()}
             if algo.schedules is not None:
@@ -165,11 +187,19 @@ def run_fused(config: Config, logger: RunLogger, progress: Progress, env=None) -
             rec.record(env_steps, int(versions[..., g1 - 1].max()), at, fields=fields)
 
     def save() -> None:
-        rec.save(done_iters * updates_per_iter, state, time.perf_counter(),
-                 dict(iterations=done_iters, env_steps=env_steps,
-                      updates=int(np.asarray(state.learner.version).max())))
+        rec.save(
+            done_iters * updates_per_iter,
+            state,
+            time.perf_counter(),
+            dict(
+                iterations=done_iters,
+                env_steps=env_steps,
+                updates=int(np.asarray(state.learner.version).max()),
+            ),
+        )
 
     progress.update(env_steps)
+
     # NOTE: chunk k's bookkeeping (episodes, records, progress) runs on the host while
     # chunk k + 1 computes: each chunk is dispatched, then the previous chunk's fetched
     # outputs are recorded, then this chunk's are fetched. One program is in flight at a
@@ -224,8 +254,13 @@ def run_fused(config: Config, logger: RunLogger, progress: Progress, env=None) -
         rec.final_checkpoint(save, allowed=completed or interrupted)  # not after an error
 
     return rec.result(
-        params=state.learner.params, algo=algo, env=env, env_steps=env_steps,
+        params=state.learner.params,
+        algo=algo,
+        env=env,
+        env_steps=env_steps,
         updates=int(np.asarray(state.learner.version).max()),
         skipped_updates=int(np.asarray(state.learner.skipped_updates).sum()),
-        compile_time_s=compile_time, interrupted=interrupted,
-        extra_summary=sample_rates(config, algo, (env_steps - rec.env_steps0) * S, rec.train_time))
+        compile_time_s=compile_time,
+        interrupted=interrupted,
+        extra_summary=sample_rates(config, algo, (env_steps - rec.env_steps0) * S, rec.train_time),
+    )

@@ -40,24 +40,26 @@ import jax
 import numpy as np
 
 from tianjax.algos import make_algorithm
+from tianjax.config import Config, ConfigError
 from tianjax.core.algorithm import Algorithm
 from tianjax.core.buffer_kind import buffer_kind
-from tianjax.config import Config, ConfigError
+from tianjax.core.replay.setup import make_replay, make_replay_learn
 from tianjax.envs.factory import HostEnv, make_host_env
 from tianjax.metrics import Progress, RunLogger
-from tianjax.core.replay.setup import make_replay, make_replay_learn
+from tianjax.runtime.actor.sources import HostSource, batch_template
 from tianjax.runtime.process import shutdown
 from tianjax.runtime.record.outcome import RunOutcome
 from tianjax.runtime.record.recorder import RunRecorder, sample_rates
-from tianjax.runtime.actor.sources import HostSource, batch_template
 
 
 def _check_config(config: Config) -> None:
     if config.num_actors not in (0, 1):
-        raise ConfigError(f"config key 'num_actors': the in-process host trainer acts with one batch "
-                          f"of envs in the learner's process (num_actors 0 or 1), got "
-                          f"{config.num_actors}; several actor processes need the distributed "
-                          "runtime (or raise num_envs for more envs here)")
+        raise ConfigError(
+            f"config key 'num_actors': the in-process host trainer acts with one batch "
+            f"of envs in the learner's process (num_actors 0 or 1), got "
+            f"{config.num_actors}; several actor processes need the distributed "
+            "runtime (or raise num_envs for more envs here)"
+        )
 
 
 def _mean_metrics(metrics: list[dict]) -> dict:
@@ -67,8 +69,13 @@ def _mean_metrics(metrics: list[dict]) -> dict:
     return {k: float(np.mean([np.mean(m[k]) for m in host])) for k in host[0]}
 
 
-def run_host(config: Config, logger: RunLogger, progress: Progress, env: HostEnv | None = None,
-             algo: Algorithm | None = None) -> RunOutcome:
+def run_host(
+    config: Config,
+    logger: RunLogger,
+    progress: Progress,
+    env: HostEnv | None = None,
+    algo: Algorithm | None = None,
+) -> RunOutcome:
     """Trains `config` on host envs in this process. Returns the same keys as run_fused.
 
     `env` (a HostEnv of config.num_envs envs) and `algo` may be passed in instead of being
@@ -78,15 +85,23 @@ def run_host(config: Config, logger: RunLogger, progress: Progress, env: HostEnv
     _check_config(config)
     own_env = env is None
     if own_env:
-        env = make_host_env(config.env_backend, config.env, config.num_envs, config.seed,
-                            **config.env_options)
+        env = make_host_env(
+            config.env_backend, config.env, config.num_envs, config.seed, **config.env_options
+        )
     try:
         if env.num_envs != config.num_envs:
-            raise ConfigError(f"config key 'num_envs': is {config.num_envs} but the env passed in "
-                              f"has {env.num_envs} envs")
+            raise ConfigError(
+                f"config key 'num_envs': is {config.num_envs} but the env passed in "
+                f"has {env.num_envs} envs"
+            )
         if algo is None:
-            algo = make_algorithm(config, env.obs_shape, env.action_spec,
-                                  correct_staleness=False, obs_dtype=env.obs_dtype)
+            algo = make_algorithm(
+                config,
+                env.obs_shape,
+                env.action_spec,
+                correct_staleness=False,
+                obs_dtype=env.obs_dtype,
+            )
         else:  # (one built elsewhere may name its buffer kind)
             algo = algo._replace(buffer=buffer_kind(algo.buffer))
         out = _train(config, logger, progress, env, algo, t_start)
@@ -96,8 +111,14 @@ def run_host(config: Config, logger: RunLogger, progress: Progress, env: HostEnv
     return out
 
 
-def _train(config: Config, logger: RunLogger, progress: Progress, env: HostEnv, algo: Algorithm,
-           t_start: float) -> RunOutcome:
+def _train(
+    config: Config,
+    logger: RunLogger,
+    progress: Progress,
+    env: HostEnv,
+    algo: Algorithm,
+    t_start: float,
+) -> RunOutcome:
     B, T = config.num_envs, config.rollout_len
     n_iters = config.total_env_steps // (B * T)  # never more steps than the budget
     replay = algo.buffer.replayed
@@ -110,8 +131,11 @@ def _train(config: Config, logger: RunLogger, progress: Progress, env: HostEnv, 
     template = batch_template(config, algo, env.obs_shape, source.obs_dtype)[0]
     if replay:
         rb = jax.jit(make_replay(config, algo).init)(template)
-        learn = jax.jit(make_replay_learn(config, algo), donate_argnums=(0, 1)).lower(
-            learner, rb, template, np.int32(0)).compile()
+        learn = (
+            jax.jit(make_replay_learn(config, algo), donate_argnums=(0, 1))
+            .lower(learner, rb, template, np.int32(0))
+            .compile()
+        )
     else:
         learn = jax.jit(algo.update, donate_argnums=0).lower(learner, template).compile()
     compile_time = time.perf_counter() - t
@@ -140,8 +164,12 @@ def _train(config: Config, logger: RunLogger, progress: Progress, env: HostEnv, 
     it = start_iter
 
     def save():
-        rec.save(it * per_iter_updates, tree(), time.perf_counter(),
-                 dict(iterations=it, env_steps=env_steps, updates=version))
+        rec.save(
+            it * per_iter_updates,
+            tree(),
+            time.perf_counter(),
+            dict(iterations=it, env_steps=env_steps, updates=version),
+        )
 
     rec.training(time.perf_counter(), env_steps)
     interrupted = completed = False
@@ -149,14 +177,18 @@ def _train(config: Config, logger: RunLogger, progress: Progress, env: HostEnv, 
         while it < n_iters and not rec.stop_now():
             shutdown.check()
             rollout = source(learner.params, version, env_steps)
-            rec.add_rollout(rollout.episodes.done, rollout.episodes.returns, env_steps, time.perf_counter())
+            rec.add_rollout(
+                rollout.episodes.done, rollout.episodes.returns, env_steps, time.perf_counter()
+            )
             env_steps += B * T
             t0 = time.perf_counter()
             with shutdown.critical():  # the update donates its inputs: finish it
                 if replay:
                     # learning_starts counts the samples in the buffer: a resumed run whose
                     # checkpoint left the buffer out refills it first
-                    learner, rb, metrics = learn(learner, rb, rollout.batch, np.int32(env_steps - replay_base))
+                    learner, rb, metrics = learn(
+                        learner, rb, rollout.batch, np.int32(env_steps - replay_base)
+                    )
                 else:
                     learner, metrics = learn(learner, rollout.batch)
             pending.append(metrics)
@@ -183,11 +215,21 @@ def _train(config: Config, logger: RunLogger, progress: Progress, env: HostEnv, 
 
     train_time = rec.train_time
     return rec.result(
-        params=learner.params, algo=algo, env=env, env_steps=env_steps, updates=int(learner.version),
-        skipped_updates=int(learner.skipped_updates), compile_time_s=compile_time, interrupted=interrupted,
+        params=learner.params,
+        algo=algo,
+        env=env,
+        env_steps=env_steps,
+        updates=int(learner.version),
+        skipped_updates=int(learner.skipped_updates),
+        compile_time_s=compile_time,
+        interrupted=interrupted,
         # where the training time went: acting (env steps and policy) and learning
-        extra_summary={"act_time_s": train_time - t_update, "update_time_s": t_update,
-                       **sample_rates(config, algo, env_steps - rec.env_steps0, train_time)})
+        extra_summary={
+            "act_time_s": train_time - t_update,
+            "update_time_s": t_update,
+            **sample_rates(config, algo, env_steps - rec.env_steps0, train_time),
+        },
+    )
 
 
 __all__ = ["run_host"]

@@ -35,18 +35,19 @@ from tianjax.checkpoint import store as ckpt
 from tianjax.config import Config
 from tianjax.errors import ActorFailure, LearnerFailure
 from tianjax.launch.ports import HeldPorts, PrivateDir
+from tianjax.launch.supervisor import ActorSupervisor, describe, python_path
 from tianjax.metrics import Progress, RunLogger
 from tianjax.runtime.learner.learner import Learner
 from tianjax.runtime.modes import mode_of
 from tianjax.runtime.record.outcome import RunOutcome
-from tianjax.launch.supervisor import ActorSupervisor, describe, python_path
 from tianjax.transport.auth import KEY_ENV, new_run_key
 
 RESULT_FILE = "learner_result.json"  # what a learner process reports (params: its checkpoint)
 
 
-def _supervise_actors(config: Config, actors: ActorSupervisor, silent, log_dir: str,
-                      learner: Learner | None = None) -> None:
+def _supervise_actors(
+    config: Config, actors: ActorSupervisor, silent, log_dir: str, learner: Learner | None = None
+) -> None:
     """One supervision pass: replace dead and silent actors; raise if the run cannot go on.
     An in-process `learner` forgets the lost and the restarted ones (their credits no
     longer count)."""
@@ -62,8 +63,10 @@ def _supervise_actors(config: Config, actors: ActorSupervisor, silent, log_dir: 
         print(line, file=sys.stderr, flush=True)
     if changes.lost and (mode_of(config).needs_every_actor or not actors.procs):
         ids = ", ".join(f"actor {i} ({why})" for i, why in sorted(changes.lost.items()))
-        raise ActorFailure(f"{ids} stopped and is out of restarts "
-                           f"(runtime.max_actor_restarts={config.runtime.max_actor_restarts}); see {log_dir}")
+        raise ActorFailure(
+            f"{ids} stopped and is out of restarts "
+            f"(runtime.max_actor_restarts={config.runtime.max_actor_restarts}); see {log_dir}"
+        )
 
 
 def run_local(config: Config, logger: RunLogger, progress: Progress) -> RunOutcome:
@@ -98,8 +101,13 @@ def run_local(config: Config, logger: RunLogger, progress: Progress) -> RunOutco
         learner.close()
         if ipc_dir is not None:
             ipc_dir.close()
-    return out._replace(extra_summary={**out.extra_summary, "actor_restarts": actors.total_restarts,
-                                       "actors_lost": len(actors.lost)})
+    return out._replace(
+        extra_summary={
+            **out.extra_summary,
+            "actor_restarts": actors.total_restarts,
+            "actors_lost": len(actors.lost),
+        }
+    )
 
 
 # ----------------------------------------------------------------------------- learner process
@@ -107,20 +115,39 @@ class _LearnerProcess:
     """The learner as a child process; its stdout carries one JSON event per line (tianjax.launch.role:
     "endpoints", "silent" actors, and "failed" with the exception it exits with)."""
 
-    def __init__(self, config: Config, run_dir: str, run_key: bytes, ports: HeldPorts, ipc_dir: str | None):
+    def __init__(
+        self, config: Config, run_dir: str, run_key: bytes, ports: HeldPorts, ipc_dir: str | None
+    ):
         env = dict(os.environ)
         env[KEY_ENV] = run_key.hex()
         env.setdefault("PYTHONUNBUFFERED", "1")
         env["PYTHONPATH"] = python_path(env.get("PYTHONPATH", ""))
-        cmd = [sys.executable, "-m", "tianjax.launch.role", "learner",
-               "--config-json", json.dumps(config.to_dict()), "--run-dir", run_dir,
-               "--parent-pid", str(os.getpid()), "--endpoints-json", json.dumps(ports.endpoints),
-               "--listen-fds-json", json.dumps(ports.fds)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "tianjax.launch.role",
+            "learner",
+            "--config-json",
+            json.dumps(config.to_dict()),
+            "--run-dir",
+            run_dir,
+            "--parent-pid",
+            str(os.getpid()),
+            "--endpoints-json",
+            json.dumps(ports.endpoints),
+            "--listen-fds-json",
+            json.dumps(ports.fds),
+        ]
         if ipc_dir:
             cmd += ["--ipc-dir", ipc_dir]
         # the held listening sockets are inherited (the child serves them, we keep them)
-        self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                                     pass_fds=tuple(ports.fds.values()))
+        self.proc = subprocess.Popen(
+            cmd,
+            env=env,
+            stdout=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            pass_fds=tuple(ports.fds.values()),
+        )
         self._buf = b""
         self.failure: str | None = None  # the exception it reported before exiting, in one line
 
@@ -176,7 +203,9 @@ def _run_with_learner_process(config: Config, logger: RunLogger, progress: Progr
     run_dir = logger.run_dir
     progress.close()  # the learner process shows its own
     # the learner process hands its parameters over through its final checkpoint
-    config = dataclasses.replace(config, checkpoint=dataclasses.replace(config.checkpoint, final=True))
+    config = dataclasses.replace(
+        config, checkpoint=dataclasses.replace(config.checkpoint, final=True)
+    )
     wall_offset = ckpt.read_meta(config.resume)["wall_time_s"] if config.resume else 0.0
     log_dir = os.path.join(run_dir, "actors")
     run_key = new_run_key()
@@ -205,19 +234,28 @@ def _run_with_learner_process(config: Config, logger: RunLogger, progress: Progr
                 if code == 0:
                     break
                 why = f"; it failed with {learner.failure}" if learner.failure else ""
-                if code in (130, 143) or not config.runtime.restart_learner or \
-                        learner_restarts >= config.runtime.max_learner_restarts:
+                if (
+                    code in (130, 143)
+                    or not config.runtime.restart_learner
+                    or learner_restarts >= config.runtime.max_learner_restarts
+                ):
                     where = _last_checkpoint(run_dir)
-                    raise LearnerFailure(f"the learner process exited with code {code}; {where}{why}")
+                    raise LearnerFailure(
+                        f"the learner process exited with code {code}; {where}{why}"
+                    )
                 learner_restarts += 1
                 where = _last_checkpoint(run_dir)
-                print(f"tianjax: warning: the learner process exited with code {code}; restarting it "
-                      f"({learner_restarts}/{config.runtime.max_learner_restarts}) from {where}{why}",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"tianjax: warning: the learner process exited with code {code}; restarting it "
+                    f"({learner_restarts}/{config.runtime.max_learner_restarts}) from {where}{why}",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 # from its newest checkpoint (or, if it wrote none, from where this run began)
                 resume = run_dir if ckpt.has_checkpoint(run_dir) else config.resume
-                learner = _LearnerProcess(dataclasses.replace(config, resume=resume), run_dir, run_key,
-                                          ports, ipc_dir)
+                learner = _LearnerProcess(
+                    dataclasses.replace(config, resume=resume), run_dir, run_key, ports, ipc_dir
+                )
                 continue
             silent = [i for ev in events if ev["tianjax_event"] == "silent" for i in ev["actors"]]
             _supervise_actors(config, actors, silent, log_dir)
@@ -243,8 +281,13 @@ def _run_with_learner_process(config: Config, logger: RunLogger, progress: Progr
         # this process's clock covered every learner incarnation; only a run resumed by the
         # user has time from before it
         wall_offset_s=wall_offset,
-        extra_summary={**out.extra_summary, "actor_restarts": actors.total_restarts if actors else 0,
-                       "actors_lost": len(actors.lost) if actors else 0, "learner_restarts": learner_restarts})
+        extra_summary={
+            **out.extra_summary,
+            "actor_restarts": actors.total_restarts if actors else 0,
+            "actors_lost": len(actors.lost) if actors else 0,
+            "learner_restarts": learner_restarts,
+        },
+    )
 
 
 def _last_checkpoint(run_dir: str) -> str:

@@ -52,14 +52,20 @@ def _terminate(signum, frame):
 
 def learner_endpoints(host: str, base_port: int, index: int) -> dict:
     p = base_port + 3 * index
-    return {"params": f"tcp://{host}:{p}", "traj": f"tcp://{host}:{p + 1}", "control": f"tcp://{host}:{p + 2}"}
+    return {
+        "params": f"tcp://{host}:{p}",
+        "traj": f"tcp://{host}:{p + 1}",
+        "control": f"tcp://{host}:{p + 2}",
+    }
 
 
 def with_security(config: Config) -> Config:
     """A multi-host run crosses a network: curve unless `runtime.security` is set."""
     if config.runtime.security is not None:
         return config
-    return dataclasses.replace(config, runtime=dataclasses.replace(config.runtime, security="curve"))
+    return dataclasses.replace(
+        config, runtime=dataclasses.replace(config.runtime, security="curve")
+    )
 
 
 def actor_ids(index: int, num_learners: int, num_actors: int) -> list[int]:
@@ -81,8 +87,11 @@ class _HeldPorts:
         try:
             for port in range(base_port + 3 * index, base_port + 3 * index + len(CHANNELS)):
                 family, kind, proto, _, where = socket.getaddrinfo(
-                    None if host in ("", "*") else host.strip("[]"), port, type=socket.SOCK_STREAM,
-                    flags=socket.AI_PASSIVE)[0]
+                    None if host in ("", "*") else host.strip("[]"),
+                    port,
+                    type=socket.SOCK_STREAM,
+                    flags=socket.AI_PASSIVE,
+                )[0]
                 s = socket.socket(family, kind, proto)
                 self.socks.append(s)
                 s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -93,8 +102,10 @@ class _HeldPorts:
                 s.close()
             if e.errno is not None:  # (the CLI says it in one line: the address, and what to do)
                 raise OSError(e.errno, os.strerror(e.errno), f"tcp://{host}:{port}") from None
-            raise ConfigError(f"launch: learner {index} cannot listen on {host} port {port} ({e}): "
-                              "does another process hold it? (--base-port moves the ports)") from None
+            raise ConfigError(
+                f"launch: learner {index} cannot listen on {host} port {port} ({e}): "
+                "does another process hold it? (--base-port moves the ports)"
+            ) from None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._hold, name="tianjax-held-ports", daemon=True)
         self._thread.start()
@@ -134,8 +145,12 @@ class _HeldPorts:
         return fds
 
 
-def _join(coordinator: str | None, num_processes: int | None, process_id: int | None,
-          heartbeat_timeout_s: float) -> None:
+def _join(
+    coordinator: str | None,
+    num_processes: int | None,
+    process_id: int | None,
+    heartbeat_timeout_s: float,
+) -> None:
     """jax.distributed.initialize, or one line naming the coordinator's address it tried."""
     import jax
 
@@ -143,20 +158,31 @@ def _join(coordinator: str | None, num_processes: int | None, process_id: int | 
     heartbeat = int(math.ceil(heartbeat_timeout_s)) + 5
     try:
         if coordinator is not None:
-            jax.distributed.initialize(coordinator_address=coordinator, num_processes=num_processes,
-                                       process_id=process_id, heartbeat_timeout_seconds=heartbeat)
+            jax.distributed.initialize(
+                coordinator_address=coordinator,
+                num_processes=num_processes,
+                process_id=process_id,
+                heartbeat_timeout_seconds=heartbeat,
+            )
         else:
-            jax.distributed.initialize(heartbeat_timeout_seconds=heartbeat)  # cluster auto-detection (SLURM, ...)
+            jax.distributed.initialize(
+                heartbeat_timeout_seconds=heartbeat
+            )  # cluster auto-detection (SLURM, ...)
     except RuntimeError as e:  # JAX's runtime error: the coordinator did not answer in time
         from tianjax.launch.guard import exit_now
 
         where = coordinator or "the coordinator"
         try:
-            where += f" ({collectives.resolve(collectives.split_host_port(coordinator)[0])} from here)"
+            where += (
+                f" ({collectives.resolve(collectives.split_host_port(coordinator)[0])} from here)"
+            )
         except (OSError, ValueError, AttributeError):
             pass
-        exit_now(f"tianjax: error: learner {process_id}: cannot join the run's coordinator at {where}: "
-                 f"{str(e).strip().splitlines()[0][:200]}", 1)
+        exit_now(
+            f"tianjax: error: learner {process_id}: cannot join the run's coordinator at {where}: "
+            f"{str(e).strip().splitlines()[0][:200]}",
+            1,
+        )
 
 
 def _collectives(config: Config, coordinator: str, bind_host: str, index: int, count: int) -> str:
@@ -171,25 +197,36 @@ def _collectives(config: Config, coordinator: str, bind_host: str, index: int, c
         return ""
     timeout = config.runtime.heartbeat_timeout_s
     try:
-        chosen = collectives.choose(global_state.client, index, count, coordinator, bind_host, timeout)
+        chosen = collectives.choose(
+            global_state.client, index, count, coordinator, bind_host, timeout
+        )
         collectives.check_reach(global_state.client, index, count, chosen.address, timeout)
     except collectives.Unreachable as e:
         if index == 0:
             time.sleep(1.0)  # the others read the checks' results from its coordination service
-        exit_now(f"tianjax: error: learner {index}/{count}: {e}; every learner must reach the others "
-                 "(--bind-host chooses the interface)", 1)
+        exit_now(
+            f"tianjax: error: learner {index}/{count}: {e}; every learner must reach the others "
+            "(--bind-host chooses the interface)",
+            1,
+        )
     collectives.use_for_gloo(chosen.address)
     if not collectives.is_loopback(chosen.address) and _on_loopback(bind_host):
         # the learners span hosts, and this one's actors can only be on its own
-        print(f"tianjax: warning: learner {index}/{count} binds its ports on loopback ({bind_host}): "
-              "only actors on its own host can connect; --bind-host 0.0.0.0 (or an address of this "
-              "host) lets others in", file=sys.stderr, flush=True)
+        print(
+            f"tianjax: warning: learner {index}/{count} binds its ports on loopback ({bind_host}): "
+            "only actors on its own host can connect; --bind-host 0.0.0.0 (or an address of this "
+            "host) lets others in",
+            file=sys.stderr,
+            flush=True,
+        )
     return f"; collectives on {chosen.address} ({chosen.how})"
 
 
 def _on_loopback(host: str) -> bool:
     try:
-        return host.strip() not in collectives.WILDCARDS and collectives.is_loopback(collectives.resolve(host))
+        return host.strip() not in collectives.WILDCARDS and collectives.is_loopback(
+            collectives.resolve(host)
+        )
     except (OSError, ValueError):
         return False
 
@@ -198,15 +235,29 @@ def _key(key_file: str | None):
     from tianjax.transport.auth import KEY_ENV, load_key
 
     if key_file is None and not os.environ.get(KEY_ENV):
-        raise ConfigError(f"launch: no run key: pass --key-file FILE or set {KEY_ENV} (the same on every process)")
+        raise ConfigError(
+            f"launch: no run key: pass --key-file FILE or set {KEY_ENV} (the same on every process)"
+        )
     try:
         return load_key(key_file)
-    except (ValueError, PermissionError, FileNotFoundError) as e:  # a bad key, or a file others may read
+    except (
+        ValueError,
+        PermissionError,
+        FileNotFoundError,
+    ) as e:  # a bad key, or a file others may read
         raise ConfigError(f"launch: {e}") from None
 
 
-def run_learner(config: Config, *, coordinator: str | None, num_processes: int | None,
-                process_id: int | None, bind_host: str, base_port: int, key_file: str | None) -> int:
+def run_learner(
+    config: Config,
+    *,
+    coordinator: str | None,
+    num_processes: int | None,
+    process_id: int | None,
+    bind_host: str,
+    base_port: int,
+    key_file: str | None,
+) -> int:
     import jax
 
     from tianjax.runtime.process import compile_cache
@@ -214,11 +265,14 @@ def run_learner(config: Config, *, coordinator: str | None, num_processes: int |
     compile_cache.enable(config.compile_cache)
     config = with_security(config)
     if config.num_actors < 1:
-        raise ConfigError(f"launch --role learner: num_actors must be >= 1 (actor processes per learner "
-                          f"process, started with tianjax launch --role actor), got {config.num_actors}")
+        raise ConfigError(
+            f"launch --role learner: num_actors must be >= 1 (actor processes per learner "
+            f"process, started with tianjax launch --role actor), got {config.num_actors}"
+        )
     run_key = _key(key_file)
     if (coordinator is not None or num_processes is not None) and (
-            coordinator is None or num_processes is None or process_id is None):
+        coordinator is None or num_processes is None or process_id is None
+    ):
         raise ConfigError("launch: --coordinator, --num-processes and --process-id go together")
     # from here on its actors see a learner that is starting
     held = _HeldPorts(bind_host, base_port, process_id) if process_id is not None else None
@@ -233,10 +287,14 @@ def run_learner(config: Config, *, coordinator: str | None, num_processes: int |
     from tianjax.launch.guard import PeerWatch, SigtermWatchdog, exit_now, exit_on_abort
 
     if index != 0:  # JAX's client aborts the moment learner 0's coordination service is gone
-        exit_on_abort(f"tianjax: error: learner {index}/{count}: learner process 0 is lost (JAX's "
-                      "coordination service, which it hosts, stopped answering; JAX's log above); "
-                      "stopping; the last checkpoint stands")
-    net = _collectives(config, coordinator or global_state.coordinator_address, bind_host, index, count)
+        exit_on_abort(
+            f"tianjax: error: learner {index}/{count}: learner process 0 is lost (JAX's "
+            "coordination service, which it hosts, stopped answering; JAX's log above); "
+            "stopping; the last checkpoint stands"
+        )
+    net = _collectives(
+        config, coordinator or global_state.coordinator_address, bind_host, index, count
+    )
     if config.stop_at_target and count > 1:
         # every learner must take the same number of collective updates, and each tracks
         # the episodes of its own actors
@@ -256,29 +314,45 @@ def run_learner(config: Config, *, coordinator: str | None, num_processes: int |
             time.sleep(1.0)  # (before a failing learner 0 takes JAX's coordination service down)
             exit_now(line, 1)
 
-        peers = PeerWatch(global_state.client, index, count, config.runtime.heartbeat_timeout_s, on_lost=lost)
+        peers = PeerWatch(
+            global_state.client, index, count, config.runtime.heartbeat_timeout_s, on_lost=lost
+        )
     from tianjax.metrics import Progress, RunLogger, format_summary
     from tianjax.runtime.learner.learner import Learner
     from tianjax.runtime.record.recorder import save_params
 
     run_dir = os.path.join(config.run_dir or "runs/multihost", f"learner-{index}")
     logger = RunLogger(config, run_dir)
-    progress = Progress(config.total_env_steps, enabled=False if index else None,
-                        desc=f"learner {index}/{jax.process_count()}")
+    progress = Progress(
+        config.total_env_steps,
+        enabled=False if index else None,
+        desc=f"learner {index}/{jax.process_count()}",
+    )
     # every learner process writes (its shards of) the same checkpoints: the run's root;
     # it serves the ports held since its start
-    learner = Learner(config, run_key, logger, progress,
-                      endpoints=learner_endpoints(bind_host, base_port, index),
-                      checkpoint_root=os.path.dirname(logger.run_dir), listen_fds=held.handover())
+    learner = Learner(
+        config,
+        run_key,
+        logger,
+        progress,
+        endpoints=learner_endpoints(bind_host, base_port, index),
+        checkpoint_root=os.path.dirname(logger.run_dir),
+        listen_fds=held.handover(),
+    )
     ids = actor_ids(index, count, config.num_actors)
     learner.watch.who = f"learner {index}/{count}"
-    learner.watch.hint = (f"its actors with tianjax launch --role actor --actor-id {', '.join(map(str, ids))} "
-                          f"--num-learners {count} --learner-host <this host> --base-port {base_port}")
-    print(f"tianjax: learner {index}/{count} on {learner.mesh.devices.size} devices ({config.runtime.security}); "
-          f"its actors are --actor-id {', '.join(map(str, ids))} (of 0-{count * config.num_actors - 1}; "
-          f"num_actors={config.num_actors} per learner), started with --num-learners {count} "
-          f"--learner-host <this host> --base-port {base_port}: ports {base_port + 3 * index}-"
-          f"{base_port + 3 * index + 2} on {bind_host}{net}", flush=True)
+    learner.watch.hint = (
+        f"its actors with tianjax launch --role actor --actor-id {', '.join(map(str, ids))} "
+        f"--num-learners {count} --learner-host <this host> --base-port {base_port}"
+    )
+    print(
+        f"tianjax: learner {index}/{count} on {learner.mesh.devices.size} devices ({config.runtime.security}); "
+        f"its actors are --actor-id {', '.join(map(str, ids))} (of 0-{count * config.num_actors - 1}; "
+        f"num_actors={config.num_actors} per learner), started with --num-learners {count} "
+        f"--learner-host <this host> --base-port {base_port}: ports {base_port + 3 * index}-"
+        f"{base_port + 3 * index + 2} on {bind_host}{net}",
+        flush=True,
+    )
     t0 = time.perf_counter()
     try:
         out = learner.run(t_start=t0)
@@ -290,12 +364,17 @@ def run_learner(config: Config, *, coordinator: str | None, num_processes: int |
         # a collective failed: another learner process is gone. Say so once, tell our actors
         # the run failed, and leave without jax.distributed.shutdown (it would wait for it)
         if isinstance(e, LearnerStalled):
-            why = (f"{e}: start its actors with --actor-id {', '.join(map(str, ids))} --num-learners {count} "
-                   f"(num_actors={config.num_actors} per learner)")
+            why = (
+                f"{e}: start its actors with --actor-id {', '.join(map(str, ids))} --num-learners {count} "
+                f"(num_actors={config.num_actors} per learner)"
+            )
         else:
-            why = (peers.lost if peers and peers.lost else
-                   f"a collective failed, another learner process is lost ({type(e).__name__}: "
-                   f"{str(e).strip().splitlines()[0][:160]})")
+            why = (
+                peers.lost
+                if peers and peers.lost
+                else f"a collective failed, another learner process is lost ({type(e).__name__}: "
+                f"{str(e).strip().splitlines()[0][:160]})"
+            )
         line = f"tianjax: error: learner {index}/{count}: {why}; the last checkpoint stands"
         if index != 0:  # learner 0 may leave (taking JAX's service with it) before we do
             exit_on_abort(line)
@@ -312,15 +391,26 @@ def run_learner(config: Config, *, coordinator: str | None, num_processes: int |
         learner.close()
         progress.close()
     save_params(os.path.join(logger.run_dir, "final_params.npz"), out.params)
-    summary = {"mode": config.mode, "algo": config.algo, "env": config.env,
-               "process_index": index, "process_count": jax.process_count(),
-               "env_steps": out.env_steps, "updates": out.updates, "env_steps_per_s": out.env_steps_per_s,
-               "final_return": out.final_return, "convergence_time_s": out.convergence_time_s,
-               "convergence_env_steps": out.convergence_env_steps, "compile_time_s": out.compile_time_s,
-               "skipped_updates": out.skipped_updates, "episodes": out.episodes,
-               "wall_time_s": time.perf_counter() - t0, "target_return": config.target_return,
-               "interrupted": out.interrupted,
-               **out.extra_summary}
+    summary = {
+        "mode": config.mode,
+        "algo": config.algo,
+        "env": config.env,
+        "process_index": index,
+        "process_count": jax.process_count(),
+        "env_steps": out.env_steps,
+        "updates": out.updates,
+        "env_steps_per_s": out.env_steps_per_s,
+        "final_return": out.final_return,
+        "convergence_time_s": out.convergence_time_s,
+        "convergence_env_steps": out.convergence_env_steps,
+        "compile_time_s": out.compile_time_s,
+        "skipped_updates": out.skipped_updates,
+        "episodes": out.episodes,
+        "wall_time_s": time.perf_counter() - t0,
+        "target_return": config.target_return,
+        "interrupted": out.interrupted,
+        **out.extra_summary,
+    }
     summary = logger.write_summary(summary)
     logger.close()
     print(format_summary(summary), flush=True)
@@ -331,12 +421,18 @@ def run_learner(config: Config, *, coordinator: str | None, num_processes: int |
     return 130 if out.interrupted else 0
 
 
-def run_actor(config: Config, *, actor_id: int, learner_host: str, base_port: int, num_learners: int,
-              key_file: str | None) -> int:
+def run_actor(
+    config: Config,
+    *,
+    actor_id: int,
+    learner_host: str,
+    base_port: int,
+    num_learners: int,
+    key_file: str | None,
+) -> int:
     """Runs actor `actor_id` as a supervised child process: restarted when it dies, up to
     `runtime.max_actor_restarts` times, until the learner tells it to stop (exit code 0)."""
     from tianjax.launch.supervisor import ActorSupervisor
-
     from tianjax.runtime.actor.actor import LEARNER_GONE
 
     config = with_security(config)
@@ -344,13 +440,18 @@ def run_actor(config: Config, *, actor_id: int, learner_host: str, base_port: in
         raise ConfigError(f"launch: --num-learners must be >= 1, got {num_learners}")
     total = num_learners * config.num_actors
     if not 0 <= actor_id < total:
-        raise ConfigError(f"launch: --actor-id {actor_id} is outside 0-{total - 1}: with --num-learners "
-                          f"{num_learners} and num_actors={config.num_actors} (per learner) the actor ids "
-                          f"are 0 to {total - 1}, actor k training for learner k mod {num_learners}")
+        raise ConfigError(
+            f"launch: --actor-id {actor_id} is outside 0-{total - 1}: with --num-learners "
+            f"{num_learners} and num_actors={config.num_actors} (per learner) the actor ids "
+            f"are 0 to {total - 1}, actor k training for learner k mod {num_learners}"
+        )
     run_key = _key(key_file)
     endpoints = learner_endpoints(learner_host, base_port, actor_id % num_learners)
-    print(f"tianjax: actor {actor_id} -> learner {actor_id % num_learners} at {json.dumps(endpoints)} "
-          f"({config.runtime.security})", flush=True)
+    print(
+        f"tianjax: actor {actor_id} -> learner {actor_id % num_learners} at {json.dumps(endpoints)} "
+        f"({config.runtime.security})",
+        flush=True,
+    )
     sup = ActorSupervisor(config, endpoints, run_key)
     signal.signal(signal.SIGTERM, _terminate)
     try:
@@ -360,16 +461,28 @@ def run_actor(config: Config, *, actor_id: int, learner_host: str, base_port: in
             p = sup.procs.get(actor_id)
             if p is not None and p.poll() == LEARNER_GONE:
                 # its learner is gone or failed: another process would only wait again
-                print(f"tianjax: error: actor {actor_id}: its learner ({endpoints['control']}) is gone "
-                      "or failed; see the line above", file=sys.stderr, flush=True)
+                print(
+                    f"tianjax: error: actor {actor_id}: its learner ({endpoints['control']}) is gone "
+                    "or failed; see the line above",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 return 1
             changes = sup.check()
             for i, why in changes.restarted.items():
-                print(f"tianjax: warning: actor {i} ({why}) restarted "
-                      f"({sup.restarts[i]}/{config.runtime.max_actor_restarts})", file=sys.stderr, flush=True)
+                print(
+                    f"tianjax: warning: actor {i} ({why}) restarted "
+                    f"({sup.restarts[i]}/{config.runtime.max_actor_restarts})",
+                    file=sys.stderr,
+                    flush=True,
+                )
             if changes.lost:
                 why = changes.lost[actor_id]
-                print(f"tianjax: error: actor {actor_id} ({why}) is out of restarts", file=sys.stderr, flush=True)
+                print(
+                    f"tianjax: error: actor {actor_id} ({why}) is out of restarts",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 return 1
             if not sup.procs:  # it exited 0: told to stop by the learner
                 return 0

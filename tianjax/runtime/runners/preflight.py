@@ -34,8 +34,10 @@ def require(module: str, extra: str, key: str, what: str) -> None:
     except (ImportError, ValueError):
         found = False
     if not found:
-        raise ConfigError(f"config key '{key}': {what} needs the {extra} extra, which is not installed; "
-                          f"{install_hint(extra)}")
+        raise ConfigError(
+            f"config key '{key}': {what} needs the {extra} extra, which is not installed; "
+            f"{install_hint(extra)}"
+        )
 
 
 def check_extras(config: Config) -> None:
@@ -98,7 +100,10 @@ def _main(argv=None) -> int:
 
     args = sys.argv[1:] if argv is None else argv
     if not args:
-        print("usage: python -m tianjax.runtime.runners.preflight CONFIG [key=value ...]", file=sys.stderr)
+        print(
+            "usage: python -m tianjax.runtime.runners.preflight CONFIG [key=value ...]",
+            file=sys.stderr,
+        )
         return 2
     try:
         config = load_config(resolve(args[0]), args[1:])

@@ -48,13 +48,12 @@ from typing import NamedTuple, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
-
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from tianjax.config import Config, ConfigError, load_config, parse_override
-from tianjax.runtime.runners.train_fn import final_return, make_train, sweepable
 from tianjax.metrics.logger import default_run_dir
 from tianjax.runtime.runners.fused import donate_argnums
+from tianjax.runtime.runners.train_fn import final_return, make_train, sweepable
 
 
 class Point(NamedTuple):
@@ -83,7 +82,9 @@ class SweepResult(NamedTuple):
     groups: list  # per group: dict(points, seeds, compile_time_s, train_time_s, env_steps, env_steps_per_s)
 
     def ranked(self) -> list:
-        return sorted(self.points, key=lambda p: (math.isnan(p.final_return), -np.nan_to_num(p.final_return)))
+        return sorted(
+            self.points, key=lambda p: (math.isnan(p.final_return), -np.nan_to_num(p.final_return))
+        )
 
 
 def split_values(text: str) -> list[str]:
@@ -118,7 +119,9 @@ def parse_args(args: Sequence[str]) -> tuple[list[str], list[tuple[str, list[str
         if key in (k for k, _ in axes):
             raise ConfigError(f"sweep axis '{key}': given twice")
         if key in ("num_seeds", "seed", "mode", "run_dir", "resume"):
-            raise ConfigError(f"sweep axis '{key}': not a grid axis (num_seeds=N sets the seeds of every point)")
+            raise ConfigError(
+                f"sweep axis '{key}': not a grid axis (num_seeds=N sets the seeds of every point)"
+            )
         axes.append((key, values))
     return overrides, axes
 
@@ -136,11 +139,15 @@ def make_points(source, args: Sequence[str]) -> list[Point]:
         points.append(Point(i, tuple(combo), config))
     base = points[0].config
     if base.mode != "fused":
-        raise ConfigError(f"config key 'mode': tianjax sweep runs fused configs, got mode '{base.mode}' "
-                          "(sweep sync or async runs one after another with tianjax train)")
+        raise ConfigError(
+            f"config key 'mode': tianjax sweep runs fused configs, got mode '{base.mode}' "
+            "(sweep sync or async runs one after another with tianjax train)"
+        )
     if base.stop_at_target:
-        raise ConfigError("config key 'stop_at_target': a sweep trains every point to its budget in one "
-                          "program (it reports each point's convergence time); set it false")
+        raise ConfigError(
+            "config key 'stop_at_target': a sweep trains every point to its budget in one "
+            "program (it reports each point's convergence time); set it false"
+        )
     vmapped = {k for k, _ in axes if all(k in sweepable(p.config) for p in points)}
     groups: dict[tuple, int] = {}
     out = []
@@ -155,7 +162,9 @@ def use_cpu_cores(limit: int | None = None) -> int:
     sweep's points run side by side. Only before JAX has started its backends (a launcher's
     first step; never at import): afterwards it changes nothing. Returns the CPU devices the
     process will have."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cores = (
+        len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    )
     want = max(1, min(cores, limit or cores))
     try:
         jax.config.update("jax_num_cpu_devices", want)
@@ -187,21 +196,38 @@ def _run_group(points: list[Point]) -> tuple[object, dict]:
     # XLA:CPU; see the fused runner), then repeated for every point
     seeds = [one_init(k) for k in _seed_keys(base)]
     states = jax.tree.map(lambda *xs: jnp.stack(xs * len(points)), *seeds)
-    hparams = {k: jnp.asarray(np.repeat([float(_value(p.config, k)) for p in points], S), jnp.float32)
-               for k in keys}
+    hparams = {
+        k: jnp.asarray(np.repeat([float(_value(p.config, k)) for p in points], S), jnp.float32)
+        for k in keys
+    }
     # the runs' axis split over the devices: each runs its share of the vmap, nothing shared
     devices = _split(len(points) * S, jax.local_devices())
     shard = NamedSharding(Mesh(np.array(devices), ("runs",)), PartitionSpec("runs"))
     states, hparams = jax.device_put((states, hparams), shard)
     t0 = time.perf_counter()
-    program = jax.jit(jax.vmap(train_fn), in_shardings=shard, out_shardings=shard,
-                      donate_argnums=donate_argnums(states)).lower(states, hparams).compile()
+    program = (
+        jax.jit(
+            jax.vmap(train_fn),
+            in_shardings=shard,
+            out_shardings=shard,
+            donate_argnums=donate_argnums(states),
+        )
+        .lower(states, hparams)
+        .compile()
+    )
     t1 = time.perf_counter()
     run = jax.block_until_ready(program(states, hparams))
     t2 = time.perf_counter()
     steps = len(points) * S * int(np.asarray(run.state.env_steps).reshape(-1)[0])
-    return run, dict(points=len(points), seeds=S, devices=len(devices), compile_time_s=t1 - t0,
-                     train_time_s=t2 - t1, env_steps=steps, env_steps_per_s=steps / max(t2 - t1, 1e-9))
+    return run, dict(
+        points=len(points),
+        seeds=S,
+        devices=len(devices),
+        compile_time_s=t1 - t0,
+        train_time_s=t2 - t1,
+        env_steps=steps,
+        env_steps_per_s=steps / max(t2 - t1, 1e-9),
+    )
 
 
 def _value(config: Config, key: str):
@@ -221,8 +247,12 @@ def _records(config: Config, metrics: dict) -> list[dict]:
     for end in ends:
         sl = {k: v[:, start:end] for k, v in metrics.items()}
         n = int(sl["episodes"].sum())
-        rec = dict(env_steps=end * per * S, updates=end, episodes=n,
-                   return_mean=float(sl["episode_return_sum"].sum() / n) if n else None)
+        rec = dict(
+            env_steps=end * per * S,
+            updates=end,
+            episodes=n,
+            return_mean=float(sl["episode_return_sum"].sum() / n) if n else None,
+        )
         for k, v in sl.items():
             if k not in ("episodes", "episode_return_sum", "version"):
                 rec[k] = float(np.mean(v))
@@ -257,20 +287,42 @@ def _write_point(point: Point, run, group_info: dict, run_dir: str) -> PointResu
         env_steps = int(np.asarray(run.state.env_steps).reshape(-1)[0]) * S
         saver = ckpt.Checkpointer(run_dir, keep=1)
         try:
-            saver.save(updates, state, dict(ckpt.run_meta(config), iterations=updates,
-                                            env_steps=env_steps // S, updates=updates))
+            saver.save(
+                updates,
+                state,
+                dict(
+                    ckpt.run_meta(config),
+                    iterations=updates,
+                    env_steps=env_steps // S,
+                    updates=updates,
+                ),
+            )
         finally:
             saver.close()
         target = config.target_return
         summary = {
-            "mode": "fused", "algo": config.algo, "env": config.env, "env_backend": config.env_backend,
-            "seed": config.seed, "num_seeds": S, "env_steps": env_steps, "updates": updates,
-            "final_return": mean, "final_return_std": std, "final_return_per_seed": per_seed,
+            "mode": "fused",
+            "algo": config.algo,
+            "env": config.env,
+            "env_backend": config.env_backend,
+            "seed": config.seed,
+            "num_seeds": S,
+            "env_steps": env_steps,
+            "updates": updates,
+            "final_return": mean,
+            "final_return_std": std,
+            "final_return_per_seed": per_seed,
             "target_return": target,
-            "seeds_at_target": None if target is None else sum(f is not None and f >= target for f in per_seed),
-            "sweep_point": dict(point.assignments), "sweep_group": point.group,
-            "compile_time_s": group_info["compile_time_s"], "train_time_s": group_info["train_time_s"],
-            "env_steps_per_s": group_info["env_steps_per_s"],  # the group's (all its points and seeds)
+            "seeds_at_target": None
+            if target is None
+            else sum(f is not None and f >= target for f in per_seed),
+            "sweep_point": dict(point.assignments),
+            "sweep_group": point.group,
+            "compile_time_s": group_info["compile_time_s"],
+            "train_time_s": group_info["train_time_s"],
+            "env_steps_per_s": group_info[
+                "env_steps_per_s"
+            ],  # the group's (all its points and seeds)
             "skipped_updates": int(np.asarray(run.state.learner.skipped_updates).sum()),
             "run_dir": run_dir,
         }
@@ -282,18 +334,24 @@ def _write_point(point: Point, run, group_info: dict, run_dir: str) -> PointResu
 
 def table(result: SweepResult) -> str:
     """The points ranked by final return, as a markdown table."""
-    lines = ["| rank | point | final return | std over seeds | min | max | group | run |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines = [
+        "| rank | point | final return | std over seeds | min | max | group | run |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for rank, p in enumerate(result.ranked(), 1):
         seeds = [f for f in p.final_return_per_seed if f is not None]
         lo = f"{min(seeds):.1f}" if seeds else "-"
         hi = f"{max(seeds):.1f}" if seeds else "-"
-        lines.append(f"| {rank} | {p.name} | {p.final_return:.1f} | {p.std:.1f} | {lo} | {hi} | {p.group} | "
-                     f"{os.path.basename(p.run_dir)} |")
+        lines.append(
+            f"| {rank} | {p.name} | {p.final_return:.1f} | {p.std:.1f} | {lo} | {hi} | {p.group} | "
+            f"{os.path.basename(p.run_dir)} |"
+        )
     return "\n".join(lines)
 
 
-def run_sweep(source, args: Sequence[str] = (), *, out: str | None = None, verbose: bool = True) -> SweepResult:
+def run_sweep(
+    source, args: Sequence[str] = (), *, out: str | None = None, verbose: bool = True
+) -> SweepResult:
     """Runs the grid (see the module docstring); returns the points' results and groups' timings."""
     from tianjax.runtime.process import compile_cache
 
@@ -304,36 +362,62 @@ def run_sweep(source, args: Sequence[str] = (), *, out: str | None = None, verbo
     os.makedirs(sweep_dir, exist_ok=True)
     n_groups = max(p.group for p in points) + 1
     say = print if verbose else (lambda *a, **k: None)
-    say(f"sweep: {len(points)} points x {base.num_seeds} seeds in {n_groups} program(s) -> {sweep_dir}", flush=True)
+    say(
+        f"sweep: {len(points)} points x {base.num_seeds} seeds in {n_groups} program(s) -> {sweep_dir}",
+        flush=True,
+    )
     results, groups = [None] * len(points), []
     for g in range(n_groups):
         members = [p for p in points if p.group == g]
-        label = " ".join(f"{k}={v}" for k, v in members[0].assignments
-                         if all(q.assignments and dict(q.assignments)[k] == v for q in members)) or "all"
-        say(f"group {g + 1}/{n_groups} ({label}): {len(members)} points x {base.num_seeds} seeds, one program; "
-            "compiling and training...", flush=True)
+        label = (
+            " ".join(
+                f"{k}={v}"
+                for k, v in members[0].assignments
+                if all(q.assignments and dict(q.assignments)[k] == v for q in members)
+            )
+            or "all"
+        )
+        say(
+            f"group {g + 1}/{n_groups} ({label}): {len(members)} points x {base.num_seeds} seeds, one program; "
+            "compiling and training...",
+            flush=True,
+        )
         run, info = _run_group(members)
         groups.append(dict(info, group=g, label=label))
         S = members[0].config.num_seeds
         for j, p in enumerate(members):
-            part = jax.tree.map(lambda x: x[j * S:(j + 1) * S], run)
+            part = jax.tree.map(lambda x: x[j * S : (j + 1) * S], run)
             results[p.index] = _write_point(p, part, info, os.path.join(sweep_dir, _name(p)))
         on = f" on {info['devices']} devices" if info["devices"] > 1 else ""
-        say(f"  compiled in {info['compile_time_s']:.1f} s, trained {info['env_steps']:,} env steps{on} in "
+        say(
+            f"  compiled in {info['compile_time_s']:.1f} s, trained {info['env_steps']:,} env steps{on} in "
             f"{info['train_time_s']:.1f} s ({info['env_steps_per_s']:,.0f} env steps/s, all points and seeds)",
-            flush=True)
+            flush=True,
+        )
     result = SweepResult(sweep_dir, results, groups)
     doc = {"points": [p._asdict() for p in result.ranked()], "groups": groups}
     with open(os.path.join(sweep_dir, "sweep.json"), "w") as f:
         json.dump(doc, f, indent=1, default=lambda x: None)
     md = table(result)
     with open(os.path.join(sweep_dir, "sweep.md"), "w") as f:
-        f.write(f"# sweep of {base.algo} on {base.env}, {base.num_seeds} seed(s) per point\n\n"
-                "final return: mean over seeds of each seed's mean return of its last 100 episodes\n\n"
-                + md + "\n")
+        f.write(
+            f"# sweep of {base.algo} on {base.env}, {base.num_seeds} seed(s) per point\n\n"
+            "final return: mean over seeds of each seed's mean return of its last 100 episodes\n\n"
+            + md
+            + "\n"
+        )
     say("\n" + md, flush=True)
     return result
 
 
-__all__ = ["Point", "PointResult", "SweepResult", "make_points", "parse_args", "run_sweep", "split_values",
-           "table", "use_cpu_cores"]
+__all__ = [
+    "Point",
+    "PointResult",
+    "SweepResult",
+    "make_points",
+    "parse_args",
+    "run_sweep",
+    "split_values",
+    "table",
+    "use_cpu_cores",
+]

@@ -71,8 +71,10 @@ def _unknown(config: Config, key: str) -> ConfigError:
     if key.startswith("staleness."):
         why = "has no effect in fused mode (every sample is fresh: tau = 0, weight 1)"
     elif "." in key and hasattr(getattr(config, key.split(".")[0], None), key.split(".", 1)[1]):
-        why = "is not a numeric input of train_fn (a size, a switch or another algorithm's key: " \
-              "set it in the config; tianjax sweep runs such grids in groups)"
+        why = (
+            "is not a numeric input of train_fn (a size, a switch or another algorithm's key: "
+            "set it in the config; tianjax sweep runs such grids in groups)"
+        )
     else:
         why = "unknown key"
     return ConfigError(f"make_train hyperparameter '{key}': {why} (inputs: {known})")
@@ -140,10 +142,16 @@ def make_train(config: Config, env=None):
     from tianjax.envs.factory import make_jax_env
 
     if config.mode != "fused":
-        raise ConfigError(f"config key 'mode': make_train builds fused runs, got mode '{config.mode}'")
-    env = env if env is not None else make_jax_env(config.env_backend, config.env, config.env_options)
+        raise ConfigError(
+            f"config key 'mode': make_train builds fused runs, got mode '{config.mode}'"
+        )
+    env = (
+        env if env is not None else make_jax_env(config.env_backend, config.env, config.env_options)
+    )
     obs_dtype = getattr(env, "obs_dtype", None)
-    algo = make_algorithm(config, env.obs_shape, env.action_spec, correct_staleness=False, obs_dtype=obs_dtype)
+    algo = make_algorithm(
+        config, env.obs_shape, env.action_spec, correct_staleness=False, obs_dtype=obs_dtype
+    )
     init, _ = make_fused(config, env, algo)
     num_updates = config.total_env_steps // (config.num_envs * config.rollout_len)
     keys = sweepable(config)
@@ -151,19 +159,28 @@ def make_train(config: Config, env=None):
     def train_fn(state: FusedState, hparams: Mapping[str, Any] | None = None) -> FusedRun:
         hparams = dict(hparams or {})
         check(config, hparams)
-        values = {k: jnp.asarray(hparams[k] if k in hparams else _get(config, k), jnp.float32) for k in keys}
+        values = {
+            k: jnp.asarray(hparams[k] if k in hparams else _get(config, k), jnp.float32)
+            for k in keys
+        }
         bound = bind(config, values)
-        algo_b = make_algorithm(bound, env.obs_shape, env.action_spec, correct_staleness=False,
-                                obs_dtype=obs_dtype)
+        algo_b = make_algorithm(
+            bound, env.obs_shape, env.action_spec, correct_staleness=False, obs_dtype=obs_dtype
+        )
         _, run = make_fused(bound, env, algo_b)
         opt = state.learner.opt_state
         if hasattr(opt, "hyperparams"):  # optax.inject_hyperparams: the optimizer reads its state
             section = config.spec.section
             hp = dict(opt.hyperparams)
-            for name, key in (("learning_rate", f"{section}.lr"), ("max_grad_norm", f"{section}.max_grad_norm")):
+            for name, key in (
+                ("learning_rate", f"{section}.lr"),
+                ("max_grad_norm", f"{section}.max_grad_norm"),
+            ):
                 if name in hp and key in values:
                     hp[name] = values[key]
-            state = state._replace(learner=state.learner._replace(opt_state=opt._replace(hyperparams=hp)))
+            state = state._replace(
+                learner=state.learner._replace(opt_state=opt._replace(hyperparams=hp))
+            )
 
         def body(carry, _):
             s, window, count = carry
@@ -176,8 +193,9 @@ def make_train(config: Config, env=None):
             return (s, window, count), metrics
 
         window0 = jnp.full((WINDOW,), jnp.nan, jnp.float32)
-        (state, window, count), metrics = jax.lax.scan(body, (state, window0, jnp.zeros((), jnp.int32)),
-                                                       None, length=num_updates)
+        (state, window, count), metrics = jax.lax.scan(
+            body, (state, window0, jnp.zeros((), jnp.int32)), None, length=num_updates
+        )
         return FusedRun(state, metrics, window)
 
     return init, train_fn

@@ -1,1 +1,2 @@
-"""How the learner makes batches: on-policy strategies (`onpolicy`), replay paced to a ratio (`replay`), batch axes and joining (`axes`)."""
+"""How the learner makes batches: on-policy strategies (`onpolicy`), replay paced to a ratio
+(`replay`), batch axes and joining (`axes`)."""

@@ -31,11 +31,20 @@ def concat_batches(batches: list):
         return first
 
     def join(*xs, a):
-        return (jnp.concatenate(xs, axis=a) if isinstance(xs[0], jax.Array) else np.concatenate(xs, axis=a))
+        return (
+            jnp.concatenate(xs, axis=a)
+            if isinstance(xs[0], jax.Array)
+            else np.concatenate(xs, axis=a)
+        )
 
-    return type(first)(*[jax.tree.map(lambda *xs, a=batch_axis(name): join(*xs, a=a),
-                                      *[getattr(b, name) for b in batches])
-                         for name in first._fields])
+    return type(first)(
+        *[
+            jax.tree.map(
+                lambda *xs, a=batch_axis(name): join(*xs, a=a), *[getattr(b, name) for b in batches]
+            )
+            for name in first._fields
+        ]
+    )
 
 
 __all__ = ["batch_axis", "concat_batches"]

@@ -102,7 +102,11 @@ class ReuseBatches:
             return choice
         # NOTE: only while no update runs (the device would idle): a reuse pass queued
         # behind a running update would make fresh data that arrives meanwhile wait
-        if self.last is None or busy or not self.limits.may_reuse(self.passes, self.last[1], version):
+        if (
+            self.last is None
+            or busy
+            or not self.limits.may_reuse(self.passes, self.last[1], version)
+        ):
             return None
         self.passes += 1
         local = self.last[0]

@@ -19,8 +19,8 @@ from __future__ import annotations
 import jax
 import numpy as np
 
-from tianjax.core.algorithm import Algorithm
 from tianjax.config import Config
+from tianjax.core.algorithm import Algorithm
 from tianjax.core.replay.setup import make_replay
 from tianjax.runtime.learner.batches.onpolicy import Choice
 
@@ -40,8 +40,13 @@ class ReplayBatches:
         # samples (env steps) in one sampled batch, this process's share
         self.batch_samples = rc.batch_size * algo.buffer.item_steps(config.rollout_len)
         # as Config.replay_ratio, by this algorithm's items (a registered one's too)
-        self.ratio = config.balance.target_replay_ratio or config.runtime.replay_ratio or (
-            rc.updates_per_rollout * self.batch_samples / (config.num_envs * config.rollout_len))
+        self.ratio = (
+            config.balance.target_replay_ratio
+            or config.runtime.replay_ratio
+            or (
+                rc.updates_per_rollout * self.batch_samples / (config.num_envs * config.rollout_len)
+            )
+        )
         self.learned = 0  # samples learned from
         self.added = 0  # samples in the buffer (added by this process, ever)
         self.earned = 0.0  # samples owed in all
@@ -92,7 +97,9 @@ class ReplayBatches:
             return
         self.rb, self.key = tree["replay"], tree["sample_key"]
         self.added = meta["replay_added"]
-        self.earned = float(meta.get("replay_earned", self.ratio * max(self.added - self.rc.learning_starts, 0)))
+        self.earned = float(
+            meta.get("replay_earned", self.ratio * max(self.added - self.rc.learning_starts, 0))
+        )
         self.learned = int(meta["learned"])
 
 
