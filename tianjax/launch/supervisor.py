@@ -35,7 +35,7 @@ from tianjax.transport.auth import KEY_ENV
 
 # Actors share this machine's cores with the learner: one XLA thread pool each (and
 # synchronous dispatch, which the actor's entry point sets: tianjax.launch.role.actor_jax).
-_ACTOR_XLA_FLAGS = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+ACTOR_XLA_FLAGS = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
 
 
 @dataclass
@@ -71,7 +71,7 @@ class ActorSupervisor:
         env[KEY_ENV] = self.run_key.hex()
         env["JAX_PLATFORMS"] = self.config.runtime.actor_devices
         if self.config.runtime.actor_devices == "cpu" and self.config.runtime.actor_threads == 1:
-            env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " " + _ACTOR_XLA_FLAGS).strip()
+            env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " " + ACTOR_XLA_FLAGS).strip()
         env.setdefault("PYTHONUNBUFFERED", "1")
         env["PYTHONPATH"] = python_path(env.get("PYTHONPATH", ""))
         cmd = [
@@ -208,4 +208,11 @@ def describe(changes: Changes, alive: int, log_dir: str) -> list[str]:
     return lines
 
 
-__all__ = ["STARTUP_FAILED", "ActorSupervisor", "Changes", "describe", "python_path"]
+__all__ = [
+    "ACTOR_XLA_FLAGS",
+    "STARTUP_FAILED",
+    "ActorSupervisor",
+    "Changes",
+    "describe",
+    "python_path",
+]

@@ -13,6 +13,7 @@ from tianjax.networks.torsos import (
     NatureCNN,
     Torso,
     as_float,
+    ortho_init,
     resolve_network,
     resolve_torso,
 )
@@ -29,6 +30,7 @@ __all__ = [
     "Torso",
     "as_float",
     "custom_network",
+    "ortho_init",
     "resolve_network",
     "resolve_torso",
     "use_network",

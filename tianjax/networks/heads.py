@@ -17,7 +17,7 @@ from tianjax.config import NetworkConfig
 from tianjax.core.distributions import Gaussian
 from tianjax.core.types import ActionSpec
 from tianjax.networks.dense import Dense
-from tianjax.networks.torsos import Torso, _check_torso, _ortho, resolve_torso
+from tianjax.networks.torsos import Torso, _check_torso, ortho_init, resolve_torso
 
 
 class ActorCritic(nn.Module):
@@ -38,12 +38,12 @@ class ActorCritic(nn.Module):
             v_h = Torso(self.cfg, self.obs_shape)(obs)
         else:
             pi_h = v_h = Torso(self.cfg, self.obs_shape)(obs)
-        value = Dense(1, kernel_init=_ortho(1.0))(v_h)[..., 0]
+        value = Dense(1, kernel_init=ortho_init(1.0))(v_h)[..., 0]
         if self.action.discrete:
-            logits = Dense(self.action.num_actions, kernel_init=_ortho(0.01))(pi_h)
+            logits = Dense(self.action.num_actions, kernel_init=ortho_init(0.01))(pi_h)
             return logits, value
         dim = int(np.prod(self.action.shape))
-        mean = Dense(dim, kernel_init=_ortho(0.01))(pi_h)
+        mean = Dense(dim, kernel_init=ortho_init(0.01))(pi_h)
         log_std = self.param("log_std", nn.initializers.zeros, (dim,))
         return Gaussian(mean, jnp.broadcast_to(log_std, mean.shape)), value
 

@@ -49,7 +49,8 @@ TORSOS = ("auto", "mlp", "minatar_cnn", "nature_cnn", "impala_cnn")
 NATURE_MIN_SIZE = 36  # the smallest H (and W) the three Nature convolutions leave >= 1 wide
 
 
-def _ortho(scale: float):
+def ortho_init(scale: float):
+    """The orthogonal initializer every built-in layer uses (`scale`: its gain)."""
     return nn.initializers.orthogonal(scale)
 
 
@@ -129,7 +130,7 @@ class MLP(nn.Module):
         act = _ACTIVATIONS[self.activation]
         for width in self.hidden:
             x = act(
-                Dense(width, kernel_init=_ortho(np.sqrt(2)), bias_init=nn.initializers.zeros)(x)
+                Dense(width, kernel_init=ortho_init(np.sqrt(2)), bias_init=nn.initializers.zeros)(x)
             )
         return x
 
@@ -150,7 +151,7 @@ class MinAtarCNN(nn.Module):
     @nn.compact
     def __call__(self, x):
         x = _nhwc(x, self.channels_first)
-        x = nn.relu(Conv(16, (3, 3), (1, 1), padding="SAME", kernel_init=_ortho(np.sqrt(2)))(x))
+        x = nn.relu(Conv(16, (3, 3), (1, 1), padding="SAME", kernel_init=ortho_init(np.sqrt(2)))(x))
         return _flatten(x, 3)
 
 
@@ -164,7 +165,7 @@ class NatureCNN(nn.Module):
         x = _nhwc(x, self.channels_first)
         for feat, k, s in ((32, 8, 4), (64, 4, 2), (64, 3, 1)):
             x = nn.relu(
-                Conv(feat, (k, k), (s, s), padding="VALID", kernel_init=_ortho(np.sqrt(2)))(x)
+                Conv(feat, (k, k), (s, s), padding="VALID", kernel_init=ortho_init(np.sqrt(2)))(x)
             )
         return _flatten(x, 3)
 
@@ -179,11 +180,11 @@ class ImpalaCNN(nn.Module):
     def __call__(self, x):
         x = _nhwc(x, self.channels_first)
         for ch in self.channels:
-            x = Conv(ch, (3, 3), padding="SAME", kernel_init=_ortho(np.sqrt(2)))(x)
+            x = Conv(ch, (3, 3), padding="SAME", kernel_init=ortho_init(np.sqrt(2)))(x)
             x = nn.max_pool(x, (3, 3), strides=(2, 2), padding="SAME")
             for _ in range(2):
-                y = Conv(ch, (3, 3), padding="SAME", kernel_init=_ortho(np.sqrt(2)))(nn.relu(x))
-                y = Conv(ch, (3, 3), padding="SAME", kernel_init=_ortho(np.sqrt(2)))(nn.relu(y))
+                y = Conv(ch, (3, 3), padding="SAME", kernel_init=ortho_init(np.sqrt(2)))(nn.relu(x))
+                y = Conv(ch, (3, 3), padding="SAME", kernel_init=ortho_init(np.sqrt(2)))(nn.relu(y))
                 x = x + y
         return _flatten(nn.relu(x), 3)
 

@@ -313,10 +313,10 @@ def _peer(sync_endpoint: str) -> None:
     tianjax.launch.supervisor, and synchronous dispatch, by tianjax.launch.role), set
     before JAX starts its backend."""
     from tianjax.launch.role import actor_jax
-    from tianjax.launch.supervisor import _ACTOR_XLA_FLAGS
+    from tianjax.launch.supervisor import ACTOR_XLA_FLAGS
 
     os.environ["JAX_PLATFORMS"] = "cpu"
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _ACTOR_XLA_FLAGS).strip()
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + ACTOR_XLA_FLAGS).strip()
     actor_jax()
     import jax
 

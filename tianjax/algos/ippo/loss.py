@@ -30,8 +30,7 @@ from tianjax.config import Config, ConfigError, NetworkConfig
 from tianjax.core.algorithm import Algorithm
 from tianjax.core.buffer_kind import ON_POLICY
 from tianjax.core.types import ActionSpec, MAObs, Trajectory
-from tianjax.networks import MLP, ActorCritic
-from tianjax.networks.torsos import _ortho
+from tianjax.networks import MLP, ActorCritic, ortho_init
 
 MASKED_LOGIT = -1e9
 
@@ -96,8 +95,8 @@ class CentralisedActorCritic(nn.Module):
     def __call__(self, actor_in, critic_in):
         pi_h = MLP(tuple(self.cfg.hidden), self.cfg.activation)(actor_in)
         v_h = MLP(tuple(self.cfg.hidden), self.cfg.activation)(critic_in)
-        value = nn.Dense(1, kernel_init=_ortho(1.0))(v_h)[..., 0]
-        logits = nn.Dense(self.action.num_actions, kernel_init=_ortho(0.01))(pi_h)
+        value = nn.Dense(1, kernel_init=ortho_init(1.0))(v_h)[..., 0]
+        logits = nn.Dense(self.action.num_actions, kernel_init=ortho_init(0.01))(pi_h)
         return logits, value
 
 
