@@ -241,3 +241,6 @@ def _train(config: Config, env, progress, verbose, saved: bool = True) -> TrainR
             flush=True,
         )
     return TrainResult(out.params, summary, records_to_columns(records), logger.run_dir, config)
+
+
+__all__ = ["TrainResult", "records_to_columns", "train"]

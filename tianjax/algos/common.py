@@ -109,3 +109,14 @@ def check_replay(config: Config) -> None:
             f"mode sync with actors: learning must start in the first round of trajectories "
             f"(sync actors wait for the next version), so at most {latest}, got {rc.learning_starts}",
         )
+
+
+__all__ = [
+    "TargetUpdate",
+    "check_replay",
+    "periodic_target",
+    "polyak_target",
+    "replay_step",
+    "sample_weights",
+    "target_sync",
+]

@@ -93,3 +93,6 @@ def only_error_lines() -> None:
     prints a traceback. Nothing this process writes to stderr afterwards is news."""
     if not isinstance(sys.stderr, ErrorLinesOnly):
         sys.stderr = ErrorLinesOnly(sys.stderr)
+
+
+__all__ = ["ErrorLinesOnly", "HeldStderr", "only_error_lines", "quiet_loggers", "resource_errno"]

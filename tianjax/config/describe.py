@@ -160,3 +160,6 @@ def render(
         for sub, v in value.items():
             emit(sub, v, comments.get(sub) or fallback(f"{key}.{sub}"), "  ")
     return "\n".join(out) + "\n"
+
+
+__all__ = ["field_comments", "render", "yaml_comments"]

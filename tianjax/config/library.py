@@ -91,3 +91,6 @@ def describe(name: str) -> ConfigInfo:
         str(data.get("mode", "fused")),
         summary,
     )
+
+
+__all__ = ["ConfigInfo", "configs_dir", "describe", "names", "resolve"]

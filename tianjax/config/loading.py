@@ -242,3 +242,13 @@ def load_config(
     if isinstance(imports, (list, tuple)) and all(isinstance(m, str) for m in imports):
         import_modules(imports)  # first: they may register the algorithm the config names
     return _build(Config, data)
+
+
+__all__ = [
+    "RENAMED_VALUES",
+    "apply_overrides",
+    "import_modules",
+    "load_config",
+    "parse_override",
+    "read_yaml",
+]

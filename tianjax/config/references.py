@@ -24,3 +24,6 @@ def resolve_reference(text: str, key: str):
             raise ConfigError(f"config key '{key}': module {module_name!r} has no {attr!r}")
         obj = getattr(obj, part)
     return obj
+
+
+__all__ = ["resolve_reference"]

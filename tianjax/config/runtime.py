@@ -190,3 +190,6 @@ class WandbConfig:
     mode: Literal["online", "offline", "disabled"] | None = None  # null: $WANDB_MODE, else online
     name: str | None = None  # the run's name (null: the run directory's name)
     group: str | None = None  # runs to show together (e.g. the seeds of one sweep)
+
+
+__all__ = ["BalanceConfig", "CheckpointConfig", "RuntimeConfig", "StalenessConfig", "WandbConfig"]

@@ -45,3 +45,6 @@ def entropy(dist: Array | Gaussian) -> Array:
         return jnp.sum(dist.log_std + 0.5 * (1.0 + math.log(2 * math.pi)), axis=-1)
     logp = jax.nn.log_softmax(dist, axis=-1)
     return -jnp.sum(jnp.exp(logp) * logp, axis=-1)
+
+
+__all__ = ["Gaussian", "entropy", "log_prob", "mode", "sample"]

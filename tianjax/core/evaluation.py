@@ -69,3 +69,6 @@ def _evaluate(env, algo, params, key, episodes, greedy, max_steps):
         cond, body, (obs, state, key, jnp.zeros((episodes,)), no, 0, carry, no)
     )
     return out[3], out[7]
+
+
+__all__ = ["make_evaluator"]

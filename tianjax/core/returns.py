@@ -109,3 +109,6 @@ def vtrace(
     pg_adv = jnp.minimum(pg_rho_bar, rho_tm1) * (q - v_tm1)
     sg = jax.lax.stop_gradient
     return VTraceOutput(sg(errors), sg(pg_adv), sg(q))
+
+
+__all__ = ["VTraceOutput", "gae", "traced_gae", "vtrace"]

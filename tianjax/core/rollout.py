@@ -169,4 +169,4 @@ def make_rollout(env: Env, algo: Algorithm, num_envs: int, rollout_len: int):
     return init, rollout
 
 
-__all__ = ["Episodes", "RolloutState", "clip_action", "make_rollout", "team_reward"]
+__all__ = ["Episodes", "RolloutState", "clip_action", "cut_values", "make_rollout", "team_reward"]

@@ -120,3 +120,19 @@ class Env(Protocol):
     def reset(self, key) -> tuple[Any, Any]: ...  # (obs, state)
 
     def step(self, key, state, action) -> JaxStep: ...
+
+
+__all__ = [
+    "ActionSpec",
+    "Array",
+    "Env",
+    "EpisodeStats",
+    "JaxStep",
+    "MAObs",
+    "PRNGKey",
+    "Params",
+    "ParamsMessage",
+    "Sequences",
+    "Trajectory",
+    "Transition",
+]

@@ -187,3 +187,19 @@ def guarded(update: Callable[..., tuple[LearnerState, dict]]):
         return kept, dict(metrics, update_skipped=(~ok).astype(jnp.float32))
 
     return wrapped
+
+
+__all__ = [
+    "LearnerState",
+    "all_finite",
+    "fan_in_scale",
+    "gradient_step",
+    "guarded",
+    "init_state",
+    "learning_rate",
+    "lr_schedule",
+    "make_optimizer",
+    "scale_by_fan_in",
+    "step_progress",
+    "with_learning_rate",
+]

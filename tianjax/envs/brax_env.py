@@ -153,3 +153,6 @@ def make_brax(name: str, options: dict | None = None) -> BraxEnv:
             f"{options} ({type(e).__name__}: {e})"
         ) from None
     return BraxEnv(env, name, episode_length)
+
+
+__all__ = ["DEFAULT_EPISODE_LENGTH", "BraxEnv", "BraxState", "import_brax", "make_brax"]

@@ -147,3 +147,6 @@ class EnvpoolEnv:
 
     def close(self) -> None:
         self._env.close()
+
+
+__all__ = ["EnvpoolEnv", "check_env_id"]

@@ -158,3 +158,6 @@ class GymnasiumVectorEnv:
 
     def close(self) -> None:
         self._env.close()
+
+
+__all__ = ["GymnasiumVectorEnv", "check_env_id"]

@@ -104,3 +104,6 @@ def make_gymnax(name_or_env, params=None) -> JaxEnv:
         )
     env, default_params = gymnax.make(name_or_env)
     return JaxEnv(env, default_params if params is None else params, name=name_or_env)
+
+
+__all__ = ["JaxEnv", "from_reference", "make_gymnax"]

@@ -172,3 +172,13 @@ def check_options(env_id: str, given, accepted: set[str] | None) -> None:
                 f"config key 'env_options.{key}': '{env_id}' takes no option '{key}'{hint} "
                 f"(it takes: {', '.join(sorted(accepted))})"
             )
+
+
+__all__ = [
+    "ACTOR_INDEX_ENV",
+    "HostEnv",
+    "HostStep",
+    "accepted_options",
+    "check_options",
+    "other_backend_hint",
+]

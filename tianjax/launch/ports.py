@@ -81,4 +81,4 @@ class HeldPorts:
         self._socks = {}
 
 
-__all__ = ["CHANNELS", "HeldPorts", "PrivateDir"]
+__all__ = ["BACKLOG", "CHANNELS", "HeldPorts", "PrivateDir"]

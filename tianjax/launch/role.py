@@ -208,3 +208,6 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+__all__ = ["STARTUP_FAILED", "actor_jax", "main", "stop_actor"]

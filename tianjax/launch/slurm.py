@@ -165,3 +165,15 @@ def wait_for_key_file(path: str, timeout_s: float) -> None:
                 "directory on a filesystem every node shares?)"
             )
         time.sleep(0.2)
+
+
+__all__ = [
+    "Role",
+    "SlurmTask",
+    "expand_nodelist",
+    "expand_tasks_per_node",
+    "role_of",
+    "slurm_task",
+    "wait_for_key_file",
+    "write_key_file",
+]

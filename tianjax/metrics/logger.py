@@ -212,3 +212,6 @@ def format_summary(summary: dict) -> str:
         out.append(f"stopped there (stop_at_target), at {fmt(summary['env_steps'])} env steps")
     out.append(line)
     return "\n".join(out)
+
+
+__all__ = ["RunLogger", "default_run_dir", "format_summary", "read_metrics", "write_json_atomic"]

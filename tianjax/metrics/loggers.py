@@ -228,3 +228,16 @@ class Loggers:
                     if cause is None or resource_errno(e) != cause:
                         self._warn(name, "close", e)
         self._live = []
+
+
+__all__ = [
+    "BUILTIN",
+    "ConsoleLogger",
+    "Logger",
+    "Loggers",
+    "TensorBoardLogger",
+    "WandbLogger",
+    "check_loggers",
+    "flat_config",
+    "resolve",
+]

@@ -63,3 +63,6 @@ class Progress:
         if self._bar is not None:
             self._bar.close()
             self._bar = None
+
+
+__all__ = ["Progress"]

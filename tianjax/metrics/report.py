@@ -397,3 +397,20 @@ def write_report(run_dirs, out_dir: str | None = None) -> Report:
     with open(markdown, "w") as f:
         f.write(text)
     return Report(out_dir, markdown, figures, rows, notes)
+
+
+__all__ = [
+    "COLUMNS",
+    "FIGURES",
+    "ROUNDING",
+    "Report",
+    "ReportError",
+    "Run",
+    "default_out_dir",
+    "format_cell",
+    "load_run",
+    "load_runs",
+    "markdown_table",
+    "table_rows",
+    "write_report",
+]

@@ -191,3 +191,6 @@ class TensorBoardWriter:
 
     def close(self) -> None:
         self._writer.close()
+
+
+__all__ = ["HIST_KEY", "LOSS_KEYS", "TAGS", "TensorBoardWriter", "tag_for"]

@@ -123,3 +123,6 @@ def finished_episodes(done, returns, base_steps: int, won=None):
     if won is None:
         return out
     return (*out, np.asarray(won).reshape(-1, B)[done2])
+
+
+__all__ = ["EpisodeTracker", "finished_episodes"]

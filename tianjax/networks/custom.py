@@ -53,3 +53,6 @@ def custom_network(network_cfg: NetworkConfig, obs_shape: tuple[int, ...], actio
             "not a flax module"
         )
     return obj
+
+
+__all__ = ["custom_network", "use_network"]

@@ -63,3 +63,6 @@ class QNetwork(nn.Module):
     def __call__(self, obs):
         h = Torso(self.cfg, self.obs_shape)(obs)
         return Dense(self.num_actions)(h)
+
+
+__all__ = ["ActorCritic", "QNetwork"]

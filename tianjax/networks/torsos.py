@@ -213,3 +213,19 @@ def _check_torso(module) -> None:
     # Called at construction, outside any trace: a torso that cannot take the observation
     # shape is one ConfigError line, never a shape error deep inside flax.
     resolve_torso(module.cfg.torso, module.obs_shape)
+
+
+__all__ = [
+    "MLP",
+    "NATURE_MIN_SIZE",
+    "TORSOS",
+    "ImpalaCNN",
+    "MinAtarCNN",
+    "NatureCNN",
+    "Torso",
+    "as_float",
+    "image_layout",
+    "ortho_init",
+    "resolve_network",
+    "resolve_torso",
+]

@@ -222,3 +222,19 @@ def as_authenticator(key: RunKey | bytes | Authenticator) -> Authenticator:
     if isinstance(key, Authenticator):
         return key
     raise TypeError(f"expected a RunKey, key bytes or an Authenticator, got {type(key).__name__}")
+
+
+__all__ = [
+    "KEY_BYTES",
+    "KEY_ENV",
+    "TAG_BYTES",
+    "Authenticator",
+    "Buffer",
+    "InsecureNoAuth",
+    "MessageAuth",
+    "RunKey",
+    "as_authenticator",
+    "load_key",
+    "new_run_key",
+    "write_key_file",
+]

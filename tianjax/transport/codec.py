@@ -470,3 +470,22 @@ class ReplayGuard:
         if msg.seq < 0:
             raise CodecError("replay", f"{msg.sender[:32]} seq {msg.seq} < 0")
         self._live[msg.sender] = (msg.inc, msg.seq)
+
+
+__all__ = [
+    "BROADCAST",
+    "KINDS",
+    "MAGIC",
+    "MAX_HEADER_BYTES",
+    "PROTOCOL",
+    "REASONS",
+    "CodecError",
+    "LeafSpec",
+    "Message",
+    "ReplayGuard",
+    "TreeSpec",
+    "decode",
+    "decode_json",
+    "encode",
+    "encode_json",
+]

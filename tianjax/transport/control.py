@@ -190,3 +190,6 @@ class ControlClient(_Channel):
             return msg.body
 
         return self._recv_valid(timeout_ms, valid)
+
+
+__all__ = ["CONTROL_RCVHWM", "ControlClient", "ControlServer"]

@@ -72,3 +72,6 @@ def unpack(buf) -> list[memoryview]:
         frames.append(view[at : at + n])
         at += n + _pad(n)
     return frames
+
+
+__all__ = ["ALIGN", "MAX_FRAMES", "overhead", "pack", "unpack"]

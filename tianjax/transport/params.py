@@ -223,3 +223,6 @@ class ParamSubscriber(_Channel):
             remaining = _remaining_ms(deadline)
             if remaining == 0 or not self.socket.poll(remaining):
                 return None
+
+
+__all__ = ["ParamPublisher", "ParamSubscriber"]

@@ -192,3 +192,13 @@ class _Channel:
 def _default_max_bytes(spec: TreeSpec) -> int:
     # exact shapes give the exact size; with free batch dims, 1 GiB unless the caller says
     return spec.nbytes + MAX_HEADER_BYTES + 64 if spec.batch_dims == 0 else 1 << 30
+
+
+__all__ = [
+    "CONTROL_MAX_BYTES",
+    "DEFAULT_HOST",
+    "MAX_REJECTED_PER_CALL",
+    "Key",
+    "address",
+    "process_incarnation",
+]

@@ -141,3 +141,6 @@ class TrajectoryReceiver(_Channel):
             return msg
 
         return self._recv_valid(timeout_ms, valid)
+
+
+__all__ = ["TrajectoryReceiver", "TrajectorySender"]

@@ -41,3 +41,6 @@ class DQNConfig(ReplaySection):
             "needs 0 <= dqn.eps_end <= dqn.eps_start <= 1",
         )
         check_key(0 < self.eps_fraction <= 1, "dqn.eps_fraction", "must be in (0, 1]")
+
+
+__all__ = ["DQNConfig"]

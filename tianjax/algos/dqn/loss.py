@@ -180,3 +180,6 @@ def make(
     return Algorithm(
         "dqn", TRANSITIONS, init, act, value, greedy, guarded(update), loss_fn, net, schedules
     )
+
+
+__all__ = ["check_config", "epsilon_greedy", "epsilon_schedule", "make", "make_loss"]

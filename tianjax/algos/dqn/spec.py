@@ -15,3 +15,6 @@ SPEC = AlgorithmSpec(
     replay_shape_keys=("dqn.buffer_size", "dqn.frame_once"),
     target_networks=("q",),
 )
+
+
+__all__ = ["SPEC"]

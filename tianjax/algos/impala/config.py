@@ -30,3 +30,6 @@ class IMPALAConfig:
         check_key(0 < self.gamma <= 1, "impala.gamma", f"must be in (0, 1], got {self.gamma}")
         for k in ("rho_bar", "c_bar", "pg_rho_bar"):
             check_key(getattr(self, k) > 0, f"impala.{k}", f"must be > 0, got {getattr(self, k)}")
+
+
+__all__ = ["IMPALAConfig"]

@@ -196,3 +196,6 @@ def make(
         loss_fn,
         policy.network,
     )
+
+
+__all__ = ["check_config", "make", "make_loss", "split_batch"]

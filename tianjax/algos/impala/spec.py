@@ -34,3 +34,6 @@ SPEC = AlgorithmSpec(
     ),
     describe=describe,
 )
+
+
+__all__ = ["SPEC", "describe"]

@@ -177,3 +177,14 @@ def make(
     return Algorithm(
         "ippo", ON_POLICY, single.init, act, value, greedy, update, single.loss_fn, policy.network
     )
+
+
+__all__ = [
+    "MASKED_LOGIT",
+    "AgentObs",
+    "CentralisedActorCritic",
+    "agent_columns",
+    "agent_policy",
+    "agent_view",
+    "make",
+]

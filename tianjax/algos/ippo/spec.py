@@ -19,3 +19,6 @@ SPEC = AlgorithmSpec(
     sweepable=PPO.sweepable,
     describe=PPO.describe,
 )
+
+
+__all__ = ["SPEC"]

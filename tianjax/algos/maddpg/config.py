@@ -32,3 +32,6 @@ class MADDPGConfig(ReplaySection):
         check_key(self.noise_std >= 0, "maddpg.noise_std", "must be >= 0")
         self._check_replay_settings("maddpg")
         check_key(self.max_grad_norm > 0, "maddpg.max_grad_norm", "must be > 0")
+
+
+__all__ = ["MADDPGConfig"]

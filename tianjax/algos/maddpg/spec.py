@@ -17,3 +17,6 @@ SPEC = AlgorithmSpec(
     target_networks=("actor", "critic"),
     renamed_keys={"maddpg.tau": "maddpg.target_tau"},
 )
+
+
+__all__ = ["SPEC"]

@@ -58,3 +58,6 @@ class PPOConfig:
         check_key(
             self.max_grad_norm > 0, "ppo.max_grad_norm", f"must be > 0, got {self.max_grad_norm}"
         )
+
+
+__all__ = ["PPOConfig"]

@@ -352,3 +352,15 @@ def make(
         prepare=prepare,
         learn=guarded(learn),
     )
+
+
+__all__ = [
+    "PPOBatch",
+    "advantages",
+    "already_moved",
+    "check_config",
+    "make",
+    "make_batch",
+    "make_loss",
+    "weighted_normalise",
+]

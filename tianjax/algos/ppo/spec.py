@@ -33,3 +33,6 @@ SPEC = AlgorithmSpec(
     ),
     describe=describe,
 )
+
+
+__all__ = ["SPEC", "describe"]

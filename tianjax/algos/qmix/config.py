@@ -50,3 +50,6 @@ class QMIXConfig(ReplaySection):
         )
         check_key(0 < self.eps_fraction <= 1, "qmix.eps_fraction", "must be in (0, 1]")
         check_key(self.max_grad_norm > 0, "qmix.max_grad_norm", "must be > 0")
+
+
+__all__ = ["QMIXConfig"]

@@ -17,3 +17,6 @@ SPEC = AlgorithmSpec(
     replay_shape_keys=("qmix.buffer_size",),
     target_networks=("agent", "mixer"),
 )
+
+
+__all__ = ["SPEC"]

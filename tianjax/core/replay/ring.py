@@ -52,3 +52,6 @@ def replay_sample(state: ReplayState, key: jax.Array, batch_size: int) -> Transi
 def flatten_time_batch(tree):
     """[T, B, ...] -> [T * B, ...] for every leaf."""
     return jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), tree)
+
+
+__all__ = ["ReplayState", "flatten_time_batch", "replay_add", "replay_init", "replay_sample"]

@@ -322,3 +322,6 @@ class Actor:
         for ch in (self.params_in, self.traj_out, self.control):
             ch.close()
         self.net.close()
+
+
+__all__ = ["LEARNER_GONE", "TIME_KEYS", "Actor", "ActorStopped", "LearnerPresence"]

@@ -243,3 +243,6 @@ def make_source(config: Config, seed: int):
     env = make_host_env(config.env_backend, config.env, config.num_envs, seed, **config.env_options)
     algo = make_algorithm(config, tuple(env.obs_shape), env.action_spec, obs_dtype=env.obs_dtype)
     return HostSource(config, algo, seed, env=env)
+
+
+__all__ = ["HostSource", "JaxSource", "Rollout", "batch_template", "make_source"]

@@ -307,3 +307,6 @@ class AdaptiveBalance:
             out["balance_target_staleness"] = self.target_staleness
             out["balance_staleness_measured"] = self._measured
         return out
+
+
+__all__ = ["Actions", "AdaptiveBalance", "pace"]

@@ -148,3 +148,6 @@ def snapshot(tree: Any):
 
 
 _copy = jax.jit(lambda tree: jax.tree.map(lambda x: x.copy() if hasattr(x, "copy") else x, tree))
+
+
+__all__ = ["InFlight", "snapshot", "to_host"]

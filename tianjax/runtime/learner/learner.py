@@ -548,3 +548,6 @@ class Learner:
     def close(self) -> None:
         self.inflight.close()
         self.io.close()
+
+
+__all__ = ["PUBLISH_WAIT_S", "QUEUED", "Learner"]

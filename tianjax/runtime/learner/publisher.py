@@ -152,3 +152,6 @@ class Publisher:
             with self._cv:
                 self.error = e
                 self._cv.notify_all()
+
+
+__all__ = ["Publisher"]

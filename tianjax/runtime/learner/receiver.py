@@ -195,3 +195,6 @@ class Receiver:
                 self._signal.send(b"", zmq.NOBLOCK)
             except zmq.ZMQError:
                 pass
+
+
+__all__ = ["JOIN_S", "Receiver", "check_finite"]

@@ -56,3 +56,6 @@ def enable(path: str | bool | None, default: str | None = None) -> None:
     # our programs are small: cache them all, not only those that took over a second
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
+
+__all__ = ["DEFAULT", "ENV", "OFF", "enable", "resolve"]

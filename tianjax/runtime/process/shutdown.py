@@ -100,3 +100,6 @@ def request(reason: str = "SIGTERM", exit_code: int | None = None) -> None:
     requested.set()
     if _critical == 0:
         raise KeyboardInterrupt(reason) if exit_code is None else SystemExit(exit_code)
+
+
+__all__ = ["check", "critical", "request", "requested"]

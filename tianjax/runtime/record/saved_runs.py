@@ -239,5 +239,6 @@ __all__ = [
     "evaluate_policy",
     "evaluate_run",
     "locate",
+    "policy_seeds",
     "read_run",
 ]

@@ -136,3 +136,6 @@ def _torso(config: Config, obs_shape, obs_dtype) -> str:
         return resolve_network(config.network, obs_shape, obs_dtype).torso
     except Exception:  # noqa: BLE001
         return config.network.torso
+
+
+__all__ = ["DryRun", "dry_run"]

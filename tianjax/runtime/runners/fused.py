@@ -264,3 +264,16 @@ def run_fused(config: Config, logger: RunLogger, progress: Progress, env=None) -
         interrupted=interrupted,
         extra_summary=sample_rates(config, algo, (env_steps - rec.env_steps0) * S, rec.train_time),
     )
+
+
+__all__ = [
+    "CHUNK_SECONDS",
+    "DONATE_MIN_BYTES",
+    "GROWTH",
+    "MAX_CHUNK_OUTPUT_BYTES",
+    "chunk_capacity",
+    "donate_argnums",
+    "next_chunk",
+    "run_fused",
+    "tree_bytes",
+]

@@ -490,3 +490,13 @@ def run_actor(
         return 143
     finally:
         sup.stop(grace_s=2.0)
+
+
+__all__ = [
+    "SIGTERM_GRACE_S",
+    "actor_ids",
+    "learner_endpoints",
+    "run_actor",
+    "run_learner",
+    "with_security",
+]

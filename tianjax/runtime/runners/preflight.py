@@ -116,3 +116,15 @@ def _main(argv=None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(_main())
+
+
+__all__ = [
+    "BACKEND_EXTRAS",
+    "LOGGER_EXTRAS",
+    "check",
+    "check_env_id",
+    "check_extras",
+    "install_hint",
+    "needed_extras",
+    "require",
+]
