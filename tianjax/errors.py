@@ -6,7 +6,7 @@
       LearnerStalled     no actor has delivered anything for longer than the timeout
 
 A bad config is `tianjax.config.ConfigError` (exit code 2), a bad checkpoint
-`tianjax.checkpoint.store.CheckpointError`."""
+`tianjax.checkpoint.CheckpointError`."""
 
 from __future__ import annotations
 

@@ -4,11 +4,14 @@ acting, and its AlgorithmSpec), and the registry that holds them by name.
     tianjax.algos.register(AlgorithmSpec("a2c", make_a2c, config=A2CConfig))
     algo = tianjax.algos.make_algorithm(config, obs_shape, action_spec)
 
-Adding an algorithm is one folder: see docs/guide.md ("Your own algorithm").
+Adding an algorithm is one folder: see docs/guide.md ("Your own algorithm"). What one is
+made of comes from here too: `Algorithm` and `ActOutput` (the bundle make returns, from the
+core), the buffer kinds, and `actor_critic`, the stochastic policy PPO and IMPALA act with.
 """
 
 from __future__ import annotations
 
+from tianjax.algos.policy import ActorCriticPolicy, actor_critic
 from tianjax.algos.registry import (
     BUILTIN,
     DEFAULT,
@@ -31,6 +34,7 @@ MULTI_AGENT_ALGOS = tuple(n for n in BUILTIN if spec(n).multi_agent)
 __all__ = [
     "ALGORITHMS",
     "ActOutput",
+    "ActorCriticPolicy",
     "Algorithm",
     "AlgorithmSpec",
     "BUILTIN",
@@ -40,11 +44,12 @@ __all__ = [
     "ON_POLICY",
     "SEQUENCES",
     "TRANSITIONS",
-    "check_config",
-    "factory",
+    "actor_critic",
+    "check_config",  # what a Config cannot check alone; every Config runs it
+    "factory",  # a registered algorithm's make, by name
     "make_algorithm",
     "register",
     "registered",
-    "spec",
+    "spec",  # a registered algorithm's AlgorithmSpec, by name
     "unregister",
 ]

@@ -40,23 +40,23 @@ from tianjax.config.sections import (
 )
 
 __all__ = [
-    "AlgorithmRegistry",
+    "AlgorithmRegistry",  # what a Config asks of the algorithm registry (install_registry)
     "BalanceConfig",
     "CheckpointConfig",
     "Config",
     "ConfigError",
     "MultiAgentConfig",
     "NetworkConfig",
-    "ReplaySection",
+    "ReplaySection",  # the base of an off-policy algorithm's section
     "RuntimeConfig",
-    "Sections",
+    "Sections",  # the algorithms' own sections of one Config, by key
     "StalenessConfig",
     "WandbConfig",
     "apply_overrides",
     "check_key",
     "import_modules",
     "install_registry",
-    "is_reference",
+    "is_reference",  # whether a value names user code, "module:Attr"
     "load_config",
     "parse_override",
     "read_yaml",

@@ -20,7 +20,7 @@ from tianjax.networks.torsos import (
 
 __all__ = [
     "MLP",
-    "TORSOS",
+    "TORSOS",  # the names network.torso takes
     "ActionSpec",
     "ActorCritic",
     "ImpalaCNN",
@@ -28,10 +28,10 @@ __all__ = [
     "NatureCNN",
     "QNetwork",
     "Torso",
-    "as_float",
+    "as_float",  # inputs as float32, uint8 frames scaled to [0, 1]
     "custom_network",
-    "ortho_init",
+    "ortho_init",  # the initializer of every built-in layer, for a head of your own
     "resolve_network",
-    "resolve_torso",
+    "resolve_torso",  # `auto` resolved for an observation shape and dtype
     "use_network",
 ]

@@ -3,15 +3,18 @@
 control both ways; every message authenticated with a per-run key, every connection with
 credentials derived from it (`security`), nothing pickled.
 
-Import the submodules directly (`tianjax.transport.channels`, `.codec`, `.auth`); this
-package re-exports their public names.
+Import from here: the keys and authenticators (`auth`), the three channels (`channels`),
+the codec (`codec`), the handshakes (`security`), and `envelope`, which packs a message into
+the one frame a conflating parameter socket keeps.
 """
 
+from tianjax.transport import envelope
 from tianjax.transport.auth import (
     KEY_ENV,
     InsecureNoAuth,
     MessageAuth,
     RunKey,
+    as_authenticator,
     load_key,
     new_run_key,
     write_key_file,
@@ -25,6 +28,7 @@ from tianjax.transport.channels import (
     TrajectorySender,
 )
 from tianjax.transport.codec import (
+    BROADCAST,
     REASONS,
     CodecError,
     Message,
@@ -33,13 +37,20 @@ from tianjax.transport.codec import (
     decode,
     encode,
 )
-from tianjax.transport.security import Gatekeeper, Handshake, SecureContext, resolve_security
+from tianjax.transport.security import (
+    Gatekeeper,
+    Handshake,
+    SecureContext,
+    resolve_security,
+    secure_context,
+)
 
 __all__ = [
     "KEY_ENV",
     "InsecureNoAuth",
     "MessageAuth",
     "RunKey",
+    "as_authenticator",  # a run key (or key bytes) as what a channel signs with
     "load_key",
     "new_run_key",
     "write_key_file",
@@ -49,6 +60,7 @@ __all__ = [
     "ParamSubscriber",
     "TrajectoryReceiver",
     "TrajectorySender",
+    "BROADCAST",  # the recipient of parameter messages: every actor
     "REASONS",
     "CodecError",
     "Message",
@@ -60,4 +72,6 @@ __all__ = [
     "Handshake",
     "SecureContext",
     "resolve_security",
+    "secure_context",  # the SecureContext a role's runtime section asks for
+    "envelope",
 ]

@@ -41,4 +41,6 @@ def runner_for(config: Config) -> Runner:
     return run_local
 
 
-__all__ = ["RunOutcome", "Runner", "runner_for"]
+# with the runner modules themselves, each imported when named (a benchmark sets
+# fused.CHUNK_SECONDS, how long one chunk of a fused run aims to take)
+__all__ = ["RunOutcome", "Runner", "runner_for", "fused", "inprocess", "local", "multihost"]
