@@ -42,12 +42,8 @@ from _runs import fmt, run  # noqa: E402  (it also puts the repository on sys.pa
 
 import tianjax  # noqa: E402
 from tianjax.algos import make_algorithm  # noqa: E402
-from tianjax.envs.factory import (
-    env_spec,  # noqa: E402
-    make_host_env,  # noqa: E402
-)
-from tianjax.runtime.actor.sources import batch_template  # noqa: E402
-from tianjax.runtime.learner.batches.axes import batch_axis  # noqa: E402
+from tianjax.envs import env_spec, make_host_env  # noqa: E402
+from tianjax.runtime import batch_axis, batch_template  # noqa: E402
 
 CONFIG = "configs/ppo_pong_async.yaml"
 

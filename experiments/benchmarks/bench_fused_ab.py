@@ -27,10 +27,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from minimal_ppo import make_train  # noqa: E402
 
 import tianjax  # noqa: E402
-import tianjax.core.rollout as rollout  # noqa: E402
 from tianjax.algos import make_algorithm  # noqa: E402
-from tianjax.core.fused_loop import make_fused  # noqa: E402
-from tianjax.envs.gymnax_env import make_gymnax  # noqa: E402
+from tianjax.core import make_fused, rollout  # noqa: E402
+from tianjax.envs import make_gymnax  # noqa: E402
 
 
 def core(envs: int, total: int):

@@ -31,8 +31,8 @@ sys.path.insert(0, ROOT)
 
 import tianjax  # noqa: E402
 from tianjax.algos import make_algorithm  # noqa: E402
-from tianjax.core.fused_loop import make_fused  # noqa: E402
-from tianjax.envs.marl import make_jaxmarl  # noqa: E402
+from tianjax.core import make_fused  # noqa: E402
+from tianjax.envs import make_jaxmarl  # noqa: E402
 
 CONFIG = os.path.join(ROOT, "configs", "ippo_mpe_spread.yaml")
 

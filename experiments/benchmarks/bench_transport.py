@@ -61,7 +61,7 @@ def _cpu() -> float:
 
 
 def _auth(mode: str):
-    from tianjax.transport.auth import InsecureNoAuth, RunKey
+    from tianjax.transport import InsecureNoAuth, RunKey
 
     # a fixed key is fine for a benchmark; a run uses new_run_key()
     return InsecureNoAuth() if mode == "noauth" else RunKey(bytes(range(32)))
@@ -69,7 +69,7 @@ def _auth(mode: str):
 
 def _net(mode: str, server: bool, io_threads: int | None = None):
     """The handshake side of a mode: None (noauth) or a SecureContext (its .ctx, .handshake)."""
-    from tianjax.transport.security import SecureContext
+    from tianjax.transport import SecureContext
 
     if mode == "noauth":
         return None
@@ -110,7 +110,7 @@ def _peer(sync_endpoint: str) -> None:
 
 
 def _push(ctx, sync, cmd) -> dict:
-    from tianjax.transport.channels import TrajectorySender
+    from tianjax.transport import TrajectorySender
 
     mib, n, mode = cmd["mib"], cmd["n"], cmd["mode"]
     if mode == "raw":
@@ -144,7 +144,7 @@ def _push(ctx, sync, cmd) -> dict:
 
 
 def _subscribe(ctx, sync, cmd) -> dict:
-    from tianjax.transport.channels import ParamSubscriber
+    from tianjax.transport import ParamSubscriber
 
     mib, n, mode, hwm = cmd["mib"], cmd["n"], cmd["mode"], cmd["hwm"]
     size = mib << 20
@@ -217,7 +217,7 @@ def _bind(sock: zmq.Socket, transport: str, tag: str) -> str:
 
 def _traj_trial(ctx, sync, transport: str, mode: str, mib: int, n: int) -> tuple[float, float, int]:
     """(bytes/s, CPU seconds of both processes, bytes the CPU was spent on)."""
-    from tianjax.transport.channels import TrajectoryReceiver
+    from tianjax.transport import TrajectoryReceiver
 
     size = mib << 20
     if mode == "raw":
@@ -270,7 +270,7 @@ def _params_trial(
     ctx, sync, transport: str, mode: str, mib: int, n: int
 ) -> tuple[float, float, int, int]:
     """(bytes/s, CPU seconds of both processes, bytes, versions the subscriber verified)."""
-    from tianjax.transport.channels import ParamPublisher
+    from tianjax.transport import ParamPublisher
 
     hwm = n + 64  # room for every timed message and stray warm-ups: nothing dropped
     if mode == "raw":

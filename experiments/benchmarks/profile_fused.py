@@ -45,8 +45,8 @@ from minimal_ppo import make_train  # noqa: E402
 
 import tianjax  # noqa: E402
 from tianjax.algos import make_algorithm  # noqa: E402
-from tianjax.core.fused_loop import make_fused  # noqa: E402
-from tianjax.envs.gymnax_env import make_gymnax  # noqa: E402
+from tianjax.core import make_fused  # noqa: E402
+from tianjax.envs import make_gymnax  # noqa: E402
 
 PARTS = (
     "rollout",

@@ -39,12 +39,10 @@ from flax import struct
 from gymnax.environments import spaces
 
 import tianjax
-from tianjax.algos import Algorithm
-from tianjax.algos.policy import actor_critic
+from tianjax.algos import Algorithm, actor_critic
 from tianjax.core import distributions as D
+from tianjax.core import gae, gradient_step, guarded, init_state, make_optimizer
 from tianjax.core import staleness as S
-from tianjax.core.returns import gae
-from tianjax.core.update import gradient_step, guarded, init_state, make_optimizer
 
 ROWS, COLS = 10, 5
 

@@ -30,7 +30,7 @@ import tempfile
 import time
 
 import tianjax
-from tianjax.runtime.runners.sweep import make_points, run_sweep, use_cpu_cores
+from tianjax.runtime import make_points, run_sweep, use_cpu_cores
 
 
 def separate_runs(config: str, assignments: list[str], out: str) -> list[dict]:

@@ -179,7 +179,7 @@ def listening_ports(pid: int) -> list[int]:
 
 def read_records(run_dir: Path) -> list[dict]:
     """metrics.jsonl so far (a half-written last line is skipped)."""
-    from tianjax.metrics.logger import read_metrics
+    from tianjax.metrics import read_metrics
 
     return read_metrics(str(run_dir))
 

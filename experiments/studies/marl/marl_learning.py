@@ -21,8 +21,8 @@ import numpy as np
 
 import tianjax
 from tianjax.config import load_config
-from tianjax.core.rollout import team_reward
-from tianjax.envs.factory import make_jax_env
+from tianjax.core import team_reward
+from tianjax.envs import make_jax_env
 
 
 def random_policy(env, episodes: int, seed: int = 0) -> tuple[float, float | None]:

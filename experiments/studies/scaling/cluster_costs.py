@@ -106,7 +106,7 @@ def _actor_seed(config, actor_id: int = 0) -> int:
 # ------------------------------------------------------------------------------ 1. env step
 def _step_env(config, n_steps: int, seed: int):
     """(wall s, CPU s) of each of n_steps vector steps of the configured env, random actions."""
-    from tianjax.envs.factory import make_host_env
+    from tianjax.envs import make_host_env
 
     env = make_host_env(config.env_backend, config.env, config.num_envs, seed, **config.env_options)
     try:
@@ -126,7 +126,7 @@ def _step_env(config, n_steps: int, seed: int):
 def measure_env(n_steps: int, n_steps_zero: int) -> dict:
     """Wall and CPU per vector step of the latency env as configured, the overshoot over the
     delays it drew, and the CPU of the dynamics alone (no delay)."""
-    from tianjax.envs.latency import Latency, draw_delay_s
+    from tianjax.envs import Latency, draw_delay_s
 
     config = _config()
     seed = _actor_seed(config)
@@ -176,7 +176,7 @@ def _acting_source(config):
     parameters on the device (as an actor holds them after its first message)."""
     import jax
 
-    from tianjax.runtime.actor.sources import make_source
+    from tianjax.runtime import make_source
 
     source = make_source(config, seed=_actor_seed(config))
     template = jax.eval_shape(source.algo.init, jax.random.key(0)).params
@@ -226,7 +226,7 @@ def one_trajectory():
 # ------------------------------------------------------------------------------ 3. update
 def _join(trajectory, k: int):
     """k copies of one actor trajectory joined along B (as the learner joins k actors')."""
-    from tianjax.runtime.learner.batches.axes import concat_batches
+    from tianjax.runtime import concat_batches
 
     return concat_batches([trajectory] * k)
 
@@ -236,9 +236,8 @@ def measure_update(sizes, reps: int, trajectory, warmup: int = 2) -> dict:
     import jax
 
     from tianjax.algos import make_algorithm
-    from tianjax.envs.factory import env_spec
-    from tianjax.runtime.actor.sources import batch_template
-    from tianjax.runtime.learner.sharded_update import ShardedUpdate
+    from tianjax.envs import env_spec
+    from tianjax.runtime import ShardedUpdate, batch_template
 
     wall_ms, cpu_ms, compile_s = {}, {}, {}
     for B in sizes:
@@ -293,8 +292,8 @@ def measure_update(sizes, reps: int, trajectory, warmup: int = 2) -> dict:
 def _actor_side(config):
     """(algorithm, message template) as an actor process builds them."""
     from tianjax.algos import make_algorithm
-    from tianjax.envs.factory import env_spec
-    from tianjax.runtime.actor.sources import batch_template
+    from tianjax.envs import env_spec
+    from tianjax.runtime import batch_template
 
     obs_shape, obs_dtype, action_spec = env_spec(config)
     algo = make_algorithm(config, obs_shape, action_spec, obs_dtype=obs_dtype)
@@ -312,16 +311,15 @@ def _peer(sync_endpoint: str) -> None:
     and publish parts. Its JAX runs as an actor's does (one XLA thread on the CPU, set by
     tianjax.launch.supervisor, and synchronous dispatch, by tianjax.launch.role), set
     before JAX starts its backend."""
-    from tianjax.launch.role import actor_jax
-    from tianjax.launch.supervisor import ACTOR_XLA_FLAGS
+    from tianjax.launch import ACTOR_XLA_FLAGS, actor_jax
 
     os.environ["JAX_PLATFORMS"] = "cpu"
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + ACTOR_XLA_FLAGS).strip()
     actor_jax()
     import jax
 
-    from tianjax.core.types import ParamsMessage
-    from tianjax.transport.security import secure_context
+    from tianjax.core import ParamsMessage
+    from tianjax.transport import secure_context
 
     config = _config()
     algo, template = _actor_side(config)
@@ -352,7 +350,7 @@ def _peer(sync_endpoint: str) -> None:
 def _peer_send(config, net, sync, cmd, message) -> dict:
     """Sends `warmup + n` trajectory messages, one every gap_s; the timed ones' CPU (this
     process, every thread) and the send calls' start times."""
-    from tianjax.transport.channels import TrajectorySender
+    from tianjax.transport import TrajectorySender
 
     sender = TrajectorySender(
         BENCH_KEY,
@@ -387,7 +385,7 @@ def _peer_send(config, net, sync, cmd, message) -> dict:
 def _peer_subscribe(config, net, sync, cmd, params_template) -> dict:
     """K subscribers: each first holds a version, then (told the last timed one) takes the
     newest once; the CPU of that take (drain, MAC check, decode) per subscriber."""
-    from tianjax.transport.channels import ParamSubscriber
+    from tianjax.transport import ParamSubscriber
 
     subs = [
         ParamSubscriber(
@@ -457,12 +455,8 @@ def measure_transfer(peer: Peer, n: int, gap_s: float = 0.002, warmup: int = 5) 
     """One trajectory message at a time, peer -> here, as an actor sends to the learner."""
     import jax
 
-    from tianjax.runtime.learner.receiver import check_finite
-    from tianjax.runtime.learner.sharded_update import ShardedUpdate
-    from tianjax.transport.auth import as_authenticator
-    from tianjax.transport.channels import TrajectoryReceiver
-    from tianjax.transport.codec import encode
-    from tianjax.transport.security import secure_context
+    from tianjax.runtime import ShardedUpdate, check_finite
+    from tianjax.transport import TrajectoryReceiver, as_authenticator, encode, secure_context
 
     config = _config()
     algo, template = _actor_side(config)
@@ -555,12 +549,15 @@ def measure_publish(peer: Peer, ks, n: int, gap_s: float = 0.003) -> dict:
     """The learner's ParamPublisher to K subscribers: its CPU per publish vs K."""
     import jax
 
-    from tianjax.core.types import ParamsMessage
-    from tianjax.transport import envelope
-    from tianjax.transport.auth import as_authenticator
-    from tianjax.transport.channels import ParamPublisher
-    from tianjax.transport.codec import BROADCAST, encode
-    from tianjax.transport.security import secure_context
+    from tianjax.core import ParamsMessage
+    from tianjax.transport import (
+        BROADCAST,
+        ParamPublisher,
+        as_authenticator,
+        encode,
+        envelope,
+        secure_context,
+    )
 
     # a learner of max(ks) actors (its connection limit leaves room for each of them)
     config = _config([f"num_actors={max(ks)}"])

@@ -77,8 +77,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", ".."))
 
-from tianjax.envs.latency import Latency, draw_delay_s  # noqa: E402
-from tianjax.runtime.balance.controller import AdaptiveBalance  # noqa: E402
+from tianjax.envs import Latency, draw_delay_s  # noqa: E402
+from tianjax.runtime import AdaptiveBalance  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RUNS = os.path.join(HERE, "results", "runs.jsonl")

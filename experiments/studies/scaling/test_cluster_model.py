@@ -16,7 +16,7 @@ import math
 import cluster_model as cm  # beside this file: pytest puts its folder on sys.path
 import pytest
 
-from tianjax.envs.latency import Latency
+from tianjax.envs import Latency
 
 
 def finish_times(cores, jobs):

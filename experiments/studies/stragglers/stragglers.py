@@ -42,7 +42,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from _runs import fmt, ratio, records_of, run, summarise  # noqa: E402
 
-from tianjax.envs.latency import CARTPOLE_ID  # noqa: E402
+from tianjax.envs import CARTPOLE_ID  # noqa: E402
 
 CONFIG = "configs/ppo_cartpole_async.yaml"
 NUM_ACTORS = 3
