@@ -2,7 +2,8 @@
 has what it declares; experiments/, the notebook and the Python blocks of README.md and
 docs/*.md import tianjax only through the faces (no module below one, no name a face or an
 exported module does not declare); and no module of tianjax takes a `_private` name from
-another package. The checked files are parsed, never imported."""
+another package, nor any name the module it takes it from leaves out of its `__all__`. The
+checked files are parsed, never imported."""
 
 from __future__ import annotations
 
@@ -288,6 +289,28 @@ def test_experiments_and_docs_use_only_the_surface():
 def test_no_private_name_crosses_a_package():
     found = [f for path in sorted(PACKAGE.rglob("*.py")) for f in private_imports(path)]
     assert not found, "private names imported from another package:\n" + "\n".join(found)
+
+
+def test_other_packages_take_only_declared_names():
+    found = []
+    for module, path in sorted(MODULES.items()):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.ImportFrom) and node.level == 0):
+                continue
+            source = node.module or ""
+            if source not in MODULES or package_of(source) == package_of(module):
+                continue
+            declared = declared_all(source)
+            if declared is None:  # a face that builds its __all__ (its lazy names)
+                declared = getattr(importlib.import_module(source), "__all__", [])
+            found += [
+                f"{module}:{node.lineno} from {source} import {alias.name}"
+                for alias in node.names
+                if alias.name not in declared and f"{source}.{alias.name}" not in MODULES
+            ]
+    assert not found, "names taken from another package that it does not declare:\n" + "\n".join(
+        found
+    )
 
 
 def test_the_surface_check_sees_what_it_must():
