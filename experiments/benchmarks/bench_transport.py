@@ -9,7 +9,7 @@ measures bytes/s of
       process), measured at the subscriber until it holds the last version (latest-version-
       wins: it verifies the newest message it finds queued, not the ones behind it);
 against raw ZeroMQ PUSH/PULL and PUB/SUB moving the same bytes as one frame with
-copy=False. "ours" is a run's default (`runtime.security: mac`: per-message MACs, a PLAIN
+copy=False. "ours" is a run's default (`runtime.security: plain`: per-message MACs, a PLAIN
 handshake token); "curve" adds CurveZMQ encryption (`runtime.security: curve`, the
 default off loopback); "noauth" rows use auth.InsecureNoAuth and no handshake
 (measurement only) to show what the MAC costs. Raw and ours alternate within each repeat; the
@@ -74,7 +74,7 @@ def _net(mode: str, server: bool, io_threads: int | None = None):
     if mode == "noauth":
         return None
     return SecureContext(
-        _auth(mode), "curve" if mode == "curve" else "mac", server=server, io_threads=io_threads
+        _auth(mode), "curve" if mode == "curve" else "plain", server=server, io_threads=io_threads
     )
 
 
