@@ -262,7 +262,7 @@ def _host_config(env_id: str, run_dir, mode: str = "sync") -> dict:
         "total_env_steps": 128,
         "log_every": 1,
         "target_return": None,
-        "eval_episodes": 0,
+        "eval": {"episodes": 0},
         "network": {"hidden": [8]},
         "ppo": {"num_minibatches": 2},
         "run_dir": str(run_dir),

@@ -73,7 +73,7 @@ def test_notebook_runs_end_to_end(tmp_path):
 
     nb = nbformat.read(NOTEBOOK, as_version=4)
     run_dir = tmp_path / "run"
-    overrides = ["total_env_steps=16384", "log_every=4", "eval_episodes=2", f"run_dir={run_dir}"]
+    overrides = ["total_env_steps=16384", "log_every=4", "eval.episodes=2", f"run_dir={run_dir}"]
     params = [i for i, c in enumerate(nb.cells) if "parameters" in c.metadata.get("tags", [])]
     assert len(params) == 1
     injected = nbformat.v4.new_code_cell(

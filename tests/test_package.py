@@ -22,7 +22,7 @@ TINY = [
     "total_env_steps=4096",
     "num_envs=4",
     "rollout_len=16",
-    "eval_episodes=0",
+    "eval.episodes=0",
     "ppo.num_minibatches=2",
 ]
 

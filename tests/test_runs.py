@@ -13,7 +13,7 @@ def trained(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("runs") / "cartpole"
     return tianjax.train(
         "configs/ppo_cartpole.yaml",
-        ["total_env_steps=4096", "log_every=1", "eval_episodes=3"],
+        ["total_env_steps=4096", "log_every=1", "eval.episodes=3"],
         run_dir=str(run_dir),
         verbose=False,
         progress=False,

@@ -12,7 +12,7 @@ import tianjax
 GOLDEN = Path(__file__).parent / "golden" / "summary_keys.json"
 
 RUNS = {
-    "fused": ("configs/ppo_cartpole.yaml", ["total_env_steps=1024", "eval_episodes=2"]),
+    "fused": ("configs/ppo_cartpole.yaml", ["total_env_steps=1024", "eval.episodes=2"]),
     "host": (
         "configs/ppo_cartpole_gymnasium.yaml",
         [

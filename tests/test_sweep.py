@@ -71,7 +71,7 @@ def test_a_sweep_point_is_the_separate_run_of_its_config(tmp_path):
         "num_envs=2",
         "rollout_len=64",
         "log_every=4",
-        "eval_episodes=0",
+        "eval.episodes=0",
     ]
     result = run_sweep(
         CFG, small + ["ppo.lr=1e-3,3e-3", "num_seeds=2"], out=str(tmp_path / "sw"), verbose=False
@@ -119,7 +119,7 @@ def test_the_cli_splits_the_points_over_the_cores_and_gets_the_same_runs(tmp_pat
         "num_envs=2",
         "rollout_len=64",
         "log_every=4",
-        "eval_episodes=0",
+        "eval.episodes=0",
         "ppo.lr=1e-3,3e-3",
         "num_seeds=2",
     ]

@@ -7,7 +7,6 @@ import time
 from functools import partial
 from typing import Any, NamedTuple, Sequence
 
-import jax
 import numpy as np
 
 from tianjax.config import Config, ConfigError, load_config
@@ -182,17 +181,6 @@ def _train(config: Config, env, progress, verbose, saved: bool = True) -> TrainR
     finally:
         bar.close()
     wall = time.perf_counter() - t0
-    eval_return = eval_win_rate = None
-    if config.eval_episodes and config.mode == "fused" and config.num_seeds == 1:
-        from tianjax.core.evaluation import make_evaluator
-
-        wins = getattr(out.env, "reports_wins", False)
-        evaluate = make_evaluator(out.env, out.algo, config.eval_episodes, wins=wins)
-        rets = evaluate(out.params, jax.random.key(config.seed + 1))
-        if wins:  # SMAX: the greedy policy's share of battles won
-            rets, won = rets
-            eval_win_rate = float(np.mean(np.asarray(won)))
-        eval_return = float(np.mean(np.asarray(rets)))
     summary = {
         "mode": config.mode,
         "algo": config.algo,
@@ -211,14 +199,17 @@ def _train(config: Config, env, progress, verbose, saved: bool = True) -> TrainR
         "convergence_time_s": out.convergence_time_s,
         "convergence_env_steps": out.convergence_env_steps,
         "skipped_updates": out.skipped_updates,
-        "eval_return": eval_return,
+        # the final and the best evaluation, and the versions they evaluated (the runner's
+        # figures below fill them in where the run evaluated: eval.episodes)
+        "eval_return": None,
+        "eval_version": None,
+        "eval_best_return": None,
+        "eval_best_version": None,
         "run_dir": logger.run_dir,
     }
     if out.final_win_rate is not None:  # envs that report wins (SMAX)
         summary["final_win_rate"] = out.final_win_rate
         summary["target_win_rate"] = config.target_win_rate
-        if eval_win_rate is not None:
-            summary["eval_win_rate"] = eval_win_rate
     summary["interrupted"] = bool(out.interrupted)  # stopped by Ctrl-C / SIGTERM
     # ended early by stop_at_target (not by the budget, nor a signal)
     summary["stopped_at_target"] = bool(

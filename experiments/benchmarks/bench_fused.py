@@ -76,7 +76,7 @@ def tianjax_core(num_envs, total):
 
 
 def tianjax_train(num_envs, total, info):
-    overrides = [f"num_envs={num_envs}", f"total_env_steps={total}", "eval_episodes=0"]
+    overrides = [f"num_envs={num_envs}", f"total_env_steps={total}", "eval.episodes=0"]
 
     def once(i):
         with tempfile.TemporaryDirectory() as d:
@@ -198,7 +198,7 @@ def cold_start():
                     CONFIG,
                     f"compile_cache={cache}",
                     f"run_dir={run_dir}",
-                    "eval_episodes=0",
+                    "eval.episodes=0",
                     "--no-progress",
                 ],
                 capture_output=True,

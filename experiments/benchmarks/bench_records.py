@@ -30,7 +30,7 @@ def steps_per_s(overrides: list[str], chunk_s: float, steps: int) -> float:
     fused.CHUNK_SECONDS = chunk_s
     r = tianjax.train(
         "ppo_cartpole",
-        ["eval_episodes=0", f"total_env_steps={steps}", "compile_cache=~/.cache/tianjax/xla"]
+        ["eval.episodes=0", f"total_env_steps={steps}", "compile_cache=~/.cache/tianjax/xla"]
         + overrides,
         save=False,
         progress=False,

@@ -206,7 +206,7 @@ def config(mode: str, steps: int, run_dir: str | None = None) -> dict:
         "rollout_len": 16,
         "log_every": 8,
         "target_return": 0.8,
-        "eval_episodes": 0,
+        "eval": {"episodes": 0},
         "run_dir": run_dir,
     }
     if mode == "fused":

@@ -71,7 +71,7 @@ def main():
     ap.add_argument("--out", help="the sweep directory (default: a temporary one)")
     args = ap.parse_args()
     use_cpu_cores()  # as `tianjax sweep` does (the separate runs use one device each)
-    assignments = list(args.assignments) + ["eval_episodes=0"]
+    assignments = list(args.assignments) + ["eval.episodes=0"]
     with tempfile.TemporaryDirectory() as tmp:
         out = args.out or os.path.join(tmp, "sweep")
         t = time.perf_counter()

@@ -217,7 +217,7 @@ def test_fused_ippo_on_smax_reports_wins(tmp_path):
             "target_return": None,
             "target_win_rate": 0.9,
             "compile_cache": None,
-            "eval_episodes": 8,
+            "eval": {"episodes": 8},
         },
         run_dir=str(run),
         progress=False,

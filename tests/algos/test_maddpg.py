@@ -173,7 +173,7 @@ def test_fused_maddpg_runs_its_config_small(tmp_path):
             "log_every=4",
             "maddpg.learning_starts=512",
             "maddpg.batch_size=64",
-            "eval_episodes=2",
+            "eval.episodes=2",
             "compile_cache=null",
         ],
         run_dir=str(tmp_path / "m"),

@@ -135,7 +135,7 @@ BASE = {
     "rollout_len": 32,
     "target_return": None,
     "loggers": [],
-    "eval_episodes": 0,
+    "eval": {"episodes": 0},
 }
 
 

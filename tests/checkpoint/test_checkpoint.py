@@ -228,7 +228,7 @@ def _train(run_dir, updates, *extra):
     overrides = [
         "ppo.anneal_lr=false",
         "log_every=4",
-        "eval_episodes=0",
+        "eval.episodes=0",
         "checkpoint.every=8",
         f"total_env_steps={updates * PER_UPDATE}",
         *extra,
@@ -270,7 +270,7 @@ def test_resume_refuses_a_changed_shape(tmp_path):
 
 # ----------------------------------------------------------------------------- eval
 def test_eval_reads_the_newest_checkpoint(tmp_path, capsys):
-    result = _train(tmp_path / "a", 8, "eval_episodes=4")
+    result = _train(tmp_path / "a", 8, "eval.episodes=4")
     capsys.readouterr()
     assert cli_main(["eval", result.run_dir, "episodes=4"]) == 0
     line = capsys.readouterr().out.strip().splitlines()[-1]

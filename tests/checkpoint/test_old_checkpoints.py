@@ -12,16 +12,25 @@ import shutil
 from pathlib import Path
 
 import pytest
+import yaml
 
 import tianjax
 from tianjax.checkpoint import store as ckpt
+from tianjax.config import ConfigError, read_yaml
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "checkpoints_v0"
 
 
 def _copy(name: str, tmp_path: Path) -> Path:
+    """The old run, its config.yaml brought up to today's keys as the refusal of an old key
+    tells (eval_episodes is eval.episodes since evaluation during training)."""
     run = tmp_path / name
     shutil.copytree(GOLDEN / name, run)
+    data = read_yaml(run / "config.yaml")
+    with pytest.raises(ConfigError, match="'eval_episodes': renamed to 'eval.episodes'"):
+        tianjax.load_config(data)
+    data["eval"] = {"episodes": data.pop("eval_episodes")}
+    (run / "config.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
     return run
 
 
@@ -35,7 +44,7 @@ def test_a_fused_checkpoint_from_before_the_rooms_resumes(tmp_path, name, more):
             f"total_env_steps={meta['env_steps'] + more}",
             f"resume={old}",
             "loggers=[]",
-            "eval_episodes=0",
+            "eval.episodes=0",
         ],
     )
     result = tianjax.train(config, progress=False, verbose=False)

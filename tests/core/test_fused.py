@@ -93,7 +93,7 @@ def test_train_with_a_short_last_chunk_is_the_core_run(tmp_path):
         "rollout_len=8",
         f"total_env_steps={17 * 16}",
         "log_every=1",
-        "eval_episodes=0",
+        "eval.episodes=0",
     ]
     cfg = load_config("configs/ppo_cartpole.yaml", over)
     env = make_gymnax(cfg.env)
@@ -119,7 +119,7 @@ def test_train_with_a_short_last_chunk_is_the_core_run(tmp_path):
 def test_python_api_writes_run_dir_and_seeds_run_side_by_side(tmp_path):
     result = tianjax.train(
         "configs/ppo_cartpole.yaml",
-        ["total_env_steps=8192", "num_seeds=2", "log_every=4", "eval_episodes=0"],
+        ["total_env_steps=8192", "num_seeds=2", "log_every=4", "eval.episodes=0"],
         run_dir=str(tmp_path / "run"),
         progress=False,
         verbose=False,

@@ -76,7 +76,7 @@ def test_every_mode_ends_within_one_batch_per_actor_of_the_budget(tmp_path, case
         [
             f"total_env_steps={TOTAL}",
             *overrides,
-            "eval_episodes=0",
+            "eval.episodes=0",
             "target_return=null",
             "checkpoint.final=false",
         ],
@@ -187,7 +187,7 @@ def test_async_dqn_actors_explore_on_one_global_schedule(tmp_path, num_actors):
             "target_return=null",
             "checkpoint.final=false",
             "dqn.eps_fraction=0.5",
-            "eval_episodes=0",
+            "eval.episodes=0",
             "runtime.heartbeat_timeout_s=60",
         ],
         run_dir=str(tmp_path / "run"),
@@ -250,7 +250,7 @@ def test_a_replacement_actor_resumes_the_global_exploration_schedule(tmp_path, p
         "total_env_steps=40000",
         "log_every=20",
         "target_return=null",
-        "eval_episodes=0",
+        "eval.episodes=0",
         "dqn.eps_fraction=0.8",
     ]
     launcher = procs.start(
@@ -302,7 +302,7 @@ def test_async_dqn_with_frame_once_replay_stores_each_frame_once_and_holds_its_b
             "dqn.frame_once=true",
             "target_return=null",
             "checkpoint.final=false",
-            "eval_episodes=0",
+            "eval.episodes=0",
             "log_every=10",
             "runtime.heartbeat_timeout_s=60",
             "env_options={max_episode_steps: 30}",

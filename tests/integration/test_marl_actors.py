@@ -39,7 +39,7 @@ COMMON = [
     "num_actors=2",
     "log_every=10",
     "compile_cache=null",
-    "eval_episodes=0",
+    "eval.episodes=0",
     "runtime.heartbeat_timeout_s=60",
 ]
 TINY = {

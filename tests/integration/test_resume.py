@@ -42,7 +42,7 @@ def _records(run_dir):
 )
 def test_resume_continues_version_and_env_steps(tmp_path, cfg, extra):
     per_update = tianjax.load_config(cfg, extra).steps_per_update
-    common = [*extra, "log_every=2", "checkpoint.every=4", "eval_episodes=0", "target_return=null"]
+    common = [*extra, "log_every=2", "checkpoint.every=4", "eval.episodes=0", "target_return=null"]
     first = tianjax.train(
         cfg,
         [*common, f"total_env_steps={6 * per_update}"],
@@ -88,7 +88,7 @@ def test_eval_plays_a_host_env_run(tmp_path, capsys):
 
     run = tianjax.train(
         GYM_CFG,
-        ["total_env_steps=4096", "eval_episodes=0"],
+        ["total_env_steps=4096", "eval.episodes=0"],
         run_dir=str(tmp_path / "r"),
         progress=False,
         verbose=False,
@@ -112,7 +112,7 @@ def test_resumed_dqn_without_its_buffer_refills_it_before_learning(tmp_path):
         "dqn.learning_starts=256",
         "dqn.buffer_size=2048",
         "log_every=1",
-        "eval_episodes=0",
+        "eval.episodes=0",
         "target_return=null",
         "checkpoint.replay=false",
     ]
@@ -155,7 +155,7 @@ def test_the_learning_rate_goes_on_from_the_fresh_steps_learned_across_a_resume(
         "ppo.num_epochs=2",
         "ppo.num_minibatches=2",
         "log_every=1",
-        "eval_episodes=0",
+        "eval.episodes=0",
         "target_return=null",
     ]
     n, K, t1, t2 = 64, 4, 4 * 64, 10 * 64

@@ -49,7 +49,7 @@ def test_dqn_learns_cartpole(tmp_path):
     t0 = time.perf_counter()
     result = tianjax.train(
         "configs/dqn_cartpole.yaml",
-        ["eval_episodes=0"],
+        ["eval.episodes=0"],
         verbose=False,
         progress=False,
         run_dir=str(tmp_path / "run"),
@@ -73,7 +73,7 @@ def test_fused_dqn_frame_once_learns_cartpole(tmp_path):
     t0 = time.perf_counter()
     result = tianjax.train(
         "configs/dqn_cartpole.yaml",
-        ["eval_episodes=0", "dqn.frame_once=true"],
+        ["eval.episodes=0", "dqn.frame_once=true"],
         verbose=False,
         progress=False,
         run_dir=str(tmp_path / "run"),
@@ -93,7 +93,7 @@ def test_fused_impala_solves_cartpole(tmp_path):
     t0 = time.perf_counter()
     result = tianjax.train(
         "configs/impala_cartpole.yaml",
-        ["eval_episodes=0"],
+        ["eval.episodes=0"],
         verbose=False,
         progress=False,
         run_dir=str(tmp_path / "impala"),

@@ -40,7 +40,7 @@ def test_ppo_learns_to_balance_the_brax_pendulum(tmp_path):
     pytest.importorskip("brax")
     result = tianjax.train(
         CONFIG,
-        ["total_env_steps=524288", "eval_episodes=0"],
+        ["total_env_steps=524288", "eval.episodes=0"],
         run_dir=str(tmp_path / "run"),
         progress=False,
         verbose=False,

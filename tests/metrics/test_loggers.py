@@ -16,7 +16,7 @@ TINY = [
     "total_env_steps=2048",
     "num_envs=4",
     "rollout_len=16",
-    "eval_episodes=0",
+    "eval.episodes=0",
     "ppo.num_minibatches=2",
 ]
 

@@ -181,7 +181,7 @@ def test_dqn_on_minatar_trains_and_checkpoints(tmp_path):
             "total_env_steps=2048",
             "dqn.learning_starts=512",
             "target_return=null",
-            "eval_episodes=0",
+            "eval.episodes=0",
             "log_every=1",
         ],
         run_dir=str(tmp_path / "run"),

@@ -7,7 +7,7 @@ code closes over these objects, never over dicts.
 
 The package, by part: `checks` (ConfigError, check_key), `sections` (the sections every
 algorithm may read, the replay settings, and the registry hook through which the
-algorithms' own sections arrive), `runtime` (staleness, runtime, balance, checkpoint),
+algorithms' own sections arrive), `runtime` (staleness, runtime, balance, checkpoint), `evaluation` (eval),
 `schema` (`Config` and the checks across sections; an algorithm's are the registry's,
 tianjax.algos), `loading` (YAML, overrides, coercion, imports). Import from here.
 """
@@ -15,6 +15,7 @@ tianjax.algos), `loading` (YAML, overrides, coercion, imports). Import from here
 from __future__ import annotations
 
 from tianjax.config.checks import ConfigError, check_key, is_reference
+from tianjax.config.evaluation import EvalConfig
 from tianjax.config.loading import (
     apply_overrides,
     import_modules,
@@ -45,6 +46,7 @@ __all__ = [
     "CheckpointConfig",
     "Config",
     "ConfigError",
+    "EvalConfig",
     "MultiAgentConfig",
     "NetworkConfig",
     "ReplaySection",  # the base of an off-policy algorithm's section

@@ -16,6 +16,8 @@ from tianjax.config.checks import ConfigError, check_key
 from tianjax.config.schema import Config
 from tianjax.config.sections import registry
 
+# keys renamed: old dotted key -> new one (an algorithm's own are its spec's)
+RENAMED_KEYS = {"eval_episodes": "eval.episodes"}
 # values renamed: (dotted key, old value) -> new value
 RENAMED_VALUES = {("runtime.security", "mac"): "plain"}
 
@@ -153,7 +155,7 @@ def _build(cls, data: Mapping, prefix: str = ""):
 def _refuse_renamed(key: str, value) -> None:
     """A key or value that was renamed is refused with the new name in the message (an
     algorithm's renamed keys are its spec's)."""
-    renamed = registry().renamed_keys()
+    renamed = {**RENAMED_KEYS, **registry().renamed_keys()}
     if key in renamed:
         raise ConfigError(f"config key '{key}': renamed to '{renamed[key]}'")
     if isinstance(value, str) and (key, value) in RENAMED_VALUES:
@@ -245,6 +247,7 @@ def load_config(
 
 
 __all__ = [
+    "RENAMED_KEYS",
     "RENAMED_VALUES",
     "apply_overrides",
     "import_modules",

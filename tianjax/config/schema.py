@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from tianjax.config.checks import _is_reference, _to_plain, check_key
+from tianjax.config.evaluation import EvalConfig
 from tianjax.config.runtime import (
     BalanceConfig,
     CheckpointConfig,
@@ -74,7 +75,6 @@ class Config:
     # Updates between metrics records (null: about 200 records a run, whatever the budget;
     # see Config.log_interval)
     log_every: int | None = None
-    eval_episodes: int = 0  # greedy episodes at the end (0 = none)
     # JAX's persistent compilation cache, a directory (e.g. ~/.cache/tianjax/xla; null: off,
     # unless $TIANJAX_COMPILE_CACHE names one). Setting it changes process-wide JAX settings:
     # every later jit of the process, yours included, is cached there. true: ~/.cache/tianjax/xla.
@@ -94,6 +94,7 @@ class Config:
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
     balance: BalanceConfig = field(default_factory=BalanceConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)  # evaluation during training
     wandb: WandbConfig = field(default_factory=WandbConfig)  # used with loggers: [wandb]
     # the algorithms' own sections, key -> section (one per registered algorithm's section;
     # read as config.<key>; in YAML and overrides a top-level section like the others)
@@ -139,7 +140,6 @@ class Config:
                 "loggers",
                 f"{name!r} is neither a built-in logger ({', '.join(BUILTIN_LOGGERS)}) nor 'module:Class'",
             )
-        check_key(self.eval_episodes >= 0, "eval_episodes", "must be >= 0")
         check_key(
             self.target_win_rate is None or 0 <= self.target_win_rate <= 1,
             "target_win_rate",
@@ -273,7 +273,7 @@ class Config:
 
     def sections_read(self) -> tuple[str, ...]:
         """The sections this run reads: the network, its algorithm's own, marl with a
-        multi-agent env, staleness and checkpoint; runtime and balance outside fused mode;
+        multi-agent env, staleness, checkpoint and eval; runtime and balance outside fused mode;
         wandb with that logger."""
         own = self.spec.section
         out = ["network", *([own] if own else [])]
@@ -282,7 +282,7 @@ class Config:
         out.append("staleness")
         if self.mode != "fused":
             out += ["runtime", "balance"]
-        out.append("checkpoint")
+        out += ["checkpoint", "eval"]
         if "wandb" in self.loggers:
             out.append("wandb")
         return tuple(out)

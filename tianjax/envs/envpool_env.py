@@ -46,10 +46,12 @@ class EnvpoolEnv:
     """An envpool batch (gymnasium API, sync mode) with same-step auto-reset.
 
     Extra keyword arguments go to `envpool.make` (e.g. `max_episode_steps`, `num_threads`,
-    Atari options).
+    Atari options). `render`: the pool renders (`frame()`: env 0's screen, for videos).
     """
 
-    def __init__(self, env_id: str, num_envs: int, seed: int = 0, **kwargs: Any):
+    def __init__(
+        self, env_id: str, num_envs: int, seed: int = 0, render: bool = False, **kwargs: Any
+    ):
         import envpool
 
         check_env_id(env_id)
@@ -59,7 +61,7 @@ class EnvpoolEnv:
         check_options(env_id, kwargs, set(envpool.make_spec(env_id)._config_keys) - ours)
         self.name = env_id
         self.num_envs = int(num_envs)
-        self._kwargs = dict(kwargs)
+        self._kwargs = dict(kwargs, **({"render_mode": "rgb_array"} if render else {}))
         self._seed = int(seed)
         try:
             self._env = self._make(self._seed)
@@ -144,6 +146,10 @@ class EnvpoolEnv:
             np.asarray(score, np.float32),
             game_over,
         )
+
+    def frame(self) -> np.ndarray:
+        """Env 0's screen [H, W, 3] uint8 (built with render=True)."""
+        return np.asarray(self._env.render(np.zeros(1, np.int32)))[0]
 
     def close(self) -> None:
         self._env.close()

@@ -71,7 +71,8 @@ class GymnasiumVectorEnv:
     Extra keyword arguments go to the env (e.g. `max_episode_steps`), checked against its
     entry point's signature where it has one, so that a misspelt option is one line naming
     it. `vectorization_mode` None: "sync" (one process), or the env's own vector entry
-    point where it registered only that (it must auto-reset SAME_STEP).
+    point where it registered only that (it must auto-reset SAME_STEP). `render`: the envs
+    render rgb_array frames (`frame()`: env 0's, for videos).
     """
 
     def __init__(
@@ -80,6 +81,7 @@ class GymnasiumVectorEnv:
         num_envs: int,
         seed: int = 0,
         vectorization_mode: str | None = None,
+        render: bool = False,
         **kwargs: Any,
     ):
         import gymnasium as gym
@@ -103,6 +105,8 @@ class GymnasiumVectorEnv:
             kwargs,
             None if accepted is None else accepted - {"num_envs"} | set(_MAKE_OPTIONS),
         )
+        if render:
+            kwargs = dict(kwargs, render_mode="rgb_array")
         if own:
             self._env = gym.make_vec(
                 env_id, num_envs=self.num_envs, vectorization_mode="vector_entry_point", **kwargs
@@ -155,6 +159,11 @@ class GymnasiumVectorEnv:
             for i in np.flatnonzero(mask):
                 final_obs[i] = final[i]
         return HostStep(obs, np.asarray(reward, np.float32), terminated, truncated, final_obs)
+
+    def frame(self) -> np.ndarray:
+        """Env 0's frame [H, W, 3] uint8 (built with render=True)."""
+        frames = self._env.render()
+        return np.asarray(frames[0] if isinstance(frames, (list, tuple)) else frames)
 
     def close(self) -> None:
         self._env.close()

@@ -6,10 +6,12 @@ metrics.jsonl's lines, at most about 200 a run by default) and finally the run's
 
     loggers: [tensorboard, wandb, console, my_pkg.logs:MyLogger]
 
-- tensorboard: event files under RUN_DIR/tb (tianjax/metrics/tensorboard.py), and the
+- tensorboard: event files under RUN_DIR/tb (tianjax/metrics/tensorboard.py; evaluations
+  under eval/, their videos as animated images), and the
   config as hyperparameters with the summary's figures as their metrics (the HPARAMS tab);
 - wandb: a Weights & Biases run (the `wandb` section: project, entity, tags, mode, name,
-  group; mode offline writes it under RUN_DIR/wandb for `wandb sync`);
+  group; mode offline writes it under RUN_DIR/wandb for `wandb sync`), evaluation videos
+  as W&B videos;
 - console: one line per record on stderr (env steps, return, throughput);
 - "module:Class": your own class, called with no arguments, following `Logger`.
 
@@ -82,6 +84,7 @@ class WandbLogger:
     def start(self, config: Config, run_dir: str) -> None:
         import wandb
 
+        self._run_dir = run_dir
         w = config.wandb
         mode = w.mode or os.environ.get("WANDB_MODE") or "online"
         self._run = wandb.init(
@@ -102,6 +105,11 @@ class WandbLogger:
             for k, v in record.items()
             if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
         }
+        video = record.get("eval_video")
+        if isinstance(video, str):  # an evaluation's episode (an mp4 in the run directory)
+            import wandb
+
+            data["eval_video"] = wandb.Video(os.path.join(self._run_dir, video), format="mp4")
         self._run.log(data)
 
     def summary(self, summary: dict) -> None:
@@ -124,6 +132,14 @@ class ConsoleLogger:
             v = record.get(key)
             return "-" if not isinstance(v, (int, float)) else format(v, spec)
 
+        if "eval_return" in record:
+            print(
+                f"tianjax: eval of version {f('updates', 'd')} ({f('env_steps', ',.0f')} env steps): "
+                f"return {f('eval_return', '.4g')} over {f('eval_episodes', 'd')} episodes",
+                file=sys.stderr,
+                flush=True,
+            )
+            return
         print(
             f"tianjax: {f('env_steps', ',.0f')}/{self._total:,} env steps  return {f('return_mean_100', '.4g')}"
             f"  {f('env_steps_per_s', ',.0f')} steps/s  {f('wall_time_s', '.1f')} s",

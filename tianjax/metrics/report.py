@@ -4,7 +4,9 @@ Reads what a run directory holds (config.yaml, metrics.jsonl, summary.json; see
 tianjax.metrics.logger) and writes, into one output directory:
 
 - return_vs_time.png, return_vs_steps.png: the 100-episode moving-average return against
-  wall-clock time and against env steps, one curve per run (the TianJi paper's comparison);
+  wall-clock time and against env steps, one curve per run (the TianJi paper's comparison),
+  and beside it, dashed in the run's colour, its evaluation curve where it evaluated
+  (`eval_return` of each evaluation, at the version's env steps and time);
 - throughput.png: env steps/s and samples consumed/s over time;
 - staleness.png: each run's staleness histogram (sync and async runs; fused and in-process
   runs have none and are left out);
@@ -76,6 +78,8 @@ COLUMNS = [
     ("convergence_env_steps", "env steps to target", 0),
     ("final_return", "final return", 2),
     ("final_win_rate", "final win rate", 2),
+    ("eval_return", "final eval return", 2),
+    ("eval_best_return", "best eval return", 2),
     ("env_steps_per_s", "env steps/s", 0),
     ("samples_fresh_per_s", "fresh samples/s", 0),
     ("samples_consumed_per_s", "samples consumed/s (reuse incl.)", 0),
@@ -84,7 +88,7 @@ COLUMNS = [
     ("actor_wait_fraction", "actor wait fraction", 2),
 ]
 ROUNDING = (
-    "convergence time to 0.1 s; env steps to target exact; final return and win rate to 2 decimals; "
+    "convergence time to 0.1 s; env steps to target exact; returns and win rate to 2 decimals; "
     "throughputs to the nearest integer; '-' = not reached or not measured"
 )
 
@@ -203,11 +207,24 @@ def _save(fig: Figure, out_dir: str, name: str) -> str:
     return path
 
 
-def _line_figure(runs, panels, xlabel: str, title: str, target: str | None = None) -> Figure | None:
+def _line_figure(
+    runs, panels, xlabel: str, title: str, target: str | None = None, beside: dict | None = None
+) -> Figure | None:
     """panels: [(x key, y key, y label)]; one subplot for each panel that some run has data
     for, one curve per run with data, with markers (a run of one record is a point).
-    `target`: the summary/config key of a target drawn as a dashed line (per distinct value)."""
-    panels = [p for p in panels if any(_series(run, p[0], p[1])[0] for run in runs)]
+    `target`: the summary/config key of a target drawn as a dashed line (per distinct value).
+    `beside`: y key -> (another y key, its label suffix) drawn dashed beside it, in the
+    run's colour (the evaluation curve beside the training one)."""
+    beside = beside or {}
+    panels = [
+        p
+        for p in panels
+        if any(
+            _series(run, p[0], p[1])[0]
+            or (p[1] in beside and _series(run, p[0], beside[p[1]][0])[0])
+            for run in runs
+        )
+    ]
     if not panels:
         return None
     fig = Figure(figsize=(7, 3.2 * len(panels)))
@@ -224,6 +241,18 @@ def _line_figure(runs, panels, xlabel: str, title: str, target: str | None = Non
                     marker="o",
                     markersize=3 if len(xs) > 40 else 5,
                 )
+            if y in beside:
+                xs, ys = _series(run, x, beside[y][0])
+                if xs:
+                    ax.plot(
+                        xs,
+                        ys,
+                        label=f"{run.label} {beside[y][1]}",
+                        color=f"C{j}",
+                        linestyle="--",
+                        marker="s",
+                        markersize=4,
+                    )
         targets = (
             sorted({t for run in runs if (t := run.target(target)) is not None}) if target else []
         )
@@ -266,6 +295,9 @@ def _staleness_figure(runs) -> Figure | None:
     return fig
 
 
+# the evaluation curve beside the training one (tianjax.runtime.record.evaluations)
+EVAL_BESIDE = {"return_mean_100": ("eval_return", "(eval)")}
+
 FIGURES = {  # file -> (caption, builder)
     "return_vs_time.png": (
         "Return against wall-clock time",
@@ -275,6 +307,7 @@ FIGURES = {  # file -> (caption, builder)
             "wall-clock time (s)",
             "Return against wall-clock time",
             target="target_return",
+            beside=EVAL_BESIDE,
         ),
     ),
     "return_vs_steps.png": (
@@ -285,6 +318,7 @@ FIGURES = {  # file -> (caption, builder)
             "env steps",
             "Return against env steps",
             target="target_return",
+            beside=EVAL_BESIDE,
         ),
     ),
     "win_rate_vs_steps.png": (
@@ -401,6 +435,7 @@ def write_report(run_dirs, out_dir: str | None = None) -> Report:
 
 __all__ = [
     "COLUMNS",
+    "EVAL_BESIDE",
     "FIGURES",
     "ROUNDING",
     "Report",

@@ -7,6 +7,12 @@ Every finite numeric scalar of a record becomes a TB scalar at global step
 (`staleness_hist`: samples consumed since the previous record, indexed by tau), written as
 a TB histogram.
 
+An evaluation's record (tianjax.runtime.record.evaluations: its keys start with `eval_`)
+is written under `eval/` only (eval/return beside return/mean_100, the training curve), at
+the env steps of the version it evaluated; its video (`eval_video`, an mp4 in the run
+directory) as the animated GIF preview written beside it, under eval/video in the Images
+tab.
+
 A resumed run appends a new event file to the same tb/ directory; TensorBoard reads them
 all. tensorboardX writes from a background thread and flushes every `flush_secs` and on
 close, so a record costs no disk sync.
@@ -21,6 +27,8 @@ import os
 import numpy as np
 
 HIST_KEY = "staleness_hist"
+EVAL_PREFIX = "eval_"
+VIDEO_KEY = "eval_video"
 
 # record key -> tag; what is not here is under misc/<key> (algorithm metrics under loss/)
 TAGS = {
@@ -126,8 +134,17 @@ class TensorBoardWriter:
 
         step = int(record["env_steps"])
         values = []
+        evaluation = "eval_return" in record
         for key, value in record.items():
             if key == "env_steps":
+                continue
+            if evaluation:
+                if key == VIDEO_KEY:
+                    self._video(value, step)
+                elif key.startswith(EVAL_PREFIX) and (v := _scalar(value)) is not None:
+                    values.append(
+                        Summary.Value(tag=f"eval/{key[len(EVAL_PREFIX) :]}", simple_value=v)
+                    )
                 continue
             if key == HIST_KEY:
                 self._histogram(value, step)
@@ -141,6 +158,30 @@ class TensorBoardWriter:
         # TensorBoard reads the values of one event as if each had come alone.
         if values:
             self._writer._get_file_writer().add_summary(Summary(value=values), step)
+
+    def _video(self, name, step: int) -> None:
+        """The GIF preview of an evaluation's video (an mp4 path relative to the run
+        directory), as an image TensorBoard animates; nothing where there is none."""
+        from tensorboardX.proto.summary_pb2 import Summary
+
+        from tianjax.metrics.video import gif_of
+
+        if not isinstance(name, str):
+            return
+        path = gif_of(os.path.join(os.path.dirname(self.log_dir), name))
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+            from PIL import Image
+
+            with Image.open(path) as im:
+                width, height = im.size
+        except (OSError, ImportError):
+            return
+        image = Summary.Image(height=height, width=width, colorspace=3, encoded_image_string=data)
+        self._writer._get_file_writer().add_summary(
+            Summary(value=[Summary.Value(tag="eval/video", image=image)]), step
+        )
 
     def _histogram(self, counts, step: int) -> None:
         """Counts indexed by tau; bucket tau spans (tau - 0.5, tau + 0.5]."""
@@ -193,4 +234,12 @@ class TensorBoardWriter:
         self._writer.close()
 
 
-__all__ = ["HIST_KEY", "LOSS_KEYS", "TAGS", "TensorBoardWriter", "tag_for"]
+__all__ = [
+    "EVAL_PREFIX",
+    "HIST_KEY",
+    "VIDEO_KEY",
+    "LOSS_KEYS",
+    "TAGS",
+    "TensorBoardWriter",
+    "tag_for",
+]

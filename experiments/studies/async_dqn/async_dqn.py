@@ -33,7 +33,7 @@ def main():
     args = ap.parse_args()
     rows = []
     for seed in range(args.seeds):
-        common = [f"total_env_steps={args.steps}", f"seed={seed}", "eval_episodes=0"]
+        common = [f"total_env_steps={args.steps}", f"seed={seed}", "eval.episodes=0"]
         rows.append(("fused", seed, run(CONFIG, common)))
         for n in args.actors:
             rows.append(

@@ -114,7 +114,7 @@ def main() -> None:
     common = [
         f"total_env_steps={args.steps}",
         f"seed={args.seed}",
-        "eval_episodes=0",
+        "eval.episodes=0",
         "log_every=50",
         "target_return=null",
     ]

@@ -4,7 +4,7 @@
 
 Plays `--battles` battles side by side with each run's greedy policy (`tianjax.evaluate`,
 as `tianjax eval` does: each env's first battle counts) and prints the win rate and the
-mean return. A run trained with `eval_episodes` has the same figure in its summary.json
+mean return. A run trained with `eval.episodes` has the same figure in its summary.json
 (`eval_win_rate`); this reads it off runs trained without.
 """
 

@@ -306,7 +306,7 @@ def test_fused_frame_once_resume_equals_uninterrupted_run(tmp_path):
     def train(run_dir, steps, *extra):
         over = [
             "dqn.frame_once=true",
-            "eval_episodes=0",
+            "eval.episodes=0",
             "log_every=5",
             "dqn.learning_starts=200",
             "dqn.buffer_size=400",

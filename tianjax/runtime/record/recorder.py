@@ -14,6 +14,9 @@ What each runner counts and measures is its own; how it is kept is here:
 - records: each opens with env_steps, updates, wall_time_s, env_steps_per_s (this
   session's env steps over its training time), the runner's rates, return_mean_100,
   win_rate_100 (envs that report wins) and episodes; then the runner's own fields.
+- evaluations: each is a record of its own (tianjax.runtime.record.evaluations), and the
+  book of them (final and best, with their versions) goes into the checkpoints' meta and
+  the summary; the progress line shows the latest.
 - checkpoints: every `checkpoint.every` updates (`due`), and, with `checkpoint.final`, at
   the end; the meta holds the config's shape keys, the runner's counters, the wall time so
   far and the trackers' state (`tracker`, or `trackers` per seed).
@@ -33,6 +36,7 @@ from tianjax.checkpoint import store as ckpt
 from tianjax.config import Config
 from tianjax.metrics import EpisodeTracker, Progress, RunLogger
 from tianjax.metrics.tracker import finished_episodes
+from tianjax.runtime.record.evaluations import EvalBook, eval_record
 from tianjax.runtime.record.outcome import RunOutcome
 
 
@@ -68,6 +72,7 @@ class RunRecorder:
             None  # the final save's wall time (None: none saved)
         )
         self.saver: ckpt.Checkpointer | None = None
+        self.evals = EvalBook()
 
     # ------------------------------------------------------------------ clock
     def start(self, t_start: float) -> None:
@@ -164,13 +169,26 @@ class RunRecorder:
         if self.logger is not None:
             self.logger.log(rec)
         if self.progress is not None:
+            latest = self.evals.final
             self.progress.update(
                 env_steps,
                 ret=rec["return_mean_100"],
+                **({"eval": latest["eval_return"]} if latest else {}),
                 **(shown or {}),
                 sps=int(rec["env_steps_per_s"]),
             )
         return rec
+
+    def evaluation(
+        self, version: int, env_steps: int, now: float, fields: dict, age_s: float = 0.0
+    ) -> tuple[dict, bool]:
+        """Logs one evaluation of `version` (taken `age_s` before `now`) as a record of its
+        own; returns (the record, whether it is the best so far)."""
+        rec = eval_record(version, env_steps, self.elapsed(now) - age_s, fields)
+        best = self.evals.add(rec)
+        if self.logger is not None:
+            self.logger.log(rec)
+        return rec, best
 
     # ------------------------------------------------------------------ checkpoints
     def resume(self, template):
@@ -192,6 +210,7 @@ class RunRecorder:
             self.trackers, meta["trackers"] if self.per_seed else [meta["tracker"]]
         ):
             tracker.load_state_dict(state)
+        self.evals.load_state_dict(meta.get("evaluations"))
         self.resumed_from = step
         if ours and jax.process_index() == 0:
             # (the version saved: a fused DQN's step label runs ahead of it during learning_starts)
@@ -223,6 +242,7 @@ class RunRecorder:
             **counters,
             wall_time_s=self.elapsed(now) if wall_time_s is None else wall_time_s,
             **({"trackers": trackers} if self.per_seed else {"tracker": trackers[0]}),
+            evaluations=self.evals.state_dict(),
             **(extra or {}),
         )
         self.saver.save(step, tree, meta)
@@ -297,7 +317,9 @@ class RunRecorder:
             convergence_time_s=None if any(c is None for c in conv) else max(conv),
             convergence_env_steps=None if any(c is None for c in conv_steps) else max(conv_steps),
             final_win_rate=self.win_rate if self.reports_wins else None,
-            extra_summary=dict(extra_summary, final_checkpoint_s=self.final_checkpoint_s),
+            extra_summary=dict(
+                extra_summary, final_checkpoint_s=self.final_checkpoint_s, **self.evals.summary()
+            ),
             final_return_per_seed=[t.moving_average for t in self.trackers]
             if self.per_seed and n > 1
             else None,

@@ -18,7 +18,6 @@ import numpy as np
 from tianjax.algos import make_algorithm
 from tianjax.checkpoint import store as ckpt
 from tianjax.config import Config, ConfigError, load_config
-from tianjax.core.rollout import clip_action
 
 
 @dataclass(frozen=True)
@@ -97,42 +96,15 @@ def read_run(path: str, what: str = "eval") -> SavedRun:
 
 
 def _host_returns(
-    config: Config,
-    algo,
-    action_spec,
-    params,
-    episodes: int,
-    greedy: bool,
-    seed: int,
-    max_steps: int = 100_000,
+    config: Config, algo, action_spec, params, episodes: int, greedy: bool, seed: int
 ) -> np.ndarray:
     from tianjax.envs.factory import make_host_env
+    from tianjax.runtime.evaluation.episodes import host_policy, play_host
 
     env = make_host_env(config.env_backend, config.env, episodes, seed, **config.env_options)
     try:
-        policy = jax.jit(
-            algo.greedy
-            if greedy
-            else (lambda p, o, k: algo.act(p, o, k, np.iinfo(np.int32).max).action)
-        )
-        key = jax.random.key(seed)
-        obs = env.reset(seed)
-        ret = np.zeros(episodes)
-        finished = np.zeros(episodes, bool)
-        for _ in range(max_steps):
-            if greedy:
-                action = policy(params, obs)
-            else:
-                key, sub = jax.random.split(key)
-                action = policy(params, obs, sub)
-            out = env.step(np.asarray(clip_action(action, action_spec)))
-            # whole games, scored unclipped, where the env tells them apart (Atari's lives)
-            ret += np.where(finished, 0.0, out.report_reward)
-            finished |= np.asarray(out.report_done)
-            obs = out.obs
-            if finished.all():
-                break
-        return ret
+        policy = host_policy(algo, action_spec, greedy)
+        return play_host(env, policy, params, jax.random.key(seed), episodes, seed)[0]
     finally:
         env.close()
 

@@ -11,6 +11,16 @@ for bit as if it had not stopped. They
 are written at chunk boundaries: the first one at or after every `checkpoint.every`
 updates, and at the end (also when stopped by Ctrl-C or SIGTERM). Episodes, records,
 checkpoints and the result are kept by the run recorder (tianjax.runtime.record.recorder).
+
+Evaluation (the `eval` section) runs inside the chunk program: after a chunk's iterations,
+when asked, `eval.episodes` episodes of the parameters the chunk ended with are played side
+by side (tianjax.core.evaluation.play_episodes, vmapped over seeds too). Chunks end where an
+evaluation is due, like checkpoints: at the first record boundary at or after each multiple
+of `eval.every_updates` updates, or, with `eval.every_s`, at the end of the first chunk that
+ends that long after the last evaluation (chunks then aim at no more than every_s). The
+last chunk always evaluates, so the run's final evaluation is of its final parameters. The
+video and the best parameters of an evaluation are made on the host from the state the
+chunk ended with, before the next chunk is dispatched.
 """
 
 from __future__ import annotations
@@ -24,10 +34,14 @@ import numpy as np
 
 from tianjax.algos import make_algorithm
 from tianjax.config import Config
+from tianjax.core.evaluation import EvalOutput, play_episodes
 from tianjax.core.fused_loop import make_fused
 from tianjax.envs.factory import make_jax_env
 from tianjax.metrics import Progress, RunLogger
+from tianjax.runtime.evaluation.episodes import MAX_STEPS, Evaluation, eval_key
+from tianjax.runtime.evaluation.schedule import EvalSchedule
 from tianjax.runtime.process import shutdown
+from tianjax.runtime.record.evaluations import eval_fields
 from tianjax.runtime.record.outcome import RunOutcome
 from tianjax.runtime.record.recorder import RunRecorder, sample_rates
 
@@ -57,12 +71,14 @@ def chunk_capacity(n_iters: int, every: int, output_bytes_per_iter: int) -> int:
     return max(fit - fit % every, min(every, n_iters))
 
 
-def next_chunk(n_prev: int, seconds_prev: float, every: int, capacity: int) -> int:
-    """Iterations of the next chunk: the whole records that take about CHUNK_SECONDS at the
-    pace of the previous chunk (n_prev iterations in seconds_prev), at most GROWTH times
-    n_prev and `capacity`, one record at least."""
+def next_chunk(
+    n_prev: int, seconds_prev: float, every: int, capacity: int, seconds: float = CHUNK_SECONDS
+) -> int:
+    """Iterations of the next chunk: the whole records that take about `seconds` (default
+    CHUNK_SECONDS) at the pace of the previous chunk (n_prev iterations in seconds_prev), at
+    most GROWTH times n_prev and `capacity`, one record at least."""
     rate = n_prev / max(seconds_prev, 1e-6)
-    n = min(int(rate * CHUNK_SECONDS), GROWTH * n_prev, capacity)
+    n = min(int(rate * seconds), GROWTH * n_prev, capacity)
     n -= n % every
     return max(n, min(every, capacity))
 
@@ -121,9 +137,29 @@ def run_fused(config: Config, logger: RunLogger, progress: Progress, env=None) -
     # increasing even while DQN's version waits for learning_starts
     rec.open_checkpoints(logger.run_dir, start=done_iters * updates_per_iter)
 
-    # one program for every chunk: it holds `capacity` iterations and runs the first n
-    def chunk_fn(state, num_valid):
-        return run(state, capacity, num_valid)
+    ec = config.eval
+
+    # one program for every chunk: it holds `capacity` iterations and runs the first n, then
+    # (do_eval) evaluates the parameters it ended with
+    def chunk_fn(state, num_valid, do_eval):
+        state, outputs = run(state, capacity, num_valid)
+        if not ec.on:
+            return state, outputs, None
+        learner = state.learner
+
+        def evaluate():
+            key = eval_key(config, learner.version)
+            return play_episodes(env, algo, learner.params, key, ec.episodes, ec.greedy, MAX_STEPS)
+
+        shapes = jax.eval_shape(evaluate)
+        none = lambda: jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), shapes)  # noqa: E731
+        return state, outputs, jax.lax.cond(do_eval, evaluate, none)
+
+    schedule = EvalSchedule(ec, done_iters * updates_per_iter)
+    # (its video and best params; its returns are the chunk program's)
+    evaluation = Evaluation(config, logger.run_dir, env=env, returns=False) if ec.on else None
+    chunk_seconds = min(CHUNK_SECONDS, ec.every_s) if ec.every_s else CHUNK_SECONDS
+    last_eval_t = time.perf_counter()
 
     one_iter = jax.eval_shape(
         partial(run, num_iterations=1),
@@ -136,30 +172,61 @@ def run_fused(config: Config, logger: RunLogger, progress: Progress, env=None) -
     t_compile = time.perf_counter()
     program = None
     if done_iters < n_iters:
-        fn = jax.vmap(chunk_fn, in_axes=(0, None)) if S > 1 else chunk_fn
+        fn = jax.vmap(chunk_fn, in_axes=(0, None, None)) if S > 1 else chunk_fn
         program = (
             jax.jit(fn, donate_argnums=donate_argnums(state))
-            .lower(state, jnp.int32(capacity))
+            .lower(state, jnp.int32(capacity), jnp.bool_(False))
             .compile()
         )
     compile_time = time.perf_counter() - t_compile
 
     rec.training(time.perf_counter(), env_steps)
 
-    def fetch(n, metrics, episodes):
-        """The host copy of a chunk's outputs, in one transfer (waits for the chunk), and
-        the time it was ready."""
-        metrics, done, rets, won = jax.device_get(
-            (metrics, episodes.done, episodes.returns, episodes.won if wins else None)
+    def fetch(n, outputs, ev: EvalOutput | None):
+        """The host copy of a chunk's outputs, in one transfer (waits for the chunk), the
+        time it was ready, and its evaluation's fields (None: it made none)."""
+        metrics, episodes = outputs
+        metrics, done, rets, won, ev = jax.device_get(
+            (metrics, episodes.done, episodes.returns, episodes.won if wins else None, ev)
         )
-        return n, time.perf_counter(), metrics, done, rets, won
+        fields = None
+        if ev is not None:
+            fields = eval_fields(ev.returns, ev.lengths, ev.won if wins else None)
+        return n, time.perf_counter(), metrics, done, rets, won, fields
+
+    def evaluated(pending) -> None:
+        """A chunk that evaluated has ended (`state` is what it ended with, before the next
+        chunk may donate it): its video and best params."""
+        now, fields = pending[1], pending[-1]
+        version = int(np.asarray(state.learner.version).max())
+        schedule.done(done_iters * updates_per_iter, now)
+        if evaluation is not None and (evaluation.video or evaluation.best):
+            params = state.learner.params
+            first = params if S == 1 else jax.tree.map(lambda x: x[0], params)
+            if evaluation.video is not None:  # (of the first seed)
+                fields["eval_video"] = evaluation.video(first, version, eval_key(config, version))
+            if evaluation.best is not None:
+                evaluation.best.offer(params, version, done_iters * per_iter, fields["eval_return"])
+
+    def eval_due(n: int, now: float) -> bool:
+        """Whether the chunk of `n` iterations about to run evaluates at its end."""
+        if not ec.on:
+            return False
+        if done_iters + n >= n_iters:
+            return True  # the final evaluation
+        if ec.every_s is not None:
+            expected = n * max(pace, 1e-9)
+            return now + expected - last_eval_t >= ec.every_s
+        return schedule.due((done_iters + n) * updates_per_iter, now)
 
     last_ready = None  # when the previous chunk's outputs were ready
+    pace = 0.0  # seconds per iteration, as the last chunk ran
 
-    def record(n, now, metrics, done, rets, won):
+    def record(n, now, metrics, done, rets, won, eval_fields_=None):
         """Host-side bookkeeping of a finished chunk of n iterations (its outputs fetched):
         one record per `every` iterations, each stamped with a time interpolated between
-        the previous chunk's end and this one's (the chunk ran them at an even pace)."""
+        the previous chunk's end and this one's (the chunk ran them at an even pace); then
+        its evaluation's record, of the version it ended with."""
         nonlocal env_steps, last_ready
         if S == 1:
             done, rets = done[None], rets[None]
@@ -185,6 +252,8 @@ def run_fused(config: Config, logger: RunLogger, progress: Progress, env=None) -
             if algo.schedules is not None:
                 fields.update({k: float(v) for k, v in algo.schedules(env_steps).items()})
             rec.record(env_steps, int(versions[..., g1 - 1].max()), at, fields=fields)
+        if eval_fields_ is not None:
+            rec.evaluation(int(versions[..., n - 1].max()), env_steps, now, eval_fields_)
 
     def save() -> None:
         rec.save(
@@ -206,6 +275,15 @@ def run_fused(config: Config, logger: RunLogger, progress: Progress, env=None) -
     # time (two on XLA:CPU, jax 0.10, were seen to deadlock: every thread idle, the outputs
     # never ready), and the host reads the device once per chunk. A checkpoint is taken
     # before the next dispatch, which may donate the state buffers.
+    def to_evaluation(done: int) -> int:
+        """Iterations up to the first record boundary at or after the next multiple of
+        eval.every_updates updates (no limit otherwise)."""
+        updates = schedule.updates_to_next(done * updates_per_iter)
+        if updates is None:
+            return n_iters
+        iters = -(-updates // updates_per_iter)
+        return max(every, -(-iters // every) * every)
+
     def to_checkpoint(done: int) -> int:
         """Iterations up to the first record boundary at or after the next multiple of
         checkpoint.every updates (no limit without periodic checkpoints)."""
@@ -223,17 +301,22 @@ def run_fused(config: Config, logger: RunLogger, progress: Progress, env=None) -
         # the run ends one chunk, about CHUNK_SECONDS, after the one in which it converged)
         while done_iters < n_iters and not rec.stop_now():
             shutdown.check()
-            n = min(n, n_iters - done_iters, to_checkpoint(done_iters))
+            n = min(n, n_iters - done_iters, to_checkpoint(done_iters), to_evaluation(done_iters))
             # the chunk may donate the state: keep its result; and a chunk's outputs are
             # fetched and recorded whole (a stop waits for them; check() then stops the run)
             with shutdown.critical():
                 t_dispatch = time.perf_counter()
-                state, outputs = program(state, jnp.int32(n))
+                do_eval = eval_due(n, t_dispatch)
+                state, outputs, ev = program(state, jnp.int32(n), jnp.bool_(do_eval))
                 done_iters += n
                 if pending is not None:
                     record(*pending)
-                pending = fetch(n, *outputs)
-                n = next_chunk(n, pending[1] - t_dispatch, every, capacity)
+                pending = fetch(n, outputs, ev if do_eval else None)
+                if do_eval:
+                    evaluated(pending)
+                    last_eval_t = pending[1]
+                pace = (pending[1] - t_dispatch) / n
+                n = next_chunk(n, pending[1] - t_dispatch, every, capacity, chunk_seconds)
                 if rec.due(done_iters * updates_per_iter):
                     record(*pending)
                     pending = None
@@ -241,6 +324,15 @@ def run_fused(config: Config, logger: RunLogger, progress: Progress, env=None) -
         if pending is not None:
             last, pending = pending, None  # a stop landing in it: not recorded twice
             record(*last)
+        if ec.on and program is not None and schedule.last_version < done_iters * updates_per_iter:
+            # ended before its last chunk (stop_at_target): the final parameters evaluated
+            # by the same program, running none of its iterations
+            state, outputs, ev = program(state, jnp.int32(0), jnp.bool_(True))
+            pending = fetch(0, outputs, ev)
+            evaluated(pending)
+            last, pending = pending, None
+            version = int(np.asarray(state.learner.version).max())
+            rec.evaluation(version, env_steps, last[1], last[-1])
         completed = True
     except KeyboardInterrupt:
         # Ctrl-C / SIGTERM between chunks: keep what was trained (the last chunk's outputs

@@ -26,6 +26,11 @@ fresh); actor and learner processes that really run apart, and several actors, a
 distributed runtime's. Here `num_actors` is 0 or 1: one batch of envs, acted on inside the
 learner's process.
 
+Evaluation (the `eval` section) runs in this process too, between two iterations, on an
+env batch of its own (`eval.episodes` host envs built at the start): the run is one process
+by choice, so an evaluation costs its time here (each record's `eval_s` says how much),
+where a sync or async run hands it to a process of its own.
+
 Everything jitted (act, value, update) is compiled ahead of time (lower + compile) before
 the first env step, so that compile time is reported apart from training time. The
 stepping itself is `tianjax.runtime.actor.sources.HostSource`, the same code an actor process
@@ -47,6 +52,8 @@ from tianjax.core.replay.setup import make_replay, make_replay_learn
 from tianjax.envs.factory import HostEnv, make_host_env
 from tianjax.metrics import Progress, RunLogger
 from tianjax.runtime.actor.sources import HostSource, batch_template
+from tianjax.runtime.evaluation.episodes import Evaluation
+from tianjax.runtime.evaluation.schedule import EvalSchedule
 from tianjax.runtime.process import shutdown
 from tianjax.runtime.record.outcome import RunOutcome
 from tianjax.runtime.record.recorder import RunRecorder, sample_rates
@@ -171,6 +178,15 @@ def _train(
             dict(iterations=it, env_steps=env_steps, updates=version),
         )
 
+    evaluation = Evaluation(config, logger.run_dir) if config.eval.on else None
+    schedule = EvalSchedule(config.eval, version, time.perf_counter())
+
+    def evaluate() -> None:
+        now = time.perf_counter()
+        fields = evaluation.evaluate(learner.params, version, env_steps)
+        rec.evaluation(version, env_steps, now, fields, age_s=0.0)
+        schedule.done(version, now)
+
     rec.training(time.perf_counter(), env_steps)
     interrupted = completed = False
     try:
@@ -202,8 +218,12 @@ def _train(
                     fields.update({k: float(v) for k, v in algo.schedules(env_steps).items()})
                 pending = []
                 rec.record(env_steps, version, time.perf_counter(), fields=fields)
+            if evaluation is not None and schedule.due(version, time.perf_counter()):
+                evaluate()
             if rec.due(it * per_iter_updates):
                 save()
+        if evaluation is not None and schedule.last_version < version:
+            evaluate()  # the final parameters
         completed = True
     except KeyboardInterrupt:  # Ctrl-C / SIGTERM: checkpoint and report what was done
         interrupted = True
@@ -212,6 +232,8 @@ def _train(
         # Interrupted inside an update, its input was donated: then the last periodic one stands
         rec.end_training(time.perf_counter())
         rec.final_checkpoint(save, tolerant=interrupted, allowed=completed or interrupted)
+        if evaluation is not None:
+            evaluation.close()
 
     train_time = rec.train_time
     return rec.result(
