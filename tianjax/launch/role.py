@@ -1,5 +1,5 @@
 """Entry point of one role process started by the local launcher:
-`python -m tianjax.launch.role actor|learner ...`."""
+`python -m tianjax.launch.role actor|learner|evaluator ...`."""
 
 from __future__ import annotations
 
@@ -57,7 +57,8 @@ def _why(e: BaseException) -> str:
 
 
 def _startup_failed(args, e: BaseException) -> int:
-    print(f"tianjax: actor {args.actor_id} cannot start: {_why(e)}", file=sys.stderr, flush=True)
+    who = "evaluator" if args.role == "evaluator" else f"actor {args.actor_id}"
+    print(f"tianjax: {who} cannot start: {_why(e)}", file=sys.stderr, flush=True)
     return STARTUP_FAILED
 
 
@@ -94,6 +95,34 @@ def _run_actor(args, raw_config: dict) -> int:
     except Exception as e:  # noqa: BLE001 (whatever stops the start-up stops it every time)
         return _startup_failed(args, e)
     return actor.run()
+
+
+# The evaluator's niceness: on a machine whose cores the learner and the actors keep busy,
+# evaluating yields to training (an evaluation is of a pinned version: late, it is still
+# that version's).
+EVALUATOR_NICE = 10
+
+
+def _run_evaluator(args, raw_config: dict) -> int:
+    """The evaluator of a sync or async run (tianjax.runtime.evaluation.evaluator): set up
+    as an actor is (synchronous dispatch, the compile cache), at a lower priority."""
+    actor_jax()
+    try:
+        os.nice(EVALUATOR_NICE)
+    except OSError:
+        pass
+    from tianjax.config import load_config
+    from tianjax.runtime.evaluation.evaluator import Evaluator
+    from tianjax.runtime.process import compile_cache
+    from tianjax.transport.auth import load_key
+
+    try:
+        config = load_config(raw_config)
+        compile_cache.enable(config.compile_cache, default=compile_cache.DEFAULT)
+        evaluator = Evaluator(config, json.loads(args.endpoints_json), load_key(), args.run_dir)
+    except Exception as e:  # noqa: BLE001 (whatever stops the start-up stops it every time)
+        return _startup_failed(args, e)
+    return evaluator.run()
 
 
 def _run_learner(args, config) -> int:
@@ -157,11 +186,13 @@ def _run_learner(args, config) -> int:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="tianjax-role")
-    ap.add_argument("role", choices=["actor", "learner"])
+    ap.add_argument("role", choices=["actor", "learner", "evaluator"])
     ap.add_argument("--actor-id", type=int)
     ap.add_argument("--config-json", required=True)
     ap.add_argument("--endpoints-json")
-    ap.add_argument("--run-dir", help="learner: the run directory (metrics, checkpoints)")
+    ap.add_argument(
+        "--run-dir", help="learner, evaluator: the run directory (metrics, checkpoints, videos)"
+    )
     ap.add_argument(
         "--listen-fds-json",
         help="learner: listening sockets held by the launcher "
@@ -192,6 +223,8 @@ def main(argv=None) -> int:
     try:
         if args.role == "actor":
             return _run_actor(args, json.loads(args.config_json))
+        if args.role == "evaluator":
+            return _run_evaluator(args, json.loads(args.config_json))
         config = load_config(json.loads(args.config_json))
         compile_cache.enable(config.compile_cache)
         return _run_learner(args, config)
@@ -210,4 +243,4 @@ if __name__ == "__main__":
     sys.exit(main())
 
 
-__all__ = ["STARTUP_FAILED", "actor_jax", "main", "stop_actor"]
+__all__ = ["EVALUATOR_NICE", "STARTUP_FAILED", "actor_jax", "main", "stop_actor"]

@@ -10,6 +10,11 @@ registers with the learner like any actor and gets the newest
 parameters at once; in async mode the learner keeps updating on what the others send
 meanwhile. An actor out of restarts is lost: the caller decides whether the run can go on.
 
+The evaluator of a run (`eval.every_updates` or `eval.every_s`; see
+tianjax.runtime.evaluation.evaluator) is supervised the same way by a supervisor of its
+own (`role="evaluator"`, one process): restarted when it dies, and, out of restarts or
+unable to start, said in one line while the run goes on without it.
+
 Actors are separate OS processes started with `python -m tianjax.launch.role actor`; the
 per-run key reaches them through the environment (never argv, logs or files), and each
 asks the kernel to signal it if its launcher dies (Linux), on top of its own heartbeat
@@ -48,8 +53,20 @@ class Changes:
 
 
 class ActorSupervisor:
-    def __init__(self, config: Config, endpoints: dict, run_key: bytes, log_dir: str | None = None):
+    """`role`: "actor" (num_actors processes, ids 0..) or "evaluator" (one, which also
+    takes `run_dir`, where it writes videos and the best params)."""
+
+    def __init__(
+        self,
+        config: Config,
+        endpoints: dict,
+        run_key: bytes,
+        log_dir: str | None = None,
+        role: str = "actor",
+        run_dir: str | None = None,
+    ):
         self.config = config
+        self.role, self.run_dir = role, run_dir
         self.endpoints = endpoints
         self.run_key = run_key
         self.log_dir = log_dir
@@ -78,7 +95,7 @@ class ActorSupervisor:
             sys.executable,
             "-m",
             "tianjax.launch.role",
-            "actor",
+            self.role,
             "--actor-id",
             str(actor_id),
             "--config-json",
@@ -88,10 +105,12 @@ class ActorSupervisor:
             "--parent-pid",
             str(os.getpid()),
         ]
+        if self.run_dir is not None:
+            cmd += ["--run-dir", self.run_dir]
         out = None
         if self.log_dir:
             os.makedirs(self.log_dir, exist_ok=True)
-            out = open(os.path.join(self.log_dir, f"actor-{actor_id}.log"), "ab")  # noqa: SIM115
+            out = open(os.path.join(self.log_dir, self.log_name(actor_id)), "ab")  # noqa: SIM115
         try:
             self.procs[actor_id] = subprocess.Popen(
                 cmd,
@@ -104,8 +123,11 @@ class ActorSupervisor:
             if out:
                 out.close()
 
+    def log_name(self, actor_id: int) -> str:
+        return f"{self.role}-{actor_id}.log"
+
     def start_all(self) -> None:
-        for i in range(self.config.num_actors):
+        for i in range(self.config.num_actors if self.role == "actor" else 1):
             self.start(i)
 
     def _replace(self, actor_id: int, why: str, changes: Changes) -> None:
@@ -151,7 +173,7 @@ class ActorSupervisor:
         """The actor's own line (the last one of its log that says why it cannot start)."""
         if self.log_dir:
             try:
-                with open(os.path.join(self.log_dir, f"actor-{actor_id}.log"), "rb") as f:
+                with open(os.path.join(self.log_dir, self.log_name(actor_id)), "rb") as f:
                     f.seek(0, os.SEEK_END)
                     f.seek(max(f.tell() - 8192, 0))
                     lines = f.read().decode(errors="replace").splitlines()
@@ -195,16 +217,24 @@ def python_path(existing: str) -> str:
     return os.pathsep.join(dict.fromkeys(entries))
 
 
-def describe(changes: Changes, alive: int, log_dir: str) -> list[str]:
-    """Console lines for a check's changes."""
+def describe(changes: Changes, alive: int, log_dir: str, role: str = "actor") -> list[str]:
+    """Console lines for a check's changes (the evaluator's: what the run goes on without)."""
+    name = (lambda i: f"actor {i}") if role == "actor" else (lambda i: role)
     lines = [
-        f"tianjax: warning: actor {i} ({why}) restarted; see {log_dir}"
+        f"tianjax: warning: {name(i)} ({why}) restarted; see {log_dir}"
         for i, why in sorted(changes.restarted.items())
     ]
-    lines += [
-        f"tianjax: warning: actor {i} ({why}) is out of restarts; continuing with {alive} actors"
-        for i, why in sorted(changes.lost.items())
-    ]
+    if role == "actor":
+        lines += [
+            f"tianjax: warning: actor {i} ({why}) is out of restarts; continuing with {alive} actors"
+            for i, why in sorted(changes.lost.items())
+        ]
+    else:
+        lines += [
+            f"tianjax: warning: the {role} ({why}) is gone; the run goes on without evaluations "
+            "during training (its final evaluation is the learner's)"
+            for _, why in sorted({**changes.lost, **changes.failed}.items())
+        ]
     return lines
 
 

@@ -88,6 +88,7 @@ class Evaluation:
                 correct_staleness=False,
                 obs_dtype=getattr(env, "obs_dtype", None),
             )
+            self.algo = algo
             self.wins = bool(getattr(env, "reports_wins", False))
             self._play = jax.jit(
                 lambda p, k: play_episodes(env, algo, p, k, self.episodes, self.greedy, MAX_STEPS)
@@ -105,6 +106,7 @@ class Evaluation:
                 correct_staleness=False,
                 obs_dtype=self._host.obs_dtype,
             )
+            self.algo = algo
             self.wins = False
             self._policy = host_policy(algo, self._host.action_spec, self.greedy)
         self.video = video_maker(config, run_dir, env=env) if run_dir else None

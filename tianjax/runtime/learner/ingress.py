@@ -1,6 +1,6 @@
 """The learner's ingress: who may send (credits, steered by the balance controller), what
 is let in (admission), and the control conversation with actors (register, heartbeat,
-lost slots), over the learner's trajectory and control sockets.
+lost slots; the evaluator's results), over the learner's trajectory and control sockets.
 
 Credits are TianJi's flow control: an actor may have as many trajectories in flight or
 waiting here as its share of the balance controller's window (one in sync mode), and no
@@ -73,11 +73,13 @@ class Ingress:
         publish: Callable[[], None],
         episodes: Callable,
         replay: ReplayBatches | None = None,
+        evaluations: Callable | None = None,
     ):
         self.config, self.mode, self.control, self.rx = config, mode, control, rx
         self.limits, self.measures = limits, limits.measures
         self.controller, self.replay = controller, replay
         self.budget, self.version, self.publish, self.episodes = budget, version, publish, episodes
+        self.evaluations = evaluations  # (msg, now): the evaluator's results
         self.traj_steps = config.rollout_len * config.num_envs
         self.pool = Pool(limits, self.traj_steps, self.grant)
         self.held: collections.deque = collections.deque()  # replay: credits held back while behind
@@ -213,6 +215,10 @@ class Ingress:
     # ------------------------------------------------------------------ control
     def handle_control(self, ident, msg: dict, now: float) -> None:
         kind = msg.get("type")
+        if kind == "evaluation":  # the evaluator's (it is no actor: no credits, no ledger)
+            if self.evaluations is not None:
+                self.evaluations(msg, now)
+            return
         if kind not in ("register", "heartbeat"):
             return
         sent = count(msg.get("sent"))

@@ -25,6 +25,11 @@ strategies (`batches.onpolicy`, `batches.replay`), the update over the device me
 (`sharded_update`), the `publisher` and `inflight` threads, the balance controllers
 (tianjax.runtime.balance), what it measures (`report`) and the run's record: episodes,
 metrics, checkpoints, result (tianjax.runtime.record.recorder).
+
+Evaluation (the `eval` section): the evaluator process sends each evaluation's fields as a
+control message, which the loop logs as a record of its own (a malformed one is dropped
+and counted: `evaluations_rejected`); once training ends, the learner evaluates its final
+parameters itself (`on_trained` first lets a launcher stop the evaluator).
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ from tianjax.metrics import Progress, RunLogger
 from tianjax.runtime.actor.sources import batch_template
 from tianjax.runtime.balance.controller import AdaptiveBalance
 from tianjax.runtime.balance.limits import Limits
+from tianjax.runtime.evaluation.episodes import Evaluation
 from tianjax.runtime.learner.batches.onpolicy import Choice
 from tianjax.runtime.learner.batches.replay import ReplayBatches
 from tianjax.runtime.learner.inflight import InFlight, to_host
@@ -54,6 +60,7 @@ from tianjax.runtime.learner.stats import LearnerStats
 from tianjax.runtime.learner.watchdog import ArrivalWatch
 from tianjax.runtime.modes import mode_of
 from tianjax.runtime.process import shutdown
+from tianjax.runtime.record.evaluations import from_message
 from tianjax.runtime.record.outcome import RunOutcome
 from tianjax.runtime.record.recorder import RunRecorder
 
@@ -194,6 +201,7 @@ class Learner:
             publish=self.publish,
             episodes=self.recorder.add,
             replay=self.replay,
+            evaluations=self._evaluation_message,
         )
         self.pool, self.actors = self.ingress.pool, self.ingress.actors
         self.batches = self._batch_strategy()
@@ -219,6 +227,15 @@ class Learner:
         self._version_cache = int(to_host(self.state.version))
         self.interrupted = False
         self.checkpoint_root = checkpoint_root or (logger.run_dir if logger is not None else None)
+        # the final evaluation's env, policy and video maker, built now (an env that cannot
+        # render says so at the start); one learner process of several evaluates
+        self.evaluation = (
+            Evaluation(config, self.checkpoint_root)
+            if config.eval.on and jax.process_index() == 0
+            else None
+        )
+        self.evaluations_rejected = 0
+        self.on_trained: Callable[[], None] = lambda: None  # called before the final evaluation
         if config.resume:
             self._resume()
 
@@ -333,6 +350,8 @@ class Learner:
             with shutdown.critical():
                 self._loop(should_stop)
             completed = True
+            self.on_trained()
+            self._final_evaluation()
         except KeyboardInterrupt:
             # Ctrl-C / SIGTERM: stop here, checkpoint, and report what was done
             self.interrupted = True
@@ -412,6 +431,26 @@ class Learner:
             self._record()  # the last record holds the final counts
         self.recorder.end_training(time.perf_counter())
         self.stats.train_cpu_s = time.process_time() - cpu0
+
+    def _evaluation_message(self, msg: dict, now: float) -> None:
+        """The evaluator's evaluation of one version: logged as a record of its own."""
+        got = from_message(msg)
+        if got is None:
+            self.evaluations_rejected += 1
+            return
+        self.recorder.evaluation(
+            got["version"], got["env_steps"], now, got["fields"], age_s=got["age_s"]
+        )
+
+    def _final_evaluation(self) -> None:
+        """The final parameters evaluated here, unless the evaluator did that version."""
+        final = self.recorder.evals.final
+        if self.evaluation is None or (final and final["updates"] >= self.state_version):
+            return
+        taken = time.perf_counter()
+        params = to_host(self.state.params)
+        fields = self.evaluation.evaluate(params, self.state_version, self.env_steps)
+        self.recorder.evaluation(self.state_version, self.env_steps, taken, fields)
 
     def _await_publication(self, done: int) -> None:
         """Waits (at most PUBLISH_WAIT_S) until the newest parameters offered for a version
@@ -537,6 +576,7 @@ class Learner:
                 # run resumed from left out (acted again)
                 "skipped_fresh_samples": self.skipped_fresh_samples,
                 "resume_unlearned_samples": self.resume_unlearned_samples,
+                **({"evaluations_rejected": self.evaluations_rejected} if self.evaluation else {}),
             },
         )
 
@@ -548,6 +588,8 @@ class Learner:
     def close(self) -> None:
         self.inflight.close()
         self.io.close()
+        if self.evaluation is not None:
+            self.evaluation.close()
 
 
 __all__ = ["PUBLISH_WAIT_S", "QUEUED", "Learner"]

@@ -69,6 +69,24 @@ def _supervise_actors(
         )
 
 
+def _evaluator(config: Config, endpoints, run_key, log_dir, run_dir) -> ActorSupervisor | None:
+    """The supervisor of the run's evaluator process (eval.every_updates or eval.every_s)."""
+    if not config.eval.periodic:
+        return None
+    return ActorSupervisor(
+        config, endpoints, run_key, log_dir=log_dir, role="evaluator", run_dir=run_dir
+    )
+
+
+def _supervise_evaluator(evaluator: ActorSupervisor | None, log_dir: str) -> None:
+    """Restarts a dead evaluator; one that is out of restarts or cannot start is said in one
+    line, and the run goes on without it."""
+    if evaluator is None:
+        return
+    for line in describe(evaluator.check(), 0, log_dir, role="evaluator"):
+        print(line, file=sys.stderr, flush=True)
+
+
 def run_local(config: Config, logger: RunLogger, progress: Progress) -> RunOutcome:
     if config.runtime.restart_learner:
         return _run_with_learner_process(config, logger, progress)
@@ -83,19 +101,27 @@ def run_local(config: Config, logger: RunLogger, progress: Progress) -> RunOutco
         raise
     log_dir = os.path.join(logger.run_dir, "actors")
     actors = ActorSupervisor(config, learner.endpoints, run_key, log_dir=log_dir)
+    evaluator = _evaluator(config, learner.endpoints, run_key, log_dir, logger.run_dir)
+    # the evaluator ends with training: the learner then evaluates its final parameters
+    learner.on_trained = lambda: evaluator and evaluator.stop(grace_s=0.0)
 
     def should_stop() -> bool:
         silent = learner.silent_actors(time.perf_counter())
         for i in silent:
             learner.forget_actor(i)  # its replacement registers afresh
         _supervise_actors(config, actors, silent, log_dir, learner)
+        _supervise_evaluator(evaluator, log_dir)
         return False
 
     try:
         actors.start_all()
+        if evaluator is not None:
+            evaluator.start_all()
         out = learner.run(should_stop, t_start=t_start)
     finally:
         learner.stop_actors()
+        if evaluator is not None:
+            evaluator.stop(grace_s=0.0)
         registered = {info.actor for info in learner.actors.values()}
         actors.stop(unreachable=[i for i in actors.procs if i not in registered])
         learner.close()
@@ -106,8 +132,16 @@ def run_local(config: Config, logger: RunLogger, progress: Progress) -> RunOutco
             **out.extra_summary,
             "actor_restarts": actors.total_restarts,
             "actors_lost": len(actors.lost),
+            **_evaluator_counts(evaluator),
         }
     )
+
+
+def _evaluator_counts(evaluator: ActorSupervisor | None) -> dict:
+    """summary.json's count of the evaluator's restarts, and whether it was lost."""
+    if evaluator is None:
+        return {}
+    return {"evaluator_restarts": evaluator.total_restarts, "evaluator_lost": bool(evaluator.lost)}
 
 
 # ----------------------------------------------------------------------------- learner process
@@ -217,6 +251,7 @@ def _run_with_learner_process(config: Config, logger: RunLogger, progress: Progr
     ports: HeldPorts | None = None
     learner: _LearnerProcess | None = None
     actors: ActorSupervisor | None = None
+    evaluator: ActorSupervisor | None = None
     learner_restarts = 0
     interrupted = False
     try:
@@ -226,6 +261,9 @@ def _run_with_learner_process(config: Config, logger: RunLogger, progress: Progr
         # the endpoints are known before the learner is up: the actors start meanwhile
         actors = ActorSupervisor(config, endpoints, run_key, log_dir=log_dir)
         actors.start_all()
+        evaluator = _evaluator(config, endpoints, run_key, log_dir, run_dir)
+        if evaluator is not None:
+            evaluator.start_all()
         while True:
             events = learner.events(0.1)
             code = learner.poll()
@@ -259,6 +297,7 @@ def _run_with_learner_process(config: Config, logger: RunLogger, progress: Progr
                 continue
             silent = [i for ev in events if ev["tianjax_event"] == "silent" for i in ev["actors"]]
             _supervise_actors(config, actors, silent, log_dir)
+            _supervise_evaluator(evaluator, log_dir)
     except KeyboardInterrupt:
         interrupted = True  # the learner process, stopped below, checkpoints and reports
     finally:
@@ -266,6 +305,8 @@ def _run_with_learner_process(config: Config, logger: RunLogger, progress: Progr
             learner.stop()
         if actors is not None:
             actors.stop(grace_s=5.0)
+        if evaluator is not None:
+            evaluator.stop(grace_s=0.0)
         if ports is not None:
             ports.close()
         if private is not None:
@@ -286,6 +327,7 @@ def _run_with_learner_process(config: Config, logger: RunLogger, progress: Progr
             "actor_restarts": actors.total_restarts if actors else 0,
             "actors_lost": len(actors.lost) if actors else 0,
             "learner_restarts": learner_restarts,
+            **_evaluator_counts(evaluator),
         },
     )
 
