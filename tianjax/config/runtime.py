@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from tianjax.config.checks import check_key
+from tianjax.config.devices import DeviceList, parse_devices
 
 
 @dataclass(frozen=True)
@@ -76,12 +77,35 @@ class RuntimeConfig:
     # is silent during an update: raise this for updates that take minutes, e.g. CNNs on CPU)
     connect_timeout_s: float = 600.0  # how long an actor waits for a (starting) learner
     max_message_mb: float = 256.0  # larger messages are rejected unread
-    actor_devices: str = "cpu"  # jax platform for actors (cpu, gpu, ...)
-    learner_devices: int | None = None  # devices the learner's update spans (null: all local)
+    # where actor processes (and the evaluator) run: a platform (cpu, gpu, ...; each process
+    # on the first device of it), or a platform with device ids, "gpu:0" or "gpu:0,1", over
+    # which the processes are spread, each seeing only its own (tianjax.launch.devices)
+    actor_devices: str = "cpu"
+    # the devices the learner's update spans: a count of this host's (null: all of them), or
+    # a platform with device ids, "gpu:1-7" or "cpu:0,1"
+    learner_devices: int | str | None = None
     actor_threads: int = 1  # XLA/Eigen threads per actor process (2-core machines)
     max_actor_restarts: int = 3  # a dead or silent actor is restarted up to this many times
     restart_learner: bool = False  # a dead learner is restarted from its last checkpoint
     max_learner_restarts: int = 2  # ... up to this many times
+
+    @property
+    def actor_device_list(self) -> DeviceList:
+        return parse_devices(self.actor_devices, "runtime.actor_devices")
+
+    @property
+    def learner_device_list(self) -> DeviceList | None:
+        """The learner's devices where named ("gpu:1-7"); None for a count or null."""
+        if not isinstance(self.learner_devices, str):
+            return None
+        listed = parse_devices(self.learner_devices, "runtime.learner_devices")
+        check_key(
+            listed.ids is not None,
+            "runtime.learner_devices",
+            f"a platform alone is not a list; give its device ids ('{listed.platform}:0,1') "
+            "or a count",
+        )
+        return listed
 
     def __post_init__(self):
         check_key(
@@ -125,11 +149,15 @@ class RuntimeConfig:
             "runtime.max_connections_per_host",
             "must be >= 0 (0: no limit) or null",
         )
-        check_key(
-            self.learner_devices is None or self.learner_devices >= 1,
-            "runtime.learner_devices",
-            "must be >= 1 or null",
-        )
+        self.actor_device_list  # (a ConfigError naming the key where it does not parse)
+        if isinstance(self.learner_devices, str):
+            self.learner_device_list
+        else:
+            check_key(
+                self.learner_devices is None or self.learner_devices >= 1,
+                "runtime.learner_devices",
+                "must be >= 1, null, or a platform with device ids such as 'gpu:1-7'",
+            )
         check_key(self.actor_threads >= 1, "runtime.actor_threads", "must be >= 1")
         check_key(self.max_actor_restarts >= 0, "runtime.max_actor_restarts", "must be >= 0")
         check_key(self.max_learner_restarts >= 0, "runtime.max_learner_restarts", "must be >= 0")

@@ -94,7 +94,19 @@ def _run_actor(args, raw_config: dict) -> int:
         actor = Actor(config, args.actor_id, json.loads(args.endpoints_json), load_key())
     except Exception as e:  # noqa: BLE001 (whatever stops the start-up stops it every time)
         return _startup_failed(args, e)
+    _say_devices(f"actor {args.actor_id}")
     return actor.run()
+
+
+def _say_devices(who: str) -> None:
+    """One line in the process's log: the device it was placed on and what JAX sees."""
+    import jax
+
+    from tianjax.launch.devices import DEVICE_ENV
+
+    placed = os.environ.get(DEVICE_ENV, os.environ.get("JAX_PLATFORMS", "default"))
+    seen = ", ".join(f"{d.platform}:{d.id}" for d in jax.local_devices())
+    print(f"tianjax: {who} on {placed}; JAX sees {seen}", file=sys.stderr, flush=True)
 
 
 # The evaluator's niceness: on a machine whose cores the learner and the actors keep busy,
@@ -122,6 +134,7 @@ def _run_evaluator(args, raw_config: dict) -> int:
         evaluator = Evaluator(config, json.loads(args.endpoints_json), load_key(), args.run_dir)
     except Exception as e:  # noqa: BLE001 (whatever stops the start-up stops it every time)
         return _startup_failed(args, e)
+    _say_devices("evaluator")
     return evaluator.run()
 
 

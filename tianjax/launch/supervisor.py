@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from tianjax.config import Config
+from tianjax.launch.devices import actor_environment, apply
 from tianjax.launch.role import STARTUP_FAILED  # the actor could not start, and never will
 from tianjax.transport.auth import KEY_ENV
 
@@ -84,10 +85,13 @@ class ActorSupervisor:
         return None if p is None else p.pid
 
     def start(self, actor_id: int) -> None:
-        env = dict(os.environ)
+        # its platform, and where the actor devices are listed its own device and memory
+        # share (tianjax.launch.devices); the evaluator takes the slot after the actors'
+        slot = actor_id if self.role == "actor" else self.config.num_actors
+        env = apply(dict(os.environ), actor_environment(self.config, slot))
         env[KEY_ENV] = self.run_key.hex()
-        env["JAX_PLATFORMS"] = self.config.runtime.actor_devices
-        if self.config.runtime.actor_devices == "cpu" and self.config.runtime.actor_threads == 1:
+        cpu = self.config.runtime.actor_device_list.platform == "cpu"
+        if cpu and self.config.runtime.actor_threads == 1:
             env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " " + ACTOR_XLA_FLAGS).strip()
         env.setdefault("PYTHONUNBUFFERED", "1")
         env["PYTHONPATH"] = python_path(env.get("PYTHONPATH", ""))

@@ -32,9 +32,15 @@ from tianjax.runtime.modes import MODES, Mode
 
 
 def learner_mesh(config: Config) -> Mesh:
-    """A 1-D 'data' mesh over the learner's devices (all processes' in a multi-process run)."""
+    """A 1-D 'data' mesh over the learner's devices: the first runtime.learner_devices of
+    this process's (null: all), or those it lists ("gpu:1-7": tianjax.launch.devices); all
+    processes' in a multi-process run."""
     if jax.process_count() > 1:
         devices = jax.devices()
+    elif config.runtime.learner_device_list is not None:
+        from tianjax.launch.devices import learner_devices
+
+        devices = learner_devices(config)
     else:
         devices = jax.local_devices()[: config.runtime.learner_devices or None]
     return Mesh(np.array(devices), ("data",))

@@ -34,6 +34,7 @@ import time
 from tianjax.checkpoint import store as ckpt
 from tianjax.config import Config
 from tianjax.errors import ActorFailure, LearnerFailure
+from tianjax.launch.devices import apply, learner_environment
 from tianjax.launch.ports import HeldPorts, PrivateDir
 from tianjax.launch.supervisor import ActorSupervisor, describe, python_path
 from tianjax.metrics import Progress, RunLogger
@@ -152,7 +153,8 @@ class _LearnerProcess:
     def __init__(
         self, config: Config, run_dir: str, run_key: bytes, ports: HeldPorts, ipc_dir: str | None
     ):
-        env = dict(os.environ)
+        # its devices and memory share where runtime.learner_devices lists them
+        env = apply(dict(os.environ), learner_environment(config))
         env[KEY_ENV] = run_key.hex()
         env.setdefault("PYTHONUNBUFFERED", "1")
         env["PYTHONPATH"] = python_path(env.get("PYTHONPATH", ""))

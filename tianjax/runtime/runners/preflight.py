@@ -1,5 +1,6 @@
 """Checks a config can run before anything is written: the optional extras it needs are
-installed, its env id exists, the modules it names (`network.module`, loggers) import.
+installed, its env id exists, the modules it names (`network.module`, loggers) import, the
+devices it lists exist on this host.
 
 `tianjax train`, `tianjax launch` and `tianjax.train()` call `check(config)` before they
 make a run directory, so a typo in an env id or a missing extra leaves nothing behind.
@@ -79,6 +80,10 @@ def check(config: Config, *, env_given: bool = False) -> None:
     from tianjax.metrics.loggers import check_loggers
 
     check_loggers(config)
+    if not config.in_process:
+        from tianjax.launch.devices import check_devices
+
+        check_devices(config)
 
 
 def needed_extras(config: Config) -> list[str]:
