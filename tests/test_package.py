@@ -154,7 +154,7 @@ def test_a_runs_config_yaml_holds_only_what_it_reads(tmp_path):
     tianjax.train("ppo_cartpole", TINY, run_dir=run, verbose=False, progress=False)
     saved = yaml.safe_load((run / "config.yaml").read_text())
     sections = {k for k, v in saved.items() if isinstance(v, dict) and k != "env_options"}
-    assert sections == {"network", "ppo", "staleness", "checkpoint"}
+    assert sections == {"network", "ppo", "staleness", "checkpoint", "eval"}
     assert load_config(run / "config.yaml") == load_config(
         "ppo_cartpole", [*TINY, f"run_dir={run}"]
     )

@@ -149,7 +149,7 @@ def _train_unsaved(config: Config, env, network, progress, verbose) -> TrainResu
 def _train(config: Config, env, progress, verbose, saved: bool = True) -> TrainResult:
     shutdown.requested.clear()  # a stop asked of an earlier run in this process is done
     if not config.in_process:
-        from tianjax.launch.devices import place_learner
+        from tianjax.launch.placement import place_learner
 
         place_learner(config)  # before anything starts JAX here: the learner's devices
     runner = runner_for(config)

@@ -7,15 +7,17 @@ code closes over these objects, never over dicts.
 
 The package, by part: `checks` (ConfigError, check_key), `sections` (the sections every
 algorithm may read, the replay settings, and the registry hook through which the
-algorithms' own sections arrive), `runtime` (staleness, runtime, balance, checkpoint), `evaluation` (eval),
-`schema` (`Config` and the checks across sections; an algorithm's are the registry's,
+algorithms' own sections arrive), `runtime` (staleness, runtime, balance, checkpoint),
+`eval_section` (eval), `device_lists` (runtime's device lists, parsed), `schema` (`Config`
+and the checks across sections; an algorithm's are the registry's,
 tianjax.algos), `loading` (YAML, overrides, coercion, imports). Import from here.
 """
 
 from __future__ import annotations
 
 from tianjax.config.checks import ConfigError, check_key, is_reference
-from tianjax.config.evaluation import EvalConfig
+from tianjax.config.device_lists import DeviceList, parse_devices
+from tianjax.config.eval_section import EvalConfig
 from tianjax.config.loading import (
     apply_overrides,
     import_modules,
@@ -46,6 +48,7 @@ __all__ = [
     "CheckpointConfig",
     "Config",
     "ConfigError",
+    "DeviceList",  # a platform and device ids ("gpu:0,1"), parse_devices' result
     "EvalConfig",
     "MultiAgentConfig",
     "NetworkConfig",
@@ -60,6 +63,7 @@ __all__ = [
     "install_registry",
     "is_reference",  # whether a value names user code, "module:Attr"
     "load_config",
+    "parse_devices",
     "parse_override",
     "read_yaml",
 ]

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from tianjax.config.checks import check_key
-from tianjax.config.devices import DeviceList, parse_devices
+from tianjax.config.device_lists import DeviceList, parse_devices
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,7 @@ class RuntimeConfig:
     max_message_mb: float = 256.0  # larger messages are rejected unread
     # where actor processes (and the evaluator) run: a platform (cpu, gpu, ...; each process
     # on the first device of it), or a platform with device ids, "gpu:0" or "gpu:0,1", over
-    # which the processes are spread, each seeing only its own (tianjax.launch.devices)
+    # which the processes are spread, each seeing only its own (tianjax.launch.placement)
     actor_devices: str = "cpu"
     # the devices the learner's update spans: a count of this host's (null: all of them), or
     # a platform with device ids, "gpu:1-7" or "cpu:0,1"

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from tianjax.config.checks import _is_reference, _to_plain, check_key
-from tianjax.config.evaluation import EvalConfig
+from tianjax.config.eval_section import EvalConfig
 from tianjax.config.runtime import (
     BalanceConfig,
     CheckpointConfig,

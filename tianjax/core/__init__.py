@@ -46,6 +46,8 @@ _LAZY = {  # name -> the module that holds it
     "make_rollout": "tianjax.core.rollout",
     "team_reward": "tianjax.core.episodes",  # a multi-agent env's reward as one team's
     "make_evaluator": "tianjax.core.evaluation",
+    "play_episodes": "tianjax.core.evaluation",  # the same, pure: inside a jitted program
+    "EvalOutput": "tianjax.core.evaluation",
     "FusedState": "tianjax.core.fused_loop",
     "make_fused": "tianjax.core.fused_loop",
 }

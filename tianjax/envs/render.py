@@ -12,7 +12,7 @@ Where they come from:
   channel on black, each cell 16 x 16 pixels.
 
 Any other env cannot render: `renderer` raises CannotRender with the reason, which a run
-says in one line at its start (tianjax.runtime.evaluation.video).
+says in one line at its start (tianjax.runtime.evaluation.recording).
 """
 
 from __future__ import annotations

@@ -102,7 +102,7 @@ def _say_devices(who: str) -> None:
     """One line in the process's log: the device it was placed on and what JAX sees."""
     import jax
 
-    from tianjax.launch.devices import DEVICE_ENV
+    from tianjax.launch.placement import DEVICE_ENV
 
     placed = os.environ.get(DEVICE_ENV, os.environ.get("JAX_PLATFORMS", "default"))
     seen = ", ".join(f"{d.platform}:{d.id}" for d in jax.local_devices())

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from tianjax.config import Config
-from tianjax.launch.devices import actor_environment, apply
+from tianjax.launch.placement import actor_environment, apply
 from tianjax.launch.role import STARTUP_FAILED  # the actor could not start, and never will
 from tianjax.transport.auth import KEY_ENV
 
@@ -86,7 +86,7 @@ class ActorSupervisor:
 
     def start(self, actor_id: int) -> None:
         # its platform, and where the actor devices are listed its own device and memory
-        # share (tianjax.launch.devices); the evaluator takes the slot after the actors'
+        # share (tianjax.launch.placement); the evaluator takes the slot after the actors'
         slot = actor_id if self.role == "actor" else self.config.num_actors
         env = apply(dict(os.environ), actor_environment(self.config, slot))
         env[KEY_ENV] = self.run_key.hex()

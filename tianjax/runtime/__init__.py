@@ -4,7 +4,8 @@ By stage: `actor` (sources of rollouts, the actor process), `learner` (the learn
 process, from ingress and pool to the update over the mesh and the publisher), `balance`
 (measures, limits and the set-point controller), `modes` (how sync and async differ, one
 strategy object), `runners` (fused, in-process, local, multi-host: one Runner shape),
-`record` (episodes, records, checkpoints, results, saved runs), `process` (shutdown,
+`record` (episodes, records, checkpoints, results, saved runs), `evaluation` (evaluation
+during training: schedule, episodes, videos, best params, the evaluator), `process` (shutdown,
 resources, the compile cache).
 
 Import from here; `runners` is a face of its own (each runner module, for a benchmark that
@@ -34,6 +35,9 @@ _LAZY = {  # name -> the module that holds it
     "check_finite": "tianjax.runtime.learner.receiver",  # the receiver's check on arrival
     "ShardedUpdate": "tianjax.runtime.learner.sharded_update",  # the update over a mesh
     "AdaptiveBalance": "tianjax.runtime.balance.controller",  # the staleness set-point
+    # evaluation during training: when one is due, and one evaluation of a pinned version
+    "EvalSchedule": "tianjax.runtime.evaluation.schedule",
+    "Evaluation": "tianjax.runtime.evaluation.play",
 }
 
 

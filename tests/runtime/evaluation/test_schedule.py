@@ -2,7 +2,7 @@
 multiple (an evaluator that takes the newest version may skip some), every_s by the clock,
 neither: never during training."""
 
-from tianjax.config.evaluation import EvalConfig
+from tianjax.config.eval_section import EvalConfig
 from tianjax.runtime.evaluation.schedule import EvalSchedule
 
 

@@ -27,7 +27,7 @@ import numpy as np
 from tianjax.config import Config
 from tianjax.core.types import ParamsMessage
 from tianjax.runtime.actor.actor import LEARNER_GONE
-from tianjax.runtime.evaluation.episodes import Evaluation
+from tianjax.runtime.evaluation.play import Evaluation
 from tianjax.runtime.evaluation.schedule import EvalSchedule
 from tianjax.runtime.process import shutdown
 from tianjax.transport.channels import ControlClient, ParamSubscriber

@@ -5,7 +5,7 @@ neither, only at the end. A pure class fed with the version and the clock."""
 
 from __future__ import annotations
 
-from tianjax.config.evaluation import EvalConfig
+from tianjax.config.eval_section import EvalConfig
 
 
 class EvalSchedule:

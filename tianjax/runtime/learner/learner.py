@@ -49,7 +49,7 @@ from tianjax.metrics import Progress, RunLogger
 from tianjax.runtime.actor.sources import batch_template
 from tianjax.runtime.balance.controller import AdaptiveBalance
 from tianjax.runtime.balance.limits import Limits
-from tianjax.runtime.evaluation.episodes import Evaluation
+from tianjax.runtime.evaluation.play import Evaluation
 from tianjax.runtime.learner.batches.onpolicy import Choice
 from tianjax.runtime.learner.batches.replay import ReplayBatches
 from tianjax.runtime.learner.inflight import InFlight, to_host

@@ -33,12 +33,12 @@ from tianjax.runtime.modes import MODES, Mode
 
 def learner_mesh(config: Config) -> Mesh:
     """A 1-D 'data' mesh over the learner's devices: the first runtime.learner_devices of
-    this process's (null: all), or those it lists ("gpu:1-7": tianjax.launch.devices); all
+    this process's (null: all), or those it lists ("gpu:1-7": tianjax.launch.placement); all
     processes' in a multi-process run."""
     if jax.process_count() > 1:
         devices = jax.devices()
     elif config.runtime.learner_device_list is not None:
-        from tianjax.launch.devices import learner_devices
+        from tianjax.launch.placement import learner_devices
 
         devices = learner_devices(config)
     else:

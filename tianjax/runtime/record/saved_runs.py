@@ -99,7 +99,7 @@ def _host_returns(
     config: Config, algo, action_spec, params, episodes: int, greedy: bool, seed: int
 ) -> np.ndarray:
     from tianjax.envs.factory import make_host_env
-    from tianjax.runtime.evaluation.episodes import host_policy, play_host
+    from tianjax.runtime.evaluation.play import host_policy, play_host
 
     env = make_host_env(config.env_backend, config.env, episodes, seed, **config.env_options)
     try:

@@ -38,7 +38,7 @@ from tianjax.core.evaluation import EvalOutput, play_episodes
 from tianjax.core.fused_loop import make_fused
 from tianjax.envs.factory import make_jax_env
 from tianjax.metrics import Progress, RunLogger
-from tianjax.runtime.evaluation.episodes import MAX_STEPS, Evaluation, eval_key
+from tianjax.runtime.evaluation.play import MAX_STEPS, Evaluation, eval_key
 from tianjax.runtime.evaluation.schedule import EvalSchedule
 from tianjax.runtime.process import shutdown
 from tianjax.runtime.record.evaluations import eval_fields

@@ -52,7 +52,7 @@ from tianjax.core.replay.setup import make_replay, make_replay_learn
 from tianjax.envs.factory import HostEnv, make_host_env
 from tianjax.metrics import Progress, RunLogger
 from tianjax.runtime.actor.sources import HostSource, batch_template
-from tianjax.runtime.evaluation.episodes import Evaluation
+from tianjax.runtime.evaluation.play import Evaluation
 from tianjax.runtime.evaluation.schedule import EvalSchedule
 from tianjax.runtime.process import shutdown
 from tianjax.runtime.record.outcome import RunOutcome

@@ -34,7 +34,7 @@ import time
 from tianjax.checkpoint import store as ckpt
 from tianjax.config import Config
 from tianjax.errors import ActorFailure, LearnerFailure
-from tianjax.launch.devices import apply, learner_environment
+from tianjax.launch.placement import apply, learner_environment
 from tianjax.launch.ports import HeldPorts, PrivateDir
 from tianjax.launch.supervisor import ActorSupervisor, describe, python_path
 from tianjax.metrics import Progress, RunLogger

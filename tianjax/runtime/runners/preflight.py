@@ -22,6 +22,8 @@ BACKEND_EXTRAS = {
 }
 # built-in logger name -> (module, extra)
 LOGGER_EXTRAS = {"wandb": ("wandb", "wandb")}
+# eval.video: the encoder's modules and the extra that installs them
+VIDEO_MODULES = ("imageio", "imageio_ffmpeg")
 
 
 def install_hint(extra: str) -> str:
@@ -49,6 +51,9 @@ def check_extras(config: Config) -> None:
         if name in LOGGER_EXTRAS:
             module, extra = LOGGER_EXTRAS[name]
             require(module, extra, "loggers", f"logger '{name}'")
+    if config.eval.on and config.eval.video:
+        for module in VIDEO_MODULES:
+            require(module, "video", "eval.video", "an evaluation video")
 
 
 def check_env_id(config: Config) -> None:
@@ -81,7 +86,7 @@ def check(config: Config, *, env_given: bool = False) -> None:
 
     check_loggers(config)
     if not config.in_process:
-        from tianjax.launch.devices import check_devices
+        from tianjax.launch.placement import check_devices
 
         check_devices(config)
 
@@ -92,6 +97,8 @@ def needed_extras(config: Config) -> list[str]:
     if config.env_backend in BACKEND_EXTRAS:
         out.append(BACKEND_EXTRAS[config.env_backend][1])
     out += [LOGGER_EXTRAS[n][1] for n in getattr(config, "loggers", ()) if n in LOGGER_EXTRAS]
+    if config.eval.on and config.eval.video:
+        out.append("video")
     return out
 
 
@@ -126,6 +133,7 @@ if __name__ == "__main__":
 __all__ = [
     "BACKEND_EXTRAS",
     "LOGGER_EXTRAS",
+    "VIDEO_MODULES",
     "check",
     "check_env_id",
     "check_extras",

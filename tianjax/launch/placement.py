@@ -40,7 +40,7 @@ import subprocess
 import sys
 
 from tianjax.config import Config, ConfigError
-from tianjax.config.devices import DeviceList
+from tianjax.config.device_lists import DeviceList
 
 MEMORY_SHARE = 0.9  # of a GPU's memory, split among the run's processes on it
 VISIBLE_ENV = {
@@ -240,7 +240,7 @@ def placed_here() -> DeviceList | None:
         return _placed_here[-1]
     given = os.environ.get(LEARNER_ENV)
     if given:
-        from tianjax.config.devices import parse_devices
+        from tianjax.config.device_lists import parse_devices
 
         return parse_devices(given, LEARNER_ENV)
     return None

@@ -1,4 +1,4 @@
-"""Actor and learner devices on one host (tianjax.launch.devices), known values: which
+"""Actor and learner devices on one host (tianjax.launch.placement), known values: which
 device each acting process gets, the environment it is started with (visible devices, the
 memory rule), the learner's, and the refusal of a device the host does not have."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tianjax.config import ConfigError, load_config
-from tianjax.launch import devices as D
+from tianjax.launch import placement as D
 
 
 def _config(*overrides):

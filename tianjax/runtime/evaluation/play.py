@@ -25,7 +25,7 @@ from tianjax.config import Config
 from tianjax.core.evaluation import play_episodes
 from tianjax.core.rollout import clip_action
 from tianjax.runtime.evaluation.best import BestParams
-from tianjax.runtime.evaluation.video import JAX_BACKENDS, video_maker
+from tianjax.runtime.evaluation.recording import JAX_BACKENDS, video_maker
 from tianjax.runtime.record.evaluations import eval_fields
 
 MAX_STEPS = 100_000  # an episode not ended by then counts as it stands

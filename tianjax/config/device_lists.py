@@ -2,7 +2,7 @@
 alone ("cpu", "gpu", "cuda", "rocm", "tpu") or a platform and device ids, "gpu:0",
 "gpu:0,1", "gpu:1-7" (ranges included, in the order written: actor processes are spread
 over them in that order). Parsing only; where processes go and what each is told is
-tianjax.launch.devices'."""
+tianjax.launch.placement'."""
 
 from __future__ import annotations
 
