@@ -40,9 +40,10 @@ class Evaluator:
     def __init__(self, config: Config, endpoints: dict, run_key: bytes, run_dir: str):
         self.config = config
         rt = config.runtime
-        # the env, the compiled policy, the video maker: built first (an env that cannot
-        # render says so now, in this process's log)
+        # the env, the compiled policy, the video maker: built first, while the learner
+        # compiles too (an env that cannot render says so now, in this process's log)
         self.evaluation = Evaluation(config, run_dir)
+        self.evaluation.compile()
         template = jax.eval_shape(self.evaluation.algo.init, jax.random.key(0)).params
         self.net = secure_context(run_key, rt, server=False)
         net = dict(ctx=self.net.ctx, handshake=self.net.handshake)

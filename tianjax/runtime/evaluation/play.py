@@ -112,6 +112,19 @@ class Evaluation:
         self.video = video_maker(config, run_dir, env=env) if run_dir else None
         self.best = BestParams(run_dir) if ec.keep_best and run_dir else None
 
+    def compile(self) -> None:
+        """Compiles the episodes' programs now (an evaluator process at its start, while the
+        learner compiles too) rather than at the first evaluation, mid-training."""
+        if self._play is None and self._host is None:
+            return
+        params = jax.jit(self.algo.init)(jax.random.key(0)).params
+        key = eval_key(self.config, 0)
+        if self._play is not None:
+            self._play = self._play.lower(params, key).compile()
+        else:
+            obs = np.zeros((self.episodes, *self._host.obs_shape), self._host.obs_dtype)
+            jax.block_until_ready(self._policy(params, obs, key))
+
     def returns(self, params, version: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """(returns, lengths, won or None) of the episodes of `params` (of `version`)."""
         key = eval_key(self.config, version)
