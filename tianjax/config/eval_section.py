@@ -20,10 +20,10 @@ class EvalConfig:
     every_updates: int | None = None  # learner updates between evaluations (null: every_s)
     every_s: float | None = None  # seconds of training between evaluations (null: only at the end)
     greedy: bool = True  # the policy's most likely action; false: sampled, as the actors act
-    # one episode per evaluation as an mp4 under RUN_DIR/videos, also to TensorBoard and W&B
+    # One episode per evaluation as an mp4 under RUN_DIR/videos, also to TensorBoard and W&B
     # when those loggers are on (pip install "tianjax[video]")
     video: bool = False
-    # the parameters of the best evaluation so far kept as RUN_DIR/best, a run directory of
+    # The parameters of the best evaluation so far kept as RUN_DIR/best, a run directory of
     # their own (tianjax eval RUN_DIR/best, tianjax.load)
     keep_best: bool = False
 
