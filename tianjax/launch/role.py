@@ -109,20 +109,17 @@ def _say_devices(who: str) -> None:
     print(f"tianjax: {who} on {placed}; JAX sees {seen}", file=sys.stderr, flush=True)
 
 
-# The evaluator's niceness: on a machine whose cores the learner and the actors keep busy,
-# evaluating yields to training (an evaluation is of a pinned version: late, it is still
-# that version's).
+# The evaluator's niceness once it is ready: on a machine whose cores the learner and the
+# actors keep busy, evaluating yields to training (an evaluation is of a pinned version:
+# late, it is still that version's). Its start-up (imports, env, compilation) is not niced:
+# it runs while the learner compiles, and a niced one dragged on into training.
 EVALUATOR_NICE = 10
 
 
 def _run_evaluator(args, raw_config: dict) -> int:
     """The evaluator of a sync or async run (tianjax.runtime.evaluation.evaluator): set up
-    as an actor is (synchronous dispatch, the compile cache), at a lower priority."""
+    as an actor is (synchronous dispatch, the compile cache), at a lower priority once ready."""
     actor_jax()
-    try:
-        os.nice(EVALUATOR_NICE)
-    except OSError:
-        pass
     from tianjax.config import load_config
     from tianjax.runtime.evaluation.evaluator import Evaluator
     from tianjax.runtime.process import compile_cache
@@ -135,6 +132,10 @@ def _run_evaluator(args, raw_config: dict) -> int:
     except Exception as e:  # noqa: BLE001 (whatever stops the start-up stops it every time)
         return _startup_failed(args, e)
     _say_devices("evaluator")
+    try:
+        os.nice(EVALUATOR_NICE)
+    except OSError:
+        pass
     return evaluator.run()
 
 
