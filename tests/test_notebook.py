@@ -101,7 +101,10 @@ def test_notebook_runs_end_to_end(tmp_path):
     summary = json.loads((run_dir / "summary.json").read_text())
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert summary["env_steps"] == 16384 and summary["updates"] == 32
-    assert len(records) == 8 and records[-1]["env_steps"] == 16384
+    train = [r for r in records if "eval_return" not in r]
+    assert len(train) == 8 and train[-1]["env_steps"] == 16384
+    # and the config's final evaluation, a record of its own
+    assert [(r["updates"], r["env_steps"]) for r in records if "eval_return" in r] == [(32, 16384)]
     assert str(run_dir) in _stdout(_cell(nb, "train"))
 
     # the learning curve was drawn

@@ -36,17 +36,27 @@ class LoadedRun(NamedTuple):
     obs_shape: tuple[int, ...]  # one observation's shape (the policy takes [B, *obs_shape])
     env: Any = None  # the env object given to load() (None: the config's env)
     network: Any = None  # the network object given to load()
+    version: int | None = None  # the learner's version the checkpoint holds
 
 
 def load(path: str | os.PathLike, *, env: Any = None, network: Any = None) -> LoadedRun:
     """Loads a run directory (newest readable checkpoint) or one checkpoint directory."""
-    config, params, step, run_dir = read_run(os.fspath(path), "load")
+    config, params, step, run_dir, version = read_run(os.fspath(path), "load")
     with use_network(network):
         algo, obs_shape = _algorithm(config, env)
     first = params if config.num_seeds == 1 else jax.tree.map(lambda x: x[0], params)
     greedy = jax.jit(algo.greedy)
     return LoadedRun(
-        config, params, lambda obs: greedy(first, obs), algo, step, run_dir, obs_shape, env, network
+        config,
+        params,
+        lambda obs: greedy(first, obs),
+        algo,
+        step,
+        run_dir,
+        obs_shape,
+        env,
+        network,
+        version,
     )
 
 
@@ -83,7 +93,8 @@ def evaluate(
 
     `run` is a run directory or checkpoint directory, a LoadedRun, or the TrainResult of
     `tianjax.train` (its params are used as they are, no checkpoint read). The default
-    seed is the one `train` uses for its own evaluation (config.seed + 1).
+    episodes (no `seed`) are those the run's own evaluation of that version played, so a
+    run's final `eval_return` comes out again.
     """
     if episodes < 1:
         raise ConfigError(f"evaluate: episodes must be >= 1, got {episodes}")
@@ -91,18 +102,22 @@ def evaluate(
 
     if isinstance(run, TrainResult):
         config, params, run_dir = run.config, run.params, run.run_dir
-        step = int(run.summary.get("updates", 0))
+        step = version = int(run.summary.get("updates", 0))
         env = run.env if env is None else env
         network = run.network if network is None else network
     elif isinstance(run, LoadedRun):
         config, params, step, run_dir = run.config, run.params, run.step, run.run_dir
+        version = run.version
         env = run.env if env is None else env
         network = run.network if network is None else network
     else:
         loaded = load(run, env=env, network=network)
         config, params, step, run_dir = loaded.config, loaded.params, loaded.step, loaded.run_dir
+        version = loaded.version
     with use_network(network):
-        returns, won = evaluate_policy(config, params, episodes, greedy, seed, env=env)
+        returns, won = evaluate_policy(
+            config, params, episodes, greedy, seed, env=env, version=version
+        )
     return EvalResult(
         np.asarray(returns, np.float64), step, run_dir, won, seeds=policy_seeds(config)
     )

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tianjax.config import load_config
-from tianjax.runtime.evaluation import video as V
+from tianjax.runtime.evaluation import recording as V
 
 iio = pytest.importorskip("imageio.v3", reason="the video extra")
 pytest.importorskip("imageio_ffmpeg", reason="the video extra")

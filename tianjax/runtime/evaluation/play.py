@@ -131,7 +131,10 @@ class Evaluation:
         if self._play is not None:
             out = jax.device_get(self._play(params, key))
             return out.returns, out.lengths, out.won if self.wins else None
-        ret, length = play_host(self._host, self._policy, params, key, self.episodes)
+        # the same start states every evaluation (reset with one seed): versions compared on
+        # the same episodes, as `tianjax eval` plays them
+        seed = self.config.seed + 1
+        ret, length = play_host(self._host, self._policy, params, key, self.episodes, seed)
         return ret, length, None
 
     def evaluate(self, params, version: int, env_steps: int) -> dict:

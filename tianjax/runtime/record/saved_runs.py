@@ -79,6 +79,7 @@ class SavedRun(NamedTuple):
     params: Any  # the checkpoint's parameters, as restored (nested dicts)
     step: int  # the checkpoint's step (updates)
     run_dir: str
+    version: int | None = None  # the learner's version it holds (None: not recorded)
 
 
 def read_run(path: str, what: str = "eval") -> SavedRun:
@@ -89,14 +90,21 @@ def read_run(path: str, what: str = "eval") -> SavedRun:
     config = load_config(os.path.join(run_dir, "config.yaml"), resume=None)
     if step is None:
         require_checkpoint(run_dir, what)
-        step, state, _ = ckpt.restore_latest(run_dir)
+        step, state, meta = ckpt.restore_latest(run_dir)
     else:
-        step, state, _ = ckpt.restore_step(run_dir, step)
-    return SavedRun(config, state["learner"]["params"], int(step), run_dir)
+        step, state, meta = ckpt.restore_step(run_dir, step)
+    version = meta.get("updates")
+    return SavedRun(
+        config,
+        state["learner"]["params"],
+        int(step),
+        run_dir,
+        None if version is None else int(version),
+    )
 
 
 def _host_returns(
-    config: Config, algo, action_spec, params, episodes: int, greedy: bool, seed: int
+    config: Config, algo, action_spec, params, episodes: int, greedy: bool, seed: int, key
 ) -> np.ndarray:
     from tianjax.envs.factory import make_host_env
     from tianjax.runtime.evaluation.play import host_policy, play_host
@@ -104,7 +112,7 @@ def _host_returns(
     env = make_host_env(config.env_backend, config.env, episodes, seed, **config.env_options)
     try:
         policy = host_policy(algo, action_spec, greedy)
-        return play_host(env, policy, params, jax.random.key(seed), episodes, seed)[0]
+        return play_host(env, policy, params, key, episodes, seed)[0]
     finally:
         env.close()
 
@@ -116,7 +124,9 @@ def evaluate_run(
     if episodes < 1:
         raise ConfigError(f"eval: episodes must be >= 1, got {episodes}")
     run = read_run(path)
-    returns, won = evaluate_policy(run.config, run.params, episodes, greedy, seed)
+    returns, won = evaluate_policy(
+        run.config, run.params, episodes, greedy, seed, version=run.version
+    )
     return EvalResult(returns, run.step, run.run_dir, won, seeds=policy_seeds(run.config))
 
 
@@ -145,9 +155,18 @@ def evaluate_policy(
     greedy: bool = True,
     seed: int | None = None,
     env=None,
+    version: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray | None]:
     """(returns, won): as evaluate_params, with each episode's win [episodes] bool (x seeds,
-    flattened) where the env reports wins (SMAX), else None."""
+    flattened) where the env reports wins (SMAX), else None. Without a `seed`, the episodes
+    are those the run's own evaluation of `version` played (where it is known)."""
+    from tianjax.runtime.evaluation.play import eval_key
+
+    key = (
+        eval_key(config, version)
+        if seed is None and version is not None
+        else jax.random.key(config.seed + 1 if seed is None else seed)
+    )
     seed = config.seed + 1 if seed is None else seed
     if config.env_backend in ("gymnax", "jaxmarl", "brax"):
         from tianjax.core.evaluation import make_evaluator
@@ -171,11 +190,11 @@ def evaluate_policy(
         evaluate = make_evaluator(env, algo, episodes, greedy=greedy, wins=wins)
         if config.mode == "fused" and config.num_seeds > 1:  # one policy per seed, one at a time
             outs = [
-                evaluate(jax.tree.map(lambda x, i=i: x[i], params), jax.random.key(seed))
+                evaluate(jax.tree.map(lambda x, i=i: x[i], params), key)
                 for i in range(config.num_seeds)
             ]
         else:
-            outs = [evaluate(params, jax.random.key(seed))]
+            outs = [evaluate(params, key)]
         if not wins:
             return np.asarray(outs, np.float64).reshape(-1), None
         rets, won = zip(*outs)
@@ -186,7 +205,7 @@ def evaluate_policy(
     algo = make_algorithm(
         config, obs_shape, action_spec, correct_staleness=False, obs_dtype=obs_dtype
     )
-    return _host_returns(config, algo, action_spec, params, episodes, greedy, seed), None
+    return _host_returns(config, algo, action_spec, params, episodes, greedy, seed, key), None
 
 
 def _as_tree_of(template, restored):
