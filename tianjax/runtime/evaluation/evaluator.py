@@ -34,6 +34,11 @@ from tianjax.transport.channels import ControlClient, ParamSubscriber
 from tianjax.transport.security import secure_context
 
 IDENTITY = "evaluator"  # its name on the control channel
+# NOTE: the learner publishes after every update (tens a second); verifying and decoding
+# each message costs the evaluator CPU that a busy machine's actors need. The channel keeps
+# only the newest message, so reading less often loses nothing: at most every READ_S with
+# every_updates, and with every_s not before the next evaluation is due.
+READ_S = 0.25
 
 
 class Evaluator:
@@ -74,6 +79,7 @@ class Evaluator:
         waited = rt.connect_timeout_s  # for the first parameters: a learner may be compiling
         try:
             while not self._stop_asked():
+                time.sleep(self._idle_s(time.monotonic(), rt.heartbeat_s))
                 got = self.params_in.latest(int(1000 * rt.heartbeat_s))
                 now = time.monotonic()
                 if got is None:
@@ -107,6 +113,14 @@ class Evaluator:
         finally:
             self.close()
 
+    def _idle_s(self, now: float, most: float) -> float:
+        """How long to leave the parameter channel unread (at most `most`: stops and a
+        vanished learner are still noticed)."""
+        s = self.schedule
+        if s.every_s is not None and self.control.to is not None:
+            return min(max(s.last_time + s.every_s - now, 0.0), most)
+        return READ_S
+
     def close(self) -> None:
         self.evaluation.close()
         for ch in (self.params_in, self.control):
@@ -114,4 +128,4 @@ class Evaluator:
         self.net.close()
 
 
-__all__ = ["IDENTITY", "Evaluator"]
+__all__ = ["IDENTITY", "READ_S", "Evaluator"]
