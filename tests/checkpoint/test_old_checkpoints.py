@@ -65,3 +65,28 @@ def test_an_async_learner_checkpoint_from_before_the_rooms_resumes(tmp_path):
     assert result.summary["resumed_from_step"] == meta["step"] == meta["updates"]
     assert result.summary["updates"] > meta["updates"]
     assert result.summary["env_steps"] > meta["env_steps"]
+
+
+def test_an_old_run_directory_loads_under_todays_key_names():
+    # its config.yaml says eval_episodes: a config tianjax wrote is read under the new
+    # names (tianjax.config.loading.migrate), where a config a user names is refused
+    run = tianjax.load(str(GOLDEN / "ppo"))
+    written = read_yaml(GOLDEN / "ppo" / "config.yaml")["eval_episodes"]
+    assert run.config.eval.episodes == written and run.config.algo == "ppo"
+    assert run.params is not None
+
+
+def test_migrate_renames_every_renamed_key_and_value():
+    from tianjax.config.loading import migrate
+
+    data, done = migrate(
+        {
+            "eval_episodes": 3,
+            "maddpg": {"tau": 0.05},
+            "runtime": {"security": "mac"},
+            "algo": "maddpg",
+        }
+    )
+    assert data["eval"] == {"episodes": 3} and data["maddpg"] == {"target_tau": 0.05}
+    assert data["runtime"]["security"] == "plain" and "eval_episodes" not in data
+    assert len(done) == 3

@@ -164,6 +164,37 @@ def _refuse_renamed(key: str, value) -> None:
         )
 
 
+def migrate(data: Mapping) -> tuple[dict, list[str]]:
+    """A config written before some keys or values were renamed (a run directory's
+    config.yaml), brought up to today's names: (the data, what was renamed, one line
+    each). A config a user names is refused instead, with the new name in the message."""
+    data = _deep_copy(dict(data))
+    done = []
+    for old, new in {**RENAMED_KEYS, **registry().renamed_keys()}.items():
+        *old_path, old_key = old.split(".")
+        node = data
+        for part in old_path:
+            node = node.get(part) if isinstance(node, dict) else None
+        if not isinstance(node, dict) or old_key not in node:
+            continue
+        value = node.pop(old_key)
+        *new_path, new_key = new.split(".")
+        target = data
+        for part in new_path:
+            target = target.setdefault(part, {})
+        target[new_key] = value
+        done.append(f"{old} -> {new}")
+    for (key, old_value), new_value in RENAMED_VALUES.items():
+        *path, last = key.split(".")
+        node = data
+        for part in path:
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, dict) and node.get(last) == old_value:
+            node[last] = new_value
+            done.append(f"{key}: {old_value} -> {new_value}")
+    return data, done
+
+
 def parse_override(text: str) -> tuple[list[str], Any]:
     if "=" not in text:
         raise ConfigError(f"override '{text}': expected key=value")
@@ -215,6 +246,8 @@ def read_yaml(path: str | os.PathLike) -> dict:
 def load_config(
     source: str | os.PathLike | Mapping | Config | None = None,
     overrides: Sequence[str] = (),
+    *,
+    saved: bool = False,
     **kwargs,
 ) -> Config:
     """Builds a validated Config.
@@ -223,6 +256,8 @@ def load_config(
       source: a YAML path, a shipped config's name ("ppo_cartpole"; `tianjax configs`
         lists them), a (nested) dict, a Config, or None for the defaults.
       overrides: dotted `key=value` strings, e.g. ["num_envs=8", "staleness.schedule=hinge"].
+      saved: the source is a config tianjax wrote (a run directory's config.yaml): keys and
+        values renamed since are read under their new names (`migrate`) instead of refused.
       **kwargs: top-level keys, applied last (e.g. run_dir="runs/x").
     """
     if isinstance(source, Config):
@@ -235,6 +270,8 @@ def load_config(
         from tianjax.config.library import resolve
 
         data = read_yaml(resolve(source))  # a path, or a shipped config's name
+    if saved:
+        data, _ = migrate(data)
     data = apply_overrides(data, overrides)
     for k, v in kwargs.items():
         data[k] = v
@@ -248,6 +285,7 @@ def load_config(
 
 __all__ = [
     "RENAMED_KEYS",
+    "migrate",
     "RENAMED_VALUES",
     "apply_overrides",
     "import_modules",

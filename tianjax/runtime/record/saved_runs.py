@@ -87,7 +87,7 @@ def read_run(path: str, what: str = "eval") -> SavedRun:
     the checkpoint directory named (RUN_DIR/checkpoints/STEP); `what` names the caller in
     the error of a run without checkpoints."""
     run_dir, step = locate(path)
-    config = load_config(os.path.join(run_dir, "config.yaml"), resume=None)
+    config = load_config(os.path.join(run_dir, "config.yaml"), saved=True, resume=None)
     if step is None:
         require_checkpoint(run_dir, what)
         step, state, meta = ckpt.restore_latest(run_dir)
