@@ -13,17 +13,22 @@ from tianjax.config import Config, ConfigError, load_config
 from tianjax.metrics import Progress, RunLogger, format_summary
 from tianjax.networks.custom import use_network
 from tianjax.runtime.process import compile_cache, shutdown
+from tianjax.runtime.record.evaluations import is_evaluation
 from tianjax.runtime.runners import runner_for
 
 
 class TrainResult(NamedTuple):
     params: Any  # the final parameters (a pytree; leading seed axis if num_seeds > 1)
     summary: dict  # what summary.json holds
-    metrics: dict[str, np.ndarray]  # the metrics.jsonl records as columns (see records_to_columns)
+    # the training records of metrics.jsonl as columns (see records_to_columns)
+    metrics: dict[str, np.ndarray]
     run_dir: str | None  # None: trained with save=False
     config: Config
     env: Any = None  # the env object given to train() (None: the config's env id)
     network: Any = None  # the network object given to train()
+    # the evaluation records as columns (env_steps, updates = the version, eval_*); empty
+    # where the run did not evaluate. Kept apart so a training column has no gaps.
+    evaluations: dict[str, np.ndarray] | None = None
 
 
 def records_to_columns(records: Sequence[dict]) -> dict[str, np.ndarray]:
@@ -235,7 +240,16 @@ def _train(config: Config, env, progress, verbose, saved: bool = True) -> TrainR
             format_summary(dict(summary, run_dir=logger.run_dir if saved else "(not saved)")),
             flush=True,
         )
-    return TrainResult(out.params, summary, records_to_columns(records), logger.run_dir, config)
+    evals = [r for r in records if is_evaluation(r)]
+    trained = [r for r in records if not is_evaluation(r)]
+    return TrainResult(
+        out.params,
+        summary,
+        records_to_columns(trained),
+        logger.run_dir,
+        config,
+        evaluations=records_to_columns(evals),
+    )
 
 
 __all__ = ["TrainResult", "records_to_columns", "train"]

@@ -184,3 +184,6 @@ def test_fused_maddpg_runs_its_config_small(tmp_path):
     # 16 iterations of 128 env steps, learning from the 4th (512 steps collected): 13 x 4 updates
     assert s["env_steps"] == 2048 and s["updates"] == 52 and s["skipped_updates"] == 0
     assert np.isfinite(s["eval_return"]) and np.isfinite(result.metrics["critic_loss"][-1])
+    # the final evaluation is a record of its own, kept apart from the training columns
+    assert result.evaluations["eval_return"].tolist() == [s["eval_return"]]
+    assert result.evaluations["updates"].tolist() == [52]
