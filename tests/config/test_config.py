@@ -63,6 +63,15 @@ def test_config_is_frozen():
         (["balance.target_staleness=-1"], "balance.target_staleness"),
         (["balance.target_replay_ratio=0"], "balance.target_replay_ratio"),
         (["balance.deadband=1.5"], "balance.deadband"),
+        (["groups.count=2"], "groups.count"),  # fused: no actor processes to group
+        (["groups.count=0"], "groups.count"),
+        (["groups.sync_every=0"], "groups.sync_every"),
+        (["groups.outer=adam"], "groups.outer"),
+        (["groups.outer_momentum=1"], "groups.outer_momentum"),
+        (["groups.timeout_s=0"], "groups.timeout_s"),
+        (["groups.round_wait_s=-1"], "groups.round_wait_s"),
+        (["groups.schedule=cutoff"], "groups.max_staleness"),
+        (["groups.checkpoint_every=0"], "groups.checkpoint_every"),
     ],
 )
 def test_bad_values_name_the_key(overrides, key):

@@ -7,10 +7,9 @@ code closes over these objects, never over dicts.
 
 The package, by part: `checks` (ConfigError, check_key), `sections` (the sections every
 algorithm may read, the replay settings, and the registry hook through which the
-algorithms' own sections arrive), `runtime` (staleness, runtime, balance, checkpoint),
-`eval_section` (eval), `device_lists` (runtime's device lists, parsed), `schema` (`Config`
-and the checks across sections; an algorithm's are the registry's,
-tianjax.algos), `loading` (YAML, overrides, coercion, imports). Import from here.
+algorithms' own sections arrive), `runtime` (staleness, runtime, balance, checkpoint,
+groups), `eval_section` (eval), `device_lists` (runtime's device lists, parsed), `schema`
+(`Config` and the checks across sections; an algorithm's are the registry's, tianjax.algos), `loading` (YAML, overrides, coercion, imports). Import from here.
 """
 
 from __future__ import annotations
@@ -28,6 +27,7 @@ from tianjax.config.loading import (
 from tianjax.config.runtime import (
     BalanceConfig,
     CheckpointConfig,
+    GroupsConfig,
     RuntimeConfig,
     StalenessConfig,
     WandbConfig,
@@ -50,6 +50,7 @@ __all__ = [
     "ConfigError",
     "DeviceList",  # a platform and device ids ("gpu:0,1"), parse_devices' result
     "EvalConfig",
+    "GroupsConfig",
     "MultiAgentConfig",
     "NetworkConfig",
     "ReplaySection",  # the base of an off-policy algorithm's section

@@ -1,5 +1,5 @@
 """The runtime sections of a config: staleness, runtime (processes, sockets, security),
-balance and checkpoint."""
+balance, checkpoint and groups (learner groups and their averager)."""
 
 from __future__ import annotations
 
@@ -206,6 +206,72 @@ class CheckpointConfig:
     def __post_init__(self):
         check_key(self.every >= 0, "checkpoint.every", f"must be >= 0, got {self.every}")
         check_key(self.keep >= 1, "checkpoint.keep", f"must be >= 1, got {self.keep}")
+
+
+@dataclass(frozen=True)
+class GroupsConfig:
+    """Learner groups (modes sync and async): `count` learners, each with its own actors,
+    pool and balance controller, whose parameters an averager combines every few updates
+    (tianjax.core.outer_step has the rule). num_actors and total_env_steps are the whole
+    run's, split evenly over the groups."""
+
+    count: int = 1  # learner groups (1: one learner, no averager)
+    sync_every: int = 10  # updates between a group's deltas (its change since the average it took)
+    # how the averager combines the deltas of a round: mean (TianJi's plain average) or
+    # nesterov (DiLoCo's outer SGD with Nesterov momentum, outer_lr and outer_momentum)
+    outer: Literal["mean", "nesterov"] = "mean"
+    outer_lr: float = 0.7  # nesterov: the outer learning rate
+    outer_momentum: float = 0.9  # nesterov: the outer momentum
+    timeout_s: float = 30.0  # a group silent this long is left out of rounds until it sends again
+    # a round closes when every live group has sent a delta, or when the oldest delta waiting
+    # has waited this long
+    round_wait_s: float = 2.0
+    # a delta's weight by its staleness in rounds (rounds closed since the average it was
+    # computed from), with the loss's schedules: constant (1), polynomial (1 + tau)^-power,
+    # exponential exp(-tau / kappa), hinge (1 up to tau0, then (1 + tau - tau0)^-power),
+    # cutoff (1 up to max_staleness, then 0); weights are normalised over a round's deltas
+    schedule: Literal["constant", "polynomial", "exponential", "hinge", "cutoff"] = "constant"
+    power: float = 0.5
+    kappa: float = 4.0
+    tau0: int = 2
+    max_staleness: int | None = None  # deltas staler than this (rounds) are dropped and counted
+    checkpoint_every: int = 1  # rounds between the averager's checkpoints (and one at its end)
+
+    def __post_init__(self):
+        check_key(self.count >= 1, "groups.count", f"must be >= 1, got {self.count}")
+        check_key(self.sync_every >= 1, "groups.sync_every", f"must be >= 1, got {self.sync_every}")
+        check_key(self.outer_lr > 0, "groups.outer_lr", f"must be > 0, got {self.outer_lr}")
+        check_key(
+            0 <= self.outer_momentum < 1,
+            "groups.outer_momentum",
+            f"must be in [0, 1), got {self.outer_momentum}",
+        )
+        check_key(self.timeout_s > 0, "groups.timeout_s", f"must be > 0, got {self.timeout_s}")
+        check_key(
+            self.round_wait_s > 0, "groups.round_wait_s", f"must be > 0, got {self.round_wait_s}"
+        )
+        check_key(self.power >= 0, "groups.power", f"must be >= 0, got {self.power}")
+        check_key(self.kappa > 0, "groups.kappa", f"must be > 0, got {self.kappa}")
+        check_key(self.tau0 >= 0, "groups.tau0", f"must be >= 0, got {self.tau0}")
+        check_key(
+            self.max_staleness is None or self.max_staleness >= 0,
+            "groups.max_staleness",
+            f"must be >= 0 or null, got {self.max_staleness}",
+        )
+        check_key(
+            self.schedule != "cutoff" or self.max_staleness is not None,
+            "groups.max_staleness",
+            "must be set for schedule 'cutoff'",
+        )
+        check_key(
+            self.checkpoint_every >= 1,
+            "groups.checkpoint_every",
+            f"must be >= 1, got {self.checkpoint_every}",
+        )
+
+    @property
+    def enabled(self) -> bool:
+        return self.count > 1
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from tianjax.config.eval_section import EvalConfig
 from tianjax.config.runtime import (
     BalanceConfig,
     CheckpointConfig,
+    GroupsConfig,
     RuntimeConfig,
     StalenessConfig,
     WandbConfig,
@@ -95,6 +96,7 @@ class Config:
     balance: BalanceConfig = field(default_factory=BalanceConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)  # evaluation during training
+    groups: GroupsConfig = field(default_factory=GroupsConfig)  # learner groups and their averager
     wandb: WandbConfig = field(default_factory=WandbConfig)  # used with loggers: [wandb]
     # the algorithms' own sections, key -> section (one per registered algorithm's section;
     # read as config.<key>; in YAML and overrides a top-level section like the others)
@@ -181,6 +183,12 @@ class Config:
         if self.num_seeds > 1:
             check_key(
                 self.mode == "fused", "num_seeds", "several seeds side by side need mode: fused"
+            )
+        if self.groups.enabled:
+            check_key(
+                self.mode in ("sync", "async") and self.num_actors >= 1,
+                "groups.count",
+                "learner groups need actor processes (mode sync or async, num_actors >= 1)",
             )
 
     @property
@@ -283,6 +291,8 @@ class Config:
         if self.mode != "fused":
             out += ["runtime", "balance"]
         out += ["checkpoint", "eval"]
+        if self.groups.enabled:
+            out.append("groups")
         if "wandb" in self.loggers:
             out.append("wandb")
         return tuple(out)

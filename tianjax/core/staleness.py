@@ -21,6 +21,8 @@ corrected loss equals its plain form when tau = 0).
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -28,6 +30,16 @@ import numpy as np
 from tianjax.config import StalenessConfig
 
 Array = jax.Array
+
+
+class Schedule(Protocol):
+    """What schedule_weights reads: the staleness section's keys (groups' too, in rounds)."""
+
+    schedule: str
+    power: float
+    kappa: float
+    tau0: int
+    max_staleness: int | None
 
 
 def staleness(learner_version, behaviour_version):
@@ -76,7 +88,7 @@ def cutoff(tau: Array, max_staleness: int) -> Array:
     return admissible(tau, max_staleness).astype(jnp.float32)
 
 
-def schedule_weights(tau: Array, cfg: StalenessConfig) -> Array:
+def schedule_weights(tau: Array, cfg: Schedule) -> Array:
     """The unnormalised schedule w(tau), before the max_staleness mask."""
     if cfg.schedule == "constant":
         return constant(tau)
@@ -127,6 +139,7 @@ __all__ = [
     "cutoff",
     "exponential",
     "hinge",
+    "Schedule",
     "normalise",
     "polynomial",
     "schedule_weights",
