@@ -109,6 +109,20 @@ def test_roundtrip_property(tree):
     assert tree_util.tree_structure(msg.tree) == tree_util.tree_structure(tree)
 
 
+def test_a_tree_message_carries_its_body_and_a_body_that_is_not_an_object_is_refused():
+    tree = {"w": np.arange(4, dtype=np.float32)}
+    spec = TreeSpec(tree)
+    body = {"round": 3, "settled": {"0": ["9f", 2, "merged"]}}
+    frames = encode(tree, auth=AUTH, kind="average", version=3, sender="a", seq=0, body=body)
+    msg = decode(frames, auth=AUTH, spec=spec, kind="average", max_bytes=BIG)
+    assert msg.body == body and msg.version == 3
+    assert _roundtrip(tree).body is None  # none given, none received
+    frames = encode(tree, auth=AUTH, kind="delta", version=0, sender="a", seq=1, body=[1, 2])
+    with pytest.raises(CodecError) as e:
+        decode(frames, auth=AUTH, spec=spec, kind="delta", max_bytes=BIG)
+    assert e.value.reason == "header"
+
+
 def test_roundtrip_edge_leaves():
     tree = {
         "scalar": np.float32(2.5),

@@ -9,11 +9,13 @@ is
 where each leaf frame is the raw bytes of one C-contiguous array, handed to
 `send_multipart(copy=False)` as a view (no copy on the sender), and rebuilt on the
 receiver with `np.frombuffer` over the received `zmq.Frame` (no copy either). The header
-holds a magic string and protocol number, the kind ("params", "traj", and the control
-directions "ctrl.up", actor to learner, and "ctrl.down", learner to actor), a schema hash,
+holds a magic string and protocol number, the kind ("params", "traj", the control
+directions "ctrl.up", actor to learner, and "ctrl.down", learner to actor, and the learner
+groups' "delta", group to averager, and "average", averager to groups), a schema hash,
 the run version, the sender, the sender's incarnation, the recipient, a sequence number,
-a random nonce, each leaf's dtype and shape, and the total payload bytes. The tag is
-`auth.MessageAuth` over header and leaves.
+a random nonce, each leaf's dtype and shape, the total payload bytes and, where the sender
+gives one, a small JSON body (a control message's whole content; beside a tree, what
+describes it). The tag is `auth.MessageAuth` over header and leaves.
 
 Binding. A message is good for one recipient, one direction and one incarnation of its
 sender, so a recorded one cannot be spent anywhere else:
@@ -56,7 +58,7 @@ from tianjax.transport.auth import TAG_BYTES, Authenticator
 
 MAGIC = "tianjax"
 PROTOCOL = 2
-KINDS = ("params", "traj", "ctrl.up", "ctrl.down")
+KINDS = ("params", "traj", "ctrl.up", "ctrl.down", "delta", "average")
 BROADCAST = "*"  # the recipient of parameter messages: every actor of the run
 REASONS = frozenset(
     {
@@ -87,8 +89,9 @@ class CodecError(Exception):
 
 
 class Message(NamedTuple):
-    """A decoded, authenticated message. `tree` is None for control messages, `body` is
-    None for array messages. Arrays in `tree` share memory with the received frames."""
+    """A decoded, authenticated message. `tree` is None for control messages; `body` is
+    None for array messages sent without one. Arrays in `tree` share memory with the
+    received frames."""
 
     kind: str
     sender: str
@@ -241,10 +244,12 @@ def encode(
     inc: str = "",
     to: str = "",
     batch_dims: int = 0,
+    body: dict | None = None,
 ) -> list:
     """Frames for `tree` (numpy or jax arrays, any pytree), from `sender` (incarnation
-    `inc`) to `to`. Leaf frames are views of the arrays: the caller must not write to them
-    in place until ZeroMQ has sent them."""
+    `inc`) to `to`, with `body` (a small JSON object describing it) in the header. Leaf
+    frames are views of the arrays: the caller must not write to them in place until
+    ZeroMQ has sent them."""
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
     leaves, treedef, paths = _leaf_paths(tree)
@@ -261,7 +266,16 @@ def encode(
         shapes.append(a.shape)
     schema, leaves_json = _layout(treedef, paths, tuple(names), tuple(shapes), batch_dims)
     header = _header(
-        kind, schema, version, sender, inc, to, seq, leaves_json, sum(v.nbytes for v in views)
+        kind,
+        schema,
+        version,
+        sender,
+        inc,
+        to,
+        seq,
+        leaves_json,
+        sum(v.nbytes for v in views),
+        body=body,
     )
     return [auth.tag(header, views), header, *views]
 
@@ -396,13 +410,16 @@ def decode(
     nbytes = sum(needs)
     if h["nbytes"] != nbytes:
         raise CodecError("header", "nbytes disagrees with the leaves")
+    body = h.get("body")
+    if body is not None and type(body) is not dict:
+        raise CodecError("header", "a body must be a JSON object")
     return Message(
         h["kind"],
         h["sender"],
         h["seq"],
         h["version"],
         tree_util.tree_unflatten(spec.treedef, arrays),
-        None,
+        body,
         nbytes,
         h["inc"],
         h["to"],

@@ -44,6 +44,8 @@ class ParamPublisher(_Channel):
     the PUB queues for it drains at the speed of the connection, not of the actor.
     """
 
+    KIND = "params"  # the codec's kind of what it sends (a subclass may send another)
+
     def __init__(
         self,
         key: Key,
@@ -88,19 +90,21 @@ class ParamPublisher(_Channel):
             elif msg[:1] != b"\x00":  # (an unsubscribe needs nothing: nothing else is stored)
                 self.subscriptions_refused += 1
 
-    def publish(self, version: int, params: Any) -> None:
+    def publish(self, version: int, params: Any, body: dict | None = None) -> None:
+        """Sends (version, params) to every subscriber, with `body` (a small JSON object)."""
         self.serve_subscriptions()
         self._seq += 1
         frames = encode(
             params,
             auth=self._auth,
-            kind="params",
+            kind=self.KIND,
             version=version,
             sender=self.sender,
             seq=self._seq,
             inc=self.incarnation,
             to=BROADCAST,
             batch_dims=self.batch_dims,
+            body=body,
         )
         self.socket.send(envelope.pack(frames), copy=False)  # PUB never blocks
 
@@ -117,8 +121,10 @@ class ParamSubscriber(_Channel):
     checkpoint, which may be behind what the subscriber held), and `source_changes`
     counts such restarts. With `same_version`, a newer message of the version held is
     handed out too (the learner republishes a version when what rides with it, such as its
-    env-step count, has moved on).
+    env-step count, has moved on). `body` is the JSON body of the version handed out last.
     """
+
+    KIND = "params"  # the codec's kind of what it takes (a subclass may take another)
 
     # NOTE: the socket conflates (ZMQ_CONFLATE): its I/O thread reads every message as it
     # arrives and keeps the newest, so nothing waits in the kernel's socket buffers to be
@@ -160,6 +166,7 @@ class ParamSubscriber(_Channel):
         self.socket.setsockopt(zmq.SUBSCRIBE, b"")
         self._connect(endpoint)
         self.version = -1
+        self.body: dict | None = None
         self.source: str | None = None  # the address (learner incarnation) of `version`
         self.source_changes = 0
         self.accepted = 0
@@ -189,7 +196,7 @@ class ParamSubscriber(_Channel):
                     envelope.unpack(raws[i].buffer),
                     auth=self._auth,
                     spec=self.spec,
-                    kind="params",
+                    kind=self.KIND,
                     max_bytes=self.max_bytes,
                     to=BROADCAST,
                 )
@@ -209,6 +216,7 @@ class ParamSubscriber(_Channel):
             self.accepted += 1
             self.skipped += i
             self.version = msg.version
+            self.body = msg.body
             return msg.version, msg.tree
         return None
 

@@ -28,6 +28,8 @@ class TrajectorySender(_Channel):
     sets it to the one it registered with, and a learner takes no other's. `incarnation`:
     this sender's (default: the process's)."""
 
+    KIND = "traj"  # the codec's kind of what it sends (a subclass may send another)
+
     def __init__(
         self,
         key: Key,
@@ -51,23 +53,27 @@ class TrajectorySender(_Channel):
         self.socket.sndhwm = hwm
         self._connect(endpoint)
 
-    def send(self, tree: Any, version: int, timeout_ms: int | None = 1000) -> bool:
-        """Queues `tree` stamped with `version`. False if the high-water mark stays reached
-        for timeout_ms (the learner is not reading): backpressure, nothing was sent.
-        Leaves go out without copies: do not write to them until sent."""
+    def send(
+        self, tree: Any, version: int, timeout_ms: int | None = 1000, body: dict | None = None
+    ) -> bool:
+        """Queues `tree` stamped with `version` (and `body`, a small JSON object). False if
+        the high-water mark stays reached for timeout_ms (the learner is not reading):
+        backpressure, nothing was sent. Leaves go out without copies: do not write to them
+        until sent."""
         if self.to is None:
             raise RuntimeError("a trajectory sender needs its recipient (`to`) before it sends")
         self._seq += 1
         frames = encode(
             tree,
             auth=self._auth,
-            kind="traj",
+            kind=self.KIND,
             version=version,
             sender=self.sender,
             seq=self._seq,
             inc=self.incarnation,
             to=self.to,
             batch_dims=self.batch_dims,
+            body=body,
         )
         # try first, wait only when full: a poll per message costs more than the rare retry.
         # A multipart message is queued whole or not at all, so NOBLOCK cannot split it.
@@ -89,6 +95,8 @@ class TrajectoryReceiver(_Channel):
     """Learner side: `recv()` returns the next valid Message (sender, version, seq, tree).
     Bad messages are dropped and counted: `rejected[reason]`; good ones in `accepted`.
     Only messages addressed to `address` ("name@incarnation") are taken."""
+
+    KIND = "traj"  # the codec's kind of what it takes (a subclass may take another)
 
     def __init__(
         self,
@@ -133,7 +141,7 @@ class TrajectoryReceiver(_Channel):
                 frames,
                 auth=self._auth,
                 spec=self.spec,
-                kind="traj",
+                kind=self.KIND,
                 max_bytes=self.max_bytes,
                 to=self.address,
             )
