@@ -108,8 +108,21 @@ def _launch(args) -> int:
 
         raise ConfigError("config key 'mode': a multi-host launch runs mode sync or async")
     preflight.check(config)  # before anything is written or bound
+    if args.groups is not None:
+        import dataclasses
+
+        from tianjax.config import GroupsConfig
+
+        groups = dataclasses.asdict(config.groups) | {"count": args.groups}
+        config = dataclasses.replace(config, groups=GroupsConfig(**groups))
     if args.role is None:
         return _launch_slurm(args, config)
+    if config.groups.enabled and args.role in ("learner", "averager"):
+        return _launch_group_role(args, config)
+    if args.role == "averager":
+        from tianjax.config import ConfigError
+
+        raise ConfigError("launch: --role averager is for learner groups (groups.count > 1)")
     if args.role == "learner":
         return multihost.run_learner(
             config,
@@ -134,6 +147,33 @@ def _launch(args) -> int:
     )
 
 
+def _launch_group_role(args, config) -> int:
+    """A role of a learner-groups run across hosts (tianjax/runtime/runners/group_roles.py)."""
+    from tianjax.config import ConfigError
+    from tianjax.runtime.runners import group_roles
+
+    if args.role == "averager":
+        return group_roles.run_averager(
+            config,
+            bind_host=args.bind_host or "127.0.0.1",
+            base_port=args.base_port,
+            key_file=args.key_file,
+        )
+    if args.group is None:
+        raise ConfigError(
+            f"launch: a learner of groups.count={config.groups.count} groups needs --group "
+            f"(0-{config.groups.count - 1})"
+        )
+    return group_roles.run_group_learner(
+        config,
+        group=args.group,
+        bind_host=args.bind_host or "127.0.0.1",
+        base_port=args.base_port,
+        averager_host=args.averager_host,
+        key_file=args.key_file,
+    )
+
+
 def _launch_slurm(args, config) -> int:
     """`srun tianjax launch CONFIG ...`: this task's role from the SLURM environment
     (tianjax/launch/slurm.py), then the same learner or actor as `--role` starts."""
@@ -144,6 +184,8 @@ def _launch_slurm(args, config) -> int:
     from tianjax.runtime.runners import multihost
 
     task = slurm.slurm_task(os.environ)
+    if config.groups.enabled:
+        return _launch_slurm_groups(args, config, task)
     role = slurm.role_of(task, args.learners)
     root = config.run_dir or os.path.join("runs", f"slurm-{task.job.split('.')[0]}")
     key_file = args.key_file or os.path.join(root, f"run-{task.job}.key")
@@ -184,6 +226,60 @@ def _launch_slurm(args, config) -> int:
         learner_host=socket.gethostbyname(role.learner_host),
         base_port=args.base_port,
         num_learners=role.num_learners,
+        key_file=key_file,
+    )
+
+
+def _launch_slurm_groups(args, config, task) -> int:
+    """`srun tianjax launch CONFIG --groups G`: tasks 0..G-1 are the groups' learners, task
+    G the averager, the rest the actors (tianjax/launch/slurm.py role_of_groups)."""
+    import dataclasses
+    import socket
+
+    from tianjax.launch import slurm
+    from tianjax.runtime.runners import group_roles, multihost
+
+    role = slurm.role_of_groups(task, config.groups.count)
+    root = config.run_dir or os.path.join("runs", f"slurm-{task.job.split('.')[0]}")
+    key_file = args.key_file or os.path.join(root, f"run-{task.job}.key")
+    config = dataclasses.replace(config, run_dir=root, num_actors=role.num_actors)
+    if task.rank == 0 and args.key_file is None:
+        slurm.write_key_file(key_file)
+    else:
+        slurm.wait_for_key_file(key_file, config.runtime.connect_timeout_s)
+    g = config.groups.count
+    what = {
+        "learner": f"the learner of group {role.index}/{g}",
+        "averager": f"the averager of {g} groups",
+        "actor": f"actor {role.index} (of group {role.index % g} on {role.learner_host})",
+    }[role.role]
+    print(
+        f"tianjax: SLURM task {task.rank}/{task.ntasks} on {task.host}: {what}; "
+        f"{role.num_actors // g} actors and {config.total_env_steps // g:,} env steps per group",
+        flush=True,
+    )
+    if role.role == "averager":
+        return group_roles.run_averager(
+            config,
+            bind_host=args.bind_host or socket.gethostbyname(task.host),
+            base_port=args.base_port,
+            key_file=key_file,
+        )
+    if role.role == "learner":
+        return group_roles.run_group_learner(
+            config,
+            group=role.index,
+            bind_host=args.bind_host or socket.gethostbyname(task.host),
+            base_port=args.base_port,
+            averager_host=socket.gethostbyname(role.averager_host),
+            key_file=key_file,
+        )
+    return multihost.run_actor(
+        config,
+        actor_id=role.index,
+        learner_host=socket.gethostbyname(role.learner_host),
+        base_port=args.base_port,
+        num_learners=g,
         key_file=key_file,
     )
 
@@ -302,8 +398,9 @@ def main(argv=None) -> int:
     )
     q.add_argument(
         "--role",
-        choices=["learner", "actor"],
-        help="this process's role (omit under srun: from SLURM_PROCID, SLURM_NTASKS and the node list)",
+        choices=["learner", "actor", "averager"],
+        help="this process's role (omit under srun: from SLURM_PROCID, SLURM_NTASKS and the "
+        "node list); averager: that of learner groups (groups.count > 1)",
     )
     q.add_argument("config")
     q.add_argument("overrides", nargs="*")
@@ -335,6 +432,20 @@ def main(argv=None) -> int:
         type=int,
         default=1,
         help="under srun: the first N tasks are learners, the rest actors (default 1)",
+    )
+    q.add_argument(
+        "--group", type=int, help="learner groups: the group this learner is (0 .. count - 1)"
+    )
+    q.add_argument(
+        "--averager-host",
+        default="127.0.0.1",
+        help="learner groups: the averager's host (its ports: base + 3 x groups, + 1)",
+    )
+    q.add_argument(
+        "--groups",
+        type=int,
+        help="learner groups (sets groups.count); under srun: tasks 0..G-1 are the groups' "
+        "learners, task G the averager, the rest actors",
     )
     q.add_argument(
         "--coordinator-port",

@@ -12,6 +12,7 @@ from tianjax.launch.slurm import (
     expand_nodelist,
     expand_tasks_per_node,
     role_of,
+    role_of_groups,
     slurm_task,
     wait_for_key_file,
     write_key_file,
@@ -60,6 +61,25 @@ def test_learners_first_then_actors_pointed_at_their_learners_host():
     roles = [role_of(slurm_task(env(r, 6, "n[1-6]")), 2) for r in range(6)]
     assert [r.learner_host for r in roles] == ["n1", "n2", "n1", "n2", "n1", "n2"]
     assert slurm_task(env(0, 6, "n[1-6]")).job == "77.3"
+
+
+def test_groups_learners_first_then_the_averager_then_actors_on_their_groups_hosts():
+    # --groups 2, 7 tasks one per node: learners of groups 0 and 1 on n1 and n2, the
+    # averager on n3, actors 0..3 on n4..n7 training for group k mod 2
+    roles = [role_of_groups(slurm_task(env(r, 7, "n[1-7]")), 2) for r in range(7)]
+    assert [(r.role, r.index) for r in roles] == [
+        ("learner", 0),
+        ("learner", 1),
+        ("averager", 0),
+        ("actor", 0),
+        ("actor", 1),
+        ("actor", 2),
+        ("actor", 3),
+    ]
+    assert [r.learner_host for r in roles] == ["n1", "n2", "n3", "n1", "n2", "n1", "n2"]
+    assert {r.averager_host for r in roles} == {"n3"} and {r.num_actors for r in roles} == {4}
+    with pytest.raises(ConfigError, match="task count must be 3 \\+ a multiple of 2"):
+        role_of_groups(slurm_task(env(0, 6, "n[1-6]")), 2)
 
 
 def test_uneven_actors_and_missing_variables_are_one_line_errors():

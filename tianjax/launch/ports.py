@@ -42,15 +42,22 @@ class PrivateDir:
 
 
 class HeldPorts:
-    """The learner's three listening sockets, bound (on random free ports, or ipc paths in
-    `ipc_dir`) and held by this process. `endpoints` is what actors connect to; `fds` what
-    a learner process serves them through."""
+    """A role's listening sockets (the learner's three `CHANNELS` unless `channels` names
+    others: the averager's of learner groups), bound (on random free ports, or ipc paths in
+    `ipc_dir`) and held by this process. `endpoints` is what peers connect to; `fds` what
+    the role's process serves them through."""
 
-    def __init__(self, host: str, transport: str, ipc_dir: str | None = None):
+    def __init__(
+        self,
+        host: str,
+        transport: str,
+        ipc_dir: str | None = None,
+        channels: tuple[str, ...] = CHANNELS,
+    ):
         self._socks: dict[str, socket.socket] = {}
         self.endpoints: dict[str, str] = {}
         try:
-            for name in CHANNELS:
+            for name in channels:
                 if transport == "ipc":
                     if ipc_dir is None:
                         raise ValueError("ipc sockets need a private directory")

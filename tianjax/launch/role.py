@@ -1,5 +1,6 @@
-"""Entry point of one role process started by the local launcher:
-`python -m tianjax.launch.role actor|learner|evaluator ...`."""
+"""Entry point of one role process started by a launcher on this machine:
+`python -m tianjax.launch.role actor|learner|evaluator|averager ...` (a learner with
+`--group` is one group's, the averager that of learner groups: tianjax.runtime.groups)."""
 
 from __future__ import annotations
 
@@ -150,8 +151,18 @@ def _run_learner(args, config) -> int:
     from tianjax.transport.auth import load_key
 
     t_start = time.perf_counter()
+    if args.started_at is not None:  # the run began before this process (learner groups)
+        t_start -= max(time.time() - args.started_at, 0.0)
     logger = RunLogger(config, args.run_dir, tensorboard=True)
-    progress = Progress(config.total_env_steps, desc=f"{config.algo} {config.env} [{config.mode}]")
+    group = name = None
+    if args.group is not None:
+        from tianjax.runtime.groups.sync import GroupPlace
+
+        group = GroupPlace(args.group, json.loads(args.averager_json))
+        name = f"group {args.group}/{config.groups.count}"
+    progress = Progress(
+        config.total_env_steps, desc=f"{config.algo} {config.env} [{config.mode}]", name=name
+    )
     endpoints = json.loads(args.endpoints_json) if args.endpoints_json else None
     listen_fds = json.loads(args.listen_fds_json) if args.listen_fds_json else None
     learner = Learner(
@@ -162,6 +173,7 @@ def _run_learner(args, config) -> int:
         endpoints=endpoints,
         listen_fds=listen_fds,
         ipc_dir=args.ipc_dir,
+        group=group,
     )
     _event("endpoints", endpoints=learner.endpoints)
 
@@ -198,9 +210,35 @@ def _run_learner(args, config) -> int:
     return 143 if out.interrupted else 0
 
 
+def _run_averager(args, config) -> int:
+    """The averager of learner groups under a supervising launcher: it binds (the given
+    endpoints, or free ports it reports), resumes from its own checkpoint if it has one,
+    and writes its summary when it ends (every group done, or SIGTERM)."""
+    from tianjax.runtime.groups.averager import Averager
+    from tianjax.transport.auth import load_key
+
+    endpoints = json.loads(args.endpoints_json) if args.endpoints_json else None
+    listen_fds = json.loads(args.listen_fds_json) if args.listen_fds_json else None
+    averager = Averager(
+        config,
+        load_key(),
+        args.run_dir,
+        endpoints=endpoints,
+        listen_fds=listen_fds,
+        resume_dir=args.resume_dir,
+    )
+    _event("endpoints", endpoints=averager.endpoints, round=averager.round)
+    summary = None
+    try:
+        summary = averager.run()
+    finally:
+        averager.close(summary)
+    return 143 if summary["interrupted"] else 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="tianjax-role")
-    ap.add_argument("role", choices=["actor", "learner", "evaluator"])
+    ap.add_argument("role", choices=["actor", "learner", "evaluator", "averager"])
     ap.add_argument("--actor-id", type=int)
     ap.add_argument("--config-json", required=True)
     ap.add_argument("--endpoints-json")
@@ -214,6 +252,12 @@ def main(argv=None) -> int:
     )
     ap.add_argument("--ipc-dir", help="learner: the launcher's private directory for ipc sockets")
     ap.add_argument("--parent-pid", type=int, help="the launcher's pid: exit if it is gone")
+    ap.add_argument("--group", type=int, help="learner: the learner group it is (groups.count > 1)")
+    ap.add_argument("--averager-json", help="learner of a group: the averager's endpoints")
+    ap.add_argument("--resume-dir", help="averager: the run resumed's averager directory")
+    ap.add_argument(
+        "--started-at", type=float, help="learner: when the run began (time.time()), its clock's 0"
+    )
     args = ap.parse_args(argv)
     _die_with_parent(args.parent_pid)
 
@@ -222,7 +266,7 @@ def main(argv=None) -> int:
 
         shutdown.request()
 
-    if args.role == "learner":
+    if args.role != "actor":
         signal.signal(signal.SIGTERM, terminate)
         signal.signal(signal.SIGINT, terminate)  # Ctrl-C reaches the whole process group
     else:
@@ -241,14 +285,16 @@ def main(argv=None) -> int:
             return _run_evaluator(args, json.loads(args.config_json))
         config = load_config(json.loads(args.config_json))
         compile_cache.enable(config.compile_cache)
+        if args.role == "averager":
+            return _run_averager(args, config)
         return _run_learner(args, config)
     except KeyboardInterrupt:
-        return 143 if args.role == "learner" else 130
+        return 130 if args.role == "actor" else 143
     except Exception as e:
         # NOTE: the launcher's line on this learner's exit says why: after a full disk or a
         # descriptor limit this process's stderr passes only tianjax's own lines
         # (tianjax.checkpoint.failures.only_error_lines), so the traceback below is not shown
-        if args.role == "learner":
+        if args.role != "actor":
             _event("failed", error=_why(e))
         raise
 

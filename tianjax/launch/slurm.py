@@ -10,6 +10,9 @@ With N tasks and `--learners L` (default 1):
   on that learner's host (from the node list and the tasks per node);
 - `num_actors` becomes (N - L) / L per learner (it must divide), and `total_env_steps`
   is the whole run's budget, split evenly over the learners;
+- with `--groups G` (learner groups, no jax.distributed): tasks 0 .. G-1 are the groups'
+  learners, task G the averager, tasks G+1 .. the actors, actor k for group k mod G;
+  num_actors is the actor task count and total_env_steps the run's, split over the groups;
 - the run key is a file on the shared filesystem that task 0 writes (mode 0600, written
   whole then renamed into place) and every other task waits for; by default
   RUN_DIR/run-<job id>.<step id>.key, so a later step never reads an old key.
@@ -139,6 +142,35 @@ def role_of(task: SlurmTask, learners: int) -> Role:
         return Role("learner", task.rank, learners, actors // learners, task.host, task.hosts[0])
     k = task.rank - learners
     return Role("actor", k, learners, actors // learners, task.hosts[k % learners], task.hosts[0])
+
+
+class GroupsRole(NamedTuple):
+    role: str  # "learner", "averager" or "actor"
+    index: int  # the group a learner is, or the actor id
+    num_actors: int  # the run's actor tasks
+    learner_host: str  # a learner's own host; an actor's group's learner's host
+    averager_host: str
+
+
+def role_of_groups(task: SlurmTask, groups: int) -> GroupsRole:
+    """Learner groups (`--groups G`): tasks 0..G-1 are the groups' learners, task G the
+    averager, tasks G+1.. the actors (actor k trains for group k mod G, on its learner's
+    host); num_actors is the run's actor task count, which must split evenly."""
+    actors = task.ntasks - groups - 1
+    if groups < 2 or actors < groups or actors % groups:
+        raise ConfigError(
+            f"launch: {task.ntasks} SLURM tasks with --groups {groups} leave {actors} actor tasks "
+            f"after the {groups} learners and the averager; every group needs the same number "
+            f"of actors (at least one), so the task count must be {groups + 1} + a multiple of "
+            f"{groups} (and --groups at least 2)"
+        )
+    averager = task.hosts[groups]
+    if task.rank < groups:
+        return GroupsRole("learner", task.rank, actors, task.host, averager)
+    if task.rank == groups:
+        return GroupsRole("averager", 0, actors, task.host, averager)
+    k = task.rank - groups - 1
+    return GroupsRole("actor", k, actors, task.hosts[k % groups], averager)
 
 
 # ----------------------------------------------------------------------------- the run key

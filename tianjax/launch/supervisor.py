@@ -54,8 +54,9 @@ class Changes:
 
 
 class ActorSupervisor:
-    """`role`: "actor" (num_actors processes, ids 0..) or "evaluator" (one, which also
-    takes `run_dir`, where it writes videos and the best params)."""
+    """`role`: "actor" (processes for the actor ids `ids`, default 0 .. num_actors - 1; a
+    learner group's are its share of the run's, tianjax.runtime.groups.shares) or
+    "evaluator" (one, which also takes `run_dir`, where it writes videos and the best params)."""
 
     def __init__(
         self,
@@ -65,9 +66,13 @@ class ActorSupervisor:
         log_dir: str | None = None,
         role: str = "actor",
         run_dir: str | None = None,
+        ids: Iterable[int] | None = None,
     ):
         self.config = config
         self.role, self.run_dir = role, run_dir
+        self.ids = (
+            list(range(config.num_actors) if ids is None else ids) if role == "actor" else [0]
+        )
         self.endpoints = endpoints
         self.run_key = run_key
         self.log_dir = log_dir
@@ -131,7 +136,7 @@ class ActorSupervisor:
         return f"{self.role}-{actor_id}.log"
 
     def start_all(self) -> None:
-        for i in range(self.config.num_actors if self.role == "actor" else 1):
+        for i in self.ids:
             self.start(i)
 
     def _replace(self, actor_id: int, why: str, changes: Changes) -> None:

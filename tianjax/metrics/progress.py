@@ -22,10 +22,18 @@ class Progress:
         enabled: bool | None = None,
         desc: str = "train",
         line_every_s: float = 5.0,
+        name: str | None = None,
     ):
+        """`name`: one of several processes that share a console (a learner group): no
+        bar, plain lines that open with the name (silent in CI)."""
         self.total = int(total_env_steps)
+        self.name = name
+        if name is not None:
+            enabled = False
         self.enabled = _interactive() if enabled is None else enabled
-        self.quiet_lines = not self.enabled and not os.environ.get("CI") and enabled is None
+        self.quiet_lines = (
+            not self.enabled and not os.environ.get("CI") and (enabled is None or name is not None)
+        )
         self._bar = (
             tqdm(
                 total=self.total,
@@ -52,8 +60,9 @@ class Progress:
             # Not a terminal (a log file, a notebook pipe): a plain line now and then.
             self._last_line = time.monotonic()
             extra = " ".join(f"{k}={v}" for k, v in fields.items())
+            who = f"{self.name} " if self.name else ""
             print(
-                f"[{100 * env_steps / self.total:5.1f}%] {env_steps}/{self.total} steps {extra}",
+                f"{who}[{100 * env_steps / self.total:5.1f}%] {env_steps}/{self.total} steps {extra}",
                 file=sys.stderr,
                 flush=True,
             )

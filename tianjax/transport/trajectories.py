@@ -53,6 +53,11 @@ class TrajectorySender(_Channel):
         self.socket.sndhwm = hwm
         self._connect(endpoint)
 
+    @property
+    def seq(self) -> int:
+        """The sequence number of the newest message sent (-1: none yet)."""
+        return self._seq
+
     def send(
         self, tree: Any, version: int, timeout_ms: int | None = 1000, body: dict | None = None
     ) -> bool:

@@ -30,6 +30,10 @@ Evaluation (the `eval` section): the evaluator process sends each evaluation's f
 control message, which the loop logs as a record of its own (a malformed one is dropped
 and counted: `evaluations_rejected`); once training ends, the learner evaluates its final
 parameters itself (`on_trained` first lets a launcher stop the evaluator).
+
+A learner of a group (`group`, learner groups: tianjax.runtime.groups) also calls its
+GroupSync at every update boundary, which sends its deltas and hands back the parameters
+merged with a new average.
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ from tianjax.runtime.actor.sources import batch_template
 from tianjax.runtime.balance.controller import AdaptiveBalance
 from tianjax.runtime.balance.limits import Limits
 from tianjax.runtime.evaluation.play import Evaluation
+from tianjax.runtime.groups.sync import GroupPlace, GroupSync
 from tianjax.runtime.learner.batches.onpolicy import Choice
 from tianjax.runtime.learner.batches.replay import ReplayBatches
 from tianjax.runtime.learner.inflight import InFlight, to_host
@@ -97,12 +102,14 @@ class Learner:
         checkpoint_root: str | None = None,
         ipc_dir: str | None = None,
         listen_fds: dict | None = None,
+        group: GroupPlace | None = None,
     ):
         """`checkpoint_root`: the run directory whose checkpoints/ this learner writes
         (default: the logger's run directory; none without a logger). In a multi-process
         run every learner process must name the same one. `ipc_dir`: where ipc sockets
         go (the launcher's private directory). `listen_fds`: listening sockets the launcher
-        holds for `endpoints` (channel name -> descriptor; see tianjax.launch.ports)."""
+        holds for `endpoints` (channel name -> descriptor; see tianjax.launch.ports). `group`:
+        this learner is that group's, and syncs with its averager."""
         self.config = config
         self.mode = mode_of(config)
         rt = config.runtime
@@ -238,6 +245,11 @@ class Learner:
         self.on_trained: Callable[[], None] = lambda: None  # called before the final evaluation
         if config.resume:
             self._resume()
+        # (after a resume: a group starts from the parameters it has)
+        self.sync = None
+        if group is not None:
+            self.sync = GroupSync(config, group, run_key, self.io.net, self.state.params)
+            self.recorder.episode_log = []  # the run's moving average is over every group's
 
     def _batch_strategy(self):
         if self.replay is not None:
@@ -416,8 +428,10 @@ class Learner:
                 if now - last_publish > rt.heartbeat_s or moved:
                     self.publish()
                     last_publish = now
+                self._sync()
                 continue
             self._learn(choice, exact)
+            self._sync()
             if self.state_version % self.controller.actions.publish_every == 0:
                 self.publish()
                 last_publish = time.perf_counter()
@@ -430,6 +444,8 @@ class Learner:
         if self._pending:
             self._record()  # the last record holds the final counts
         self.recorder.end_training(time.perf_counter())
+        if self.sync is not None and (self.finished() or self.recorder.stop_now()):
+            self.sync.finish(self.state.params, self.state_version)  # the group is done
         self.stats.train_cpu_s = time.process_time() - cpu0
 
     def _evaluation_message(self, msg: dict, now: float) -> None:
@@ -451,6 +467,13 @@ class Learner:
         params = to_host(self.state.params)
         fields = self.evaluation.evaluate(params, self.state_version, self.env_steps)
         self.recorder.evaluation(self.state_version, self.env_steps, taken, fields)
+
+    def _sync(self) -> None:
+        """A group's update boundary: its GroupSync sends and merges (never waits)."""
+        if self.sync is not None:
+            params = self.sync.boundary(self.state.params, self.state_version)
+            if params is not None:
+                self.state = self.state._replace(params=params)
 
     def _await_publication(self, done: int) -> None:
         """Waits (at most PUBLISH_WAIT_S) until the newest parameters offered for a version
@@ -496,6 +519,8 @@ class Learner:
     def _record(self) -> None:
         now = time.perf_counter()
         fields = self.stats.fields(now, self._pending)
+        if self.sync is not None:
+            fields.update(self.sync.fields())
         self._pending = []
         self.recorder.record(
             self.env_steps,
@@ -577,6 +602,8 @@ class Learner:
                 "skipped_fresh_samples": self.skipped_fresh_samples,
                 "resume_unlearned_samples": self.resume_unlearned_samples,
                 **({"evaluations_rejected": self.evaluations_rejected} if self.evaluation else {}),
+                **(self.sync.summary() if self.sync is not None else {}),
+                **({"episode_log": self.recorder.episode_log} if self.sync is not None else {}),
             },
         )
 
@@ -587,6 +614,8 @@ class Learner:
 
     def close(self) -> None:
         self.inflight.close()
+        if self.sync is not None:
+            self.sync.close()
         self.io.close()
         if self.evaluation is not None:
             self.evaluation.close()

@@ -73,6 +73,9 @@ class RunRecorder:
         )
         self.saver: ckpt.Checkpointer | None = None
         self.evals = EvalBook()
+        # [wall time, return] of every finished episode, when a runner merges the episodes
+        # of several learners (learner groups) into one moving average (None: not kept)
+        self.episode_log: list | None = None
 
     # ------------------------------------------------------------------ clock
     def start(self, t_start: float) -> None:
@@ -105,6 +108,9 @@ class RunRecorder:
     def add(self, returns, ended_at, now: float, wins=None, seed: int = 0) -> None:
         """Finished episodes: their returns, the env-step count at each end (or one for all)."""
         self.trackers[seed].add(returns, ended_at, self.elapsed(now), wins=wins)
+        if self.episode_log is not None:
+            t = round(self.elapsed(now), 3)
+            self.episode_log += [[t, float(r)] for r in np.asarray(returns).reshape(-1)]
 
     def add_rollout(
         self, done, returns, base_steps: int, now: float, won=None, seed: int = 0

@@ -5,6 +5,8 @@
     fused      rollout and update in one jitted loop (JAX envs; several seeds vmapped)
     inprocess  host envs stepped in this process, the update beside them (num_actors: 0)
     local      a learner and `num_actors` actor processes on this machine (sync or async)
+    groups     `groups.count` learner groups and their averager on this machine, each group
+               a learner process with its share of the actors
     multihost  one role of a run across hosts (`tianjax launch`: a learner of a
                jax.distributed mesh, or an actor); not chosen by `runner_for`
 
@@ -36,6 +38,10 @@ def runner_for(config: Config) -> Runner:
         from tianjax.runtime.runners.inprocess import run_host
 
         return run_host
+    if config.groups.enabled:
+        from tianjax.runtime.runners.groups import run_groups
+
+        return run_groups
     from tianjax.runtime.runners.local import run_local
 
     return run_local

@@ -46,7 +46,7 @@ from tianjax.transport.auth import KEY_ENV, new_run_key
 RESULT_FILE = "learner_result.json"  # what a learner process reports (params: its checkpoint)
 
 
-def _supervise_actors(
+def supervise_actors(
     config: Config, actors: ActorSupervisor, silent, log_dir: str, learner: Learner | None = None
 ) -> None:
     """One supervision pass: replace dead and silent actors; raise if the run cannot go on.
@@ -110,7 +110,7 @@ def run_local(config: Config, logger: RunLogger, progress: Progress) -> RunOutco
         silent = learner.silent_actors(time.perf_counter())
         for i in silent:
             learner.forget_actor(i)  # its replacement registers afresh
-        _supervise_actors(config, actors, silent, log_dir, learner)
+        supervise_actors(config, actors, silent, log_dir, learner)
         _supervise_evaluator(evaluator, log_dir)
         return False
 
@@ -146,12 +146,21 @@ def _evaluator_counts(evaluator: ActorSupervisor | None) -> dict:
 
 
 # ----------------------------------------------------------------------------- learner process
-class _LearnerProcess:
-    """The learner as a child process; its stdout carries one JSON event per line (tianjax.launch.role:
-    "endpoints", "silent" actors, and "failed" with the exception it exits with)."""
+class RoleProcess:
+    """A learner (or another role: the averager of learner groups) as a child process; its
+    stdout carries one JSON event per line (tianjax.launch.role: "endpoints", "silent"
+    actors, and "failed" with the exception it exits with). `extra`: more of the role's
+    arguments."""
 
     def __init__(
-        self, config: Config, run_dir: str, run_key: bytes, ports: HeldPorts, ipc_dir: str | None
+        self,
+        config: Config,
+        run_dir: str,
+        run_key: bytes,
+        ports: HeldPorts,
+        ipc_dir: str | None,
+        role: str = "learner",
+        extra: tuple[str, ...] = (),
     ):
         # its devices and memory share where runtime.learner_devices lists them
         env = apply(dict(os.environ), learner_environment(config))
@@ -162,7 +171,7 @@ class _LearnerProcess:
             sys.executable,
             "-m",
             "tianjax.launch.role",
-            "learner",
+            role,
             "--config-json",
             json.dumps(config.to_dict()),
             "--run-dir",
@@ -176,6 +185,7 @@ class _LearnerProcess:
         ]
         if ipc_dir:
             cmd += ["--ipc-dir", ipc_dir]
+        cmd += list(extra)
         # the held listening sockets are inherited (the child serves them, we keep them)
         self.proc = subprocess.Popen(
             cmd,
@@ -251,7 +261,7 @@ def _run_with_learner_process(config: Config, logger: RunLogger, progress: Progr
     private = PrivateDir() if config.runtime.transport == "ipc" else None
     ipc_dir = private and private.path
     ports: HeldPorts | None = None
-    learner: _LearnerProcess | None = None
+    learner: RoleProcess | None = None
     actors: ActorSupervisor | None = None
     evaluator: ActorSupervisor | None = None
     learner_restarts = 0
@@ -259,7 +269,7 @@ def _run_with_learner_process(config: Config, logger: RunLogger, progress: Progr
     try:
         ports = HeldPorts(config.runtime.bind_host, config.runtime.transport, ipc_dir)
         endpoints = ports.endpoints
-        learner = _LearnerProcess(config, run_dir, run_key, ports, ipc_dir)
+        learner = RoleProcess(config, run_dir, run_key, ports, ipc_dir)
         # the endpoints are known before the learner is up: the actors start meanwhile
         actors = ActorSupervisor(config, endpoints, run_key, log_dir=log_dir)
         actors.start_all()
@@ -293,12 +303,12 @@ def _run_with_learner_process(config: Config, logger: RunLogger, progress: Progr
                 )
                 # from its newest checkpoint (or, if it wrote none, from where this run began)
                 resume = run_dir if ckpt.has_checkpoint(run_dir) else config.resume
-                learner = _LearnerProcess(
+                learner = RoleProcess(
                     dataclasses.replace(config, resume=resume), run_dir, run_key, ports, ipc_dir
                 )
                 continue
             silent = [i for ev in events if ev["tianjax_event"] == "silent" for i in ev["actors"]]
-            _supervise_actors(config, actors, silent, log_dir)
+            supervise_actors(config, actors, silent, log_dir)
             _supervise_evaluator(evaluator, log_dir)
     except KeyboardInterrupt:
         interrupted = True  # the learner process, stopped below, checkpoints and reports
@@ -342,4 +352,4 @@ def _last_checkpoint(run_dir: str) -> str:
     return f"the last checkpoint is step {meta['updates']} in {ckpt.checkpoint_dir(run_dir)}"
 
 
-__all__ = ["run_local"]
+__all__ = ["RoleProcess", "run_local", "supervise_actors"]

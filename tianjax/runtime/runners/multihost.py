@@ -44,7 +44,8 @@ from tianjax.launch.ports import BACKLOG, CHANNELS
 SIGTERM_GRACE_S = 5.0
 
 
-def _terminate(signum, frame):
+def request_stop(signum, frame):
+    """A role's SIGTERM and SIGINT handler: the loop stops at its next check."""
     from tianjax.runtime.process import shutdown
 
     shutdown.request()
@@ -231,7 +232,8 @@ def _on_loopback(host: str) -> bool:
         return False
 
 
-def _key(key_file: str | None):
+def launch_key(key_file: str | None):
+    """The run key from `key_file` or $TIANJAX_RUN_KEY, or one line saying what is missing."""
     from tianjax.transport.auth import KEY_ENV, load_key
 
     if key_file is None and not os.environ.get(KEY_ENV):
@@ -269,7 +271,7 @@ def run_learner(
             f"launch --role learner: num_actors must be >= 1 (actor processes per learner "
             f"process, started with tianjax launch --role actor), got {config.num_actors}"
         )
-    run_key = _key(key_file)
+    run_key = launch_key(key_file)
     if (coordinator is not None or num_processes is not None) and (
         coordinator is None or num_processes is None or process_id is None
     ):
@@ -300,8 +302,8 @@ def run_learner(
         # the episodes of its own actors
         raise ConfigError("stop_at_target: not supported in a multi-process run (set it false)")
     # NOTE: set after jax.distributed.initialize, which installs its own SIGTERM handling
-    signal.signal(signal.SIGTERM, _terminate)
-    signal.signal(signal.SIGINT, _terminate)
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
     SigtermWatchdog(SIGTERM_GRACE_S, code=143, what=f"learner {index}")
     peers = None
     if count > 1:
@@ -436,6 +438,18 @@ def run_actor(
     from tianjax.runtime.actor.actor import LEARNER_GONE
 
     config = with_security(config)
+    if config.groups.enabled:  # learner groups: num_actors is the run's, split over them
+        from tianjax.runtime.groups.shares import group_config
+
+        num_learners = config.groups.count
+        if not 0 <= actor_id < config.num_actors:
+            raise ConfigError(
+                f"launch: --actor-id {actor_id} is outside 0-{config.num_actors - 1}: with "
+                f"groups.count={num_learners} and num_actors={config.num_actors} (the run's) "
+                f"the actor ids are 0 to {config.num_actors - 1}, actor k training for group "
+                f"k mod {num_learners}"
+            )
+        config = group_config(config, actor_id % num_learners)
     if num_learners < 1:
         raise ConfigError(f"launch: --num-learners must be >= 1, got {num_learners}")
     total = num_learners * config.num_actors
@@ -445,7 +459,7 @@ def run_actor(
             f"{num_learners} and num_actors={config.num_actors} (per learner) the actor ids "
             f"are 0 to {total - 1}, actor k training for learner k mod {num_learners}"
         )
-    run_key = _key(key_file)
+    run_key = launch_key(key_file)
     endpoints = learner_endpoints(learner_host, base_port, actor_id % num_learners)
     print(
         f"tianjax: actor {actor_id} -> learner {actor_id % num_learners} at {json.dumps(endpoints)} "
@@ -453,7 +467,7 @@ def run_actor(
         flush=True,
     )
     sup = ActorSupervisor(config, endpoints, run_key)
-    signal.signal(signal.SIGTERM, _terminate)
+    signal.signal(signal.SIGTERM, request_stop)
     try:
         sup.start(actor_id)
         while True:
