@@ -20,8 +20,9 @@ knows what the average holds of its own progress (tianjax.runtime.groups.sync).
 
 The average, its momentum, the round and the settled table are checkpointed with orbax
 every groups.checkpoint_every rounds and at the end; a restarted averager goes on from
-its newest checkpoint (deltas that were waiting are lost with the process, and their
-groups learn it from the new incarnation: they keep that progress and send it again).
+its newest checkpoint (deltas that were waiting are lost with the process, stopped or
+killed, and their groups learn it from the new incarnation: they keep that progress and
+send it again).
 Round 0's average is the groups' common initial parameters, made from the config's seed
 as every group makes its own.
 """
@@ -82,7 +83,8 @@ class Averager:
     """`run_dir`: where its checkpoints, config.yaml, metrics.jsonl (a record per round) and
     summary.json go; it resumes from a checkpoint found there (a restart), else from
     `resume_dir`'s (a run resumed by the user), else starts at round 0. `endpoints`
-    ({"deltas", "averages"}) and `listen_fds` as the learner's (tianjax.launch.ports)."""
+    ({"deltas", "averages"}) and `listen_fds` as the learner's (tianjax.launch.ports).
+    `incarnation`: its own (default: the process's, as every role's)."""
 
     def __init__(
         self,
@@ -93,6 +95,7 @@ class Averager:
         endpoints: dict | None = None,
         listen_fds: dict | None = None,
         resume_dir: str | None = None,
+        incarnation: str | None = None,
     ):
         self.config, self.groups = config, config.groups
         self.count = config.groups.count
@@ -112,7 +115,7 @@ class Averager:
         rt, ep, fds = config.runtime, endpoints or {}, listen_fds or {}
         self.net = secure_context(run_key, rt, server=True)
         net = dict(ctx=self.net.ctx, handshake=self.net.handshake, host=rt.bind_host)
-        inc = process_incarnation()
+        inc = incarnation or process_incarnation()
         self.address = address(NAME, inc)
         # an exact-shape template: a delta of another structure or size is refused unread
         self.rx = DeltaReceiver(
@@ -206,7 +209,7 @@ class Averager:
                         or now - self._last_publish >= self.groups.timeout_s / 2
                     ):
                         self._publish(now)
-                if self.pending:  # the final deltas
+                if self.pending and len(self.done) == self.count:  # the final deltas
                     self._close_round(time.perf_counter())
         except KeyboardInterrupt:
             interrupted = True

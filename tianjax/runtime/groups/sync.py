@@ -85,14 +85,18 @@ class GroupSync:
         self.sync_every = config.groups.sync_every
         template = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), params)
         net_kw = dict(ctx=net.ctx, handshake=net.handshake)
-        self.averages = AverageSubscriber(run_key, place.endpoints["averages"], template, **net_kw)
+        # (same_version: a round's average published again may settle another delta)
+        self.averages = AverageSubscriber(
+            run_key, place.endpoints["averages"], template, same_version=True, **net_kw
+        )
         self.deltas = DeltaSender(
             run_key, place.endpoints["deltas"], sender=f"group-{place.index}", **net_kw
         )
         self.start = _copy(params)  # rho until the first average is merged
         self.base = None
         self.base_round = -1
-        self.averager: str | None = None  # the incarnation whose averages this group follows
+        self.base_source: str | None = None  # the averager incarnation the base came from
+        self.averager: str | None = None  # the newest averager incarnation heard: sent to
         self.in_flight: SentDelta | None = None
         self.prepared = None  # (delta on the device, parameters it was computed from, round)
         self.newest = None  # (round, host tree, source, body) received, not merged yet
@@ -141,6 +145,7 @@ class GroupSync:
         got = self.averages.latest(0)
         if got is not None:
             self.newest = (got[0], got[1], self.averages.source, self.averages.body or {})
+            self.averager = self.averages.source
             self.counts["averages_received"] += 1
 
     def _due(self, updates: int, now: float) -> bool:
@@ -196,7 +201,7 @@ class GroupSync:
         if self.base is None:  # the first average: from where this group started
             ref = self.start
         elif self.in_flight is None:
-            if r <= self.base_round and source == self.averager:
+            if r <= self.base_round and source == self.base_source:
                 self.newest = None  # nothing new
                 return None
             ref = self.base
@@ -217,7 +222,7 @@ class GroupSync:
         merged = _merge(average, params, ref)
         if self.base is not None:
             self.rounds_behind.append(max(r - self.base_round, 0))
-        self.base, self.base_round, self.averager = average, r, source
+        self.base, self.base_round, self.base_source = average, r, source
         self.start, self.in_flight, self.newest = None, None, None
         self.counts["averages_merged"] += 1
         self.counts["bytes_received"] += sum(np.asarray(a).nbytes for a in jax.tree.leaves(tree))
