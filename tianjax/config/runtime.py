@@ -216,7 +216,7 @@ class GroupsConfig:
     run's, split evenly over the groups."""
 
     count: int = 1  # learner groups (1: one learner, no averager)
-    sync_every: int = 10  # updates between a group's deltas (its change since the average it took)
+    sync_every: int = 4  # updates between a group's deltas (its change since the average it took)
     # how the averager combines the deltas of a round: mean (TianJi's plain average) or
     # nesterov (DiLoCo's outer SGD with Nesterov momentum, outer_lr and outer_momentum)
     outer: Literal["mean", "nesterov"] = "mean"
