@@ -18,6 +18,7 @@ from tianjax.transport.deltas import (
     AverageSubscriber,
     DeltaReceiver,
     DeltaSender,
+    group_topic,
 )
 from tianjax.transport.sockets import address, process_incarnation
 
@@ -96,3 +97,25 @@ def test_parameters_are_not_averages(ctx):
             if sub.latest(20) is not None or sub.rejected:
                 break
         assert sub.version == -1 and sub.rejected["kind"] >= 1
+
+
+def test_an_average_goes_only_to_the_group_of_its_topic(ctx):
+    topics = (group_topic(0), group_topic(1))
+    with (
+        AveragePublisher(KEY, ctx=ctx, sender="averager", topics=topics) as pub,
+        AverageSubscriber(KEY, pub.endpoint, PARAMS, ctx=ctx, topic=group_topic(0)) as g0,
+        AverageSubscriber(KEY, pub.endpoint, PARAMS, ctx=ctx, topic=group_topic(1)) as g1,
+        AverageSubscriber(KEY, pub.endpoint, PARAMS, ctx=ctx, topic=b"group-7\0") as other,
+        AverageSubscriber(KEY, pub.endpoint, PARAMS, ctx=ctx) as everything,
+    ):
+        deadline = time.monotonic() + 5
+        while pub.subscriptions < 2 and time.monotonic() < deadline:
+            pub.serve_subscriptions()
+            time.sleep(0.01)
+        time.sleep(0.2)
+        pub.serve_subscriptions()
+        assert sorted(pub.subscribed) == sorted(topics)  # the two groups', the others refused
+        assert pub.subscriptions == 2 and pub.subscriptions_refused == 2
+        pub.publish(3, PARAMS, body={"round": 3}, topic=group_topic(1))
+        assert _until(lambda: g1.latest(50), 3.0) is not None and g1.version == 3
+        assert g0.latest(200) is None and other.latest(0) is None and everything.latest(0) is None

@@ -10,6 +10,9 @@
   `AverageSubscriber`s (SUB, connect, conflating: the newest round wins), the version
   the round, the body {"round", "settled"}: per group, the newest delta the averager has
   taken in (its sender's incarnation, its sequence number, and "merged" or "dropped").
+  Each group subscribes to its own topic (`group_topic`), and an average goes only to
+  the groups it concerns (those whose delta it settles, and one that has just
+  subscribed): a slow group is not sent every round the others close.
 
 They are the parameter and trajectory channels with the codec's kinds "average" and
 "delta": the same framing, authentication, recipient binding, replay guard and size caps
@@ -22,6 +25,11 @@ from __future__ import annotations
 
 from tianjax.transport.params import ParamPublisher, ParamSubscriber
 from tianjax.transport.trajectories import TrajectoryReceiver, TrajectorySender
+
+
+def group_topic(group: int) -> bytes:
+    """The topic group `group` subscribes to (terminated: group 1's is no prefix of 10's)."""
+    return f"group-{group}".encode() + b"\0"
 
 
 class DeltaSender(TrajectorySender):
@@ -48,4 +56,4 @@ class AverageSubscriber(ParamSubscriber):
     KIND = "average"
 
 
-__all__ = ["AveragePublisher", "AverageSubscriber", "DeltaReceiver", "DeltaSender"]
+__all__ = ["AveragePublisher", "AverageSubscriber", "DeltaReceiver", "DeltaSender", "group_topic"]

@@ -7,8 +7,12 @@ kernel's socket buffers (which a small RCVHWM leaves there, to be handed out lat
 conflates single-frame messages only; this packs the codec's frames (tag, header, leaves)
 into one:
 
+    [topic]                            (optional: ALIGN bytes, zero-padded)
     [u32 count] [u64 length] * count   (zero-padded to a multiple of ALIGN)
     frame_0, frame_1, ...              (each zero-padded to a multiple of ALIGN)
+
+A topic is what a SUB subscribes to: ZeroMQ's PUB sends a message only to the subscribers
+whose subscription is a prefix of it (the learner groups' averages go to one group each).
 
 Padding keeps every leaf ALIGN-aligned within the frame, so `np.frombuffer` over a view is
 as good as over a frame of its own. Packing costs one copy on the sender (the learner's
@@ -39,11 +43,15 @@ def overhead(n_frames: int) -> int:
     return table + _pad(table) + (ALIGN - 1) * n_frames
 
 
-def pack(frames: Sequence) -> bytearray:
-    """One buffer holding `frames` (bytes-like objects), see the module docstring."""
+def pack(frames: Sequence, topic: bytes = b"") -> bytearray:
+    """One buffer holding `frames` (bytes-like objects) after `topic` (at most ALIGN
+    bytes; none by default), see the module docstring."""
+    if len(topic) > ALIGN:
+        raise ValueError(f"a topic is at most {ALIGN} bytes")
     views = [memoryview(f).cast("B") for f in frames]
     table = _COUNT.pack(len(views)) + struct.pack(f"<{len(views)}Q", *(v.nbytes for v in views))
-    out = bytearray(table)
+    out = bytearray(topic.ljust(ALIGN, b"\0") if topic else b"")
+    out += table
     out += bytes(_pad(len(out)))
     for v in views:
         out += v
@@ -51,9 +59,14 @@ def pack(frames: Sequence) -> bytearray:
     return out
 
 
-def unpack(buf) -> list[memoryview]:
-    """The frames packed into `buf`, as views of it (they keep `buf` alive)."""
+def unpack(buf, topic: bool = False) -> list[memoryview]:
+    """The frames packed into `buf` (after a topic, with `topic`), as views of it (they keep
+    `buf` alive)."""
     view = memoryview(buf).cast("B")
+    if topic:
+        if view.nbytes < ALIGN:
+            raise CodecError("truncated", f"an envelope of {view.nbytes} bytes")
+        view = view[ALIGN:]
     total = view.nbytes
     if total < _COUNT.size:
         raise CodecError("truncated", f"an envelope of {total} bytes")

@@ -29,9 +29,10 @@ class ParamPublisher(_Channel):
     """Learner side: publishes (version, params) to every subscribed actor.
 
     Subscriptions are the publisher's to approve (an XPUB with ZMQ_XPUB_MANUAL): the only
-    one taken is the empty topic (everything), which is what every subscriber of ours
-    asks for; any other is counted in `subscriptions_refused` and never stored, so a peer
-    past the handshake cannot make the socket keep an unbounded set of topics.
+    ones taken are its `topics` (by default the empty topic, everything, which is what
+    every actor asks for); any other is counted in `subscriptions_refused` and never
+    stored, so a peer past the handshake cannot make the socket keep an unbounded set of
+    topics.
     `serve_subscriptions()` reads the ones queued (publish() does it first); the thread
     that owns the socket calls it while idle too.
 
@@ -62,12 +63,15 @@ class ParamPublisher(_Channel):
         use_fd: int | None = None,
         incarnation: str | None = None,
         limit: ConnectionLimit | None = None,
+        topics: tuple[bytes, ...] = (b"",),
     ):
         # what a PUB receives are subscriptions: tiny, so an oversized one is refused unread
         super().__init__(zmq.XPUB, ctx, SUBSCRIPTION_MAX_BYTES, handshake)
         self.socket.setsockopt(zmq.XPUB_MANUAL, 1)
         self.subscriptions = 0
         self.subscriptions_refused = 0
+        self.topics = frozenset(topics)  # the only subscriptions taken
+        self.subscribed: list[bytes] = []  # topics subscribed to since the caller last looked
         self._auth = as_authenticator(key)
         self.sender = sender
         self.incarnation = incarnation or process_incarnation()
@@ -78,20 +82,26 @@ class ParamPublisher(_Channel):
         self._bind(endpoint, host, transport, ipc_dir, use_fd, limit)
 
     def serve_subscriptions(self, limit: int = 1024) -> None:
-        """Approves the empty-topic subscriptions queued (at most `limit`), refuses others."""
+        """Approves the subscriptions queued (at most `limit`) to its topics, refuses others."""
         for _ in range(limit):
             try:
                 msg = self.socket.recv(zmq.NOBLOCK)
             except zmq.Again:
                 return
-            if msg == b"\x01":  # subscribe to the empty topic: applies to the peer it came from
-                self.socket.setsockopt(zmq.SUBSCRIBE, b"")
+            if msg[:1] == b"\x01" and msg[1:] in self.topics:
+                # (a subscription applies to the peer it came from)
+                self.socket.setsockopt(zmq.SUBSCRIBE, msg[1:])
                 self.subscriptions += 1
+                if msg[1:]:  # (a named topic: its subscriber is one the caller may serve)
+                    self.subscribed.append(msg[1:])
             elif msg[:1] != b"\x00":  # (an unsubscribe needs nothing: nothing else is stored)
                 self.subscriptions_refused += 1
 
-    def publish(self, version: int, params: Any, body: dict | None = None) -> None:
-        """Sends (version, params) to every subscriber, with `body` (a small JSON object)."""
+    def publish(
+        self, version: int, params: Any, body: dict | None = None, topic: bytes = b""
+    ) -> None:
+        """Sends (version, params) to every subscriber (of `topic`: to those who subscribed
+        to it), with `body` (a small JSON object)."""
         self.serve_subscriptions()
         self._seq += 1
         frames = encode(
@@ -106,7 +116,7 @@ class ParamPublisher(_Channel):
             batch_dims=self.batch_dims,
             body=body,
         )
-        self.socket.send(envelope.pack(frames), copy=False)  # PUB never blocks
+        self.socket.send(envelope.pack(frames, topic), copy=False)  # PUB never blocks
 
 
 class ParamSubscriber(_Channel):
@@ -145,6 +155,7 @@ class ParamSubscriber(_Channel):
         same_version: bool = False,
         ctx: zmq.Context | None = None,
         handshake: Handshake | None = None,
+        topic: bytes = b"",
     ):
         spec = (
             template
@@ -153,17 +164,22 @@ class ParamSubscriber(_Channel):
         )
         # never above the exact size a template without batch dims fixes
         max_bytes = min(max_bytes or (1 << 62), _default_max_bytes(spec))
-        # the envelope is one frame: the payload's bound plus its table and padding
+        # the envelope is one frame: the payload's bound plus its table and padding (and
+        # the topic it opens with)
         super().__init__(
-            zmq.SUB, ctx, max_bytes + envelope.overhead(len(spec.leaves) + 2), handshake
+            zmq.SUB,
+            ctx,
+            max_bytes + envelope.overhead(len(spec.leaves) + 2) + envelope.ALIGN,
+            handshake,
         )
+        self.topic = topic
         self.same_version = same_version
         self._auth = as_authenticator(key)
         self.spec = spec
         self.max_bytes = max_bytes
         # one message held, the newest (set before connecting; RCVHWM is then ignored)
         self.socket.setsockopt(zmq.CONFLATE, 1)
-        self.socket.setsockopt(zmq.SUBSCRIBE, b"")
+        self.socket.setsockopt(zmq.SUBSCRIBE, topic)
         self._connect(endpoint)
         self.version = -1
         self.body: dict | None = None
@@ -193,7 +209,7 @@ class ParamSubscriber(_Channel):
         for i in range(len(raws) - 1, -1, -1):
             try:
                 msg = decode(
-                    envelope.unpack(raws[i].buffer),
+                    envelope.unpack(raws[i].buffer, topic=bool(self.topic)),
                     auth=self._auth,
                     spec=self.spec,
                     kind=self.KIND,

@@ -3,9 +3,10 @@ that takes the groups' deltas as they come and closes rounds (tianjax.core.outer
 
     deltas in   DeltaReceiver (PULL): each group's change since its reference point, its
                 version the round it was computed against
-    averages    AveragePublisher (PUB): (round, average) with the body {"round", "settled"}
-    out         when a round closes; again at once when a group subscribes (it starts, or
-                comes back), and every groups.timeout_s / 2 for one that missed it
+    averages    AveragePublisher (PUB): (round, average) with the body {"round", "settled"},
+    out         each to the groups it concerns (their own topic): when a round closes, to the
+                groups whose deltas it settled; at once to a group that subscribes (it
+                starts, or comes back); and to every group every groups.timeout_s / 2
 
 No barrier: a round closes when every live group has a delta waiting, or when the oldest
 delta waiting has waited groups.round_wait_s. A group is live from the averager's start
@@ -42,7 +43,7 @@ from tianjax.config import Config
 from tianjax.core import outer_step
 from tianjax.metrics import RunLogger
 from tianjax.runtime.process import shutdown
-from tianjax.transport.deltas import AveragePublisher, DeltaReceiver
+from tianjax.transport.deltas import AveragePublisher, DeltaReceiver, group_topic
 from tianjax.transport.security import secure_context
 from tianjax.transport.sockets import address, process_incarnation
 
@@ -128,12 +129,14 @@ class Averager:
             hwm=max(4, 2 * self.count),
             **net,
         )
+        self.topics = [group_topic(g) for g in range(self.count)]
         self.pub = AveragePublisher(
             run_key,
             endpoint=ep.get("averages"),
             use_fd=fds.get("averages"),
             sender=NAME,
             incarnation=inc,
+            topics=tuple(self.topics),
             **net,
         )
         self.saver = ckpt.Checkpointer(
@@ -202,12 +205,11 @@ class Averager:
                     self._liveness(now)
                     if self._due(now):
                         self._close_round(now)
-                    subscribed = self.pub.subscriptions
                     self.pub.serve_subscriptions()
-                    if (
-                        self.pub.subscriptions > subscribed
-                        or now - self._last_publish >= self.groups.timeout_s / 2
-                    ):
+                    if self.pub.subscribed:  # groups that start or come back
+                        joined, self.pub.subscribed = set(self.pub.subscribed), []
+                        self._publish(now, [t for t in self.topics if t in joined])
+                    if now - self._last_publish >= self.groups.timeout_s / 2:
                         self._publish(now)
                 if self.pending and len(self.done) == self.count:  # the final deltas
                     self._close_round(time.perf_counter())
@@ -296,7 +298,7 @@ class Averager:
             self.counts["rounds"] += 1
             self.per_round.append(int((weights > 0).sum()))
             self._host = jax.tree.map(np.asarray, self.state.average)
-        self._publish(now)
+        self._publish(now, sorted({self.topics[p.group] for p in deltas}))
         self.logger.log(
             {
                 "round": self.round,
@@ -311,12 +313,15 @@ class Averager:
         if advanced and self.saver.due(self.round):
             self.save()
 
-    def _publish(self, now: float) -> None:
+    def _publish(self, now: float, topics: list[bytes] | None = None) -> None:
+        """The newest average to the groups of `topics` (default: every group)."""
         body = {"round": self.round, "settled": {str(g): v for g, v in self.settled.items()}}
-        self.pub.publish(self.round, self._host, body=body)
-        self.counts["publishes"] += 1
-        self.counts["bytes_out"] += sum(a.nbytes for a in jax.tree.leaves(self._host))
-        self._last_publish = now
+        for topic in self.topics if topics is None else topics:
+            self.pub.publish(self.round, self._host, body=body, topic=topic)
+            self.counts["publishes"] += 1
+            self.counts["bytes_out"] += sum(a.nbytes for a in jax.tree.leaves(self._host))
+        if topics is None:
+            self._last_publish = now
 
     # ------------------------------------------------------------------ the record
     def summary(self, interrupted: bool = False) -> dict:
@@ -339,8 +344,7 @@ class Averager:
             "delta_staleness_max": max(hist) if hist else None,
             "delta_staleness_histogram": {str(k): hist[k] for k in sorted(hist)},
             "bytes_in": c["bytes_in"],  # delta payloads received
-            # average payloads published (each goes to every subscribed group)
-            "bytes_out": c["bytes_out"],
+            "bytes_out": c["bytes_out"],  # average payloads sent (each to one group)
             "publishes": c["publishes"],
             "groups_left_out": c["left_out"],  # times a group fell silent past timeout_s
             "group_rejoins": c["rejoins"],

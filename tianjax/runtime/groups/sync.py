@@ -38,7 +38,7 @@ import numpy as np
 
 from tianjax.config import Config
 from tianjax.core import outer_step
-from tianjax.transport.deltas import AverageSubscriber, DeltaSender
+from tianjax.transport.deltas import AverageSubscriber, DeltaSender, group_topic
 
 RETRY_S = 1.0  # after a send refused at the high-water mark
 FINAL_WAIT_S = 5.0  # at the end, how long the final delta may wait for the one in flight
@@ -87,7 +87,12 @@ class GroupSync:
         net_kw = dict(ctx=net.ctx, handshake=net.handshake)
         # (same_version: a round's average published again may settle another delta)
         self.averages = AverageSubscriber(
-            run_key, place.endpoints["averages"], template, same_version=True, **net_kw
+            run_key,
+            place.endpoints["averages"],
+            template,
+            same_version=True,
+            topic=group_topic(place.index),
+            **net_kw,
         )
         self.deltas = DeltaSender(
             run_key, place.endpoints["deltas"], sender=f"group-{place.index}", **net_kw

@@ -233,6 +233,7 @@ class Learner:
         self._sent_seen = -1
         self._version_cache = int(to_host(self.state.version))
         self.interrupted = False
+        self._episodes_recorded = 0  # of the recorder's episode log, in metrics records
         self.checkpoint_root = checkpoint_root or (logger.run_dir if logger is not None else None)
         # the final evaluation's env, policy and video maker, built now (an env that cannot
         # render says so at the start); one learner process of several evaluates
@@ -521,6 +522,14 @@ class Learner:
         fields = self.stats.fields(now, self._pending)
         if self.sync is not None:
             fields.update(self.sync.fields())
+        log = self.recorder.episode_log
+        if log is not None:
+            # the episodes that ended since the last record, and when (the clock every
+            # process shares): a moving average over several learners' actors is built
+            # from them (learner groups, lock-step learners)
+            fields["episode_returns"] = [r for _, r in log[self._episodes_recorded :]]
+            fields["unix_time"] = time.time()
+            self._episodes_recorded = len(log)
         self._pending = []
         self.recorder.record(
             self.env_steps,

@@ -341,6 +341,8 @@ def run_learner(
         checkpoint_root=os.path.dirname(logger.run_dir),
         listen_fds=held.handover(),
     )
+    if count > 1:  # its records list its actors' episodes, for the run's moving average
+        learner.recorder.episode_log = []
     ids = actor_ids(index, count, config.num_actors)
     learner.watch.who = f"learner {index}/{count}"
     learner.watch.hint = (
