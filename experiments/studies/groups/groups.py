@@ -160,10 +160,14 @@ def _common(seed: int, run_dir: str, slow: float) -> list[str]:
     ]
 
 
-def start_groups(run: Run, seed: int, run_dir: str, slow: float) -> list[str]:
+def start_groups(
+    run: Run, seed: int, run_dir: str, slow: float, sync_every: int, extra: tuple = ()
+) -> list[str]:
     common = [
         *_common(seed, run_dir, slow),
         "groups.count=2",
+        f"groups.sync_every={sync_every}",
+        *extra,
         f"num_actors={ACTORS}",
         "total_env_steps=600000",
         "--base-port",
@@ -188,7 +192,9 @@ def start_groups(run: Run, seed: int, run_dir: str, slow: float) -> list[str]:
     return [os.path.join(run_dir, f"group-{g}") for g in (0, 1)]
 
 
-def start_lockstep(run: Run, seed: int, run_dir: str, slow: float) -> list[str]:
+def start_lockstep(
+    run: Run, seed: int, run_dir: str, slow: float, sync_every: int, extra: tuple = ()
+) -> list[str]:
     common = [
         *_common(seed, run_dir, slow),
         f"num_actors={ACTORS // 2}",  # per learner
@@ -233,13 +239,15 @@ def start_lockstep(run: Run, seed: int, run_dir: str, slow: float) -> list[str]:
     return [os.path.join(run_dir, f"learner-{i}") for i in (0, 1)]
 
 
-def slow_arm(arm: str, seed: int, slow: float, timeout_s: float) -> dict:
+def slow_arm(
+    arm: str, seed: int, slow: float, timeout_s: float, sync_every: int = 4, extra: tuple = ()
+) -> dict:
     with tempfile.TemporaryDirectory() as tmp, NamespaceCluster(3, hosts_style="own") as cluster:
         run = Run(cluster, tmp)
         run_dir = os.path.join(tmp, "run")
         t0 = time.time()
         start = start_groups if arm == "groups" else start_lockstep
-        dirs = start(run, seed, run_dir, slow)
+        dirs = start(run, seed, run_dir, slow, sync_every, extra if arm == "groups" else ())
         first = None
         reached = None
         while time.time() - t0 < timeout_s:
@@ -265,6 +273,8 @@ def slow_arm(arm: str, seed: int, slow: float, timeout_s: float) -> dict:
         row="slow",
         arm=arm,
         seed=seed,
+        sync_every=sync_every if arm == "groups" else None,
+        groups_set=list(extra) if arm == "groups" else [],
         slow_factor=slow,
         time_to_target_s=reached,
         first_update_s=first,
@@ -276,10 +286,10 @@ def slow_arm(arm: str, seed: int, slow: float, timeout_s: float) -> dict:
 
 
 # ---------------------------------------------------------------------------- samples
-def samples_arm(arm: str, seed: int, timeout_s: float, groups: tuple = ()) -> dict:
+def samples_arm(arm: str, seed: int, timeout_s: float, sync_every: int = 4) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = os.path.join(tmp, "run")
-        extra = ["groups.count=2", *groups] if arm == "groups" else []
+        extra = ["groups.count=2", f"groups.sync_every={sync_every}"] if arm == "groups" else []
         cmd = [
             sys.executable,
             "-m",
@@ -309,6 +319,7 @@ def samples_arm(arm: str, seed: int, timeout_s: float, groups: tuple = ()) -> di
         row="samples",
         arm=arm,
         seed=seed,
+        sync_every=sync_every if arm == "groups" else None,
         convergence_env_steps=s["convergence_env_steps"],
         convergence_time_s=s["convergence_time_s"],
         final_return=s["final_return"],
@@ -383,36 +394,51 @@ def table(path: str) -> str:
         runs = [json.loads(line) for line in f if line.strip()]
     lines = []
     slow = [r for r in runs if r["row"] == "slow"]
-    if slow:
-        g = [r for r in slow if r["arm"] == "groups"]
-        ls = [r for r in slow if r["arm"] == "lockstep"]
-        tg, tl = (
-            _median([r["time_to_target_s"] for r in g]),
-            _median([r["time_to_target_s"] for r in ls]),
+    ls = [r for r in slow if r["arm"] == "lockstep"]
+    tl = _median([r["time_to_target_s"] for r in ls])
+    fl = _median([r["time_to_target_s"] - r["first_update_s"] for r in ls if r["time_to_target_s"]])
+    bl = _median([r["bytes_per_update"] for r in ls])
+    variants = sorted(
+        {(r["sync_every"], " ".join(r.get("groups_set", []))) for r in slow if r["arm"] == "groups"}
+    )
+    for k, more in variants:
+        g = [
+            r
+            for r in slow
+            if r["arm"] == "groups"
+            and (r["sync_every"], " ".join(r.get("groups_set", []))) == (k, more)
+        ]
+        tg = _median([r["time_to_target_s"] for r in g])
+        fg = _median(
+            [r["time_to_target_s"] - r["first_update_s"] for r in g if r["time_to_target_s"]]
         )
-        bg, bl = (
-            _median([r["bytes_per_update"] for r in g]),
-            _median([r["bytes_per_update"] for r in ls]),
-        )
+        bg = _median([r["bytes_per_update"] for r in g])
         lines += [
             f"slow group (group 1's 4 actors {slow[0]['slow_factor']:g}x slower), 2 x 4 actors, "
-            f"medians of {len(g)} and {len(ls)} runs, alternating:",
-            f"  time to 475 from launch: groups {tg:.1f} s, lock-step {tl:.1f} s: "
-            f"groups {tl / tg:.2f}x sooner"
-            if tg and tl
+            f"groups.sync_every={k}{' ' + more if more else ''}, medians of {len(g)} and "
+            f"{len(ls)} runs, alternating:",
+            f"  time to 475: groups {tg:.1f} s, lock-step {tl:.1f} s from launch: groups "
+            f"{tl / tg:.2f}x sooner ({fl / fg:.2f}x from the first update: {fg:.1f} s and {fl:.1f} s)"
+            if tg and tl and fg and fl
             else f"  time to 475: groups {tg}, lock-step {tl}",
             f"  traffic between learners per update: groups {bg / 1e3:,.1f} kB, lock-step "
-            f"{bl / 1e3:,.1f} kB: {bl / bg:.1f}x less",
+            f"{bl / 1e3:,.1f} kB: {bl / bg:.1f}x less"
+            if bg and bl
+            else "",
             f"  reached: groups {sum(r['time_to_target_s'] is not None for r in g)}/{len(g)}, "
             f"lock-step {sum(r['time_to_target_s'] is not None for r in ls)}/{len(ls)}",
         ]
     samples = [r for r in runs if r["row"] == "samples"]
-    if samples:
-        g = _median([r["convergence_env_steps"] for r in samples if r["arm"] == "groups"])
-        one = _median([r["convergence_env_steps"] for r in samples if r["arm"] == "single"])
+    one = _median([r["convergence_env_steps"] for r in samples if r["arm"] == "single"])
+    for k in sorted({r["sync_every"] for r in samples if r["arm"] == "groups"}):
+        gs = [r for r in samples if r["arm"] == "groups" and r["sync_every"] == k]
+        g = _median([r["convergence_env_steps"] for r in gs])
         lines += [
-            f"samples to 475, 8 actors, medians of {len(samples) // 2} each: groups {g:,.0f}, "
-            f"one learner {one:,.0f}: {g / one:.2f}x"
+            f"samples to 475, 8 actors, groups.sync_every={k}, medians of {len(gs)} and "
+            f"{sum(r['arm'] == 'single' for r in samples)}: groups {g:,.0f}, one learner "
+            f"{one:,.0f}: {g / one:.2f}x (final returns: groups "
+            f"{_median([r['final_return'] for r in gs]):.0f}, one learner "
+            f"{_median([r['final_return'] for r in samples if r['arm'] == 'single']):.0f})"
             if g and one
             else f"samples: groups {g}, one learner {one}",
         ]
@@ -421,11 +447,11 @@ def table(path: str) -> str:
         sent = _median([r["sent_fraction"] for r in link])
         got = _median([r["received_fraction"] for r in link])
         lines += [
-            f"link rate, tbf {LINK_RATE}, 4.2 MB parameters to 2 actors: the learner's link "
-            f"sends {sent:.2f} of the link rate (parameters) and receives {got:.3f} "
-            f"(trajectories); {_median([r['updates_per_s'] for r in link]):.2f} updates/s",
+            f"link rate, tbf {LINK_RATE}, 4.2 MB parameters to 2 actors, {len(link)} runs: the "
+            f"learner's link sends {sent:.2f} of the link rate (parameters) and receives "
+            f"{got:.3f} (trajectories); {_median([r['updates_per_s'] for r in link]):.2f} updates/s",
         ]
-    return "\n".join(lines)
+    return "\n".join(line for line in lines if line)
 
 
 def main(argv=None) -> int:
@@ -433,6 +459,13 @@ def main(argv=None) -> int:
     ap.add_argument("--rows", nargs="+", default=["slow", "samples", "link"])
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--slow-factor", type=float, default=3.0)
+    ap.add_argument("--sync-every", type=int, default=4, help="groups.sync_every of the groups")
+    ap.add_argument(
+        "--arms", nargs="+", help="only these arms (groups, lockstep, single; default all)"
+    )
+    ap.add_argument(
+        "--groups-set", nargs="*", default=[], help="more groups.* overrides for the slow row"
+    )
     ap.add_argument("--out", default=RESULTS)
     ap.add_argument("--table")
     ap.add_argument("--timeout-s", type=float, default=300.0)
@@ -452,11 +485,22 @@ def main(argv=None) -> int:
 
     for seed in range(args.repeats):
         if "slow" in args.rows:
-            for arm in ("groups", "lockstep"):
-                keep(slow_arm(arm, seed, args.slow_factor, args.timeout_s))
+            for arm in args.arms or ("groups", "lockstep"):
+                if arm in ("groups", "lockstep"):
+                    keep(
+                        slow_arm(
+                            arm,
+                            seed,
+                            args.slow_factor,
+                            args.timeout_s,
+                            args.sync_every,
+                            tuple(args.groups_set),
+                        )
+                    )
         if "samples" in args.rows:
-            for arm in ("groups", "single"):
-                keep(samples_arm(arm, seed, args.timeout_s))
+            for arm in args.arms or ("groups", "single"):
+                if arm in ("groups", "single"):
+                    keep(samples_arm(arm, seed, args.timeout_s, args.sync_every))
         if "link" in args.rows:
             keep(link_arm(seed))
     print(table(args.out))

@@ -196,9 +196,9 @@ def run_groups(config: Config, logger: RunLogger, progress: Progress) -> RunOutc
             resume_dir = shares.averager_dir(config.resume)
         averager = _AveragerProcess(config, run_key, private and private.path, resume_dir)
         for g in range(count):
-            for path in (os.path.join(shares.group_dir(config.run_dir, g), RESULT_FILE),):
-                if os.path.exists(path):
-                    os.remove(path)
+            stale = os.path.join(shares.group_dir(config.run_dir, g), RESULT_FILE)
+            if os.path.exists(stale):  # a resumed run's, from before
+                os.remove(stale)
             groups.append(
                 _Group(config, g, run_key, averager.endpoints, private and private.path, t0)
             )
