@@ -50,7 +50,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
 sys.path.insert(0, REPO)
 
-from tianjax.launch.netns import NamespaceCluster  # noqa: E402
+from tianjax.launch import NamespaceCluster  # noqa: E402
 
 CONFIG = os.path.join(REPO, "configs", "ppo_latency_async.yaml")
 ACTORS = 8

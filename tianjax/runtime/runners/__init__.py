@@ -49,4 +49,14 @@ def runner_for(config: Config) -> Runner:
 
 # with the runner modules themselves, each imported when named (a benchmark sets
 # fused.CHUNK_SECONDS, how long one chunk of a fused run aims to take)
-__all__ = ["RunOutcome", "Runner", "runner_for", "fused", "inprocess", "local", "multihost"]
+__all__ = [
+    "RunOutcome",
+    "Runner",
+    "runner_for",
+    "fused",
+    "inprocess",
+    "local",
+    "groups",
+    "multihost",
+    "group_roles",
+]
