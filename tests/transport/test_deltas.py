@@ -80,10 +80,15 @@ def test_the_newest_average_wins_with_its_body(ctx):
         AverageSubscriber(KEY, pub.endpoint, PARAMS, ctx=ctx) as sub,
     ):
         assert _until(lambda: (pub.publish(0, PARAMS, body={"round": 0}), sub.latest(20))[1])
-        for r in range(1, 4):
+        for r in (1, 2):
             pub.publish(r, {"w": PARAMS["w"] + r, "b": PARAMS["b"]}, body={"round": r})
-        got = _until(lambda: sub.latest(50) if sub.version < 3 else (3, None))
-        assert got is not None and sub.version == 3 and sub.body == {"round": 3}
+
+        def newest():  # (a PUB at its high-water mark drops what it is given: send it again)
+            pub.publish(3, {"w": PARAMS["w"] + 3, "b": PARAMS["b"]}, body={"round": 3})
+            return sub.latest(50) if sub.version < 3 else (3, None)
+
+        assert _until(newest) is not None
+        assert sub.version == 3 and sub.body == {"round": 3}
         assert sub.source.startswith("averager@")
 
 

@@ -187,6 +187,12 @@ def format_summary(summary: dict) -> str:
         "skipped_updates",
         "actor_restarts",
         "learner_restarts",
+        "groups",  # learner groups: how many, lost, the averager's rounds and restarts
+        "groups_lost",
+        "rounds",
+        "deltas_per_round_mean",
+        "delta_staleness_mean",
+        "averager_restarts",
         "rejected_messages",
         "interrupted",
         "run_dir",
