@@ -9,7 +9,8 @@ The package, by part: `checks` (ConfigError, check_key), `sections` (the section
 algorithm may read, the replay settings, and the registry hook through which the
 algorithms' own sections arrive), `runtime` (staleness, runtime, balance, checkpoint,
 groups), `eval_section` (eval), `device_lists` (runtime's device lists, parsed), `schema`
-(`Config` and the checks across sections; an algorithm's are the registry's, tianjax.algos), `loading` (YAML, overrides, coercion, imports). Import from here.
+(`Config` and the checks across sections; an algorithm's are the registry's, tianjax.algos),
+`loading` (YAML, overrides, coercion, imports). Import from here.
 """
 
 from __future__ import annotations
