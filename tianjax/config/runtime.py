@@ -28,8 +28,19 @@ class StalenessConfig:
     # rescale weights to mean 1 over the kept samples of a batch (self-normalised: biased by
     # O(1/N), and the step does not shrink with the mass the truncation removed)
     normalise: bool = True
+    # actors act with the parameters of exactly this many updates ago (fused mode: a ring of
+    # past versions in the loop's state; the first K updates act with version 0), so tau is
+    # exact and deterministic; 0: off (fused samples are fresh). For staleness studies
+    forced_lag: int = 0
 
     def __post_init__(self):
+        check_key(
+            isinstance(self.forced_lag, int)
+            and not isinstance(self.forced_lag, bool)
+            and self.forced_lag >= 0,
+            "staleness.forced_lag",
+            f"must be an int >= 0, got {self.forced_lag!r}",
+        )
         check_key(self.power >= 0, "staleness.power", f"must be >= 0, got {self.power}")
         check_key(self.kappa > 0, "staleness.kappa", f"must be > 0, got {self.kappa}")
         check_key(self.tau0 >= 0, "staleness.tau0", f"must be >= 0, got {self.tau0}")

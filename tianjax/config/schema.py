@@ -180,6 +180,12 @@ class Config:
                 f"'fused' needs a JAX env (env_backend: gymnax, brax or jaxmarl), got env_backend "
                 f"'{self.env_backend}'; use mode: sync for host envs",
             )
+        if self.staleness.forced_lag > 0:
+            check_key(
+                self.mode == "fused",
+                "staleness.forced_lag",
+                f"is for mode fused (a ring of past versions in the loop), got mode '{self.mode}'",
+            )
         if self.num_seeds > 1:
             check_key(
                 self.mode == "fused", "num_seeds", "several seeds side by side need mode: fused"

@@ -5,7 +5,11 @@ For JAX envs the actor and learner share a device and a program: one iteration s
 or on samples from an in-jit replay buffer (off-policy; tianjax.core.replay.setup). `run(state, n)`
 scans n iterations; the runtime shell calls it in chunks to log between them, and may
 vmap it over seeds. In this mode every sample is fresh (tau = 0), which is the equivalence the
-staleness-corrected losses are tested against.
+staleness-corrected losses are tested against, unless `staleness.forced_lag` is K > 0:
+then the rollout acts with the parameters of version max(V - K, 0) from a ring of past
+versions in the state (tianjax.core.lag), so every sample is exactly min(V, K) updates old
+when learned from at version V, deterministically, and the lag is an array of the state
+(vmap it as seeds are vmapped; the ring holds forced_lag + 1 versions).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import jax
 import jax.numpy as jnp
 
 from tianjax.config import Config
+from tianjax.core import lag as lag_ring
 from tianjax.core.algorithm import Algorithm
 from tianjax.core.replay import frames as frame_replay
 from tianjax.core.replay import ring as buffers
@@ -30,6 +35,19 @@ class FusedState(NamedTuple):
     actor: RolloutState
     env_steps: jax.Array  # int32 scalar
     replay: buffers.ReplayState | frame_replay.FrameReplayState | None = None
+    lag: lag_ring.LagState | None = None  # staleness.forced_lag > 0: the past versions
+
+
+def lag_capacity(config: Config) -> int:
+    """Slots of the forced lag's ring: staleness.forced_lag + 1 (0: no ring, no lag)."""
+    k = config.staleness.forced_lag
+    return k + 1 if k > 0 else 0
+
+
+def corrects_staleness(config: Config) -> bool:
+    """Whether a fused run's algorithm corrects for staleness: only under a forced lag
+    (elsewhere tau is always 0 and the weights would all be 1), as staleness.correct says."""
+    return lag_capacity(config) > 0 and config.staleness.correct
 
 
 def make_fused(config: Config, env: Env, algo: Algorithm):
@@ -38,6 +56,7 @@ def make_fused(config: Config, env: Env, algo: Algorithm):
     B, T = config.num_envs, config.rollout_len
     rollout_init, rollout = make_rollout(env, algo, B, T)
     replay = algo.buffer.replayed
+    ring_slots = lag_capacity(config)
 
     def init(key) -> FusedState:
         k_learn, k_act = jax.random.split(key)
@@ -47,27 +66,40 @@ def make_fused(config: Config, env: Env, algo: Algorithm):
         if replay:
             _, example, _ = jax.eval_shape(rollout, learner.params, learner.version, actor)
             rb = make_replay(config, algo).init(example)
-        return FusedState(learner, actor, jnp.zeros((), jnp.int32), rb)
+        lag = None
+        if ring_slots:
+            lag = lag_ring.init(learner.params, ring_slots, config.staleness.forced_lag)
+        return FusedState(learner, actor, jnp.zeros((), jnp.int32), rb, lag)
+
+    def acting(state: FusedState):
+        """(params, version) the rollout acts with: the learner's, or K versions older."""
+        if state.lag is None:
+            return state.learner.params, state.learner.version
+        return lag_ring.behaviour(state.lag, state.learner.version)
+
+    def remember(lag, learner):
+        """The ring after an update: the new version stored (no ring: nothing)."""
+        return None if lag is None else lag_ring.push(lag, learner.params, learner.version)
 
     def onpolicy_iteration(state: FusedState):
         # (the named scopes only name the ops, for profiles: experiments/benchmarks/profile_fused.py)
         with jax.named_scope("rollout"):
-            actor, traj, episodes = rollout(
-                state.learner.params, state.learner.version, state.actor, state.env_steps
-            )
+            params, version = acting(state)
+            actor, traj, episodes = rollout(params, version, state.actor, state.env_steps)
         with jax.named_scope("update"):
             learner, metrics = algo.update(state.learner, traj)
-        return FusedState(learner, actor, state.env_steps + B * T, None), metrics, episodes
+        lag = remember(state.lag, learner)
+        return FusedState(learner, actor, state.env_steps + B * T, None, lag), metrics, episodes
 
     replay_learn = make_replay_learn(config, algo)
 
     def replay_iteration(state: FusedState):
-        actor, trans, episodes = rollout(
-            state.learner.params, state.learner.version, state.actor, state.env_steps
-        )
+        params, version = acting(state)
+        actor, trans, episodes = rollout(params, version, state.actor, state.env_steps)
         env_steps = state.env_steps + B * T
         learner, rb, metrics = replay_learn(state.learner, state.replay, trans, env_steps)
-        return FusedState(learner, actor, env_steps, rb), metrics, episodes
+        lag = remember(state.lag, learner)
+        return FusedState(learner, actor, env_steps, rb, lag), metrics, episodes
 
     iteration = replay_iteration if replay else onpolicy_iteration
 
@@ -96,4 +128,4 @@ def make_fused(config: Config, env: Env, algo: Algorithm):
     return init, run
 
 
-__all__ = ["FusedState", "make_fused"]
+__all__ = ["FusedState", "corrects_staleness", "lag_capacity", "make_fused"]

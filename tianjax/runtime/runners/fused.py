@@ -35,7 +35,7 @@ import numpy as np
 from tianjax.algos import make_algorithm
 from tianjax.config import Config
 from tianjax.core.evaluation import EvalOutput, play_episodes
-from tianjax.core.fused_loop import make_fused
+from tianjax.core.fused_loop import corrects_staleness, make_fused
 from tianjax.envs.factory import make_jax_env
 from tianjax.metrics import Progress, RunLogger
 from tianjax.runtime.evaluation.play import MAX_STEPS, Evaluation, eval_key
@@ -105,7 +105,7 @@ def run_fused(config: Config, logger: RunLogger, progress: Progress, env=None) -
         config,
         env.obs_shape,
         env.action_spec,
-        correct_staleness=False,
+        correct_staleness=corrects_staleness(config),
         obs_dtype=getattr(env, "obs_dtype", None),
     )
     init, run = make_fused(config, env, algo)

@@ -21,7 +21,13 @@ range, gamma, GAE lambda and the gradient-norm clip. Sizes (num_envs, rollout_le
 widths, minibatches) change the program: they are config keys, grouped by `tianjax sweep`.
 An unknown or non-sweepable key raises ConfigError naming it. The staleness schedule's
 parameters are refused in fused mode: there every sample is fresh (tau = 0, weight 1), so
-they could not change the run.
+they could not change the run. Under a forced lag (`staleness.forced_lag: C > 0`, whose
+ring holds C + 1 versions) `staleness.forced_lag` is an input too: any lag K in [0, C],
+so that a lag sweep is one program, vmapped as seeds are:
+
+    init, train_fn = tianjax.make_train(config)            # staleness.forced_lag: 64
+    lags = jnp.array([0, 4, 16, 64])
+    runs = jax.jit(jax.vmap(train_fn, in_axes=(None, 0)))(init(key), {"staleness.forced_lag": lags})
 
 How the values become inputs: the algorithm is built inside train_fn from a copy of the
 config whose sweepable fields hold the traced values (`bind`). The config's checks ran on
@@ -42,9 +48,10 @@ import numpy as np
 
 from tianjax.algos import make_algorithm
 from tianjax.config import Config, ConfigError, Sections
-from tianjax.core.fused_loop import FusedState, make_fused
+from tianjax.core.fused_loop import FusedState, corrects_staleness, lag_capacity, make_fused
 
 WINDOW = 100  # finished episodes behind final_return, as the run recorder's trackers
+LAG_KEY = "staleness.forced_lag"  # an input under a forced lag: the lag of the run
 
 
 class FusedRun(NamedTuple):
@@ -68,7 +75,12 @@ def _get(config: Config, key: str):
 def _unknown(config: Config, key: str) -> ConfigError:
     keys = sweepable(config)
     known = ", ".join(keys) if keys else "none for this algorithm"
-    if key.startswith("staleness."):
+    if key == LAG_KEY:
+        why = (
+            "needs a ring: set staleness.forced_lag in the config to the largest lag the "
+            "program serves (0 there: every sample is fresh)"
+        )
+    elif key.startswith("staleness."):
         why = "has no effect in fused mode (every sample is fresh: tau = 0, weight 1)"
     elif "." in key and hasattr(getattr(config, key.split(".")[0], None), key.split(".", 1)[1]):
         why = (
@@ -80,12 +92,33 @@ def _unknown(config: Config, key: str) -> ConfigError:
     return ConfigError(f"make_train hyperparameter '{key}': {why} (inputs: {known})")
 
 
+def inputs(config: Config) -> tuple[str, ...]:
+    """Every key train_fn takes: the sweepable ones, and the lag under a forced lag."""
+    return sweepable(config) + ((LAG_KEY,) if lag_capacity(config) else ())
+
+
+def _check_lag(config: Config, value) -> None:
+    if isinstance(value, jax.core.Tracer):
+        return
+    a = np.asarray(value).reshape(-1)
+    most = config.staleness.forced_lag
+    ok = np.all(a == np.round(a)) and np.all(a >= 0) and np.all(a <= most)
+    if not ok:
+        raise ConfigError(
+            f"config key '{LAG_KEY}': must be whole numbers in [0, {most}] (the ring holds "
+            f"the config's staleness.forced_lag + 1 versions), got {a.tolist()}"
+        )
+
+
 def check(config: Config, hparams: Mapping[str, Any]) -> None:
     """Validates concrete hyperparameter values with the config's own checks (each value, or
     each entry of an array of values); ConfigError naming the key."""
     for key in hparams:
-        if key not in sweepable(config):
+        if key not in inputs(config):
             raise _unknown(config, key)
+    if LAG_KEY in hparams:
+        _check_lag(config, hparams[LAG_KEY])
+    hparams = {k: v for k, v in hparams.items() if k != LAG_KEY}
     concrete = {k: v for k, v in hparams.items() if not isinstance(v, jax.core.Tracer)}
     if not concrete:
         return
@@ -149,8 +182,9 @@ def make_train(config: Config, env=None):
         env if env is not None else make_jax_env(config.env_backend, config.env, config.env_options)
     )
     obs_dtype = getattr(env, "obs_dtype", None)
+    correct = corrects_staleness(config)
     algo = make_algorithm(
-        config, env.obs_shape, env.action_spec, correct_staleness=False, obs_dtype=obs_dtype
+        config, env.obs_shape, env.action_spec, correct_staleness=correct, obs_dtype=obs_dtype
     )
     init, _ = make_fused(config, env, algo)
     num_updates = config.total_env_steps // (config.num_envs * config.rollout_len)
@@ -165,9 +199,12 @@ def make_train(config: Config, env=None):
         }
         bound = bind(config, values)
         algo_b = make_algorithm(
-            bound, env.obs_shape, env.action_spec, correct_staleness=False, obs_dtype=obs_dtype
+            bound, env.obs_shape, env.action_spec, correct_staleness=correct, obs_dtype=obs_dtype
         )
         _, run = make_fused(bound, env, algo_b)
+        if LAG_KEY in hparams:
+            lag = jnp.asarray(hparams[LAG_KEY], jnp.int32)
+            state = state._replace(lag=state.lag._replace(lag=lag))
         opt = state.learner.opt_state
         if hasattr(opt, "hyperparams"):  # optax.inject_hyperparams: the optimizer reads its state
             section = config.spec.section
@@ -210,4 +247,14 @@ def final_return(run: FusedRun) -> np.ndarray:
     return np.where(n > 0, total / np.maximum(n, 1), np.nan)
 
 
-__all__ = ["FusedRun", "WINDOW", "bind", "check", "final_return", "make_train", "sweepable"]
+__all__ = [
+    "FusedRun",
+    "LAG_KEY",
+    "WINDOW",
+    "bind",
+    "check",
+    "final_return",
+    "inputs",
+    "make_train",
+    "sweepable",
+]
