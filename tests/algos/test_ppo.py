@@ -371,7 +371,8 @@ def test_behaviour_clip_zeroes_exactly_the_samples_the_textbook_clip_stops_at_th
     moved = ((a_hat > 0) & (rho > 1.2)) | ((a_hat < 0) & (rho < 0.8))
     assert 0 < moved.sum() < moved.size  # the case has both kinds
     np.testing.assert_allclose(clipped.weight, np.where(moved, 0.0, w), rtol=1e-6)
-    chex.assert_trees_all_close(clipped._replace(weight=plain.weight), plain)
+    np.testing.assert_array_equal(clipped.cut, moved.astype(np.float32))
+    chex.assert_trees_all_close(clipped._replace(weight=plain.weight, cut=plain.cut), plain)
     # the gradient at theta_0: the once-corrected policy gradient over the samples kept,
     # nothing from the ones the textbook clip (centred on mu) would stop
     loss_fn = make_loss(_linear_apply, clip_eps=0.2, clip_value=True, vf_coef=0.0, ent_coef=0.0)

@@ -7,7 +7,11 @@ into `r_t` by the caller (r_t + gamma * V(final obs)).
 - GAE: Schulman et al., "High-Dimensional Continuous Control Using GAE", 2016; with
   truncated importance traces (Retrace, Munos et al., 2016) for a learner policy other
   than the behaviour policy.
-- V-trace: Espeholt et al., "IMPALA", 2018, eq. (1) and the policy-gradient advantage.
+- V-trace: Espeholt et al., "IMPALA", 2018, eq. (1) and the policy-gradient advantage;
+  with lambda < 1 as rlax defines it (`vtrace_td_error_and_advantage`): the traces are
+  c_s = lambda min(c_bar, rho_s), and the action's value estimate bootstraps from the
+  lambda-mix of the next state's target and value, q_s = r_s + discount_s (lambda v_{s+1} +
+  (1 - lambda) V(x_{s+1})). With lambda = 1 (IMPALA's) both are the paper's.
 """
 
 from __future__ import annotations
@@ -69,8 +73,8 @@ def traced_gae(
 
 class VTraceOutput(NamedTuple):
     errors: Array  # [T] v_s - V(x_s)
-    pg_advantage: Array  # [T] min(pg_rho_bar, rho) * (r + discount * v_{s+1} - V(x_s))
-    q_estimate: Array  # [T] r + discount * v_{s+1}
+    pg_advantage: Array  # [T] min(pg_rho_bar, rho) * (q_s - V(x_s))
+    q_estimate: Array  # [T] q_s = r + discount * (lambda v_{s+1} + (1 - lambda) V(x_{s+1}))
 
 
 def vtrace(
@@ -104,7 +108,8 @@ def vtrace(
 
     _, errors = jax.lax.scan(body, jnp.zeros_like(td[0]), (td, discount_t, c_tm1), reverse=True)
     vs = errors + v_tm1
-    vs_next = jnp.concatenate([vs[1:], v_t[-1:]])
+    # the last step bootstraps from V(x_T); before it, the lambda-mix of target and value
+    vs_next = jnp.concatenate([lambda_ * vs[1:] + (1.0 - lambda_) * v_tm1[1:], v_t[-1:]])
     q = r_t + discount_t * vs_next
     pg_adv = jnp.minimum(pg_rho_bar, rho_tm1) * (q - v_tm1)
     sg = jax.lax.stop_gradient

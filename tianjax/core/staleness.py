@@ -17,6 +17,14 @@ samples, w_i <- w_i * n_kept / sum_j w_j. Without it, a batch of mostly stale sa
 silently shrink the effective learning rate; with it, staleness only redistributes credit
 between the samples of a batch, and an all-fresh batch is weighted exactly 1 (so every
 corrected loss equals its plain form when tau = 0).
+
+Diagnostics (`diagnostics`, in every update's metrics): tau's min, mean and max over the
+batch; the effective sample size of the weights as a share of the batch,
+
+    ess = (sum_i w_i)^2 / (N sum_i w_i^2)        (1: all equal; 1/N: one sample carries all)
+
+the share of samples cut by PPO's behaviour clip, and the share dropped as too stale
+(tau > max_staleness).
 """
 
 from __future__ import annotations
@@ -128,6 +136,29 @@ def staleness_weights(
     return jax.lax.stop_gradient(w), mask
 
 
+def diagnostics(tau: Array, weight: Array, kept: Array | None, cut: Array | None) -> dict:
+    """The staleness diagnostics of one batch (any shape, all alike): tau_min, tau_mean,
+    tau_max, weight_ess (a share of the batch, see the module docstring), behaviour_clip_frac
+    and stale_dropped_frac. `kept` None: nothing dropped; `cut` None: nothing cut."""
+    tau = jnp.asarray(tau, jnp.float32)
+    w = jnp.asarray(weight, jnp.float32)
+    total, square = jnp.sum(w), jnp.sum(jnp.square(w))
+    ess = jnp.where(square > 0, total * total / (w.size * jnp.maximum(square, 1e-30)), 0.0)
+    zero = jnp.zeros((), jnp.float32)
+    return jax.lax.stop_gradient(
+        {
+            "tau_min": jnp.min(tau),
+            "tau_mean": jnp.mean(tau),
+            "tau_max": jnp.max(tau),
+            "weight_ess": ess,
+            "behaviour_clip_frac": zero if cut is None else jnp.mean(cut.astype(jnp.float32)),
+            "stale_dropped_frac": zero
+            if kept is None
+            else 1.0 - jnp.mean(kept.astype(jnp.float32)),
+        }
+    )
+
+
 def truncated_ratio(log_pi: Array, log_mu: Array, rho_bar: float) -> Array:
     """rho = min(rho_bar, pi / mu), computed from log-probabilities, without gradient."""
     return jax.lax.stop_gradient(jnp.minimum(rho_bar, jnp.exp(log_pi - log_mu)))
@@ -137,6 +168,7 @@ __all__ = [
     "admissible",
     "constant",
     "cutoff",
+    "diagnostics",
     "exponential",
     "hinge",
     "Schedule",

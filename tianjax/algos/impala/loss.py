@@ -28,6 +28,7 @@ from tianjax.core import distributions as D
 from tianjax.core import returns
 from tianjax.core.algorithm import Algorithm
 from tianjax.core.buffer_kind import ON_POLICY
+from tianjax.core.staleness import diagnostics, staleness
 from tianjax.core.types import ActionSpec, Trajectory
 from tianjax.core.update import (
     LearnerState,
@@ -163,7 +164,8 @@ def make(
         B may hold several actors' trajectories side by side; chunks split along it."""
         T, B = traj.reward.shape
         # V-trace's clipped ratios are the importance correction: weights are w(tau) only.
-        w, _ = sample_weights(correct_staleness, state.version, traj.version, config.staleness)
+        w, kept = sample_weights(correct_staleness, state.version, traj.version, config.staleness)
+        tau = staleness(jnp.asarray(state.version, jnp.int32), traj.version)
         chunks = split_batch(traj, w, cfg.num_minibatches)
         lrs = lr_at(step_progress(state.fresh_steps, fresh, T * B, cfg.num_minibatches))
 
@@ -178,6 +180,7 @@ def make(
         metrics = jax.tree.map(jnp.mean, metrics)
         metrics["weight_min"] = jnp.min(w)
         metrics["weight_max"] = jnp.max(w)
+        metrics.update(diagnostics(tau, w, kept, None))
         metrics["lr"] = learning_rate(opt_state)
         fresh_steps = state.fresh_steps + jnp.asarray(fresh, jnp.int32) * (T * B)
         new_state = state._replace(

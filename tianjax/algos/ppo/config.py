@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from tianjax.config import check_key
 
@@ -25,8 +26,16 @@ class PPOConfig:
     # GAE is not off-policy corrected: a stale trajectory's advantage values mu's later
     # actions, a bias that grows with staleness (see tianjax/algos/ppo.py)
     truncated_traces: bool = False
+    # the staleness correction where staleness.correct is true (false: textbook PPO, ratio and
+    # clip against mu): decoupled (clip around pi_0, weight w(tau) min(rho_bar, pi_0/mu);
+    # AReaL's with schedule constant), a3po (proximal interpolated between mu and pi_theta by
+    # version), m2po (ratio against mu, no clip, second-moment mask); formulas in
+    # tianjax/algos/ppo/loss.py
+    correction: Literal["decoupled", "a3po", "m2po"] = "decoupled"
+    m2_threshold: float = 0.04  # m2po: the most mean (log pi_theta/mu)^2 the kept samples may have
     # corrected batches: a sample whose pi_0 has already moved past the clip range from mu
-    # in the direction of its advantage gets weight 0 (the textbook clip at the first step)
+    # in the direction of its advantage gets weight 0 (the textbook clip at the first step);
+    # correction decoupled only
     behaviour_clip: bool = False
     # lr is the rate of a dense layer this many inputs wide; a wider one's Adam step is
     # scaled by lr_base_width / fan_in (tianjax.core.update.scale_by_fan_in); null: lr everywhere
@@ -57,6 +66,15 @@ class PPOConfig:
         check_key(self.clip_eps > 0, "ppo.clip_eps", f"must be > 0, got {self.clip_eps}")
         check_key(
             self.max_grad_norm > 0, "ppo.max_grad_norm", f"must be > 0, got {self.max_grad_norm}"
+        )
+        check_key(
+            self.m2_threshold > 0, "ppo.m2_threshold", f"must be > 0, got {self.m2_threshold}"
+        )
+        check_key(
+            not self.behaviour_clip or self.correction == "decoupled",
+            "ppo.behaviour_clip",
+            f"is for ppo.correction decoupled (it compares pi_0 with mu), got correction "
+            f"'{self.correction}'",
         )
 
 

@@ -1,0 +1,377 @@
+"""Staleness robustness: the final return of each loss with actors forced K updates behind,
+as a fraction of the same loss's return at K = 0 with the same seeds.
+
+    python experiments/studies/staleness_robustness/staleness_robustness.py run \\
+        [--envs breakout ...] [--losses textbook ...] [--lags 0 4 16 64] [--seeds 3]
+    python experiments/studies/staleness_robustness/staleness_robustness.py table [--plot]
+
+Fused mode with `staleness.forced_lag`: the rollout of the update at learner version V acts
+with the parameters of version max(V - K, 0) from a ring in the loop's state, so every
+sample is exactly K updates old from update K on (tianjax.core.lag). For one env and one
+loss, every (K, seed) of the grid is one program: `tianjax.make_train` vmapped over the
+lag and the seed (one compile, the runs side by side). Each run's line goes to
+results/runs.jsonl as it finishes (a group already there is skipped: the grid resumes).
+
+What it counts. Final return: the mean return of the episodes that finished in the last
+tenth of the run's updates (training episodes, sampled actions, of the behaviour policy,
+which under a lag is the policy of K updates before the end). Fraction: mean over seeds
+of a loss's final return at K, over its mean at K = 0 (the same seeds); for a return that
+can be negative (Acrobot, Pendulum) the fraction is taken of the improvement over a random
+policy's return, (R_K - R_random) / (R_0 - R_random), so that 1 is "as good as K = 0" and
+0 "no better than random". Env steps are policy decisions, equal for every K (the same
+budget); the lag changes what is learned from, not how much.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+RESULTS = os.path.join(HERE, "results")
+RUNS = os.path.join(RESULTS, "runs.jsonl")
+
+# env name -> (config, overrides). Each is sized so that a
+# run has about 1,000 updates (a lag of 64 is a small part of it) within this machine's
+# compute: smaller batches than the shipped configs, the same algorithm settings otherwise.
+ENVS = {
+    "breakout": (
+        "configs/ppo_breakout_minatar.yaml",
+        [
+            "num_envs=32",
+            "rollout_len=32",
+            "ppo.num_minibatches=4",
+            "ppo.lr=2.5e-3",
+            "total_env_steps=1048576",
+        ],
+    ),
+    "spaceinvaders": (
+        "configs/ppo_spaceinvaders_minatar.yaml",
+        [
+            "num_envs=32",
+            "rollout_len=32",
+            "ppo.num_minibatches=4",
+            "ppo.lr=2.5e-3",
+            "total_env_steps=1048576",
+        ],
+    ),
+    "acrobot": (
+        "configs/ppo_cartpole.yaml",
+        ["env=Acrobot-v1", "target_return=-100", "total_env_steps=500000"],
+    ),
+    "pendulum": (
+        "configs/ppo_pendulum.yaml",
+        [
+            "num_envs=8",
+            "rollout_len=64",
+            "ppo.num_minibatches=4",
+            "total_env_steps=500000",
+        ],
+    ),
+    "cartpole": ("configs/ppo_cartpole.yaml", ["total_env_steps=500000"]),
+}
+# loss name -> overrides. tianjax's default is the async configs' correction.
+LOSSES = {
+    "textbook": ["staleness.correct=false"],
+    "decoupled": [
+        "ppo.correction=decoupled",
+        "staleness.schedule=constant",
+        "ppo.behaviour_clip=false",
+    ],
+    "tianjax": [
+        "ppo.correction=decoupled",
+        "staleness.schedule=polynomial",
+        "staleness.power=0.5",
+        "ppo.behaviour_clip=true",
+    ],
+    "a3po": ["ppo.correction=a3po", "staleness.schedule=constant"],
+    "m2po": ["ppo.correction=m2po", "staleness.schedule=constant"],
+    # IMPALA's V-trace on the same env (its own section's defaults, the env's network)
+    "vtrace": ["algo=impala", "impala.num_minibatches=4"],
+}
+# what a loss override cannot say for IMPALA: its section keys replace PPO's
+PPO_ONLY = ("ppo.",)
+
+
+def overrides_for(env: str, loss: str, lags: list[int]) -> tuple[str, list[str]]:
+    config, env_over = ENVS[env]
+    over = list(env_over)
+    if loss == "vtrace":
+        over = [o for o in over if not o.startswith(PPO_ONLY)]
+    over += LOSSES[loss] + [f"staleness.forced_lag={max(max(lags), 1)}", "eval_episodes=0"]
+    return config, over
+
+
+def final_of(metrics: dict, tenth: float = 0.1):
+    """(final return, tau mean at the end, a 20-point return curve) of one run's
+    per-update metrics (numpy arrays [num_updates])."""
+    import numpy as np
+
+    ret, n = np.asarray(metrics["episode_return_sum"]), np.asarray(metrics["episodes"])
+    u = len(ret)
+    last = slice(u - max(1, int(round(u * tenth))), u)
+    final = float(ret[last].sum() / max(n[last].sum(), 1))
+    edges = np.linspace(0, u, 21).astype(int)
+    curve = [float(ret[a:b].sum() / max(n[a:b].sum(), 1)) for a, b in zip(edges[:-1], edges[1:])]
+    return final, float(np.asarray(metrics["tau_mean"])[-1]), curve
+
+
+def done_groups() -> set:
+    if not os.path.exists(RUNS):
+        return set()
+    out = set()
+    with open(RUNS) as f:
+        for line in f:
+            r = json.loads(line)
+            out.add((r["env"], r["loss"], r["lag"], r["seed"], r["steps"]))
+    return out
+
+
+def run_group(env: str, loss: str, lags: list[int], seeds: list[int], steps: int | None) -> None:
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    import tianjax
+    from tianjax.config import load_config
+
+    config, over = overrides_for(env, loss, lags)
+    if steps:
+        over.append(f"total_env_steps={steps}")
+    cfg = load_config(config, over)
+    have = done_groups()
+    grid = [
+        (k, s) for k in lags for s in seeds if (env, loss, k, s, cfg.total_env_steps) not in have
+    ]
+    if not grid:
+        print(f"{env:13s} {loss:10s} done already", flush=True)
+        return
+    init, train_fn = tianjax.make_train(cfg)
+    one = jax.jit(init)
+    # NOTE: one init per seed, stacked on the host (as the fused runner does)
+    states = [one(jax.random.key(cfg.seed + 1000 * s)) for _, s in grid]
+    state = jax.tree.map(lambda *xs: jnp.stack(xs), *states)
+    lag = jnp.asarray([k for k, _ in grid], jnp.int32)
+    fn = jax.jit(jax.vmap(train_fn))
+    t0 = time.perf_counter()
+    program = fn.lower(state, {"staleness.forced_lag": lag}).compile()
+    t1 = time.perf_counter()
+    out = program(state, {"staleness.forced_lag": lag})
+    metrics = jax.device_get(out.metrics)
+    t2 = time.perf_counter()
+    os.makedirs(RESULTS, exist_ok=True)
+    with open(RUNS, "a") as f:
+        for i, (k, s) in enumerate(grid):
+            m = {key: np.asarray(v)[i] for key, v in metrics.items()}
+            final, tau_end, curve = final_of(m)
+            line = {
+                "env": env,
+                "loss": loss,
+                "lag": k,
+                "seed": s,
+                "steps": cfg.total_env_steps,
+                "updates": int(len(m["episodes"])),
+                "final_return": final,
+                "tau_mean_end": tau_end,
+                "curve": curve,
+                "runs_in_program": len(grid),
+                "compile_s": round(t1 - t0, 1),
+                "train_s": round(t2 - t1, 1),
+            }
+            f.write(json.dumps(line) + "\n")
+    finals = ", ".join(
+        f"K={k} s{s} {final_of({key: np.asarray(v)[i] for key, v in metrics.items()})[0]:.1f}"
+        for i, (k, s) in enumerate(grid)
+    )
+    print(
+        f"{env:13s} {loss:10s} {len(grid)} runs, compile {t1 - t0:.0f} s, train {t2 - t1:.0f} s "
+        f"(without compilation): {finals}",
+        flush=True,
+    )
+
+
+def random_return(env: str, num_envs: int = 64, steps: int = 4000) -> float:
+    """The mean return of a uniformly random policy's finished episodes (the 0 of the
+    fraction), measured on the env as the config makes it."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from tianjax.config import load_config
+    from tianjax.core.episodes import track_episodes
+    from tianjax.core.types import EpisodeStats
+    from tianjax.envs.factory import make_jax_env
+
+    config, over = ENVS[env]
+    cfg = load_config(config, over)
+    e = make_jax_env(cfg.env_backend, cfg.env, cfg.env_options)
+    spec = e.action_spec
+
+    def act(key):
+        if spec.discrete:
+            return jax.random.randint(key, (num_envs,), 0, spec.num_actions)
+        shape = (num_envs,) + tuple(spec.shape)
+        return jax.random.uniform(key, shape, minval=spec.low, maxval=spec.high)
+
+    def step(carry, key):
+        state, stats, total, count = carry
+        k_act, k_env = jax.random.split(key)
+        nxt = jax.vmap(e.step)(jax.random.split(k_env, num_envs), state, act(k_act))
+        done = nxt.terminated | nxt.truncated
+        stats, ret, _ = track_episodes(stats, nxt.reward, done)
+        total = total + jnp.sum(jnp.where(done, ret, 0.0))
+        return (nxt.state, stats, total, count + jnp.sum(done)), None
+
+    key = jax.random.key(0)
+    _, state = jax.vmap(e.reset)(jax.random.split(key, num_envs))
+    zeros = jnp.zeros((num_envs,), jnp.float32)
+    carry = (state, EpisodeStats(zeros, zeros.astype(jnp.int32)), 0.0, 0)
+    (_, _, total, count), _ = jax.jit(lambda c, ks: jax.lax.scan(step, c, ks))(
+        carry, jax.random.split(jax.random.key(1), steps)
+    )
+    return float(np.asarray(total) / max(int(count), 1))
+
+
+def randoms() -> dict:
+    """{env: random policy's return}, measured once and kept in results/random.json."""
+    path = os.path.join(RESULTS, "random.json")
+    have = json.load(open(path)) if os.path.exists(path) else {}
+    missing = [e for e in ENVS if e not in have]
+    for env in missing:
+        have[env] = round(random_return(env), 3)
+    if missing:
+        os.makedirs(RESULTS, exist_ok=True)
+        with open(path, "w") as f:
+            json.dump(have, f, indent=1)
+    return have
+
+
+def load_runs(steps_of: dict | None = None) -> list[dict]:
+    with open(RUNS) as f:
+        return [json.loads(line) for line in f]
+
+
+def fraction(r_k: float, r_0: float, random: float) -> float:
+    """(R_K - R_random) / (R_0 - R_random): 1 as good as K = 0, 0 no better than random."""
+    return (r_k - random) / (r_0 - random) if r_0 != random else float("nan")
+
+
+def table(plot: bool) -> str:
+    runs = load_runs()
+    rand = randoms()
+    by = {}
+    for r in runs:
+        by.setdefault((r["env"], r["loss"], r["lag"]), {})[r["seed"]] = r["final_return"]
+    envs = [e for e in ENVS if any(k[0] == e for k in by)]
+    losses = [lo for lo in LOSSES if any(k[1] == lo for k in by)]
+    lags = sorted({k[2] for k in by})
+    lines = []
+    for env in envs:
+        random = rand[env]
+        lines.append(f"\n{env} (random policy {random:g}; K = 0 return, then fraction at each K)\n")
+        lines.append("| loss | K = 0 return | " + " | ".join(f"K = {k}" for k in lags if k) + " |")
+        lines.append("|---|---:|" + "---:|" * len([k for k in lags if k]))
+        for loss in losses:
+            base = by.get((env, loss, 0))
+            if not base:
+                continue
+            r0 = statistics.mean(base.values())
+            cells = []
+            for k in lags:
+                if not k:
+                    continue
+                got = by.get((env, loss, k))
+                if not got:
+                    cells.append("-")
+                    continue
+                seeds = sorted(set(got) & set(base))
+                rk = statistics.mean(got[s] for s in seeds)
+                r0s = statistics.mean(base[s] for s in seeds)
+                cells.append(f"{fraction(rk, r0s, random):.2f}")
+            spread = ""
+            if len(base) > 1:
+                spread = f" ± {statistics.stdev(base.values()):.1f}"
+            lines.append(
+                f"| {loss} | {r0:.1f}{spread} (n={len(base)}) | " + " | ".join(cells) + " |"
+            )
+    text = "\n".join(lines)
+    if plot:
+        _plot(by, envs, losses, lags, rand)
+    return text
+
+
+def _plot(by, envs, losses, lags, rand) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(envs), figsize=(4 * len(envs), 3.4), squeeze=False)
+    for ax, env in zip(axes[0], envs):
+        random = rand[env]
+        for loss in losses:
+            base = by.get((env, loss, 0))
+            if not base:
+                continue
+            xs, ys = [], []
+            for k in lags:
+                got = by.get((env, loss, k))
+                if not got:
+                    continue
+                seeds = sorted(set(got) & set(base))
+                rk = statistics.mean(got[s] for s in seeds)
+                r0 = statistics.mean(base[s] for s in seeds)
+                xs.append(max(k, 0.5))
+                ys.append(fraction(rk, r0, random))
+            ax.plot(xs, ys, marker="o", label=loss)
+        ax.axhline(1.0, color="grey", lw=0.5)
+        ax.axhline(0.9, color="grey", lw=0.5, ls="--")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("forced lag K (updates; 0 plotted at 0.5)")
+        ax.set_title(env)
+    axes[0][0].set_ylabel("final return / K = 0's (over random)")
+    axes[0][-1].legend(fontsize=7)
+    fig.suptitle(
+        "final return (training episodes, last tenth of each run) at lag K over the same "
+        "loss and seeds at K = 0; equal env steps",
+        fontsize=8,
+    )
+    fig.tight_layout()
+    fig.savefig(os.path.join(RESULTS, "staleness_robustness.png"), dpi=110)
+
+
+def main():
+    global RUNS
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run", help="train the grid's missing runs")
+    r.add_argument(
+        "--envs", nargs="+", default=["breakout", "spaceinvaders", "acrobot", "pendulum"]
+    )
+    r.add_argument("--losses", nargs="+", default=list(LOSSES), choices=list(LOSSES))
+    r.add_argument("--lags", nargs="+", type=int, default=[0, 4, 16, 64])
+    r.add_argument("--seeds", type=int, default=3)
+    r.add_argument("--steps", type=int, default=None, help="total env steps (default: the env's)")
+    t = sub.add_parser("table", help="print the table of results/runs.jsonl")
+    t.add_argument(
+        "--plot", action="store_true", help="also write results/staleness_robustness.png"
+    )
+    for p in (r, t):
+        p.add_argument("--out", default=RUNS, help="the runs file (default: results/runs.jsonl)")
+    args = ap.parse_args()
+    RUNS = args.out
+    if args.cmd == "table":
+        print(table(args.plot))
+        return
+    randoms()
+    for env in args.envs:
+        for loss in args.losses:
+            run_group(env, loss, sorted(args.lags), list(range(args.seeds)), args.steps)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
