@@ -72,3 +72,20 @@ def test_truncated_ratio():
     log_mu = jnp.log(jnp.array([0.25, 0.4, 0.9]))
     np.testing.assert_allclose(S.truncated_ratio(log_pi, log_mu, 1.0), [1.0, 0.5, 1.0], rtol=1e-6)
     np.testing.assert_allclose(S.truncated_ratio(log_pi, log_mu, 3.0), [2.0, 0.5, 1.0], rtol=1e-6)
+
+
+def test_divergence_weight_is_one_over_one_plus_the_versions_second_moment_over_eps_squared():
+    # two versions: tau 0 (log-ratios 0, 0) and tau 3 (log-ratios 0.2, -0.4, and a dropped one)
+    tau = jnp.array([0, 0, 3, 3, 3])
+    log_ratio = jnp.array([0.0, 0.0, 0.2, -0.4, 5.0])
+    mask = jnp.array([1.0, 1.0, 1.0, 1.0, 0.0])
+    w = S.divergence(tau, log_ratio, mask, eps=0.2)
+    d3 = (0.2**2 + 0.4**2) / 2  # the dropped sample does not count
+    np.testing.assert_allclose(w, [1, 1] + [1 / (1 + d3 / 0.04)] * 3, rtol=1e-6)
+    # through staleness_weights: the last sample (tau 4) is dropped by max_staleness 3
+    cfg = StalenessConfig(schedule="divergence", max_staleness=3, normalise=False)
+    w2, kept = S.staleness_weights(5, 5 - jnp.array([0, 0, 3, 3, 4]), cfg, log_ratio, 0.2)
+    np.testing.assert_array_equal(kept, mask)
+    np.testing.assert_allclose(w2, np.asarray(w) * np.asarray(mask), rtol=1e-6)
+    with pytest.raises(ValueError, match="divergence"):
+        S.staleness_weights(5, 5 - tau, cfg)

@@ -79,10 +79,22 @@ def replay_step(
     ), metrics
 
 
+def check_schedule_by_age(config: Config) -> None:
+    """An algorithm that weighs samples by their age only (no pi_0 / mu of its own to measure
+    a divergence with) refuses staleness.schedule divergence, which is PPO's."""
+    check_key(
+        config.staleness.schedule != "divergence",
+        "staleness.schedule",
+        f"'divergence' weighs by log pi_0 / mu, which PPO's update has; {config.algo} "
+        "weighs by tau only (constant, polynomial, exponential, hinge, cutoff)",
+    )
+
+
 def check_replay(config: Config) -> None:
     """The replay section (`config.replay_config`, the algorithm's own) against the run: the
     buffer holds one rollout, and in mode sync with actors every round of
     trajectories owes the learner a gradient step that starts in the first round."""
+    check_schedule_by_age(config)
     rc, key = config.replay_config, config.spec.section
     sequences = config.spec.buffer.items == "sequences"
     items = config.num_envs * (1 if sequences else config.rollout_len)

@@ -15,8 +15,12 @@ from tianjax.config.device_lists import DeviceList, parse_devices
 class StalenessConfig:
     correct: bool = True  # false: the plain losses, every sample weighted 1 (for comparisons)
     # w(tau): constant (1), polynomial (1 + tau)^-power, exponential exp(-tau / kappa),
-    # hinge (1 up to tau0, then (1 + tau - tau0)^-power), cutoff (1 up to max_staleness, then 0)
-    schedule: Literal["constant", "polynomial", "exponential", "hinge", "cutoff"] = "constant"
+    # hinge (1 up to tau0, then (1 + tau - tau0)^-power), cutoff (1 up to max_staleness, then
+    # 0), divergence (PPO: 1 / (1 + D_v / eps^2), D_v the batch's mean (log pi_0/mu)^2 over
+    # the samples of a version; the bias-variance weight of tianjax/core/staleness.py)
+    schedule: Literal["constant", "polynomial", "exponential", "hinge", "cutoff", "divergence"] = (
+        "constant"
+    )
     power: float = 0.5
     kappa: float = 8.0
     tau0: int = 4

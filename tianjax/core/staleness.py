@@ -18,6 +18,30 @@ silently shrink the effective learning rate; with it, staleness only redistribut
 between the samples of a batch, and an all-fresh batch is weighted exactly 1 (so every
 corrected loss equals its plain form when tau = 0).
 
+The divergence schedule (`divergence`, PPO) weighs a version by how far its policy is from
+pi_0 rather than by its age, as a bias-variance trade-off. A batch's gradient sums the
+samples of several behaviour versions v; those of version v estimate the gradient at pi_0
+with a bias b_v (the truncated ratio, states drawn from mu's distribution, advantages of
+mu's continuation: each vanishes at mu = pi_0 and grows with their divergence; by Pinsker
+|b_v|^2 <= beta^2 D_v for a divergence D_v) and a variance sigma^2 / n_v that the bounded
+weights keep about the same for every version. The scale c_v of version v's contribution
+that minimises E|c_v g_v - g|^2 for a true gradient g is, with n_v large,
+
+    c_v = |g|^2 / (|g|^2 + |b_v|^2) = 1 / (1 + D_v / D*),        D* = |g|^2 / beta^2
+
+and the divergence is measured on the batch itself, from the log-ratios it already has:
+
+    D_v = mean_{i of version v} (log pi_0(a_i|s_i) - log mu(a_i|s_i))^2      (~ 2 KL(mu || pi_0))
+    w_i = 1 / (1 + D_{v_i} / eps^2)
+
+D* (which needs |g| and beta, unknown) is set to eps^2, the squared log-ratio at the edge of
+PPO's clip range: a version whose actions sit on average at the trust region's edge
+counts half. Unlike (1 + tau)^-a it does not discount old samples of a policy that has not
+moved (late in a run, with an annealed learning rate), and it discounts more where the
+policy moved fast. Normalised (the default), it only moves credit between the versions of
+a mixed batch; with `normalise: false`, a batch whose versions all moved far also takes a
+smaller step (c_v applied as derived).
+
 Diagnostics (`diagnostics`, in every update's metrics): tau's min, mean and max over the
 batch; the effective sample size of the weights as a share of the batch,
 
@@ -111,6 +135,18 @@ def schedule_weights(tau: Array, cfg: Schedule) -> Array:
     raise ValueError(f"unknown staleness schedule {cfg.schedule!r}")
 
 
+def divergence(tau: Array, log_ratio: Array, mask: Array, eps: float, groups: int = 256) -> Array:
+    """w_i = 1 / (1 + D_{tau_i} / eps^2), D_tau the mean (log pi_0/mu)^2 over the kept samples
+    of staleness tau (one behaviour version per tau in a batch); staleness from `groups` - 1
+    up shares one group. Any shape, all alike; no gradient."""
+    seg = jnp.clip(tau, 0, groups - 1).reshape(-1).astype(jnp.int32)
+    d = jnp.square(jax.lax.stop_gradient(log_ratio)).reshape(-1) * mask.reshape(-1)
+    sums = jax.ops.segment_sum(d, seg, num_segments=groups)
+    counts = jax.ops.segment_sum(mask.reshape(-1).astype(jnp.float32), seg, num_segments=groups)
+    mean = sums / jnp.maximum(counts, 1.0)
+    return (1.0 / (1.0 + mean[seg] / (eps * eps))).reshape(tau.shape)
+
+
 def normalise(weights: Array, mask: Array) -> Array:
     """Rescales `weights` to mean 1 over the samples where `mask` is set (0 elsewhere)."""
     w = weights * mask
@@ -120,9 +156,14 @@ def normalise(weights: Array, mask: Array) -> Array:
 
 
 def staleness_weights(
-    learner_version: Array | int, behaviour_version: Array, cfg: StalenessConfig
+    learner_version: Array | int,
+    behaviour_version: Array,
+    cfg: StalenessConfig,
+    log_ratio: Array | None = None,
+    eps: float = 0.2,
 ) -> tuple[Array, Array]:
-    """Per-sample weights and keep-mask for a batch of any shape.
+    """Per-sample weights and keep-mask for a batch of any shape. The divergence schedule
+    needs `log_ratio` (log pi_0/mu per sample, the batch's shape) and the clip range `eps`.
 
     Returns:
       weights: float32, same shape as `behaviour_version`, 0 where dropped.
@@ -130,7 +171,12 @@ def staleness_weights(
     """
     tau = staleness(jnp.asarray(learner_version, jnp.int32), behaviour_version)
     mask = admissible(tau, cfg.max_staleness).astype(jnp.float32)
-    w = schedule_weights(tau, cfg) * mask
+    if cfg.schedule == "divergence":
+        if log_ratio is None:
+            raise ValueError("the divergence schedule needs each sample's log pi_0 / mu")
+        w = divergence(tau, log_ratio, mask, eps) * mask
+    else:
+        w = schedule_weights(tau, cfg) * mask
     if cfg.normalise:
         w = normalise(w, mask)
     return jax.lax.stop_gradient(w), mask
@@ -169,6 +215,7 @@ __all__ = [
     "constant",
     "cutoff",
     "diagnostics",
+    "divergence",
     "exponential",
     "hinge",
     "Schedule",

@@ -46,7 +46,8 @@ ENVS = {
             "rollout_len=32",
             "ppo.num_minibatches=4",
             "ppo.lr=2.5e-3",
-            "total_env_steps=1048576",
+            "network.hidden=[64,64]",
+            "total_env_steps=524288",
         ],
     ),
     "spaceinvaders": (
@@ -56,7 +57,8 @@ ENVS = {
             "rollout_len=32",
             "ppo.num_minibatches=4",
             "ppo.lr=2.5e-3",
-            "total_env_steps=1048576",
+            "network.hidden=[64,64]",
+            "total_env_steps=524288",
         ],
     ),
     "acrobot": (
@@ -86,6 +88,14 @@ LOSSES = {
         "ppo.correction=decoupled",
         "staleness.schedule=polynomial",
         "staleness.power=0.5",
+        "ppo.behaviour_clip=true",
+    ],
+    # tianjax with the derived divergence weight applied as derived (not normalised: a batch
+    # whose version moved far from pi_0 takes a smaller step)
+    "tianjax-div": [
+        "ppo.correction=decoupled",
+        "staleness.schedule=divergence",
+        "staleness.normalise=false",
         "ppo.behaviour_clip=true",
     ],
     "a3po": ["ppo.correction=a3po", "staleness.schedule=constant"],

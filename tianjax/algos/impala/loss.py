@@ -21,7 +21,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from tianjax.algos.common import sample_weights
+from tianjax.algos.common import check_schedule_by_age, sample_weights
 from tianjax.algos.policy import actor_critic
 from tianjax.config import Config, check_key
 from tianjax.core import distributions as D
@@ -121,6 +121,7 @@ def split_batch(traj: Trajectory, weight: jax.Array, num_chunks: int):
 
 def check_config(config: Config) -> None:
     """The impala section against the run: the minibatches split the batch's width."""
+    check_schedule_by_age(config)
     width = config.batch_trajectories * config.num_envs
     check_key(
         width % config.impala.num_minibatches == 0,

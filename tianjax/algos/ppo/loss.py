@@ -274,12 +274,14 @@ def make_batch(
     """
     cfg = config.ppo
     T, B = traj.reward.shape
-    w, mask = sample_weights(correct_staleness, state.version, traj.version, config.staleness)
     tau = S.staleness(jnp.asarray(state.version, jnp.int32), traj.version).astype(jnp.float32)
     log_mu = traj.behaviour_log_prob
     if correct_staleness:
         dist0, v0 = apply_fn(state.params, traj.obs)
         log_pi0 = D.log_prob(dist0, traj.action)
+        w, mask = S.staleness_weights(
+            state.version, traj.version, config.staleness, log_pi0 - log_mu, cfg.clip_eps
+        )
         _, last_v0 = apply_fn(state.params, traj.last_obs)
         _, trunc_v0 = apply_fn(state.params, traj.trunc_obs)  # [B]
         at_cut = jnp.arange(T)[:, None] == traj.trunc_t[None, :]
@@ -292,6 +294,7 @@ def make_batch(
             log_prox = log_mu
         w = S.normalise(w, mask) if config.staleness.normalise else w
     else:
+        w, mask = sample_weights(False, state.version, traj.version, config.staleness)
         log_prox, v0, boot = log_mu, traj.behaviour_value, traj.bootstrap_value
         last_v0 = apply_fn(state.params, traj.last_obs)[1]
         traces = None
