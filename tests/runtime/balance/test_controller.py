@@ -10,6 +10,7 @@ of what it consumed, and the clock the test passes."""
 
 import math
 
+import numpy as np
 import pytest
 
 from tianjax.runtime.balance.controller import Actions, AdaptiveBalance
@@ -124,18 +125,19 @@ def settled(plant, target, t_change, horizon=10.0, tail=10.0):
 def test_a_slow_learner_settles_at_the_target(target):
     # 4 actors at 10 trajectories/s each, a learner that takes 4 per 0.2 s (20/s): the pool
     # fills to the whole window; at the bounds (6 credits, publish every 3, reuse 2) tau would be ~7
+    # (each decision waits for the pipeline to flush, about 14 updates here: settled in 20 s)
     plant = run(
-        Plant([0.1] * 4, update_s=0.2, k=4), ctl := controller(target, 4, 4, credits=6), 25.0
+        Plant([0.1] * 4, update_s=0.2, k=4), ctl := controller(target, 4, 4, credits=6), 35.0
     )
-    settled(plant, target, 0.0, horizon=10.0, tail=14.0)
+    settled(plant, target, 0.0, horizon=20.0, tail=14.0)
     assert ctl.moves > 0
 
 
 def test_a_target_below_one_trajectory_per_actor_idles_actors():
     # one trajectory per update: with every actor holding one, tau ~ 4 > 2; the window
     # must fall below the actors, so that some wait
-    plant = run(Plant([0.1] * 4, update_s=0.2, k=1), ctl := controller(2.0, 4, 1, credits=6), 25.0)
-    settled(plant, 2.0, 0.0, horizon=10.0, tail=14.0)
+    plant = run(Plant([0.1] * 4, update_s=0.2, k=1), ctl := controller(2.0, 4, 1, credits=6), 35.0)
+    settled(plant, 2.0, 0.0, horizon=20.0, tail=14.0)
     assert ctl.actions.window < 4 and ctl.actions.credits(3, 4) == 0
 
 
@@ -191,6 +193,14 @@ def test_an_actor_leaves_and_one_joins():
 
 
 # ----------------------------------------------------------------------------- unit
+def feed(ctl, tau, samples=4):
+    """As many updates at staleness `tau` as the controller needs before its next decision
+    (the pipeline after a move, then its measured updates), `samples` samples in all."""
+    n = max(ctl.updates_needed, 1)
+    for _ in range(n):
+        ctl.consumed(tau_sum=tau * samples / n, samples=samples / n)
+
+
 def test_credits_split_the_window_evenly():
     a = Actions(window=7, publish_every=1, max_reuse=0)
     assert [a.credits(r, 3) for r in range(3)] == [3, 2, 2]
@@ -202,7 +212,7 @@ def test_slightly_too_stale_gives_up_publish_every_then_reuse_then_window():
     ctl.decide(0.0)
     names = []
     for j in range(1, 5):
-        ctl.consumed(tau_sum=2.9 * 4, samples=4)  # tau 2.9: within what reuse alone adds (1)
+        feed(ctl, 2.9)  # tau 2.9: within what reuse alone adds (1)
         ctl.decide(float(j))
         names.append(ctl.last_action)
     assert names == ["publish_every_down", "reuse_down", "window_down", "window_down"]
@@ -213,7 +223,7 @@ def test_slightly_too_stale_gives_up_publish_every_then_reuse_then_window():
 def test_far_too_stale_shrinks_the_window_first_down_to_one_batch():
     ctl = controller(2.0, n=2, k=2, credits=3, publish=2, reuse=1)
     ctl.decide(0.0)
-    ctl.consumed(tau_sum=10.0 * 4, samples=4)  # tau 10: more than publish and reuse can explain
+    feed(ctl, 10.0)  # tau 10: more than publish and reuse can explain
     ctl.decide(1.0)
     # the step is proportional (0.5 * k * |error| = 8) but the window stops at one batch (k = 2)
     assert ctl.last_action == "window_down" and ctl.actions == Actions(2, 2, 1)
@@ -222,7 +232,7 @@ def test_far_too_stale_shrinks_the_window_first_down_to_one_batch():
 def test_inside_the_dead_band_and_without_samples_nothing_moves():
     ctl = controller(4.0, n=2, k=2)
     ctl.decide(0.0)
-    ctl.consumed(tau_sum=4.4 * 10, samples=10)
+    feed(ctl, 4.4, samples=10)
     ctl.decide(1.0)
     ctl.decide(2.0)  # nothing consumed since
     ctl.decide(2.5)  # within a period of the last decision
@@ -363,7 +373,7 @@ def periods(ctl, k, n, bound=True):
     out = []
     for j in range(1, n + 1):
         tau = learner_bound_tau(ctl.actions, k)
-        ctl.consumed(tau_sum=tau * 4, samples=4)
+        feed(ctl, tau)
         busy, wait, wall = (
             busy + (0.95 if bound else 0.5),
             wait + (0.4 if bound else 0.1),
@@ -439,3 +449,91 @@ def test_the_pace_is_measured_per_period_and_kept_when_a_period_measures_none():
     # an actor restarted (its counts from 0): nothing measured, unchanged
     ctl.decide(4.0, busy_s=12.3, credit_wait_s=1.0, actor_wall_s=3.0)
     assert ctl.learner_bound is False
+
+
+# ----------------------------------------------------------------------------- slow updates
+def _moves_over_time(plant, ctl, t_end, events=()):
+    """run(), also recording (time, moves) after every decision."""
+    seen = []
+    events = sorted(events)
+    t = 0.0
+    while t < t_end:
+        while events and events[0][0] <= t:
+            events.pop(0)[1](plant, ctl)
+        taus = plant.step(t, ctl.actions)
+        if taus:
+            ctl.consumed(sum(taus), len(taus))
+        ctl.decide(t)
+        seen.append((t, ctl.moves))
+        t += DT
+    return seen
+
+
+@pytest.mark.parametrize("update_s", [0.2, 0.8, 1.6])
+def test_no_limit_cycle_however_slow_the_update(update_s):
+    # actors twice as fast as the learner (learner-bound), starting at the bounds (tau ~7):
+    # the controller settles at the target and stops moving, with 0.2, 0.8 and 1.6 s updates
+    # (clocked by wall time alone, it swung between 1.9 and 3.9 at 1.6 s, 56 moves in 120 s)
+    ctl = AdaptiveBalance(
+        adaptive=True,
+        target_staleness=3.0,
+        batch_trajectories=4,
+        max_credits_per_actor=6,
+        max_publish_every=3,
+        max_reuse=2,
+        n_actors=4,
+        deadband=0.08,
+    )
+    plant = Plant([update_s / 2] * 4, update_s=update_s, k=4)
+    seen = _moves_over_time(plant, ctl, 200.0)
+    last = [plant.mean_tau(t0, t0 + 20.0) for t0 in (140.0, 160.0, 180.0)]
+    assert all(abs(w - 3.0) <= 0.1 * 3.0 for w in last), last
+    moves_late = ctl.moves - dict(seen)[min(t for t, _ in seen if t >= 140.0)]
+    assert moves_late == 0, (ctl.moves, moves_late)  # settled: no move in the last 60 s
+    assert ctl.moves <= 12
+
+
+def test_after_actors_leave_or_join_the_set_point_is_held_within_ten_percent_in_20_s():
+    target = 2.0
+
+    def leave(plant, ctl):
+        plant.leave(0)
+        ctl.actors_changed(len(plant.live()))
+
+    def join(plant, ctl):
+        plant.join(0.1)
+        ctl.actors_changed(len(plant.live()))
+
+    ctl = AdaptiveBalance(
+        adaptive=True,
+        target_staleness=target,
+        batch_trajectories=2,
+        max_credits_per_actor=4,
+        max_publish_every=3,
+        max_reuse=2,
+        n_actors=4,
+        deadband=0.08,
+    )
+    plant = run(Plant([0.1] * 4, update_s=0.2, k=2), ctl, 75.0, [(25.0, leave), (50.0, join)])
+    for change in (25.0, 50.0):
+        after = [plant.mean_tau(t0, t0 + 1.0) for t0 in np.arange(change + 20.0, change + 25.0)]
+        assert all(abs(w - target) <= 0.1 * target for w in after), (change, after)
+
+
+def test_a_set_point_out_of_reach_is_said_in_one_line_naming_the_bound():
+    # the shipped async CartPole bounds: 2 actors x 2 credits, batches of 2, publish every 1
+    ctl = AdaptiveBalance(
+        adaptive=True,
+        target_staleness=3.0,
+        batch_trajectories=2,
+        max_credits_per_actor=2,
+        max_publish_every=1,
+        max_reuse=0,
+        n_actors=2,
+    )
+    line = ctl.unreachable()
+    assert line is not None and "\n" not in line
+    assert "balance.target_staleness 3" in line and "runtime.credits_per_actor 2" in line
+    assert "about 2.00" in line
+    ctl.target_staleness = 2.0
+    assert ctl.unreachable() is None

@@ -19,9 +19,22 @@ Too stale by more than publish_every and reuse can add ((publish_every - 1) / 2 
 the window shrinks; by less: publish_every falls first, then reuse, then the window (the
 cheapest knobs to give up first). Too fresh: the window grows first (throughput), then reuse (only used when
 the learner would otherwise idle), then publish_every. Inside a dead band around the
-target nothing moves; after a move the next decision waits a whole period, so the samples
-it measures were mostly made under the new setting (no oscillation from acting on stale
-measurements).
+target nothing moves.
+
+Why it cannot cycle: decisions are clocked in updates, and a measurement always reflects
+the last action. After a move, the samples of the next `depth` updates were made (or
+granted) under the old setting: the window's trajectories already in flight or pooled
+take up to window / k updates to be consumed, parameters reach the actors publish_every
+updates later, reuse passes and the update in flight add theirs,
+
+    depth = ceil(window / k) + publish_every + max_reuse + 1        (of the new actions)
+
+so those updates' samples are not measured, and the next decision waits for at least
+`min_updates` updates measured after them (and a period_s of wall time). Each decision
+then sees the plant's response to the last move alone, and the proportional step (gain
+1/2 of the error in the tau ~ window / k model) closes half the error per decision: no
+limit cycle however long an update takes (a time-clocked controller with 1.6 s updates
+decided on samples from before its last two moves and swung between the bounds).
 
 The reserve. Which side sets the pace is measured every period by `pace`: the learner when
 the actors waited for credits (their heartbeats' `waiting_credit` over their wall time) for
@@ -110,6 +123,8 @@ class AdaptiveBalance:
     batch_size: int = 0  # off-policy: samples per gradient step
     replay_tolerance: float = 0.05  # off-policy: replay_scale stays in [1 - this, 1]
 
+    min_updates: int = 2  # on-policy: updates measured before a decision (after the skip)
+
     actions: Actions = field(init=False)
     moves: int = 0
     decisions: int = 0  # periods decided (a move or a hold)
@@ -117,6 +132,8 @@ class AdaptiveBalance:
     _last_decision: float | None = None
     _tau_sum: float = 0.0
     _tau_n: int = 0
+    _updates: int = 0  # updates measured since the last decision (after the skip)
+    _skip: int = 0  # updates still to pass unmeasured after the last move (the pipeline)
     _measured: float = float("nan")
     _calm: int = 0  # off-policy: decisions in a row at which the learner kept up
     learner_bound: bool | None = None  # the pace, as of the newest period that measured it
@@ -132,9 +149,53 @@ class AdaptiveBalance:
 
     # ------------------------------------------------------------------ measurements
     def consumed(self, tau_sum: float, samples: int) -> None:
-        """Samples learned from (reuse counted) and the sum of their staleness."""
+        """One update's samples learned from (reuse counted) and the sum of their staleness;
+        the updates right after a move are not measured (they show the setting before it)."""
+        if self._skip > 0:
+            self._skip -= 1
+            return
         self._tau_sum += float(tau_sum)
-        self._tau_n += int(samples)
+        self._tau_n += samples
+        self._updates += 1
+
+    @property
+    def updates_needed(self) -> int:
+        """Updates still to be consumed before the next on-policy decision may be taken."""
+        return self._skip + max(self.min_updates - self._updates, 0)
+
+    def depth(self, actions: Actions | None = None) -> int:
+        """Updates after which every sample consumed was made under `actions`: the window's
+        batches, the publication period, the reuse passes and the update in flight."""
+        a = actions or self.actions
+        k = max(self.batch_trajectories, 1)
+        return -(-a.window // k) + a.publish_every + a.max_reuse + 1
+
+    def reachable(self) -> tuple[float, str]:
+        """The most staleness the bounds allow (about, in updates: the largest window's
+        batches waiting behind the first, the update in flight, half the largest
+        publication period and every reuse pass) and the bound that limits it."""
+        k = max(self.batch_trajectories, 1)
+        window = self.max_credits_per_actor * max(self.n_actors, 1)
+        most = (window - k) / k + 1 + (self.max_publish_every - 1) / 2 + self.max_reuse
+        return most, (
+            f"runtime.credits_per_actor {self.max_credits_per_actor} x {max(self.n_actors, 1)} "
+            f"actors in batches of {k}, runtime.publish_every {self.max_publish_every}, "
+            f"runtime.max_reuse {self.max_reuse}"
+        )
+
+    def unreachable(self) -> str | None:
+        """One line when the set-point is above what the bounds allow (said at start), else
+        None."""
+        if not self.adaptive or self.target_replay_ratio is not None:
+            return None
+        most, bounds = self.reachable()
+        if self.target_staleness <= most * (1 + self.deadband):
+            return None
+        return (
+            f"balance.target_staleness {self.target_staleness:g} is out of reach: the bounds "
+            f"({bounds}) allow a mean staleness of about {most:.2f}; raise "
+            "runtime.credits_per_actor or runtime.publish_every"
+        )
 
     def actors_changed(self, n_actors: int) -> None:
         """An actor left or joined: the window keeps its per-actor share, within bounds."""
@@ -177,6 +238,11 @@ class AdaptiveBalance:
         if self.target_replay_ratio is not None:
             self._decide_replay(production_rate, consumption_rate, throttled)
             return self.actions
+        if self._updates < self.min_updates:
+            # too few updates measured since the pipeline flushed: keep measuring
+            self._tau_sum, self._tau_n = tau_sum, tau_n
+            return self.actions
+        self._updates = 0
         if tau_n == 0:
             return self.actions  # nothing learned this period: nothing measured
         tau = tau_sum / tau_n
@@ -184,7 +250,9 @@ class AdaptiveBalance:
         error = self.target_staleness - tau  # > 0: fresher than asked
         a = self.actions
         floor = self._reserve_floor(tau)
-        if abs(error) <= max(self.deadband * self.target_staleness, 0.05):
+        # NOTE: never narrower than half a window step (1 / k updates of tau), or it dithers
+        band = max(self.deadband * self.target_staleness, 0.55 / max(self.batch_trajectories, 1))
+        if abs(error) <= band:
             if a.window < floor:  # on target, and room for the reserve: take it
                 self._set("reserve_up", window=floor)
             return self.actions
@@ -276,6 +344,9 @@ class AdaptiveBalance:
         if name != "resize":  # a resize follows the actors; a move is a decision
             self.moves += 1
             self.last_action = name
+        # what was measured so far shows the setting before: start again after the pipeline
+        self._tau_sum, self._tau_n, self._updates = 0.0, 0, 0
+        self._skip = self.depth()
 
     # ------------------------------------------------------------------ reporting
     def metrics(self) -> dict:

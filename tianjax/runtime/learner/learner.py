@@ -65,6 +65,7 @@ from tianjax.runtime.learner.stats import LearnerStats
 from tianjax.runtime.learner.watchdog import ArrivalWatch
 from tianjax.runtime.modes import mode_of
 from tianjax.runtime.process import shutdown
+from tianjax.runtime.process.resources import warn
 from tianjax.runtime.record.evaluations import from_message
 from tianjax.runtime.record.outcome import RunOutcome
 from tianjax.runtime.record.recorder import RunRecorder
@@ -183,6 +184,8 @@ class Learner:
             traj_samples=self.traj_steps,
             batch_size=self.replay.batch_samples if self.replay else 0,
         )
+        if (line := self.controller.unreachable()) is not None:
+            warn(line)  # said once, at start: the controller will stop at its bounds
         # env steps the actors may produce: on-policy, whole updates' worth (the schedules
         # end there); off-policy, whole trajectories' worth of total_env_steps
         unit = self.traj_steps if self.algo.buffer.replayed else config.steps_per_update
