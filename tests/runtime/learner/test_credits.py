@@ -55,8 +55,11 @@ def _credits(ctl, learner, wait_s=0.5) -> int:
 
 
 def _decide(learner, tau: float, t: float) -> None:
-    """The controller measures `tau` over a period and decides at time `t` (its clock)."""
-    learner.controller.consumed(tau * 10, 10)
+    """The controller measures `tau` over as many updates as it waits for (the pipeline
+    after a move, then its measured ones) and decides at time `t` (its clock)."""
+    ctl = learner.controller
+    for _ in range(max(ctl.updates_needed, 1)):
+        ctl.consumed(tau * 10, 10)
     learner.ingress.steer(t)
 
 

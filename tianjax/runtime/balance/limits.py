@@ -6,10 +6,25 @@ up as staleness (p > c: samples queue and age) or idle learner time (p < c). The
 set-point controller (tianjax.runtime.balance.controller) steers p and c; these limits
 are the safety net under it:
 
-- admission: a trajectory staler than `max_staleness` on arrival is dropped (and counted),
-  by the one rule of tianjax.core.staleness.admissible, which the pool applies again when
-  the learner takes a batch and the loss in its mask; the loss's staleness weights then
-  handle what is admitted;
+- admission by version (AReaL's rule, Fu et al., arXiv 2505.24298): an actor may start a
+  trajectory only while the trajectories started and not discarded since the learner's
+  start stay within
+
+      started - discarded <= (eta + (V - V_base) + 1) * k           (eta = max_staleness)
+
+  with V the newest version published, V_base the version the learner (re)started from and
+  k trajectories per update: the learner consumes k per update in arrival order, so the
+  n-th trajectory is learned from at version V_base + floor(n / k) <= V + eta, and one
+  started with version V is at most eta updates old when learned from. It paces the
+  actors (no credit is granted beyond it) instead of dropping what they made; a learner
+  restart re-bases it (`rebase`: the pool starts empty, the counts from 0). Reuse passes
+  count as versions without consuming, so with `max_reuse` a trajectory may still come
+  in over the bound;
+- admission on arrival: a trajectory staler than `max_staleness` on arrival is dropped (and
+  counted), by the one rule of tianjax.core.staleness.admissible, which the pool applies
+  again when the learner takes a batch and the loss in its mask (the safety net under the
+  rule above, for an actor that acted with parameters older than the newest published);
+  the loss's staleness weights then handle what is admitted;
 - flow control: while the pool holds `max_pool` trajectories the learner stops reading its
   socket, so ZeroMQ's high-water marks push back and actors block in send (they slow down
   instead of producing samples that would only age);
@@ -34,12 +49,40 @@ class Limits:
     max_pool: int
     max_reuse: int  # the controller lowers it within its bound (balance.max_reuse = ...)
     measures: Measures = field(default_factory=Measures)
+    batch_trajectories: int = 1  # k: trajectories per update (admission by version)
+    version_base: int = 0  # the version this learner process started from
+    started: int = 0  # trajectories granted (started by actors) since then
+    discarded: int = 0  # of those, never to be learned from (dropped, expired, lost)
+
+    def rebase(self, version: int) -> None:
+        """A (re)started learner: admission by version counts from `version`, nothing out."""
+        self.version_base, self.started, self.discarded = int(version), 0, 0
+
+    def room(self, published_version: int) -> int | None:
+        """Trajectories that may still be started under admission by version (None: no
+        bound, max_staleness null)."""
+        if self.max_staleness is None:
+            return None
+        k = max(self.batch_trajectories, 1)
+        allowed = (self.max_staleness + (published_version - self.version_base) + 1) * k
+        return max(allowed - (self.started - self.discarded), 0)
+
+    def start(self, n: int) -> None:
+        """`n` trajectories granted: actors may start them."""
+        self.started += n
+
+    def discard(self, n: int = 1) -> None:
+        """`n` granted trajectories that will never be learned from (dropped on arrival,
+        expired, refused past the budget, or written off as lost)."""
+        self.discarded += n
 
     def admit(self, behaviour_version: int, learner_version: int, samples: int, now: float) -> bool:
         """Whether an arriving trajectory enters the pool (counted either way)."""
         tau = int(staleness(learner_version, behaviour_version))
         ok = bool(admissible(tau, self.max_staleness))
         self.measures.arrival(tau, samples, now, admitted=ok)
+        if not ok:
+            self.discard()
         return ok
 
     def fresh_enough(self, behaviour_version: int, learner_version: int) -> bool:

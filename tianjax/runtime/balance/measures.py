@@ -165,6 +165,9 @@ class Measures:
             "samples_consumed": self.consumed,
             "samples_fresh": self.fresh,
             "dropped_samples": self.dropped,
+            # the share of the samples that arrived which were dropped (too stale, expired in
+            # the pool, or past the budget): admission by version paces instead, so it stays ~0
+            "dropped_fraction": self.dropped / max(self.produced + self.dropped - self.expired, 1),
             "expired_samples": self.expired,
             "reused_batches": self.reused_batches,
             "throttled": self.throttled,

@@ -92,6 +92,10 @@ class Ingress:
         self.lag_max = 0  # since the last record: max (env steps admitted - that count) on arrival
         self.dropped_nonfinite = 0
         self.written_off = 0  # trajectories taken as lost on the way (their slots handed back)
+        # admission by version (tianjax.runtime.balance.limits): the newest version published,
+        # the base it counts from (a restarted learner's own), and whether it held credits back
+        self.published_version = 0  # (the learner re-bases at its start: rebase)
+        self.paced = False
         # actor id -> valid trajectories received from it (every process of that id, a
         # restarted one's too), and what its newest heartbeat said it had sent and stepped
         self.received_by_actor: collections.Counter = collections.Counter()
@@ -128,8 +132,28 @@ class Ingress:
         info = self.actors.get(ident)
         # NOTE: a window the controller shrank is reached by not re-granting freed slots
         n = min(n, self.credits_left(), self.window(ident) - self.in_hand(ident))
+        room = None if self.replay is not None else self.limits.room(self.published_version)
+        if room is not None and room < n:
+            n = room
+            self.paced = True  # admission by version held a credit back: given when V moves
         if n > 0 and info is not None and self.control.send(ident, {"type": "credit", "n": n}):
             info.outstanding += n
+            self.limits.start(n)
+
+    def rebase(self, version: int) -> None:
+        """The learner starts (or restarts, from a checkpoint) at `version`: admission by
+        version counts from there, nothing granted yet."""
+        self.published_version = int(version)
+        self.limits.rebase(version)
+
+    def published(self, version: int) -> None:
+        """The learner published `version`: admission by version may give the credits it
+        held back (the actors act with this version from now on)."""
+        self.published_version = int(version)
+        if self.paced:
+            self.paced = False
+            for ident in list(self.actors):
+                self.grant(ident, self.window(ident) - self.in_hand(ident))
 
     def release_held(self) -> None:
         """Replay: hands back the credits held while the learner was behind, once it owes
@@ -182,6 +206,7 @@ class Ingress:
                 self.received_by_actor[info.actor] += 1
         if not finite:
             self.dropped_nonfinite += 1
+            self.limits.discard()
             self.grant(ident)
             return
         if self.measures.produced + samples > self.budget:
@@ -189,6 +214,7 @@ class Ingress:
             # slot, handed back, let its actor make another). Dropped and counted, as a
             # trajectory too stale to admit is
             self.measures.refused(samples)
+            self.limits.discard()
             return
         admitted = self.limits.admit(int(msg.version), int(self.version()), samples, now)
         if admitted:
@@ -269,6 +295,7 @@ class Ingress:
             info.outstanding -= lost
             info.accounted += lost
             self.written_off += lost
+            self.limits.discard(lost)
             self.grant(ident, window)
 
     def actor_time_summary(self) -> dict:

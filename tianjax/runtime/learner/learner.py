@@ -165,6 +165,7 @@ class Learner:
             config.staleness.max_staleness,
             rt.max_pool,
             rt.max_reuse if jax.process_count() == 1 else 0,
+            batch_trajectories=config.batch_trajectories,
         )
         self.measures = self.limits.measures
         self.traj_steps = config.rollout_len * config.num_envs
@@ -310,6 +311,7 @@ class Learner:
     def publish(self) -> None:
         """Offers the newest parameters to the actors (see LearnerIO.publish)."""
         self._published_steps = self.env_steps
+        self.ingress.published(self.state_version)
         if not self._offered or self._offered[-1] != self.state_version:
             self._offered.append(self.state_version)
         self.io.publish(self.state, self._dispatches, self.state_version, self.env_steps)
@@ -391,6 +393,7 @@ class Learner:
             self.mode.exact_versions or jax.process_count() > 1
         )  # the version read back after each update
         self._pending = []
+        self.ingress.rebase(self.state_version)  # admission by version counts from here
         self.publish()
         last_publish = time.perf_counter()
         self.recorder.training(last_publish, self.env_steps)

@@ -75,6 +75,7 @@ class Pool:
         """Drops a pooled item that can no longer be learned from, counted as expired."""
         self._items.remove(item)
         self.limits.measures.expire(self.traj_steps)
+        self.limits.discard()
         self.release(item)
 
     def expire_stale(self, version: int) -> None:
@@ -96,8 +97,12 @@ class Pool:
         return items
 
     def take_oldest(self, k: int) -> list[PoolItem]:
-        """The `k` oldest items, taken."""
-        chosen = [self._items.popleft() for _ in range(k)]
+        """The `k` items of the oldest behaviour versions (in arrival order among equals),
+        taken: a trajectory that arrived late is learned from before newer ones overtake it
+        further, which keeps admission by version's bound (tianjax.runtime.balance.limits)."""
+        chosen = sorted(self._items, key=lambda item: item.version)[:k]  # (sorted is stable)
+        for item in chosen:
+            self._items.remove(item)
         for item in chosen:
             self.release(item)
         return chosen
