@@ -97,9 +97,22 @@ def test_forced_lag_4_every_behaviour_version_is_learner_version_minus_4(correct
     assert np.all((np.asarray(m["weight_ess"]) > 0) & (np.asarray(m["weight_ess"]) <= 1 + 1e-6))
 
 
-def test_forced_lag_is_refused_outside_fused_mode_and_must_be_a_whole_number():
+def test_an_actors_ring_acts_with_the_version_k_behind_the_newest_it_holds():
+    from tianjax.runtime.actor.actor import lagged_version
+
+    assert lagged_version([0], 4) == 0  # the first versions: the oldest held
+    assert lagged_version([0, 1, 2, 3, 4], 4) == 0
+    assert lagged_version([1, 2, 3, 4, 5], 4) == 1
+    # the channel skipped versions (it keeps only the newest): at least K behind
+    assert lagged_version([3, 5, 8, 9, 10], 4) == 5
+    assert lagged_version([7, 8], 0) == 8
+
+
+def test_forced_lag_is_refused_outside_fused_and_async_modes_and_must_be_a_whole_number():
+    cfg = load_config("configs/ppo_cartpole_async.yaml", ["staleness.forced_lag=4"])
+    assert cfg.staleness.forced_lag == 4
     with pytest.raises(ConfigError, match="staleness.forced_lag"):
-        load_config("configs/ppo_cartpole_async.yaml", ["staleness.forced_lag=4"])
+        load_config("configs/ppo_cartpole_async.yaml", ["staleness.forced_lag=4", "mode=sync"])
     with pytest.raises(ConfigError, match="staleness.forced_lag"):
         load_config("configs/ppo_cartpole.yaml", ["staleness.forced_lag=-1"])
 

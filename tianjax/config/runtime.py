@@ -33,8 +33,9 @@ class StalenessConfig:
     # O(1/N), and the step does not shrink with the mass the truncation removed)
     normalise: bool = True
     # actors act with the parameters of exactly this many updates ago (fused mode: a ring of
-    # past versions in the loop's state; the first K updates act with version 0), so tau is
-    # exact and deterministic; 0: off (fused samples are fresh). For staleness studies
+    # past versions in the loop's state, the first K updates acting with version 0, so tau
+    # is exact and deterministic; async: each actor's ring of the versions it received, at
+    # least K behind); 0: off. For staleness studies
     forced_lag: int = 0
 
     def __post_init__(self):

@@ -182,9 +182,11 @@ class Config:
             )
         if self.staleness.forced_lag > 0:
             check_key(
-                self.mode == "fused",
+                self.mode == "fused" or (self.mode == "async" and self.num_actors >= 1),
                 "staleness.forced_lag",
-                f"is for mode fused (a ring of past versions in the loop), got mode '{self.mode}'",
+                "is for mode fused (a ring of past versions in the loop) and mode async with "
+                f"actors (each keeps a ring of the versions it received), got mode '{self.mode}'"
+                + (" without actors" if self.mode == "async" else ""),
             )
         if self.num_seeds > 1:
             check_key(

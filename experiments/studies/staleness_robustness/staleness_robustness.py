@@ -103,6 +103,15 @@ LOSSES = {
     # IMPALA's V-trace on the same env (its own section's defaults, the env's network)
     "vtrace": ["algo=impala", "impala.num_minibatches=4"],
 }
+# per-update metrics whose run means each line keeps
+DIAGNOSTICS = (
+    "behaviour_clip_frac",
+    "weight_ess",
+    "m2_masked_frac",
+    "clip_frac",
+    "approx_kl",
+    "rho_clip_frac",
+)
 # what a loss override cannot say for IMPALA: its section keys replace PPO's
 PPO_ONLY = ("ppo.",)
 
@@ -187,6 +196,10 @@ def run_group(env: str, loss: str, lags: list[int], seeds: list[int], steps: int
                 "updates": int(len(m["episodes"])),
                 "final_return": final,
                 "tau_mean_end": tau_end,
+                # means over the run's updates: what the correction did
+                "diagnostics": {
+                    key: round(float(np.mean(m[key])), 4) for key in DIAGNOSTICS if key in m
+                },
                 "curve": curve,
                 "runs_in_program": len(grid),
                 "compile_s": round(t1 - t0, 1),
@@ -282,7 +295,10 @@ def table(plot: bool) -> str:
     lines = []
     for env in envs:
         random = rand[env]
-        lines.append(f"\n{env} (random policy {random:g}; K = 0 return, then fraction at each K)\n")
+        lines.append(
+            f"\n{env} (random policy {random:g}; the K = 0 return, mean ± sd over seeds, then "
+            "the fraction at each K: of the seeds' mean [the lowest and highest seed's own])\n"
+        )
         lines.append("| loss | K = 0 return | " + " | ".join(f"K = {k}" for k in lags if k) + " |")
         lines.append("|---|---:|" + "---:|" * len([k for k in lags if k]))
         for loss in losses:
@@ -301,7 +317,9 @@ def table(plot: bool) -> str:
                 seeds = sorted(set(got) & set(base))
                 rk = statistics.mean(got[s] for s in seeds)
                 r0s = statistics.mean(base[s] for s in seeds)
-                cells.append(f"{fraction(rk, r0s, random):.2f}")
+                per_seed = [fraction(got[s], base[s], random) for s in seeds]
+                span = f" [{min(per_seed):.2f}, {max(per_seed):.2f}]" if len(seeds) > 1 else ""
+                cells.append(f"{fraction(rk, r0s, random):.2f}{span}")
             spread = ""
             if len(base) > 1:
                 spread = f" ± {statistics.stdev(base.values()):.1f}"

@@ -6,6 +6,12 @@
     sync:  after sending a trajectory made with version v it waits for version v + 1
            (strict assignment dependencies: the baseline).
 
+With `staleness.forced_lag` K (async) it keeps the last K + 1 versions it received and acts
+with the one K behind the newest: a lag forced in the runtime, exact as long as the
+parameter channel delivered every version (publish_every 1 and an actor that drains its
+socket each rollout; the channel keeps only the newest, so a skipped version makes the
+lag larger, never smaller).
+
 Flow control is by credits: the learner grants each actor a few trajectory slots and
 returns one whenever it consumes (or drops) a trajectory of that actor. An actor starts a
 rollout only with a credit in hand, so it slows down exactly when the learner falls behind,
@@ -22,6 +28,7 @@ of its process, so that a run can show whether its actors or its learner set the
 
 from __future__ import annotations
 
+import collections
 import os
 import sys
 import time
@@ -43,6 +50,15 @@ from tianjax.transport.security import secure_context
 LEARNER_GONE = 3
 # where an actor's wall time goes (seconds), as its heartbeats report it
 TIME_KEYS = ("acting", "waiting_credit", "waiting_params", "sending")
+
+
+def lagged_version(held: list[int], lag: int) -> int:
+    """The version an actor with a forced lag acts with, of the versions it holds (ascending):
+    the newest at most `lag` below the newest held, or the oldest held when none is (the
+    first K versions of a run, or after the channel skipped versions)."""
+    newest = held[-1]
+    within = [v for v in held if v <= newest - lag]
+    return within[-1] if within else held[0]
 
 
 class ActorStopped(Exception):
@@ -136,6 +152,9 @@ class Actor:
         self._learner_restarts = 0
         self.learner_restarted = False  # set when a restarted learner is first heard
         self._pending = None  # the newest (version, ParamsMessage) drained, not yet acted with
+        # staleness.forced_lag K: the versions received, newest last; it acts with K behind
+        self.lag = config.staleness.forced_lag
+        self._ring: collections.deque = collections.deque(maxlen=self.lag + 1)
         self.time_s = dict.fromkeys(TIME_KEYS, 0.0)
         self._t0 = self._cpu0 = None  # wall clock and CPU time when it registered
 
@@ -189,9 +208,12 @@ class Actor:
         if activate and self._pending is not None:
             version, message = self._pending
             self._pending = None
-            if int(version) != self.version or self.params is None:
-                self.params = jax.device_put(message.params)  # once per version
-            self.version = int(version)
+            if self.lag:
+                self._act_lagged(int(version), message)
+            else:
+                if int(version) != self.version or self.params is None:
+                    self.params = jax.device_put(message.params)  # once per version
+                self.version = int(version)
             self.global_steps = int(message.env_steps)
         if newest is None:
             return False
@@ -208,6 +230,17 @@ class Actor:
             self.sent = 0
             self.control.send({"type": "register", "actor": self.actor_id, "pid": os.getpid()})
         return True
+
+    def _act_lagged(self, version: int, message) -> None:
+        """Keeps `version` in the ring of versions received and acts with the one K behind
+        the newest (`lagged_version`): exact where the actor received every version, at
+        least K behind where the parameter channel skipped some (it keeps the newest)."""
+        if not self._ring or self._ring[-1][0] != version:
+            if self._ring and version < self._ring[-1][0]:  # a restarted learner: start afresh
+                self._ring.clear()
+            self._ring.append((version, jax.device_put(message.params)))
+        chosen = lagged_version([v for v, _ in self._ring], self.lag)
+        self.version, self.params = next(item for item in self._ring if item[0] == chosen)
 
     def _wait_for_version(self, minimum: int, timeout: float | None = None) -> None:
         """Blocks (polling, with heartbeats) until a version >= minimum is held."""
