@@ -185,6 +185,7 @@ def _decoupled_case(rho_bar=1.0):
             f"staleness.rho_bar={rho_bar}",
             "ppo.vf_coef=0.0",
             "ppo.ent_coef=0.0",
+            "ppo.behaviour_clip=false",  # (the tests that want it turn it on)
         ],
     )
     rng = np.random.default_rng(3)

@@ -35,6 +35,7 @@ def _case(*overrides, versions=((2, 5), (4, 5), (0, 5))):
             "ppo.num_minibatches=1",
             "ppo.vf_coef=0.5",
             "ppo.ent_coef=0.05",
+            "ppo.behaviour_clip=false",
             *overrides,
         ],
     )

@@ -51,12 +51,17 @@ BASE = [
 ]
 ARMS = {
     "none": ["staleness.correct=false"],
-    "IS only": ["staleness.schedule=constant"],
-    "w(tau)+IS": ["staleness.schedule=polynomial", "staleness.power=1.0"],
+    "IS only": ["staleness.schedule=constant", "ppo.behaviour_clip=false"],
+    "w(tau)+IS": [
+        "staleness.schedule=polynomial",
+        "staleness.power=1.0",
+        "ppo.behaviour_clip=false",
+    ],
     "w+IS+traces": [
         "staleness.schedule=polynomial",
         "staleness.power=1.0",
         "ppo.truncated_traces=true",
+        "ppo.behaviour_clip=false",
     ],
     "IS+bclip": ["staleness.schedule=constant", "ppo.behaviour_clip=true"],
     "w+IS+bclip": [
