@@ -126,6 +126,7 @@ def check_replay(config: Config) -> None:
 __all__ = [
     "TargetUpdate",
     "check_replay",
+    "check_schedule_by_age",
     "periodic_target",
     "polyak_target",
     "replay_step",

@@ -225,9 +225,7 @@ def random_return(env: str, num_envs: int = 64, steps: int = 4000) -> float:
     import numpy as np
 
     from tianjax.config import load_config
-    from tianjax.core.episodes import track_episodes
-    from tianjax.core.types import EpisodeStats
-    from tianjax.envs.factory import make_jax_env
+    from tianjax.envs import make_jax_env
 
     config, over = ENVS[env]
     cfg = load_config(config, over)
@@ -241,18 +239,18 @@ def random_return(env: str, num_envs: int = 64, steps: int = 4000) -> float:
         return jax.random.uniform(key, shape, minval=spec.low, maxval=spec.high)
 
     def step(carry, key):
-        state, stats, total, count = carry
+        state, running, total, count = carry
         k_act, k_env = jax.random.split(key)
         nxt = jax.vmap(e.step)(jax.random.split(k_env, num_envs), state, act(k_act))
         done = nxt.terminated | nxt.truncated
-        stats, ret, _ = track_episodes(stats, nxt.reward, done)
-        total = total + jnp.sum(jnp.where(done, ret, 0.0))
-        return (nxt.state, stats, total, count + jnp.sum(done)), None
+        running = running + nxt.reward
+        total = total + jnp.sum(jnp.where(done, running, 0.0))
+        running = jnp.where(done, 0.0, running)
+        return (nxt.state, running, total, count + jnp.sum(done)), None
 
     key = jax.random.key(0)
     _, state = jax.vmap(e.reset)(jax.random.split(key, num_envs))
-    zeros = jnp.zeros((num_envs,), jnp.float32)
-    carry = (state, EpisodeStats(zeros, zeros.astype(jnp.int32)), 0.0, 0)
+    carry = (state, jnp.zeros((num_envs,), jnp.float32), 0.0, 0)
     (_, _, total, count), _ = jax.jit(lambda c, ks: jax.lax.scan(step, c, ks))(
         carry, jax.random.split(jax.random.key(1), steps)
     )

@@ -448,12 +448,15 @@ def make(
 
 
 __all__ = [
+    "CORRECTIONS",
     "PPOBatch",
+    "a3po_log_prox",
     "advantages",
     "already_moved",
     "check_config",
     "make",
     "make_batch",
     "make_loss",
+    "second_moment_mask",
     "weighted_normalise",
 ]

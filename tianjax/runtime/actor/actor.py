@@ -357,4 +357,11 @@ class Actor:
         self.net.close()
 
 
-__all__ = ["LEARNER_GONE", "TIME_KEYS", "Actor", "ActorStopped", "LearnerPresence"]
+__all__ = [
+    "LEARNER_GONE",
+    "TIME_KEYS",
+    "Actor",
+    "ActorStopped",
+    "LearnerPresence",
+    "lagged_version",
+]
