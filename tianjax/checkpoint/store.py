@@ -277,6 +277,40 @@ def restore_step(run_dir: str, step: int, template=None) -> tuple[int, Any, dict
     return restore_latest(run_dir, template, only=step)
 
 
+def _saved_fields(mgr, step: int) -> set | None:
+    """The top-level names of a step's saved state (None: not readable here)."""
+    import ast
+    import json
+
+    path = os.path.join(str(mgr.directory), str(step), "state", "_METADATA")
+    try:
+        with open(path) as f:
+            keys = json.load(f)["tree_metadata"]
+        return {ast.literal_eval(k)[0] for k in keys}
+    except (OSError, ValueError, KeyError, SyntaxError, IndexError, TypeError):
+        return None
+
+
+def _fit_absent(target, saved: set | None):
+    """A state that gained an optional field (None when unused, e.g. the fused loop's
+    forced-lag ring) still restores a checkpoint written before it: such a field, None in
+    the target and absent from the checkpoint, is left out of the restore and put back as
+    None. Returns (the target to restore, rebuild(restored) -> the template's type)."""
+    fields = getattr(target, "_fields", None)
+    if target is None or saved is None or fields is None:
+        return target, lambda tree: tree
+    absent = [f for f in fields if getattr(target, f) is None and f not in saved]
+    if not absent:
+        return target, lambda tree: tree
+    kept = {f: getattr(target, f) for f in fields if f not in absent}
+
+    def rebuild(tree):
+        values = dict(tree) if isinstance(tree, dict) else tree._asdict()
+        return type(target)(**{f: values.get(f) for f in fields})
+
+    return kept, rebuild
+
+
 def restore_latest(
     run_dir: str, template=None, only: int | None = None, move_aside: bool = False
 ) -> tuple[int, Any, dict]:
@@ -311,13 +345,14 @@ def restore_latest(
         problems = []
         for step in steps:
             try:
+                fitted, rebuild = _fit_absent(target, _saved_fields(mgr, step))
                 restore = ocp.args.StandardRestore(
-                    target if target is not None else _local_target(mgr, step)
+                    fitted if fitted is not None else _local_target(mgr, step)
                 )
                 got = mgr.restore(
                     step, args=ocp.args.Composite(state=restore, meta=ocp.args.JsonRestore())
                 )
-                state, meta = got.state, dict(got.meta)
+                state, meta = rebuild(got.state), dict(got.meta)
                 if template is not None:
                     state = _rekey(state, template)
                 covers_meta = meta.get("digest_covers") == DIGEST_COVERS

@@ -304,6 +304,8 @@ def table(plot: bool) -> str:
             if not base:
                 continue
             r0 = statistics.mean(base.values())
+            gains = [r - random for r in base.values()]
+            failed = sum(g < 0.25 * max(gains) for g in gains)
             cells = []
             for k in lags:
                 if not k:
@@ -317,12 +319,15 @@ def table(plot: bool) -> str:
                 r0s = statistics.mean(base[s] for s in seeds)
                 per_seed = [fraction(got[s], base[s], random) for s in seeds]
                 span = f" [{min(per_seed):.2f}, {max(per_seed):.2f}]" if len(seeds) > 1 else ""
+                if failed:  # a seed that did not learn at K = 0: no fraction of it means much
+                    span = " (no range)"
                 cells.append(f"{fraction(rk, r0s, random):.2f}{span}")
             spread = ""
             if len(base) > 1:
                 spread = f" ± {statistics.stdev(base.values()):.1f}"
+            note = f", {failed} not learning" if failed else ""
             lines.append(
-                f"| {loss} | {r0:.1f}{spread} (n={len(base)}) | " + " | ".join(cells) + " |"
+                f"| {loss} | {r0:.1f}{spread} (n={len(base)}{note}) | " + " | ".join(cells) + " |"
             )
     text = "\n".join(lines)
     if plot:
