@@ -121,7 +121,7 @@ def overrides_for(env: str, loss: str, lags: list[int]) -> tuple[str, list[str]]
     over = list(env_over)
     if loss == "vtrace":
         over = [o for o in over if not o.startswith(PPO_ONLY)]
-    over += LOSSES[loss] + [f"staleness.forced_lag={max(max(lags), 1)}", "eval_episodes=0"]
+    over += LOSSES[loss] + [f"staleness.forced_lag={max(max(lags), 1)}", "eval.episodes=0"]
     return config, over
 
 
