@@ -220,6 +220,13 @@ def test_killed_learner_resumes_from_its_checkpoint_and_actors_follow(tmp_path, 
     with open(run_dir / "summary.json") as f:
         assert json.load(f)["final_return"] > 0
     assert not alive(actors)
+    # the staleness bound held across the kill and the restart: no sample learned from was
+    # staler than staleness.max_staleness (8 in this config), and admission by version paced
+    # the actors rather than dropping what they sent
+    learned = [r for r in records(run_dir) if "staleness_max" in r]
+    assert learned and max(r["staleness_max"] for r in learned) <= 8
+    assert max(r["tau_max"] for r in learned if "tau_max" in r) <= 8
+    assert learned[-1]["dropped_fraction"] < 0.01, learned[-1]
 
 
 @contextlib.contextmanager

@@ -154,3 +154,19 @@ def test_actor_time_reports_are_summed_and_malformed_ones_ignored(rig):
         assert ctl.send({"type": "heartbeat", "actor": 0, "credits": 3, "time_s": bad})
     _credits(ctl, learner, 0.2)
     assert learner.ingress.actor_time_summary()["actor_time_s"] == good
+
+
+def test_credits_of_a_restarted_actor_stop_counting_against_admission_by_version(rig):
+    """An actor process restarted (the same id registering again, on a new connection or
+    the same): the credits its old process held will never come back as trajectories, so
+    admission by version writes them off. Left counted, every restart shrank the room for
+    good, and after a few the learner held back every credit and waited for ever."""
+    learner, ctl, _ = rig
+    limits = learner.ingress.limits
+    assert ctl.send({"type": "register", "actor": 0})
+    assert _credits(ctl, learner) == 3
+    assert limits.started - limits.discarded == 3
+    for _ in range(4):  # restarted four times: 12 credits out, none of them to come back
+        assert ctl.send({"type": "register", "actor": 0})
+        assert _credits(ctl, learner) == 3  # granted afresh, each time
+        assert limits.started - limits.discarded == 3  # only the newest process's are out

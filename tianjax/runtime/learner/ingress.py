@@ -277,7 +277,7 @@ class Ingress:
         if kind == "register" or new:
             # a new or restarted actor (or, heard first by a heartbeat, one that was working
             # for a learner that restarted): whatever it held before is gone
-            info.outstanding = 0
+            self._write_off(info)
             self.grant(ident, window)
             self.publish()  # a late joiner gets the current parameters at once
             return
@@ -382,9 +382,17 @@ class Ingress:
             ident for ident, info in self.actors.items() if ident != keep and info.actor == actor_id
         ]
         for ident in gone:
-            del self.actors[ident]
+            self._write_off(self.actors.pop(ident))
             self.control.forget(ident)
         return bool(gone)
+
+    def _write_off(self, info: ActorLedger) -> None:
+        """The credits an actor process held when it went (dropped, or restarted and
+        registering afresh): their trajectories will never come, so admission by version
+        stops counting them as started (left in, each restart would shrink its room for
+        good, and enough of them would hold every credit back)."""
+        self.limits.discard(max(info.outstanding, 0))
+        info.outstanding = 0
 
 
 __all__ = ["Ingress"]
