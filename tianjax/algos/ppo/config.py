@@ -35,11 +35,11 @@ class PPOConfig:
     m2_threshold: float = 0.04  # m2po: the most mean (log pi_theta/mu)^2 the kept samples may have
     # corrected batches: a sample whose pi_0 has already moved past the clip range from mu
     # in the direction of its advantage gets weight 0 (the textbook clip at the first step);
-    # correction decoupled only; no effect where mu = pi_0. Off by default: forced 16 updates
-    # stale it kept 1.00 of Breakout-MinAtar's K = 0 return where decoupled PPO kept 0.47, but
-    # 0.14 of SpaceInvaders-MinAtar's where decoupled kept 0.39
-    # (experiments/studies/staleness_robustness); the async CartPole config turns it on
-    behaviour_clip: bool = False
+    # correction decoupled only; null: on for decoupled. With every sample 16 updates old it
+    # kept 1.02 of Pendulum's K = 0 return where decoupled PPO without it fell below a random
+    # policy, and 1.00 of Breakout-MinAtar's (0.47 without); it costs SpaceInvaders-MinAtar
+    # (0.14 against 0.39): experiments/studies/staleness_robustness. No effect where mu = pi_0
+    behaviour_clip: bool | None = None
     # lr is the rate of a dense layer this many inputs wide; a wider one's Adam step is
     # scaled by lr_base_width / fan_in (tianjax.core.update.scale_by_fan_in); null: lr everywhere
     lr_base_width: int | None = None
@@ -79,6 +79,14 @@ class PPOConfig:
             f"is for ppo.correction decoupled (it compares pi_0 with mu), got correction "
             f"'{self.correction}'",
         )
+
+    @property
+    def clips_behaviour(self) -> bool:
+        """Whether corrected batches drop the samples pi_0 has moved past (behaviour_clip;
+        null: for the decoupled correction)."""
+        if self.behaviour_clip is None:
+            return self.correction == "decoupled"
+        return self.behaviour_clip
 
 
 __all__ = ["PPOConfig"]

@@ -25,8 +25,8 @@ anchor and w_i (`ppo.correction`; `staleness.correct: false` is the textbook los
   the learner's critic V_0, V_p = V_0. With `ppo.behaviour_clip` (decoupled only), also
       w_i <- w_i * (1 - m_i),  m_i = [A_i > 0 and pi_0/mu > 1 + eps] or [A_i < 0 and pi_0/mu < 1 - eps]
   (the samples the textbook clip, centred on mu, stops at the first step; not
-  renormalised, so the step shrinks with the share cut). The async CartPole config's
-  correction is decoupled with the behaviour clip and w(tau) = (1 + tau)^-0.5.
+  renormalised, so the step shrinks with the share cut). It is on by default
+  (`behaviour_clip: null`): tianjax's correction is decoupled with the behaviour clip.
 - a3po (A-3PO, arXiv 2512.06547: the proximal policy interpolated by version instead of
   computed): with alpha_i = tau_i / (tau_i + 1), i.e. (v_prox - v_mu) / (v_theta - v_mu)
   for v_prox = V the learner's version and v_theta = V + 1,
@@ -304,7 +304,7 @@ def make_batch(
     # advantages, and dropping samples changes neither the others' weights nor their advantages
     adv = weighted_normalise(adv, w)
     cut = jnp.zeros_like(w)
-    if correct_staleness and cfg.behaviour_clip:
+    if correct_staleness and cfg.clips_behaviour:
         # the samples left keep their weights, so the step shrinks with the share the learner
         # has already acted on, as the textbook one does
         cut = already_moved(adv, log_pi0, log_mu, cfg.clip_eps)
