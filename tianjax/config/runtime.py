@@ -11,6 +11,25 @@ from tianjax.config.checks import check_key
 from tianjax.config.device_lists import DeviceList, parse_devices
 
 
+def _check_schedule(section, name: str) -> None:
+    """The checks of a staleness schedule's settings (schedule, power, kappa, tau0,
+    max_staleness), shared by the sections that weigh by staleness: the loss's (in updates)
+    and the learner groups' (in rounds)."""
+    check_key(section.power >= 0, f"{name}.power", f"must be >= 0, got {section.power}")
+    check_key(section.kappa > 0, f"{name}.kappa", f"must be > 0, got {section.kappa}")
+    check_key(section.tau0 >= 0, f"{name}.tau0", f"must be >= 0, got {section.tau0}")
+    check_key(
+        section.max_staleness is None or section.max_staleness >= 0,
+        f"{name}.max_staleness",
+        f"must be >= 0 or null, got {section.max_staleness}",
+    )
+    check_key(
+        section.schedule != "cutoff" or section.max_staleness is not None,
+        f"{name}.max_staleness",
+        "must be set for schedule 'cutoff'",
+    )
+
+
 @dataclass(frozen=True)
 class StalenessConfig:
     correct: bool = True  # false: the plain losses, every sample weighted 1 (for comparisons)
@@ -46,19 +65,7 @@ class StalenessConfig:
             "staleness.forced_lag",
             f"must be an int >= 0, got {self.forced_lag!r}",
         )
-        check_key(self.power >= 0, "staleness.power", f"must be >= 0, got {self.power}")
-        check_key(self.kappa > 0, "staleness.kappa", f"must be > 0, got {self.kappa}")
-        check_key(self.tau0 >= 0, "staleness.tau0", f"must be >= 0, got {self.tau0}")
-        check_key(
-            self.max_staleness is None or self.max_staleness >= 0,
-            "staleness.max_staleness",
-            f"must be >= 0 or null, got {self.max_staleness}",
-        )
-        check_key(
-            self.schedule != "cutoff" or self.max_staleness is not None,
-            "staleness.max_staleness",
-            "must be set for schedule 'cutoff'",
-        )
+        _check_schedule(self, "staleness")
         check_key(self.rho_bar > 0, "staleness.rho_bar", f"must be > 0, got {self.rho_bar}")
 
 
@@ -266,19 +273,7 @@ class GroupsConfig:
         check_key(
             self.round_wait_s > 0, "groups.round_wait_s", f"must be > 0, got {self.round_wait_s}"
         )
-        check_key(self.power >= 0, "groups.power", f"must be >= 0, got {self.power}")
-        check_key(self.kappa > 0, "groups.kappa", f"must be > 0, got {self.kappa}")
-        check_key(self.tau0 >= 0, "groups.tau0", f"must be >= 0, got {self.tau0}")
-        check_key(
-            self.max_staleness is None or self.max_staleness >= 0,
-            "groups.max_staleness",
-            f"must be >= 0 or null, got {self.max_staleness}",
-        )
-        check_key(
-            self.schedule != "cutoff" or self.max_staleness is not None,
-            "groups.max_staleness",
-            "must be set for schedule 'cutoff'",
-        )
+        _check_schedule(self, "groups")
         check_key(
             self.checkpoint_every >= 1,
             "groups.checkpoint_every",

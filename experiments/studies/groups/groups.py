@@ -51,6 +51,7 @@ REPO = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
 sys.path.insert(0, REPO)
 
 from tianjax.launch import NamespaceCluster  # noqa: E402
+from tianjax.metrics import read_metrics  # noqa: E402
 
 CONFIG = os.path.join(REPO, "configs", "ppo_latency_async.yaml")
 ACTORS = 8
@@ -67,19 +68,6 @@ def _env() -> dict:
     env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
     env["JAX_PLATFORMS"] = "cpu"
     return env
-
-
-def _records(run_dir: str) -> list[dict]:
-    path = os.path.join(run_dir, "metrics.jsonl")
-    out = []
-    if os.path.exists(path):
-        with open(path) as f:
-            for line in f:
-                try:
-                    out.append(json.loads(line))
-                except ValueError:
-                    pass
-    return out
 
 
 def _reached(recs: list[list[dict]]) -> float | None:
@@ -254,14 +242,14 @@ def slow_arm(
             time.sleep(0.25)
             if (why := run.failed()) is not None:
                 raise RuntimeError(f"{arm}: {why}")
-            recs = [_records(d) for d in dirs]
+            recs = [read_metrics(d) for d in dirs]
             if first is None and all(recs):
                 first = min(r[0]["unix_time"] for r in recs) - t0
             if (when := _reached(recs)) is not None:
                 reached = when - t0
                 break
         bytes_ = [sum(_link_bytes(cluster, h)) for h in ("host0", "host1")]
-        recs = [_records(d) for d in dirs]
+        recs = [read_metrics(d) for d in dirs]
         run.stop()
     updates = [r[-1]["updates"] if r else 0 for r in recs]
     env_steps = sum(r[-1]["env_steps"] for r in recs if r)
@@ -358,14 +346,22 @@ def link_arm(seed: int, window_s: float = 20.0, timeout_s: float = 300.0) -> dic
             )
         learner_dir = os.path.join(run_dir, "learner-0")
         t0 = time.monotonic()
-        while len(_records(learner_dir)) < 3:  # past the first updates and joins
+        while len(read_metrics(learner_dir)) < 3:  # past the first updates and joins
             if (why := run.failed()) is not None or time.monotonic() - t0 > timeout_s:
                 raise RuntimeError(f"link: {why or 'no updates'}")
             time.sleep(0.5)
         time.sleep(2.0)
-        b0, u0, t_start = _link_bytes(cluster, "host0"), _records(learner_dir)[-1], time.monotonic()
+        b0, u0, t_start = (
+            _link_bytes(cluster, "host0"),
+            read_metrics(learner_dir)[-1],
+            time.monotonic(),
+        )
         time.sleep(window_s)
-        b1, u1, t_end = _link_bytes(cluster, "host0"), _records(learner_dir)[-1], time.monotonic()
+        b1, u1, t_end = (
+            _link_bytes(cluster, "host0"),
+            read_metrics(learner_dir)[-1],
+            time.monotonic(),
+        )
         run.stop()
     dt = t_end - t_start
     rx, tx = (b1[0] - b0[0]) / dt, (b1[1] - b0[1]) / dt
