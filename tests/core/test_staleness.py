@@ -89,3 +89,20 @@ def test_divergence_weight_is_one_over_one_plus_the_versions_second_moment_over_
     np.testing.assert_allclose(w2, np.asarray(w) * np.asarray(mask), rtol=1e-6)
     with pytest.raises(ValueError, match="divergence"):
         S.staleness_weights(5, 5 - tau, cfg)
+
+
+def test_step_versions_fault_known_values():
+    """Honest per-step stamps: non-decreasing along time, the oldest in the header, none
+    newer than the learner. [T, B] on-policy (time axis 0) and [B, T] sequences (axis 1)."""
+    honest = np.array([[3, 3], [3, 3], [4, 4], [5, 5]])  # [T=4, B=2]: two refreshes mid-rollout
+    assert S.step_versions_fault(honest, 3, 5) is None
+    assert S.step_versions_fault(honest, 3, 9) is None
+    assert S.step_versions_fault(honest.T, 3, 5, time_axis=1) is None
+    assert S.step_versions_fault(np.full((4, 2), 7), 7, 7) is None  # one version: today's layout
+    assert S.step_versions_fault(honest[::-1], 3, 5) == "decreasing"
+    assert S.step_versions_fault(honest[::-1].T, 3, 5, time_axis=1) == "decreasing"
+    assert S.step_versions_fault(honest, 4, 5) == "not_oldest"  # a header that is not the min
+    assert S.step_versions_fault(honest, 2, 5) == "not_oldest"
+    assert S.step_versions_fault(honest, 3, 4) == "ahead"  # step 3 used a version not yet made
+    assert S.step_versions_fault(honest - 4, -1, 5) == "negative"
+    assert S.step_versions_fault(honest, -1, 5) == "negative"

@@ -75,6 +75,12 @@ class RuntimeConfig:
 
     batch_trajectories: int | None = None  # actor trajectories per update (null: num_actors)
     publish_every: int = 1  # updates between parameter broadcasts
+    # when an async actor takes a newer parameter version: rollout (only between rollouts;
+    # a trajectory has one version) or step (also between two vector steps of a rollout, a
+    # non-blocking look at the parameter channel before each; every step is stamped with the
+    # version that acted). step needs a host env (its rollout is a Python loop; a JAX env's
+    # is one lax.scan). null: step for async actors on host envs, rollout elsewhere
+    param_refresh: Literal["rollout", "step"] | None = None
     credits_per_actor: int = 2  # trajectories an actor may have in flight or pooled (flow control)
     max_pool: int = 64  # trajectories the learner holds; beyond it, it stops reading (HWM)
     max_reuse: int = 0  # on-policy: extra passes over a batch while no fresh data is waiting
@@ -137,6 +143,11 @@ class RuntimeConfig:
             "must be >= 1 or null",
         )
         check_key(self.publish_every >= 1, "runtime.publish_every", "must be >= 1")
+        check_key(
+            self.param_refresh in (None, "rollout", "step"),
+            "runtime.param_refresh",
+            f"must be rollout, step or null, got {self.param_refresh!r}",
+        )
         check_key(self.max_pool >= 1, "runtime.max_pool", "must be >= 1")
         check_key(self.credits_per_actor >= 1, "runtime.credits_per_actor", "must be >= 1")
         check_key(self.max_reuse >= 0, "runtime.max_reuse", "must be >= 0")

@@ -188,6 +188,14 @@ class Config:
                 f"actors (each keeps a ring of the versions it received), got mode '{self.mode}'"
                 + (" without actors" if self.mode == "async" else ""),
             )
+        if self.runtime.param_refresh == "step":
+            check_key(
+                self._actors_step_in_python,
+                "runtime.param_refresh",
+                "'step' is for async actors on host envs (a Python loop over vector steps); "
+                f"got mode '{self.mode}', {self.num_actors} actors, env_backend "
+                f"'{self.env_backend}' (a JAX env's rollout is one lax.scan: use rollout)",
+            )
         if self.num_seeds > 1:
             check_key(
                 self.mode == "fused", "num_seeds", "several seeds side by side need mode: fused"
@@ -204,6 +212,25 @@ class Config:
         """Whether the run is one process (fused, or host envs with num_actors 0): no actor
         processes, no ingress, every sample fresh."""
         return self.mode == "fused" or self.num_actors == 0
+
+    @property
+    def refresh_per_step(self) -> bool:
+        """Whether actors take a newer version between two vector steps of a rollout
+        (runtime.param_refresh; null: async actors on host envs do)."""
+        refresh = self.runtime.param_refresh
+        if refresh is None:
+            return self._actors_step_in_python
+        return refresh == "step"
+
+    @property
+    def _actors_step_in_python(self) -> bool:
+        """Async actor processes whose rollout is a Python loop over vector steps (host
+        envs), where a newer version can be taken between two steps."""
+        return (
+            self.mode == "async"
+            and self.num_actors >= 1
+            and self.env_backend in ("envpool", "gymnasium")
+        )
 
     @property
     def batch_trajectories(self) -> int:

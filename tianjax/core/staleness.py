@@ -98,6 +98,40 @@ def admissible(tau, max_staleness: int | None):
     return tau <= max_staleness
 
 
+def step_versions_fault(versions, version: int, learner_version: int, time_axis: int = 0):
+    """Why a trajectory's per-step behaviour versions cannot be true, or None where they can.
+
+    An actor may take a newer version between two vector steps (runtime.param_refresh:
+    step), so a trajectory holds several: each step is stamped with the version that chose
+    its action. Honest stamps are non-decreasing along time (an actor only moves forward,
+    and one whose learner restarted drops the rollout), their oldest is the trajectory's
+    one `version` (the message header's: admission and the pool's order use it, so the
+    bounds stay conservative), and none is newer than `learner_version` (no actor holds a
+    version the learner has not made). Host-side numpy, no device op: the receiver keeps
+    the versions on the host.
+
+    Args:
+      versions: int array with a time axis ([T, B] on-policy and host replay, [B, T] for
+        Sequences: `time_axis` 1).
+      version: the trajectory's one version (its header).
+      learner_version: the learner's version now.
+    Returns:
+      None, or one of "negative", "decreasing", "not_oldest", "ahead".
+    """
+    v = np.asarray(versions, np.int64)
+    if v.size == 0:
+        return None if version >= 0 else "negative"
+    if v.min() < 0 or version < 0:
+        return "negative"
+    if v.ndim and (np.diff(v, axis=time_axis) < 0).any():
+        return "decreasing"
+    if int(v.min()) != int(version):
+        return "not_oldest"
+    if int(v.max()) > int(learner_version):
+        return "ahead"
+    return None
+
+
 def constant(tau: Array) -> Array:
     return jnp.ones_like(tau, jnp.float32)
 
@@ -224,5 +258,6 @@ __all__ = [
     "schedule_weights",
     "staleness",
     "staleness_weights",
+    "step_versions_fault",
     "truncated_ratio",
 ]

@@ -72,6 +72,7 @@ TAGS = {
     "actors_seen": "balance/actors_seen",
     "dropped_samples": "counts/dropped",
     "dropped_nonfinite": "counts/dropped_nonfinite",
+    "dropped_bad_versions": "counts/dropped_bad_versions",
     "rejected_messages": "counts/rejected",
     "update_skipped": "counts/update_skipped",
 }

@@ -8,6 +8,9 @@ What must hold after every batch of messages:
   reason is known in advance;
 - correctly signed trajectories with NaN/inf observations or rewards pass the transport
   but are dropped by the finite check (`dropped_nonfinite`), never pooled;
+- correctly signed trajectories whose per-step versions cannot be true (decreasing along
+  T, a header that is not the oldest, newer than the learner, negative) are dropped by
+  the version check (`dropped_bad_versions`), never pooled;
 - the good trajectories, and only they, are in the pool, bit-identical to what was sent;
 - the learner state (params, opt_state, version, rng) is bit-identical to its start.
 
@@ -109,11 +112,11 @@ class Rig:
         self.samples = learner.config.rollout_len * learner.config.num_envs
         self.rng = np.random.default_rng(1234)
         self.seq = 0
-        self.good_version = 0
-        self.good_obs: dict[int, bytes] = {}  # version -> obs bytes of each good trajectory
+        self.good_obs: list[bytes] = []  # obs bytes of each good trajectory
         self.traj_bad: collections.Counter = collections.Counter()
         self.ctrl_bad: collections.Counter = collections.Counter()
         self.nonfinite = 0
+        self.bad_versions = 0
         self.ctrl_good = 0
         self.base = {
             "pool": len(learner.pool),
@@ -142,7 +145,8 @@ class Rig:
         return self.seq
 
     # ------------------------------------------------------------------ messages
-    def tree(self, version: int = 0):
+    def tree(self, version: int = 0, versions: np.ndarray | None = None):
+        """A random trajectory stamped `version` at every step, or with `versions` [T, B]."""
         batch_t = self.learner.template[0]
         rng = self.rng
         leaves = {}
@@ -153,7 +157,11 @@ class Rig:
                 leaves[name] = rng.integers(0, 2, s.shape).astype(s.dtype)
             else:
                 leaves[name] = rng.standard_normal(s.shape).astype(s.dtype)
-        leaves["version"] = np.full(batch_t.version.shape, version, batch_t.version.dtype)
+        leaves["version"] = (
+            np.full(batch_t.version.shape, version, batch_t.version.dtype)
+            if versions is None
+            else np.asarray(versions, batch_t.version.dtype)
+        )
         T, B = batch_t.reward.shape
         episodes = Episodes(
             np.zeros((T, B), bool), np.zeros((T, B), np.float32), np.zeros((T, B), np.int32)
@@ -196,14 +204,18 @@ class Rig:
         self._send(self.push, frames)
         self.nonfinite += 1
 
+    def bad_versions_traj(self, frames) -> None:
+        self._send(self.push, frames)
+        self.bad_versions += 1
+
     def good(self) -> list[bytes]:
-        """A valid trajectory; its version is unique, so it can be found in the pool."""
-        version = self.good_version
-        self.good_version += 1
+        """A valid trajectory, stamped with the learner's version (no actor can hold a
+        newer one); its random observations find it in the pool."""
+        version = self.base["version"]
         tree = self.tree(version)
         frames = self.encode(tree, sender="good", version=version)
         self._send(self.push, frames)
-        self.good_obs[version] = tree[0].obs.tobytes()
+        self.good_obs.append(tree[0].obs.tobytes())
         return frames
 
     def garbage(self, target: str, frames: list[bytes]) -> None:
@@ -240,7 +252,7 @@ class Rig:
     # ------------------------------------------------------------------ checking
     @property
     def traj_expected(self) -> int:
-        return len(self.good_obs) + self.nonfinite + sum(self.traj_bad.values())
+        return len(self.good_obs) + self.nonfinite + self.bad_versions + sum(self.traj_bad.values())
 
     @property
     def ctrl_expected(self) -> int:
@@ -273,18 +285,19 @@ class Rig:
 
     def check(self) -> None:
         L = self.learner
-        assert L.traj_in.accepted == len(self.good_obs) + self.nonfinite
+        assert L.traj_in.accepted == len(self.good_obs) + self.nonfinite + self.bad_versions
         assert L.control.accepted == self.ctrl_good
         _check_reasons(L.traj_in.rejected, self.traj_bad)
         _check_reasons(L.control.rejected, self.ctrl_bad)
         assert L.dropped_nonfinite == self.nonfinite
+        assert sum(L.ingress.dropped_bad_versions.values()) == self.bad_versions
         # the pool holds the good trajectories, intact, and nothing else
         assert len(L.pool) - self.base["pool"] == len(self.good_obs)
-        pooled = {}
+        pooled = []
         for version, ident, batch in L.pool:
-            assert ident == b"good"
-            pooled[version] = np.asarray(batch.obs).tobytes()
-        assert pooled == self.good_obs
+            assert ident == b"good" and version == self.base["version"]
+            pooled.append(np.asarray(batch.obs).tobytes())
+        assert sorted(pooled) == sorted(self.good_obs)
         assert L.env_steps - self.base["env_steps"] == len(self.good_obs) * self.samples
         assert set(L.actors) <= {b"probe"}  # only the signed heartbeats registered anyone
         # nothing touched the learner state
@@ -582,7 +595,46 @@ def _nonfinite(r: Rig, field: str, value: float, index: int) -> None:
     )
 
 
+def _bad_versions(r: Rig, kind: str, rng) -> str:
+    """A correctly signed trajectory whose per-step versions cannot be true; the reason
+    tianjax.core.staleness.step_versions_fault gives for it."""
+    v0 = r.base["version"]
+    T, B = r.learner.template[0].version.shape
+    versions = np.full((T, B), v0 + 1, np.int32)  # made with a version the learner has not
+    header = v0
+    if kind == "decreasing":
+        versions = np.full((T, B), v0, np.int32)
+        versions[: T // 2, int(rng.integers(B))] = v0 + 1  # ... then back to v0
+    elif kind == "not_oldest":
+        versions[:] = v0
+        header = v0 + 1  # the header names a version no step was made with
+    elif kind == "negative":
+        versions[int(rng.integers(T)), int(rng.integers(B))] = -1
+        header = -1
+    else:
+        header = v0 + 1  # "ahead": honestly headed, but no actor holds that version
+    batch, episodes, act_steps = r.tree(versions=versions)
+    r.bad_versions_traj(r.encode((batch, episodes, act_steps), sender="liar", version=header))
+    return kind
+
+
+BAD_VERSIONS = ("decreasing", "not_oldest", "negative", "ahead")
+
+
 # ---------------------------------------------------------------------------- tests
+def test_per_step_versions_that_cannot_be_true_are_dropped_and_counted_by_reason(rig):
+    rng = np.random.default_rng(3)
+    before = collections.Counter(rig.learner.ingress.dropped_bad_versions)
+    for _ in range(2):
+        for kind in BAD_VERSIONS:
+            _bad_versions(rig, kind, rng)
+        rig.good()
+    rig.settle()
+    got = collections.Counter(rig.learner.ingress.dropped_bad_versions)
+    got.subtract(before)
+    assert +got == collections.Counter({k: 2 for k in BAD_VERSIONS})
+
+
 def test_every_corruption_is_rejected_for_its_reason(rig):
     rng = np.random.default_rng(0)
     for rounds in range(3):

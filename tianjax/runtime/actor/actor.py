@@ -2,7 +2,10 @@
 
     async: never waits for parameters. Before each rollout it drains the parameter socket
            and keeps the newest version (latest-version-wins); if nothing new arrived it
-           acts again with what it has.
+           acts again with what it has. With runtime.param_refresh step (host envs) it also
+           looks, without waiting, before every vector step, and acts with a newer version
+           from that step on: each step is stamped with the version that acted, and the
+           trajectory goes out under its oldest.
     sync:  after sending a trajectory made with version v it waits for version v + 1
            (strict assignment dependencies: the baseline).
 
@@ -154,6 +157,8 @@ class Actor:
         self._pending = None  # the newest (version, ParamsMessage) drained, not yet acted with
         # staleness.forced_lag K: the versions received, newest last; it acts with K behind
         self.lag = config.staleness.forced_lag
+        # runtime.param_refresh: take newer versions between vector steps too (async, host envs)
+        self.refresh_per_step = config.refresh_per_step and self.mode.takes_newest
         self._ring: collections.deque = collections.deque(maxlen=self.lag + 1)
         self.time_s = dict.fromkeys(TIME_KEYS, 0.0)
         self._t0 = self._cpu0 = None  # wall clock and CPU time when it registered
@@ -205,16 +210,8 @@ class Actor:
         if newest is not None:
             self._last_heard = time.monotonic()
             self._pending = newest
-        if activate and self._pending is not None:
-            version, message = self._pending
-            self._pending = None
-            if self.lag:
-                self._act_lagged(int(version), message)
-            else:
-                if int(version) != self.version or self.params is None:
-                    self.params = jax.device_put(message.params)  # once per version
-                self.version = int(version)
-            self.global_steps = int(message.env_steps)
+        if activate:
+            self._activate_pending()
         if newest is None:
             return False
         if self.params_in.source != self.control.to:
@@ -230,6 +227,35 @@ class Actor:
             self.sent = 0
             self.control.send({"type": "register", "actor": self.actor_id, "pid": os.getpid()})
         return True
+
+    def _activate_pending(self) -> None:
+        """Acts with the newest message drained, if one waits (with a forced lag, with the
+        version K behind it)."""
+        if self._pending is None:
+            return
+        version, message = self._pending
+        self._pending = None
+        if self.lag:
+            self._act_lagged(int(version), message)
+        else:
+            if int(version) != self.version or self.params is None:
+                self.params = jax.device_put(message.params)  # once per version
+            self.version = int(version)
+        self.global_steps = int(message.env_steps)
+
+    def _refresh_in_flight(self):
+        """runtime.param_refresh step: asked by a host source before each vector step of a
+        rollout. Drains the parameter socket without waiting and takes a newer version from
+        the learner this rollout is for; (params, version) when the acting version changed,
+        else None. A restarted learner's first version waits for the next rollout (this one
+        is dropped: its credit went with the old learner)."""
+        to = self.control.to
+        self._take_newest(activate=False)
+        if self._pending is None or self.control.to != to:
+            return None
+        before = self.version
+        self._activate_pending()
+        return None if self.version == before else (self.params, self.version)
 
     def _act_lagged(self, version: int, message) -> None:
         """Keeps `version` in the ring of versions received and acts with the one K behind
@@ -289,8 +315,11 @@ class Actor:
         was replaced meanwhile (its credit went with it: the rollout is dropped)."""
         poll_ms = int(1000 * self.config.runtime.heartbeat_s)
         message = (rollout.batch, rollout.episodes, np.asarray(acted_at, np.int64))
+        # one number for the trajectory: its oldest step's version (admission and the
+        # learner's pool order by it, so their bounds hold for every step)
+        oldest = int(np.min(rollout.batch.version))
         granted_by = self.traj_out.to
-        while not self.traj_out.send(message, self.version, timeout_ms=poll_ms):
+        while not self.traj_out.send(message, oldest, timeout_ms=poll_ms):
             # the learner is not reading (its pool is full): wait, but stay alive and stoppable
             self._check_control()
             self._beat()
@@ -311,6 +340,12 @@ class Actor:
         finally:
             self.time_s[key] += time.perf_counter() - t
 
+    def _rollout_args(self, acted_at: int) -> tuple:
+        """The source's arguments: the params and version to act with, the global count the
+        schedules follow, and (runtime.param_refresh step) where newer versions come from."""
+        args = (self.params, self.version, acted_at)
+        return args + (self._refresh_in_flight,) if self.refresh_per_step else args
+
     def run(self) -> int:
         self._t0, self._cpu0 = time.perf_counter(), time.process_time()
         try:
@@ -328,9 +363,12 @@ class Actor:
                 # actor-side schedules (epsilon) follow the learner's global count, so every
                 # actor, and a restarted one, is at the same point of one schedule
                 acted_at = self.global_steps
-                rollout = self._timed("acting", self.source, self.params, self.version, acted_at)
-                self.env_steps += self.source.steps_per_call
+                granted_by = self.control.to
                 sent_with = self.version
+                rollout = self._timed("acting", self.source, *self._rollout_args(acted_at))
+                self.env_steps += self.source.steps_per_call
+                if self.control.to != granted_by:
+                    continue  # the learner restarted mid-rollout: its credit went with it
                 if self._timed("sending", self._send, rollout, acted_at):
                     self.credits -= 1
                     self.sent += 1

@@ -4,8 +4,10 @@
 Both produce the same thing per call: a numpy [T, B] batch (a Trajectory for on-policy
 algorithms, Transitions for replay ones; for recurrent replay agents such as QMIX, JAX
 envs only, Sequences [B, T] with the recurrent state each env's rollout started from)
-stamped with the behaviour version, plus the episodes that finished during it. Python
-touches each step's batch, never a sample.
+stamped per step with the behaviour version, plus the episodes that finished during it.
+Python touches each step's batch, never a sample. A host source can take a newer version
+between two vector steps (runtime.param_refresh: step), so its trajectory may hold several
+versions, non-decreasing along T; a JAX source's rollout is one scan with one version.
 
 A recurrent policy's state lives in the source between calls: each rollout starts from
 the state the previous one ended with (reset to `init_carry` where an episode ended), so
@@ -152,7 +154,12 @@ class HostSource:
         self._act = self._act.lower(params, obs, self._key, np.int32(0)).compile()
         self._value = self._value.lower(params, obs).compile()
 
-    def __call__(self, params, version: int, env_steps: int) -> Rollout:
+    def __call__(self, params, version: int, env_steps: int, refresh=None) -> Rollout:
+        """One rollout acted with `params` of `version`. `refresh() -> (params, version) or
+        None` (runtime.param_refresh: step), when given, is asked before every vector step
+        after the first for a newer version, which acts from that step on; every step is
+        stamped with the version that chose its action, and its log mu and value are that
+        version's. It must never wait."""
         T, B = self.T, self.B
         obs_shape = self._obs.shape[1:]
         obs_buf = np.empty((T, B) + obs_shape, self._obs_dtype)
@@ -167,7 +174,11 @@ class HostSource:
         # limit cut an episode (zeros elsewhere: the pages stay untouched)
         final_buf = (np.empty if self.replay else np.zeros)((T, B) + obs_shape, self._obs_dtype)
         cut_buf = np.zeros((T, B), bool)
+        versions = np.empty(T, np.int32)  # the version that acted at each vector step
         for t in range(T):
+            if refresh is not None and t and (newer := refresh()) is not None:
+                params, version = newer
+            versions[t] = version
             self._key, (action, log_prob, value) = self._act(
                 params, self._obs, self._key, np.int32(env_steps + t * B)
             )
@@ -197,7 +208,7 @@ class HostSource:
             )
             ep_done[t] = step.report_done
             self._obs = np.asarray(step.obs, self._obs_dtype)
-        v_stamp = np.full((T, B), version, np.int32)
+        v_stamp = np.repeat(versions[:, None], B, axis=1)
         episodes = Episodes(ep_done, ep_ret, ep_len)
         if self.replay:
             return Rollout(
@@ -211,6 +222,8 @@ class HostSource:
                 ),
                 episodes,
             )
+        # NOTE: the newest params the rollout acted with value the cut episodes' final
+        # observations (one batched call; a learner may bootstrap with its own critic)
         values = values_where_cut(lambda obs: self._value(params, obs), cut_buf, final_buf, B)
         boot, trunc_obs, trunc_t = truncation_bootstrap(values, cut_buf, final_buf, np)
         traj = Trajectory(

@@ -25,9 +25,11 @@ import numpy as np
 import zmq
 
 from tianjax.config import Config
+from tianjax.core.staleness import step_versions_fault
 from tianjax.runtime.actor.actor import TIME_KEYS
 from tianjax.runtime.balance.controller import AdaptiveBalance
 from tianjax.runtime.balance.limits import Limits
+from tianjax.runtime.learner.batches.axes import batch_axis
 from tianjax.runtime.learner.batches.replay import ReplayBatches
 from tianjax.runtime.learner.lost import LOST_AFTER_BEATS, count, lost_trajectories
 from tianjax.runtime.learner.pool import ActorLedger, Pool
@@ -91,6 +93,10 @@ class Ingress:
         self.act_steps = 0  # the global env-step count the newest admitted trajectory was acted at
         self.lag_max = 0  # since the last record: max (env steps admitted - that count) on arrival
         self.dropped_nonfinite = 0
+        # trajectories whose per-step versions cannot be true, by reason
+        # (tianjax.core.staleness.step_versions_fault)
+        self.dropped_bad_versions: collections.Counter = collections.Counter()
+        self.mixed_versions = 0  # trajectories that arrived with more than one version inside
         self.written_off = 0  # trajectories taken as lost on the way (their slots handed back)
         # admission by version (tianjax.runtime.balance.limits): the newest version published,
         # the base it counts from (a restarted learner's own), and whether it held credits back
@@ -209,6 +215,21 @@ class Ingress:
             self.limits.discard()
             self.grant(ident)
             return
+        # every step carries the version that acted (several where an actor took a newer
+        # one mid-rollout, runtime.param_refresh: step); the header names the oldest.
+        # Stamps that cannot be true are dropped and counted, never learned from
+        fault = step_versions_fault(
+            batch.version,
+            int(msg.version),
+            int(self.version()),
+            time_axis=1 - batch_axis("version", type(batch)),
+        )
+        if fault is not None:
+            self.dropped_bad_versions[fault] += 1
+            self.limits.discard()
+            self.grant(ident)
+            return
+        self.mixed_versions += int(np.ptp(np.asarray(batch.version)) > 0)
         if self.measures.produced + samples > self.budget:
             # beyond the budget: only a trajectory taken as lost that came after all (its
             # slot, handed back, let its actor make another). Dropped and counted, as a

@@ -102,6 +102,7 @@ class LearnerStats:
             "rejected_messages": sum(self.traj_in.rejected.values())
             + sum(self.control.rejected.values()),
             "dropped_nonfinite": ingress.dropped_nonfinite,
+            "dropped_bad_versions": sum(ingress.dropped_bad_versions.values()),
             **self.measures.metrics(now),
             **self.controller.metrics(),
             # consumed samples per tau since the previous record (TensorBoard histogram)
@@ -138,6 +139,11 @@ class LearnerStats:
             "staleness_histogram": self.measures.staleness_histogram(),
             "dropped_samples": self.measures.dropped,
             "dropped_nonfinite": self.ingress.dropped_nonfinite,
+            # per-step versions that cannot be true (tianjax.core.staleness.step_versions_fault)
+            "dropped_bad_versions": sum(self.ingress.dropped_bad_versions.values()),
+            "dropped_bad_versions_by_reason": dict(self.ingress.dropped_bad_versions),
+            # trajectories acted with more than one version (runtime.param_refresh: step)
+            "trajectories_mixed_versions": self.ingress.mixed_versions,
             # every valid trajectory that arrived (admitted or dropped): what the actors sent
             "trajectories_received": self.traj_in.accepted,
             # said sent by an actor, never come: their slots were handed back (the ingress)
@@ -164,6 +170,9 @@ class LearnerStats:
 # summary keys that count from this learner process's start, not across checkpoints
 PER_INCARNATION = (
     "dropped_nonfinite",
+    "dropped_bad_versions",
+    "dropped_bad_versions_by_reason",
+    "trajectories_mixed_versions",
     "trajectories_received",
     "trajectories_written_off",
     "rejected_messages",
