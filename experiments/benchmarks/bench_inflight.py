@@ -79,6 +79,7 @@ def measure(refresh: str, n: int, seed: int, steps: int, extra: list[str]) -> di
         "conv_steps": s["convergence_env_steps"],
         "final": s["final_return"],
         "env_steps": s["env_steps"],
+        "budget": steps,
         "bad_versions": s["dropped_bad_versions"],
     }
 
@@ -169,7 +170,8 @@ def main():
         print(HEADER)
         for r in runs:
             print(row(r))
-        return report(runs, runs[0]["actors"], max(r["env_steps"] for r in runs))
+        budget = max(r.get("budget", r["env_steps"]) for r in runs)
+        return report(runs, runs[0]["actors"], budget)
     runs: list[dict] = []
     print(HEADER, flush=True)
     for seed in args.seeds if args.seeds is not None else range(args.pairs):
