@@ -115,10 +115,9 @@ def cost(rollouts: int, repeats: int = 5) -> None:
     import numpy as np
 
     from tianjax.config import load_config
-    from tianjax.core.types import ParamsMessage
-    from tianjax.runtime.actor.sources import make_source
-    from tianjax.transport.auth import new_run_key
-    from tianjax.transport.params import ParamPublisher, ParamSubscriber
+    from tianjax.core import ParamsMessage
+    from tianjax.runtime import make_source
+    from tianjax.transport import ParamPublisher, ParamSubscriber, new_run_key
 
     config = load_config("configs/ppo_cartpole_async.yaml")
     source = make_source(config, seed=0)
