@@ -7,6 +7,8 @@ policy still reaches 475."""
 
 from __future__ import annotations
 
+import pytest
+
 import tianjax
 from tianjax.config import load_config
 
@@ -15,6 +17,7 @@ from .conftest import REPO
 LATENCY_CFG = str(REPO / "configs" / "ppo_latency_async.yaml")
 
 
+@pytest.mark.slow  # trains to 475: about a minute on 2 cores
 def test_actors_refresh_mid_rollout_with_honest_stamps_and_still_reach_475(tmp_path):
     config = load_config(
         LATENCY_CFG,
