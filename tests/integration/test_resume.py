@@ -12,6 +12,8 @@ import json
 import os
 import threading
 
+import jax
+import numpy as np
 import pytest
 
 import tianjax
@@ -314,3 +316,46 @@ def test_records_after_the_checkpoint_resumed_from_are_moved_aside(tmp_path):
     assert [r["updates"] for r in records if "eval_return" in r] == [second.summary["updates"]]
     with open(os.path.join(first.run_dir, "metrics.superseded.jsonl")) as f:
         assert [json.loads(line) for line in f] == later  # nothing lost: moved whole, in order
+    # and the training done again is the same training: a fused run resumed from a
+    # checkpoint ends with the uninterrupted run's parameters bit for bit, and the records it
+    # wrote again equal those moved aside but for the clock
+    for a, b in zip(jax.tree.leaves(first.params), jax.tree.leaves(second.params), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    clock = ("wall_time_s", "env_steps_per_s", "samples_fresh_per_s", "eval_s")
+    again = {(r["updates"], "eval_return" in r): r for r in records if r["updates"] > kept}
+    for old in later:
+        new = again[old["updates"], "eval_return" in old]
+        same = {k for k in old if k not in clock and not k.endswith("_per_s")}
+        assert {k: new.get(k) for k in same} == {k: old[k] for k in same}, old["updates"]
+
+
+def test_a_fused_dqn_run_resumed_from_a_checkpoint_ends_as_the_uninterrupted_one(tmp_path):
+    """Exact resume with a replay buffer: a fused DQN checkpoint holds the buffer, the
+    exploration schedule's position and the keys, so training resumed from one ends with
+    the parameters of the run that never stopped, bit for bit."""
+    import shutil
+
+    common = [
+        "num_envs=4",
+        "rollout_len=8",
+        "log_every=4",
+        "checkpoint.every=16",
+        "checkpoint.keep=10",
+        "dqn.learning_starts=256",
+        "eval.episodes=0",
+        "target_return=null",
+        "compile_cache=null",
+        "total_env_steps=4096",
+    ]
+    cfg = str(REPO / "configs" / "dqn_cartpole.yaml")
+    first = tianjax.train(cfg, common, run_dir=str(tmp_path / "d"), progress=False, verbose=False)
+    root = os.path.join(first.run_dir, ckpt.CHECKPOINT_DIR)
+    steps = sorted(int(d) for d in os.listdir(root) if d.isdigit())
+    assert len(steps) >= 3
+    for step in steps[-2:]:
+        shutil.rmtree(os.path.join(root, str(step)))
+    second = tianjax.train(cfg, [*common, f"resume={first.run_dir}"], progress=False, verbose=False)
+    assert second.summary["resumed_from_step"] == steps[-3]
+    assert second.summary["updates"] == first.summary["updates"]
+    for a, b in zip(jax.tree.leaves(first.params), jax.tree.leaves(second.params), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
