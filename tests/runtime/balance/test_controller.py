@@ -170,22 +170,26 @@ def test_a_step_change_in_producer_speed():
     settled(plant, target, 35.0, horizon=10.0, tail=10.0)
 
 
+def _leave(plant, ctl):
+    """Event: actor 0 leaves the plant, and the controller is told."""
+    plant.leave(0)
+    ctl.actors_changed(len(plant.live()))
+
+
+def _join(plant, ctl):
+    """Event: an actor of speed 0.1 joins the plant, and the controller is told."""
+    plant.join(0.1)
+    ctl.actors_changed(len(plant.live()))
+
+
 def test_an_actor_leaves_and_one_joins():
     target = 2.0
-
-    def leave(plant, ctl):
-        plant.leave(0)
-        ctl.actors_changed(len(plant.live()))
-
-    def join(plant, ctl):
-        plant.join(0.1)
-        ctl.actors_changed(len(plant.live()))
 
     plant = run(
         Plant([0.1] * 4, update_s=0.2, k=2),
         ctl := controller(target, 4, 2),
         55.0,
-        [(15.0, leave), (35.0, join)],
+        [(15.0, _leave), (35.0, _join)],
     )
     settled(plant, target, 15.0, horizon=10.0, tail=10.0)
     settled(plant, target, 35.0, horizon=10.0, tail=10.0)
@@ -496,14 +500,6 @@ def test_no_limit_cycle_however_slow_the_update(update_s):
 def test_after_actors_leave_or_join_the_set_point_is_held_within_ten_percent_in_20_s():
     target = 2.0
 
-    def leave(plant, ctl):
-        plant.leave(0)
-        ctl.actors_changed(len(plant.live()))
-
-    def join(plant, ctl):
-        plant.join(0.1)
-        ctl.actors_changed(len(plant.live()))
-
     ctl = AdaptiveBalance(
         adaptive=True,
         target_staleness=target,
@@ -514,7 +510,7 @@ def test_after_actors_leave_or_join_the_set_point_is_held_within_ten_percent_in_
         n_actors=4,
         deadband=0.08,
     )
-    plant = run(Plant([0.1] * 4, update_s=0.2, k=2), ctl, 75.0, [(25.0, leave), (50.0, join)])
+    plant = run(Plant([0.1] * 4, update_s=0.2, k=2), ctl, 75.0, [(25.0, _leave), (50.0, _join)])
     for change in (25.0, 50.0):
         after = [plant.mean_tau(t0, t0 + 1.0) for t0 in np.arange(change + 20.0, change + 25.0)]
         assert all(abs(w - target) <= 0.1 * target for w in after), (change, after)
