@@ -3,6 +3,7 @@ without faults, on hosts made of network namespaces (tianjax.launch.netns).
 
     python experiments/studies/chaos/chaos.py [--minutes 30] [--every 30] [--pairs 1]
         [--actors 8] [--dir DIR] [--out FILE]
+    python experiments/studies/chaos/chaos.py --table FILE     # a results file's table again
 
 The run: `tianjax train configs/ppo_latency_async.yaml` (latency-bound actors) with the
 learner as a child process that is restarted from its newest checkpoint
@@ -637,25 +638,35 @@ def main(argv=None) -> dict:
         else f"loopback ({hosts.why}: link faults left out)"
     )
     print(f"chaos soak on {where}; runs in {args.dir}", flush=True)
-    runs = []
+    res = {"args": dict(vars(args)), "runs": []}
+    res["figure"] = os.path.splitext(args.out)[0] + ".png"
     try:
         for i in range(args.pairs):
             arms = [True] if args.no_baseline else [False, True]
             for chaos in arms:
                 name = f"{'chaos' if chaos else 'free'}-{i}"
                 print(f"{name}: {args.minutes:g} min", flush=True)
-                runs.append(run_once(args, hosts, os.path.join(args.dir, name), chaos))
+                res["runs"].append(run_once(args, hosts, os.path.join(args.dir, name), chaos))
+                # written after every run: a long study stopped part-way keeps what it has
+                res["summary"] = report(args, res["runs"], where)
+                with open(args.out, "w") as f:
+                    json.dump(res, f, indent=1)
     finally:
         hosts.close()
-    res = {"args": {k: v for k, v in vars(args).items()}, "runs": runs}
-    res["summary"] = report(args, runs, where)
-    res["figure"] = os.path.splitext(args.out)[0] + ".png"
-    with open(args.out, "w") as f:
-        json.dump(res, f, indent=1)
     plot(res, res["figure"])
     print_table(args, res)
     return res
 
 
+def table(path: str) -> None:
+    """Prints the table of a results file again."""
+    with open(path) as f:
+        res = json.load(f)
+    print_table(argparse.Namespace(**{**res["args"], "out": path}), res)
+
+
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["--table"]:
+        table(sys.argv[2])
+    else:
+        main()
