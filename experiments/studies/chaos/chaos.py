@@ -213,8 +213,8 @@ class Hosts:
     """Where the run's processes go: namespace hosts (learner, a0, a1, ...), or this
     machine's loopback when namespaces are not available (`why` says why)."""
 
-    def __init__(self, actors: int):
-        self.why = netns.available()
+    def __init__(self, actors: int, loopback: bool = False):
+        self.why = "--loopback" if loopback else netns.available()
         self.cluster = None
         if self.why is None:
             self.cluster = NamespaceCluster(["learner", *(f"a{i}" for i in range(actors))])
@@ -599,6 +599,9 @@ def parse(argv=None):
     ap.add_argument("--pairs", type=int, default=1, help="(fault-free, chaos) pairs, alternating")
     ap.add_argument("--no-baseline", action="store_true", help="chaos runs only (no ratio)")
     ap.add_argument("--actors", type=int, default=8)
+    ap.add_argument(
+        "--loopback", action="store_true", help="one machine's loopback, no link faults"
+    )
     ap.add_argument("--stop-s", type=float, default=10.0, help="how long an actor stays stopped")
     ap.add_argument("--cut-s", type=float, default=20.0, help="how long a link stays cut")
     ap.add_argument(
@@ -630,7 +633,7 @@ def parse(argv=None):
 def main(argv=None) -> dict:
     args = parse(argv)
     os.makedirs(args.dir, exist_ok=True)
-    hosts = Hosts(args.actors)
+    hosts = Hosts(args.actors, loopback=args.loopback)
     args.netns_prefix = hosts.cluster and hosts.cluster.prefix
     where = (
         f"namespace hosts (learner + {args.actors} actor hosts, curve)"
