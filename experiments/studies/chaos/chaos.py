@@ -62,7 +62,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
 sys.path.insert(0, REPO)
 
-from tianjax.launch import NamespaceCluster, netns  # noqa: E402
+from tianjax.launch import NamespaceCluster, NetnsError  # noqa: E402
 from tianjax.metrics import read_metrics  # noqa: E402
 
 CONFIG = os.path.join(REPO, "configs", "ppo_latency_async.yaml")
@@ -214,11 +214,13 @@ class Hosts:
     machine's loopback when namespaces are not available (`why` says why)."""
 
     def __init__(self, actors: int, loopback: bool = False):
-        self.why = "--loopback" if loopback else netns.available()
-        self.cluster = None
-        if self.why is None:
-            self.cluster = NamespaceCluster(["learner", *(f"a{i}" for i in range(actors))])
-            self.cluster.start()
+        self.why, self.cluster = "--loopback" if loopback else None, None
+        if not loopback:
+            cluster = NamespaceCluster(["learner", *(f"a{i}" for i in range(actors))])
+            try:
+                self.cluster = cluster.start()
+            except NetnsError as e:  # not root, no iproute2, ... (start says which)
+                self.why = str(e).splitlines()[0]
 
     def overrides(self) -> list[str]:
         if self.cluster is None:
@@ -335,7 +337,7 @@ class Faults:
             if force or now >= ends:
                 try:
                     undo()
-                except (psutil.Error, OSError, netns.NetnsError) as e:
+                except (psutil.Error, OSError, NetnsError) as e:
                     fault["undo_error"] = str(e)
                 fault["end"] = time.time()
                 self.active.remove(item)
