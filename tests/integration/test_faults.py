@@ -84,11 +84,21 @@ def test_killed_actor_is_restarted_and_the_run_reaches_its_target(tmp_path, proc
     actors = _running(procs, launcher, run_dir, 20)
     victim = actors[0]
     victim_id = _actor_id(victim)
+    killed_at = time.time()
     victim.send_signal(signal.SIGKILL)
 
     assert procs.wait(launcher, 180) == 0, procs.stderr(launcher)
     s = read_summary(run_dir)
     assert s["actor_restarts"] == 1 and s["actors_lost"] == 0
+    # every record says when it was written on the shared clock, and when each actor id's
+    # newest trajectory was admitted by then: the replacement's came after the kill
+    recs = records(run_dir)
+    times = [r["unix_time"] for r in recs]
+    assert times == sorted(times) and killed_at - 300 < times[0] and times[-1] < time.time()
+    admitted = [r.get("actor_admitted_at", {}) for r in recs]
+    assert all(t <= r["unix_time"] for r, a in zip(recs, admitted) for t in a.values())
+    assert sorted(admitted[-1]) == ["0", "1"], admitted[-1]
+    assert max(a.get(str(victim_id), 0.0) for a in admitted) > killed_at, (killed_at, admitted)
     # an async run: it reaches the target within its budget (see test_local_runtime)
     assert s["convergence_env_steps"] is not None, {k: s[k] for k in ("final_return", "updates")}
     err = procs.stderr(launcher)

@@ -117,6 +117,11 @@ class RuntimeConfig:
     max_actor_restarts: int = 3  # a dead or silent actor is restarted up to this many times
     restart_learner: bool = False  # a dead learner is restarted from its last checkpoint
     max_learner_restarts: int = 2  # ... up to this many times
+    # a command put before each actor process's own on this machine, "{actor}" in it replaced
+    # by the actor's id (the evaluator's: num_actors): [taskset, -c, "{actor}"] pins actors to
+    # cores, [ip, netns, exec, "host{actor}"] starts each in a network namespace; it must exec
+    # what follows it, as those do (empty: none)
+    actor_wrapper: tuple[str, ...] = ()
 
     @property
     def actor_device_list(self) -> DeviceList:
@@ -195,6 +200,16 @@ class RuntimeConfig:
         check_key(self.actor_threads >= 1, "runtime.actor_threads", "must be >= 1")
         check_key(self.max_actor_restarts >= 0, "runtime.max_actor_restarts", "must be >= 0")
         check_key(self.max_learner_restarts >= 0, "runtime.max_learner_restarts", "must be >= 0")
+        for i, part in enumerate(self.actor_wrapper):
+            try:
+                ok = isinstance(part, str) and isinstance(part.format(actor=0), str)
+            except (KeyError, IndexError, ValueError):
+                ok = False
+            check_key(
+                ok,
+                f"runtime.actor_wrapper[{i}]",
+                f"must be a string whose only placeholder is {{actor}}, got {part!r}",
+            )
 
 
 @dataclass(frozen=True)

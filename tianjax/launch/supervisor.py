@@ -21,6 +21,11 @@ asks the kernel to signal it if its launcher dies (Linux), on top of its own hea
 timeout. Actors import what this process can: its `sys.path` reaches them as
 PYTHONPATH, so a module next to the script (or added to sys.path) is found by
 `env=module:EnvId`, `imports` and `network.module` in the actors too.
+
+`runtime.actor_wrapper` puts a command before each actor's (`taskset -c {actor}` pins it,
+`ip netns exec host{actor}` starts it on a network-namespace host; experiments/studies/chaos
+cuts and caps such hosts' links). The wrapper must exec what follows it, as those do, so
+that the process started is the actor itself: its pid, its signals, its parent.
 """
 
 from __future__ import annotations
@@ -101,6 +106,7 @@ class ActorSupervisor:
         env.setdefault("PYTHONUNBUFFERED", "1")
         env["PYTHONPATH"] = python_path(env.get("PYTHONPATH", ""))
         cmd = [
+            *(part.format(actor=slot) for part in self.config.runtime.actor_wrapper),
             sys.executable,
             "-m",
             "tianjax.launch.role",

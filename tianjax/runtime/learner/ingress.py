@@ -106,6 +106,9 @@ class Ingress:
         # restarted one's too), and what its newest heartbeat said it had sent and stepped
         self.received_by_actor: collections.Counter = collections.Counter()
         self.reported_by_actor: dict[int, dict] = {}
+        # actor id -> when (time.time(), the clock every process shares) its newest
+        # trajectory was admitted: how long an actor took to come back after a fault
+        self.admitted_at: dict[int, float] = {}
         self._poller = None
 
     # ------------------------------------------------------------------ credits
@@ -239,6 +242,8 @@ class Ingress:
             return
         admitted = self.limits.admit(int(msg.version), int(self.version()), samples, now)
         if admitted:
+            if info is not None and count(info.actor) is not None:
+                self.admitted_at[info.actor] = time.time()
             self.act_steps = int(act_steps)
             self.lag_max = max(self.lag_max, self.env_steps - self.act_steps)
             self.env_steps += samples

@@ -528,13 +528,17 @@ class Learner:
         fields = self.stats.fields(now, self._pending)
         if self.sync is not None:
             fields.update(self.sync.fields())
+        # when, on the clock every process shares: records of several learners (groups,
+        # lock-step learners, a restarted learner's incarnations) and events outside the
+        # run (a fault's time, experiments/studies/chaos) line up on it
+        fields["unix_time"] = time.time()
+        if self.ingress.admitted_at:  # per actor id: when its newest trajectory was admitted
+            fields["actor_admitted_at"] = {str(a): t for a, t in self.ingress.admitted_at.items()}
         log = self.recorder.episode_log
         if log is not None:
-            # the episodes that ended since the last record, and when (the clock every
-            # process shares): a moving average over several learners' actors is built
-            # from them (learner groups, lock-step learners)
+            # the episodes that ended since the last record: a moving average over several
+            # learners' actors is built from them (learner groups, lock-step learners)
             fields["episode_returns"] = [r for _, r in log[self._episodes_recorded :]]
-            fields["unix_time"] = time.time()
             self._episodes_recorded = len(log)
         self._pending = []
         self.recorder.record(

@@ -1,0 +1,677 @@
+"""The chaos soak: an async run that takes a fault every 30 seconds, against the same run
+without faults, on hosts made of network namespaces (tianjax.launch.netns).
+
+    python experiments/studies/chaos/chaos.py [--minutes 30] [--every 30] [--pairs 1]
+        [--actors 8] [--dir DIR] [--out FILE]
+    python experiments/studies/chaos/chaos.py --table FILE     # a results file's table again
+
+The run: `tianjax train configs/ppo_latency_async.yaml` (latency-bound actors) with the
+learner as a child process that is restarted from its newest checkpoint
+(`runtime.restart_learner=true`, `checkpoint.every=20`), on a namespace host of its own
+("learner"), and each actor process on a host of its own ("a0", "a1", ...), started there
+by the launcher through `runtime.actor_wrapper` (`ip netns exec`); the launcher restarts
+a dead actor as it does on one machine. Actors reach the learner over the hosts' bridge,
+with curve security. Where namespaces cannot be made (not root, no iproute2), everything
+runs on loopback, the link faults are left out, and the output says so.
+
+The faults, round-robin, one every --every seconds of training, each on the next actor:
+kill -9 of an actor; SIGSTOP of an actor for --stop-s (10) seconds; kill -9 of the learner;
+an actor host's link cut for --cut-s (20) seconds; that link capped to 1 Mbit/s (tc tbf,
+both ways) for --cap-s (20) seconds. A fault starts only if it and 10 s after it fit before
+the end.
+
+Each pair runs the same config (same seed) without faults, then with them, for --minutes
+of training (from the first record), then stops it with SIGTERM. The report:
+
+- fresh samples/s (samples first learned from in the final parameters' history, per
+  second of training), and the chaos run's over the fault-free one's (goal 0.95+);
+- the final return (mean of the last 100 episodes), and whether the chaos runs' lie within
+  the fault-free runs' spread;
+- recovery per fault kind, p50 and p95: an actor's from the kill (or the end of a stop, cut
+  or cap) to the first trajectory of that actor id the learner admitted after it (records
+  carry each actor id's newest admission time, `actor_admitted_at`), the learner's from the
+  kill to the first update of its next incarnation (`unix_time` of its first record);
+- the accounting of the final learner incarnation (summary.json): every trajectory
+  received was admitted or dropped by a named reason, exactly; trajectories an actor said
+  it sent that never came were written off (lost with the process or connection that held
+  them); and the samples each killed learner had admitted since its last checkpoint are
+  counted lost with it (its records after that checkpoint, metrics.superseded.jsonl).
+  A killed actor's unsent work was never sent, and is not counted.
+
+The result goes to --out (JSON), a table to stdout, and a figure of fresh samples/s over
+time with the faults marked to FILE.png. Timings on a shared machine are noisy: compare the
+ratio, measured alternating in the same invocation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import psutil
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
+sys.path.insert(0, REPO)
+
+from tianjax.launch import NamespaceCluster, NetnsError  # noqa: E402
+from tianjax.metrics import read_metrics  # noqa: E402
+
+CONFIG = os.path.join(REPO, "configs", "ppo_latency_async.yaml")
+KINDS = ("actor_kill", "actor_stop", "learner_kill", "link_cut", "link_cap")
+LINK_KINDS = ("link_cut", "link_cap")
+CAP_RATE = "1mbit"
+ROLE_MARK = "tianjax.launch.role"
+MARGIN_S = 10.0  # a fault starts only if it and this long after it fit before the end
+
+
+# ----------------------------------------------------------------------------- analysis
+def all_records(run_dir: str) -> list[dict]:
+    """Every record any learner incarnation wrote (the kept history and what a killed
+    learner wrote after its last checkpoint), in the order of the shared clock."""
+    recs = read_metrics(run_dir)
+    superseded = os.path.join(run_dir, "metrics.superseded.jsonl")
+    if os.path.exists(superseded):
+        with open(superseded) as f:
+            for line in f:
+                try:
+                    recs.append(json.loads(line))
+                except ValueError:
+                    pass
+    return sorted((r for r in recs if "unix_time" in r), key=lambda r: r["unix_time"])
+
+
+def recovery_s(fault: dict, records: list[dict]) -> float | None:
+    """Seconds from a fault (a kill) or its end (a stop, cut or cap) to its recovery: the
+    first admission of the actor's id after it, or the learner's first record after it
+    (its next incarnation's first update). None: not recovered in these records."""
+    t = fault["end"]
+    if fault["kind"] == "learner_kill":
+        after = [r["unix_time"] for r in records if r["unix_time"] > t]
+        return after[0] - t if after else None
+    key = str(fault["actor"])
+    for r in records:
+        at = r.get("actor_admitted_at", {}).get(key)
+        if at is not None and at > t:
+            return at - t
+    return None
+
+
+def fresh_rate(records: list[dict]) -> float | None:
+    """Fresh samples per second of training over the kept history: the samples the final
+    parameters first learned from, over the shared clock from its first to its last record."""
+    if len(records) < 2 or records[-1]["unix_time"] <= records[0]["unix_time"]:
+        return None
+    return (records[-1]["samples_fresh"] - records[0]["samples_fresh"]) / (
+        records[-1]["unix_time"] - records[0]["unix_time"]
+    )
+
+
+def rate_series(records: list[dict], t0: float, bin_s: float = 5.0) -> tuple[list, list]:
+    """(bin starts in seconds from t0, fresh samples/s in each), from every record: within
+    one incarnation the fresh count rises; a learner's restart sets it back (rolled back
+    work), and that step is not a rate."""
+    edges: dict[int, float] = {}
+    for a, b in zip(records, records[1:]):
+        d = b["samples_fresh"] - a["samples_fresh"]
+        if d > 0:
+            k = int((b["unix_time"] - t0) // bin_s)
+            edges[k] = edges.get(k, 0.0) + d
+    if not edges:
+        return [], []
+    ks = range(0, max(edges) + 1)
+    return [(k + 0.5) * bin_s for k in ks], [edges.get(k, 0.0) / bin_s for k in ks]
+
+
+def rolled_back(faults: list[dict], kept: list[dict], records: list[dict]) -> list[int]:
+    """For each learner kill, the samples that learner had admitted since its last
+    checkpoint: its newest record's count against the kept history's last record before the
+    kill (the checkpoint its successor resumed from; metrics.jsonl keeps up to it)."""
+    out = []
+    for f in faults:
+        if f["kind"] != "learner_kill":
+            continue
+        before = [r for r in records if r["unix_time"] < f["start"]]
+        kept_before = [r for r in kept if r["unix_time"] < f["start"]]
+        if not before or not kept_before:
+            out.append(0)
+            continue
+        out.append(int(before[-1]["samples_produced"] - kept_before[-1]["samples_produced"]))
+    return out
+
+
+def accounting(summary: dict, kept: list[dict], traj_steps: int, lost_with_learner) -> dict:
+    """The final learner incarnation's ledger, in trajectories and samples (see the module
+    doc). `closes`: trajectories received x steps == samples admitted + dropped on arrival,
+    each drop by its reason."""
+    resumed = summary.get("resumed_from_step")
+    base = {"env_steps": 0, "dropped_samples": 0, "expired_samples": 0}
+    if resumed is not None:
+        at = [r for r in kept if r["updates"] == resumed]
+        if at:
+            base = at[-1]
+    bal = summary["balance"]
+    admitted = summary["env_steps"] - base["env_steps"]
+    stale_or_budget = (bal["dropped_samples"] - bal["expired_samples"]) - (
+        base["dropped_samples"] - base.get("expired_samples", 0)
+    )
+    nonfinite = summary["dropped_nonfinite"] * traj_steps
+    bad_versions = summary["dropped_bad_versions"] * traj_steps
+    received = summary["trajectories_received"]
+    written_off = summary["trajectories_written_off"]
+    by_actor = summary.get("trajectories_by_actor", {})
+    # what each actor id's current process said it sent arrived here or was written off
+    unaccounted = {
+        a: c["sent"] - c["received"] - written_off
+        for a, c in by_actor.items()
+        if c.get("sent") is not None and c["sent"] > c["received"] + written_off
+    }
+    return {
+        "since_update": resumed or 0,
+        "trajectories_received": received,
+        "samples_received": received * traj_steps,
+        "samples_admitted": admitted,
+        "dropped_on_arrival": {
+            "too_stale_or_beyond_budget": stale_or_budget,
+            "nonfinite": nonfinite,
+            "bad_versions": bad_versions,
+        },
+        "expired_in_pool_total": bal["expired_samples"],
+        "trajectories_written_off": written_off,
+        "samples_lost_with_killed_learners": list(lost_with_learner),
+        "rejected_messages": summary["rejected_messages"],
+        "rejected_by_reason": summary.get("rejected_by_reason", {}),
+        "by_actor": by_actor,
+        "sent_unaccounted_by_actor": unaccounted,
+        "closes": received * traj_steps == admitted + stale_or_budget + nonfinite + bad_versions
+        and not unaccounted,
+    }
+
+
+def percentiles(values: list[float]) -> dict:
+    vals = [v for v in values if v is not None]
+    if not vals:
+        return {"n": 0, "p50": None, "p95": None, "max": None}
+    return {
+        "n": len(vals),
+        "p50": float(np.percentile(vals, 50)),
+        "p95": float(np.percentile(vals, 95)),
+        "max": max(vals),
+    }
+
+
+# ----------------------------------------------------------------------------- one run
+class Hosts:
+    """Where the run's processes go: namespace hosts (learner, a0, a1, ...), or this
+    machine's loopback when namespaces are not available (`why` says why)."""
+
+    def __init__(self, actors: int, loopback: bool = False):
+        self.why, self.cluster = "--loopback" if loopback else None, None
+        if not loopback:
+            cluster = NamespaceCluster(["learner", *(f"a{i}" for i in range(actors))])
+            try:
+                self.cluster = cluster.start()
+            except NetnsError as e:  # not root, no iproute2, ... (start says which)
+                self.why = str(e).splitlines()[0]
+
+    def overrides(self) -> list[str]:
+        if self.cluster is None:
+            return []
+        wrapper = [shutil.which("ip") or "ip", "netns", "exec", f"{self.cluster.prefix}-a{{actor}}"]
+        return [
+            f"runtime.bind_host={self.cluster.addr('learner')}",
+            "runtime.actor_wrapper=" + json.dumps(wrapper),
+        ]
+
+    def start(self, argv: list[str], env: dict, out, err) -> subprocess.Popen:
+        if self.cluster is None:
+            return subprocess.Popen(
+                argv, env=env, cwd=REPO, stdout=out, stderr=err, start_new_session=True
+            )
+        return self.cluster.run("learner", argv, env=env, cwd=REPO, stdout=out, stderr=err)
+
+    def close(self) -> None:
+        if self.cluster is not None:
+            self.cluster.close()
+
+
+def _role_procs(launcher_pid: int, role: str) -> list[psutil.Process]:
+    out = []
+    try:
+        children = psutil.Process(launcher_pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return out
+    for p in children:
+        try:
+            cmd = p.cmdline()
+            if ROLE_MARK in cmd and cmd[cmd.index(ROLE_MARK) + 1 :][:1] == [role]:
+                if p.status() != psutil.STATUS_ZOMBIE:
+                    out.append(p)
+        except psutil.Error:
+            pass
+    return out
+
+
+def _actor_proc(launcher_pid: int, actor: int) -> psutil.Process | None:
+    for p in _role_procs(launcher_pid, "actor"):
+        try:
+            cmd = p.cmdline()
+            if int(cmd[cmd.index("--actor-id") + 1]) == actor:
+                return p
+        except (psutil.Error, ValueError, IndexError):
+            pass
+    return None
+
+
+class Faults:
+    """Starts the faults in turn and ends the timed ones; each fault is a dict with its
+    kind, target, start and end (time.time())."""
+
+    def __init__(self, args, hosts: Hosts, launcher_pid: int):
+        self.args, self.hosts, self.pid = args, hosts, launcher_pid
+        self.kinds = [k for k in KINDS if hosts.cluster is not None or k not in LINK_KINDS]
+        self.done: list[dict] = []
+        self.skipped: list[dict] = []
+        self.active: list[tuple[float, dict, object]] = []  # (when it ends, fault, undo)
+        self._n = 0
+
+    def duration(self, kind: str) -> float:
+        a = self.args
+        return {"actor_stop": a.stop_s, "link_cut": a.cut_s, "link_cap": a.cap_s}.get(kind, 0.0)
+
+    def next_fits(self, now: float, end: float) -> bool:
+        kind = self.kinds[self._n % len(self.kinds)]
+        return now + self.duration(kind) + MARGIN_S <= end
+
+    def start_next(self) -> dict | None:
+        kind = self.kinds[self._n % len(self.kinds)]
+        actor = self._n % self.args.actors
+        self._n += 1
+        fault = {"kind": kind, "actor": None if kind == "learner_kill" else actor}
+        undo = None
+        if kind == "learner_kill":
+            procs = _role_procs(self.pid, "learner")
+            if not procs:
+                return self._skip(fault, "no learner process (restarting)")
+            fault["pid"] = procs[0].pid
+            procs[0].send_signal(signal.SIGKILL)
+        elif kind in ("actor_kill", "actor_stop"):
+            p = _actor_proc(self.pid, actor)
+            if p is None:
+                return self._skip(fault, f"no process of actor {actor} (restarting)")
+            fault["pid"] = p.pid
+            p.send_signal(signal.SIGKILL if kind == "actor_kill" else signal.SIGSTOP)
+            if kind == "actor_stop":
+                undo = functools.partial(p.send_signal, signal.SIGCONT)
+        elif kind == "link_cut":
+            host = f"a{actor}"
+            self.hosts.cluster.cut(host)
+            undo = functools.partial(self.hosts.cluster.heal, host)
+        else:  # link_cap
+            host = f"a{actor}"
+            self.hosts.cluster.cap(host, CAP_RATE)
+            undo = functools.partial(self.hosts.cluster.uncap, host)
+        fault["start"] = fault["end"] = time.time()
+        if undo is not None:
+            self.active.append((fault["start"] + self.duration(kind), fault, undo))
+        self.done.append(fault)
+        return fault
+
+    def _skip(self, fault: dict, why: str) -> None:
+        """A fault whose target is not there (still restarting after an earlier one) is
+        skipped, and said in the results."""
+        self.skipped.append({**fault, "at": time.time(), "why": why})
+
+    def end_due(self, force: bool = False) -> None:
+        now = time.time()
+        for item in list(self.active):
+            ends, fault, undo = item
+            if force or now >= ends:
+                try:
+                    undo()
+                except (psutil.Error, OSError, NetnsError) as e:
+                    fault["undo_error"] = str(e)
+                fault["end"] = time.time()
+                self.active.remove(item)
+
+
+def run_once(args, hosts: Hosts, run_dir: str, chaos: bool) -> dict:
+    """One run of --minutes of training, with the faults or without; returns its figures."""
+    os.makedirs(run_dir, exist_ok=True)
+    overrides = [
+        f"num_actors={args.actors}",
+        f"total_env_steps={args.total_env_steps}",
+        "log_every=1",
+        "runtime.restart_learner=true",
+        "runtime.max_learner_restarts=1000",
+        "runtime.max_actor_restarts=1000",
+        f"checkpoint.every={args.checkpoint_every}",
+        f"compile_cache={args.compile_cache}",
+        f"seed={args.seed}",
+        f"run_dir={run_dir}",
+        *hosts.overrides(),
+        *args.set,
+    ]
+    argv = [sys.executable, "-m", "tianjax.cli", "train", args.config, *overrides, "--no-progress"]
+    env = dict(os.environ, PYTHONUNBUFFERED="1", JAX_PLATFORMS="cpu")
+    env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
+    with (
+        open(os.path.join(run_dir, "launcher.out"), "wb") as out,
+        open(os.path.join(run_dir, "launcher.err"), "wb") as err,
+    ):
+        launcher = hosts.start(argv, env, out, err)
+    faults = Faults(args, hosts, launcher.pid)
+    metrics = os.path.join(run_dir, "metrics.jsonl")
+    t_launch, t_train, ended = time.time(), None, "deadline"
+    try:
+        while True:
+            now = time.time()
+            if launcher.poll() is not None:
+                ended = f"exited with code {launcher.returncode}"
+                break
+            if t_train is None:
+                if os.path.exists(metrics) and os.path.getsize(metrics) > 0:
+                    t_train = now
+                    t_next = now + args.every
+                elif now - t_launch > args.start_timeout:
+                    ended = "never started training"
+                    break
+            else:
+                t_end = t_train + args.minutes * 60
+                if now >= t_end:
+                    break
+                faults.end_due()
+                if chaos and now >= t_next:
+                    t_next += args.every
+                    if faults.next_fits(now, t_end):
+                        f = faults.start_next()
+                        if f is not None:
+                            print(f"  {now - t_train:6.1f} s  {f['kind']} {_target(f)}", flush=True)
+            time.sleep(0.05)
+    finally:
+        faults.end_due(force=True)
+        if launcher.poll() is None:
+            launcher.send_signal(signal.SIGTERM)
+            try:
+                launcher.wait(timeout=args.stop_grace)
+            except subprocess.TimeoutExpired:
+                ended += "; killed after the stop grace"
+                os.killpg(launcher.pid, signal.SIGKILL)
+                launcher.wait()
+    out = _figures(args, run_dir, chaos, ended, launcher.returncode, t_train, faults.done)
+    return {**out, "faults_skipped": faults.skipped}
+
+
+def _target(f: dict) -> str:
+    return "learner" if f["actor"] is None else f"actor {f['actor']}"
+
+
+def _figures(args, run_dir, chaos, ended, code, t_train, faults) -> dict:
+    kept = [r for r in read_metrics(run_dir) if "unix_time" in r]
+    records = all_records(run_dir)
+    summary_path = os.path.join(run_dir, "summary.json")
+    summary = json.load(open(summary_path)) if os.path.exists(summary_path) else None
+    for f in faults:
+        f["recovery_s"] = recovery_s(f, records)
+    traj_steps = args.num_envs * args.rollout_len
+    lost = rolled_back(faults, kept, records)
+    t0 = kept[0]["unix_time"] if kept else (t_train or 0.0)
+    xs, ys = rate_series(records, t0)
+    for f in faults:
+        f["at_s"] = f["start"] - t0
+        f["for_s"] = f["end"] - f["start"]
+    return {
+        "chaos": chaos,
+        "run_dir": run_dir,
+        "ended": ended,
+        "exit_code": code,
+        "summary_written": summary is not None,
+        "training_s": (kept[-1]["unix_time"] - kept[0]["unix_time"]) if len(kept) > 1 else 0.0,
+        "fresh_per_s": fresh_rate(kept),
+        "final_return": summary and summary.get("final_return"),
+        "updates": summary and summary.get("updates"),
+        "actor_restarts": summary and summary.get("actor_restarts"),
+        "learner_restarts": summary and summary.get("learner_restarts"),
+        "faults": faults,
+        "accounting": summary and accounting(summary, kept, traj_steps, lost),
+        "series": {"t_s": xs, "fresh_per_s": ys},
+    }
+
+
+# ----------------------------------------------------------------------------- report
+def report(args, runs: list[dict], where: str) -> dict:
+    base = [r for r in runs if not r["chaos"]]
+    chaos = [r for r in runs if r["chaos"]]
+    ratios = [
+        c["fresh_per_s"] / b["fresh_per_s"]
+        for b, c in zip(base, chaos)
+        if b["fresh_per_s"] and c["fresh_per_s"]
+    ]
+    spread = [r["final_return"] for r in base if r["final_return"] is not None]
+    faults = [f for r in chaos for f in r["faults"]]
+    rec = {k: percentiles([f["recovery_s"] for f in faults if f["kind"] == k]) for k in KINDS}
+    for k in KINDS:
+        rec[k]["faults"] = sum(f["kind"] == k for f in faults)
+        rec[k]["unrecovered"] = sum(f["kind"] == k and f["recovery_s"] is None for f in faults)
+    return {
+        "where": where,
+        "retention": {
+            "per_pair": ratios,
+            "median": float(np.median(ratios)) if ratios else None,
+            "goal": 0.95,
+        },
+        "final_return": {
+            "fault_free": spread,
+            "chaos": [r["final_return"] for r in chaos],
+            "within_fault_free_spread": [
+                None
+                if not spread or r["final_return"] is None
+                else min(spread) <= r["final_return"] <= max(spread)
+                for r in chaos
+            ],
+        },
+        "recovery_s": rec,
+        "accounting_closes": [bool(r["accounting"] and r["accounting"]["closes"]) for r in chaos],
+    }
+
+
+def _f(x, spec=".2f") -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def print_table(args, res: dict) -> None:
+    s = res["summary"]
+    print(f"\nchaos soak: {s['where']}; {args.actors} actors, {args.minutes:g} min of training")
+    print(f"a fault every {args.every:g} s; {len(res['runs']) // 2 or 1} pair(s)\n")
+    print(f"{'run':<12}{'fresh/s':>10}{'final ret':>11}{'updates':>9}{'faults':>8}  ended")
+    for r in res["runs"]:
+        name = "chaos" if r["chaos"] else "fault-free"
+        print(
+            f"{name:<12}{_f(r['fresh_per_s'], ',.0f'):>10}{_f(r['final_return'], '.1f'):>11}"
+            f"{_f(r['updates'], 'd'):>9}{len(r['faults']):>8}  {r['ended']}"
+        )
+    ret = s["retention"]
+    print(
+        f"\nfresh samples/s retained: {_f(ret['median'], '.3f')} (per pair "
+        + ", ".join(_f(x, ".3f") for x in ret["per_pair"])
+        + f"; goal {ret['goal']})"
+    )
+    fr = s["final_return"]
+    print(
+        f"final return: chaos {[_f(x, '.1f') for x in fr['chaos']]}, fault-free "
+        f"{[_f(x, '.1f') for x in fr['fault_free']]}; within the fault-free spread: "
+        f"{fr['within_fault_free_spread']}"
+    )
+    print(
+        f"\n{'fault':<14}{'n':>4}{'p50 s':>8}{'p95 s':>8}{'max s':>8}{'unrecov.':>10}  recovery from"
+    )
+    since = {
+        "actor_kill": "the kill to the replacement's first admitted trajectory",
+        "actor_stop": f"SIGCONT ({args.stop_s:g} s stop) to its first admitted trajectory",
+        "learner_kill": "the kill to the restarted learner's first update",
+        "link_cut": f"the heal ({args.cut_s:g} s cut) to its first admitted trajectory",
+        "link_cap": f"the uncap ({CAP_RATE} for {args.cap_s:g} s) to its first admitted",
+    }
+    for k, v in s["recovery_s"].items():
+        print(
+            f"{k:<14}{v['faults']:>4}{_f(v['p50']):>8}{_f(v['p95']):>8}{_f(v['max']):>8}"
+            f"{v['unrecovered']:>10}  {since[k]}"
+        )
+    for r in res["runs"]:
+        for f in r.get("faults_skipped", []):
+            print(f"skipped: {f['kind']} ({f['why']})")
+    for r in res["runs"]:
+        a = r["accounting"]
+        if not r["chaos"] or a is None:
+            continue
+        d = a["dropped_on_arrival"]
+        print(
+            f"\naccounting (final learner incarnation, from update {a['since_update']}): "
+            f"{a['trajectories_received']:,} trajectories received = {a['samples_received']:,} "
+            f"samples = {a['samples_admitted']:,} admitted + {d['too_stale_or_beyond_budget']:,} "
+            f"too stale or beyond the budget + {d['nonfinite']:,} non-finite + "
+            f"{d['bad_versions']:,} bad versions"
+        )
+        sent = sum(c.get("sent", 0) for c in a["by_actor"].values())
+        print(
+            f"  actors' current processes said they sent {sent:,}; sent but never came (lost "
+            f"with the actor process or connection that held them, written off): "
+            f"{a['trajectories_written_off']}; unaccounted: {a['sent_unaccounted_by_actor'] or 0}"
+        )
+        print(
+            f"  lost with killed learners (admitted after their last checkpoint): "
+            f"{a['samples_lost_with_killed_learners']} samples; messages rejected: "
+            f"{a['rejected_by_reason'] or 0}; closes: {a['closes']}"
+        )
+    print(f"\njson {args.out}\nfigure {res['figure']}")
+
+
+def plot(res: dict, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    colours = dict(zip(KINDS, ["tab:red", "tab:orange", "tab:purple", "tab:blue", "tab:green"]))
+    fig, ax = plt.subplots(figsize=(10, 4))
+    for i, r in enumerate(res["runs"]):
+        label = f"{'chaos' if r['chaos'] else 'fault-free'} {i // 2 + 1}"
+        ax.plot(
+            r["series"]["t_s"],
+            r["series"]["fresh_per_s"],
+            label=label,
+            lw=1,
+            color="black" if r["chaos"] else "grey",
+            alpha=1.0 if r["chaos"] else 0.6,
+        )
+    seen = set()
+    for r in res["runs"]:
+        for f in r["faults"]:
+            k = f["kind"]
+            ax.axvspan(
+                f["at_s"],
+                f["at_s"] + max(f["for_s"], 0.5),
+                color=colours[k],
+                alpha=0.25,
+                label=None if k in seen else k.replace("_", " "),
+            )
+            seen.add(k)
+    ax.set_xlabel("seconds of training")
+    ax.set_ylabel("fresh samples/s (5 s bins)")
+    ax.set_title("chaos soak: fresh samples/s, faults marked")
+    ax.legend(loc="lower right", fontsize=8, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+# ----------------------------------------------------------------------------- main
+def parse(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--minutes", type=float, default=30.0, help="training time per run")
+    ap.add_argument("--every", type=float, default=30.0, help="seconds between faults")
+    ap.add_argument("--pairs", type=int, default=1, help="(fault-free, chaos) pairs, alternating")
+    ap.add_argument("--no-baseline", action="store_true", help="chaos runs only (no ratio)")
+    ap.add_argument("--actors", type=int, default=8)
+    ap.add_argument(
+        "--loopback", action="store_true", help="one machine's loopback, no link faults"
+    )
+    ap.add_argument("--stop-s", type=float, default=10.0, help="how long an actor stays stopped")
+    ap.add_argument("--cut-s", type=float, default=20.0, help="how long a link stays cut")
+    ap.add_argument(
+        "--cap-s", type=float, default=20.0, help=f"how long a link stays at {CAP_RATE}"
+    )
+    ap.add_argument("--checkpoint-every", type=int, default=20, help="updates between checkpoints")
+    ap.add_argument("--config", default=CONFIG)
+    ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="more overrides")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--dir", default=None, help="runs go here (default: runs/chaos_<time>)")
+    ap.add_argument("--out", default=None, help="JSON results (default: DIR/chaos.json)")
+    ap.add_argument("--start-timeout", type=float, default=300.0)
+    ap.add_argument("--stop-grace", type=float, default=90.0)
+    args = ap.parse_args(argv)
+    args.dir = os.path.abspath(
+        args.dir or os.path.join(REPO, "runs", time.strftime("chaos_%Y%m%d_%H%M%S"))
+    )
+    args.out = os.path.abspath(args.out or os.path.join(args.dir, "chaos.json"))
+    args.compile_cache = os.path.join(args.dir, "xla")
+    # a budget the run cannot spend in its time: it ends by time, so both arms alike
+    args.total_env_steps = int(args.minutes * 60 * 100_000)
+    from tianjax.config import load_config
+
+    config = load_config(args.config, args.set)
+    args.num_envs, args.rollout_len = config.num_envs, config.rollout_len
+    return args
+
+
+def main(argv=None) -> dict:
+    args = parse(argv)
+    os.makedirs(args.dir, exist_ok=True)
+    hosts = Hosts(args.actors, loopback=args.loopback)
+    args.netns_prefix = hosts.cluster and hosts.cluster.prefix
+    where = (
+        f"namespace hosts (learner + {args.actors} actor hosts, curve)"
+        if hosts.cluster is not None
+        else f"loopback ({hosts.why}: link faults left out)"
+    )
+    print(f"chaos soak on {where}; runs in {args.dir}", flush=True)
+    res = {"args": dict(vars(args)), "runs": []}
+    res["figure"] = os.path.splitext(args.out)[0] + ".png"
+    try:
+        for i in range(args.pairs):
+            arms = [True] if args.no_baseline else [False, True]
+            for chaos in arms:
+                name = f"{'chaos' if chaos else 'free'}-{i}"
+                print(f"{name}: {args.minutes:g} min", flush=True)
+                res["runs"].append(run_once(args, hosts, os.path.join(args.dir, name), chaos))
+                # written after every run: a long study stopped part-way keeps what it has
+                res["summary"] = report(args, res["runs"], where)
+                with open(args.out, "w") as f:
+                    json.dump(res, f, indent=1)
+    finally:
+        hosts.close()
+    plot(res, res["figure"])
+    print_table(args, res)
+    return res
+
+
+def table(path: str) -> None:
+    """Prints the table of a results file again."""
+    with open(path) as f:
+        res = json.load(f)
+    print_table(argparse.Namespace(**{**res["args"], "out": path}), res)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--table"]:
+        table(sys.argv[2])
+    else:
+        main()
