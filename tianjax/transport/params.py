@@ -21,6 +21,7 @@ from tianjax.transport.sockets import (
     _default_max_bytes,
     _remaining_ms,
     address,
+    keep_alive,
     process_incarnation,
 )
 
@@ -68,6 +69,7 @@ class ParamPublisher(_Channel):
         # what a PUB receives are subscriptions: tiny, so an oversized one is refused unread
         super().__init__(zmq.XPUB, ctx, SUBSCRIPTION_MAX_BYTES, handshake)
         self.socket.setsockopt(zmq.XPUB_MANUAL, 1)
+        keep_alive(self.socket)  # a connection to a cut-off actor is closed, not backed off
         self.subscriptions = 0
         self.subscriptions_refused = 0
         self.topics = frozenset(topics)  # the only subscriptions taken
@@ -180,6 +182,7 @@ class ParamSubscriber(_Channel):
         # one message held, the newest (set before connecting; RCVHWM is then ignored)
         self.socket.setsockopt(zmq.CONFLATE, 1)
         self.socket.setsockopt(zmq.SUBSCRIBE, topic)
+        keep_alive(self.socket)  # after a cut link, a new connection within about a second
         self._connect(endpoint)
         self.version = -1
         self.body: dict | None = None

@@ -1,6 +1,21 @@
 """The socket under every channel (tianjax.transport.channels): one ZeroMQ socket with
 linger 0, a frame-size cap, the run's handshake, and binding to loopback unless asked
-otherwise; plus the deadline helpers the channels' receives share."""
+otherwise; plus the deadline helpers the channels' receives share.
+
+Heartbeats (`keep_alive`, on the parameter channel: tianjax.transport.params). Each
+connection pings its peer every HEARTBEAT_IVL_MS and is closed when nothing came back
+within HEARTBEAT_TIMEOUT_MS; the connecting side then tries again every RECONNECT_IVL_MS,
+each try cut after CONNECT_TIMEOUT_MS. Without them, parameters queued for an actor whose
+link was cut for a while sit in TCP's retransmission back-off (which doubles: over 10 s
+after a 20 s cut) and reach it long after the link is back, while it acts on parameters
+too stale to be admitted. With them the dead connection is closed during the cut and a
+new one made within about a second of the link's return; the next version goes out on
+it (the versions queued on the old one were superseded anyway). ZeroMQ answers pings
+from its own I/O thread, so a role busy compiling or updating is not cut off.
+
+Trajectories and the control channel keep their connections through a cut: what is queued
+on them is delivered once TCP retransmits, and closing them would lose it, leaving the
+actor's credit slots to the learner's write-off grace (tianjax.runtime.learner.lost)."""
 
 from __future__ import annotations
 
@@ -23,6 +38,10 @@ CONTROL_MAX_BYTES = 1 << 16
 # its deadline after each one: a steady stream of bad messages must not keep a role inside
 # one call, where it cannot see its stop flag or serve anything else.
 MAX_REJECTED_PER_CALL = 64
+HEARTBEAT_IVL_MS = 1000
+HEARTBEAT_TIMEOUT_MS = 4000
+CONNECT_TIMEOUT_MS = 1000
+RECONNECT_IVL_MS = 100
 Key = RunKey | bytes | Authenticator
 
 
@@ -45,6 +64,16 @@ def _bind_or_oserror(socket: zmq.Socket, endpoint: str) -> None:
 
 
 _incarnation: str | None = None
+
+
+def keep_alive(socket: zmq.Socket) -> None:
+    """Heartbeats and prompt reconnection on `socket` (see the module doc); set before it
+    binds or connects."""
+    socket.setsockopt(zmq.HEARTBEAT_IVL, HEARTBEAT_IVL_MS)
+    socket.setsockopt(zmq.HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT_MS)
+    socket.setsockopt(zmq.HEARTBEAT_TTL, HEARTBEAT_TIMEOUT_MS)
+    socket.setsockopt(zmq.CONNECT_TIMEOUT, CONNECT_TIMEOUT_MS)
+    socket.setsockopt(zmq.RECONNECT_IVL, RECONNECT_IVL_MS)
 
 
 def process_incarnation() -> str:

@@ -277,7 +277,7 @@ class Faults:
 
     def __init__(self, args, hosts: Hosts, launcher_pid: int):
         self.args, self.hosts, self.pid = args, hosts, launcher_pid
-        self.kinds = [k for k in KINDS if hosts.cluster is not None or k not in LINK_KINDS]
+        self.kinds = [k for k in args.faults if hosts.cluster is not None or k not in LINK_KINDS]
         self.done: list[dict] = []
         self.skipped: list[dict] = []
         self.active: list[tuple[float, dict, object]] = []  # (when it ends, fault, undo)
@@ -604,6 +604,12 @@ def parse(argv=None):
     ap.add_argument(
         "--loopback", action="store_true", help="one machine's loopback, no link faults"
     )
+    ap.add_argument(
+        "--faults",
+        type=lambda s: [k.strip() for k in s.split(",") if k.strip()],
+        default=list(KINDS),
+        help=f"the fault kinds to take turns, comma-separated (default: all of {','.join(KINDS)})",
+    )
     ap.add_argument("--stop-s", type=float, default=10.0, help="how long an actor stays stopped")
     ap.add_argument("--cut-s", type=float, default=20.0, help="how long a link stays cut")
     ap.add_argument(
@@ -618,6 +624,11 @@ def parse(argv=None):
     ap.add_argument("--start-timeout", type=float, default=300.0)
     ap.add_argument("--stop-grace", type=float, default=90.0)
     args = ap.parse_args(argv)
+    unknown = [k for k in args.faults if k not in KINDS]
+    if unknown or not args.faults:
+        ap.error(
+            f"--faults: unknown kind(s) {unknown or '(none given)'}; known: {', '.join(KINDS)}"
+        )
     args.dir = os.path.abspath(
         args.dir or os.path.join(REPO, "runs", time.strftime("chaos_%Y%m%d_%H%M%S"))
     )
