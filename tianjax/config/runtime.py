@@ -117,6 +117,9 @@ class RuntimeConfig:
     max_actor_restarts: int = 3  # a dead or silent actor is restarted up to this many times
     restart_learner: bool = False  # a dead learner is restarted from its last checkpoint
     max_learner_restarts: int = 2  # ... up to this many times
+    # RUN_DIR/replay.jsonl: where every trajectory came from and every update's batch, in
+    # order, so that `tianjax replay RUN_DIR` can redo the run in one process, bit for bit
+    replay_log: bool = True
 
     @property
     def actor_device_list(self) -> DeviceList:
