@@ -1,0 +1,137 @@
+"""Async runs replayed bit for bit: a learner and 2 actor processes train over real sockets
+and write the run's replay log; `tianjax replay RUN_DIR` acts every logged rollout again in
+one process, applies the logged updates, and must end with the run's parameters' SHA-256.
+A log changed after the run (an update's trajectories swapped, an update moved before what
+it takes, a trajectory lost on the way) gives another hash or is refused, and a run on a
+host env is refused before any work, with the reason."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+import tianjax
+from tianjax.errors import ReplayRefused
+from tianjax.runtime.record.replay_log import LOG_NAME, read_events
+
+from .conftest import ASYNC_CFG, REPO, child_env, read_summary
+
+pytestmark = pytest.mark.slow
+
+DQN_CFG = str(REPO / "configs" / "dqn_cartpole.yaml")
+COMMON = ["mode=async", "num_actors=2", "eval.episodes=0", "target_return=null", "log_every=4"]
+
+
+def _train(cfg, overrides, run_dir):
+    return tianjax.train(cfg, [*COMMON, *overrides], run_dir=str(run_dir), progress=False)
+
+
+def _cli_replay(run_dir) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "tianjax", "replay", str(run_dir)],
+        cwd=REPO,
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+@pytest.fixture(scope="module")
+def ppo_run(tmp_path_factory):
+    """An async PPO run on gymnax CartPole: 16 updates of 2 trajectories, 2 actor processes."""
+    run_dir = tmp_path_factory.mktemp("ppo") / "run"
+    _train(ASYNC_CFG, ["env_backend=gymnax", "total_env_steps=16384"], run_dir)
+    return run_dir
+
+
+def _copy_log(run_dir, to, edit) -> str:
+    """The run's config and summary, with its replay log as `edit(events)` gives it back."""
+    to.mkdir()
+    for name in ("config.yaml", "summary.json"):
+        shutil.copy(run_dir / name, to / name)
+    events = edit(list(read_events(str(run_dir))))
+    (to / LOG_NAME).write_text("".join(json.dumps(e) + "\n" for e in events))
+    return str(to)
+
+
+def _updates(events) -> list[dict]:
+    return [e for e in events if e["e"] == "update"]
+
+
+def test_async_ppo_run_replays_bit_for_bit(ppo_run):
+    summary = read_summary(ppo_run)
+    events = list(read_events(str(ppo_run)))
+    trajs = [e for e in events if e["e"] == "traj"]
+    assert {e["actor"] for e in trajs} == {0, 1}  # both actor processes' rollouts
+    assert len(_updates(events)) == summary["updates"]
+    done = _cli_replay(ppo_run)
+    assert done.returncode == 0, done.stderr[-3000:]
+    h = summary["params_sha256"][:16]
+    assert f"params sha256 {h} vs the run's {h}: equal" in done.stdout
+
+
+def test_async_dqn_run_replays_bit_for_bit(tmp_path):
+    run = _train(
+        DQN_CFG,
+        ["total_env_steps=4000", "dqn.learning_starts=1000"],
+        tmp_path / "run",
+    )
+    events = list(read_events(run.run_dir))
+    assert sum(e["e"] == "traj" and e["to"] == "replay" for e in events) == 100
+    out = tianjax.replay_run(run.run_dir)
+    assert out.updates == run.summary["updates"] > 0
+    assert out.params_sha256 == run.summary["params_sha256"]
+    assert out.equal
+
+
+def test_a_log_with_an_update_reordered_gives_other_parameters(ppo_run, tmp_path):
+    def swap(events):
+        first = _updates(events)[0]
+        assert len(set(first["items"])) == 2
+        first["items"] = first["items"][::-1]  # the same trajectories, joined the other way
+        return events
+
+    out = tianjax.replay_run(_copy_log(ppo_run, tmp_path / "swapped", swap))
+    assert not out.equal and out.params_sha256 != out.recorded_sha256
+
+
+def test_a_log_out_of_order_is_refused(ppo_run, tmp_path):
+    def early(events):
+        update = _updates(events)[-1]
+        events.remove(update)
+        events.insert(1, update)  # before the trajectories it takes arrived
+        return events
+
+    with pytest.raises(ReplayRefused, match="out of order"):
+        tianjax.replay_run(_copy_log(ppo_run, tmp_path / "early", early))
+
+
+def test_a_trajectory_lost_on_the_way_is_refused_before_it_starts(ppo_run, tmp_path):
+    lost = {}
+
+    def drop(events):
+        # actor 1's first rollout never arrived; its later ones were learned from
+        t = next(e for e in events if e["e"] == "traj" and e["actor"] == 1 and e["rollout"] == 0)
+        lost.update(t)
+        for u in _updates(events):
+            u["items"] = [i for i in u["items"] if i != t["i"]]
+        return [e for e in events if e is not t]
+
+    run_dir = _copy_log(ppo_run, tmp_path / "lost", drop)
+    done = _cli_replay(run_dir)
+    assert done.returncode == 2 and done.stdout == ""
+    assert f"actor 1 (process {lost['inc']}) rollout 0 never arrived" in done.stderr
+
+
+def test_a_host_env_run_is_refused_with_the_reason(tmp_path):
+    run = _train(ASYNC_CFG, ["total_env_steps=2048"], tmp_path / "run")  # envpool actors
+    assert (tmp_path / "run" / LOG_NAME).exists()
+    done = _cli_replay(run.run_dir)
+    assert done.returncode == 2 and done.stdout == ""
+    assert "env_backend 'envpool' is a host env" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
