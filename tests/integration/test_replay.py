@@ -3,12 +3,16 @@ and write the run's replay log; `tianjax replay RUN_DIR` acts every logged rollo
 one process, applies the logged updates, and must end with the run's parameters' SHA-256.
 A log changed after the run (an update's trajectories swapped, an update moved before what
 it takes, a trajectory lost on the way) gives another hash or is refused, and a run on a
-host env is refused before any work, with the reason."""
+host env is refused before any work, with the reason. An actor killed with -9 mid-run and
+restarted (a new process from the same seed) is replayed too (in a sync run, whose learner
+waits for the new process however long it takes to start)."""
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
 
@@ -18,7 +22,7 @@ import tianjax
 from tianjax.errors import ReplayRefused
 from tianjax.runtime.record.replay_log import LOG_NAME, read_events
 
-from .conftest import ASYNC_CFG, REPO, child_env, read_summary
+from .conftest import ASYNC_CFG, REPO, actor_processes, child_env, read_summary, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -135,3 +139,44 @@ def test_a_host_env_run_is_refused_with_the_reason(tmp_path):
     assert done.returncode == 2 and done.stdout == ""
     assert "env_backend 'envpool' is a host env" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_a_run_with_an_actor_killed_and_restarted_replays_bit_for_bit(tmp_path, procs):
+    run_dir = tmp_path / "run"
+    cli = procs.start(
+        [
+            "-m",
+            "tianjax",
+            "train",
+            ASYNC_CFG,
+            *COMMON,
+            # sync: every update waits for a trajectory of each actor, so the restarted
+            # process is learned from however long it takes to start
+            "mode=sync",
+            "env_backend=gymnax",
+            "total_env_steps=40960",
+            f"run_dir={run_dir}",
+            "--no-progress",
+        ],
+        "train",
+    )
+
+    def sent_by_actor_0() -> int:
+        try:
+            return sum(e["e"] == "traj" and e["actor"] == 0 for e in read_events(str(run_dir)))
+        except FileNotFoundError:
+            return 0
+
+    wait_for(lambda: sent_by_actor_0() >= 2, 120, what="2 trajectories of actor 0")
+    victim = next(p for p in actor_processes(cli.pid) if "--actor-id 0" in " ".join(p.cmdline()))
+    os.kill(victim.pid, signal.SIGKILL)
+    assert procs.wait(cli, 180) == 0, procs.stderr(cli)[-3000:]
+    summary = read_summary(run_dir)
+    assert summary["actor_restarts"] == 1
+    events = list(read_events(str(run_dir)))
+    taken = {i for e in _updates(events) for i in e["items"]}
+    learned_from = {(e["actor"], e["inc"]) for e in events if e["e"] == "traj" and e["i"] in taken}
+    # both processes of actor 0 were learned from, and the new one started at rollout 0
+    assert len({inc for actor, inc in learned_from if actor == 0}) == 2
+    out = tianjax.replay_run(str(run_dir))
+    assert out.params_sha256 == summary["params_sha256"] and out.equal
