@@ -32,7 +32,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from _runs import fmt, median, ratio, run  # noqa: E402
 
-from tianjax.runtime.record.replay_log import LOG_NAME  # noqa: E402
+from tianjax.runtime import REPLAY_LOG, ReplayLog  # noqa: E402
 
 
 def measure(config: str, on: bool, steps: int, extra: list[str]) -> dict:
@@ -46,7 +46,7 @@ def measure(config: str, on: bool, steps: int, extra: list[str]) -> dict:
     ]
     with tempfile.TemporaryDirectory() as d:
         s = run(config, overrides, keep_dir=os.path.join(d, "run"))
-        log = os.path.join(d, "run", LOG_NAME)
+        log = os.path.join(d, "run", REPLAY_LOG)
         lines = size = 0
         if os.path.exists(log):
             size = os.path.getsize(log)
@@ -74,7 +74,6 @@ def unit_costs(config: str, extra: list[str], n: int = 5000) -> tuple[float, flo
     import numpy as np
 
     from tianjax.config import load_config
-    from tianjax.runtime.record.replay_log import ReplayLog
 
     c = load_config(config, extra)
     version = np.full((c.rollout_len, c.num_envs), 7, np.int32)

@@ -20,7 +20,7 @@ import pytest
 
 import tianjax
 from tianjax.errors import ReplayRefused
-from tianjax.runtime.record.replay_log import LOG_NAME, read_events
+from tianjax.runtime.record.replay_log import REPLAY_LOG, read_events
 
 from .conftest import ASYNC_CFG, REPO, actor_processes, child_env, read_summary, wait_for
 
@@ -59,7 +59,7 @@ def _copy_log(run_dir, to, edit) -> str:
     for name in ("config.yaml", "summary.json"):
         shutil.copy(run_dir / name, to / name)
     events = edit(list(read_events(str(run_dir))))
-    (to / LOG_NAME).write_text("".join(json.dumps(e) + "\n" for e in events))
+    (to / REPLAY_LOG).write_text("".join(json.dumps(e) + "\n" for e in events))
     return str(to)
 
 
@@ -134,7 +134,7 @@ def test_a_trajectory_lost_on_the_way_is_refused_before_it_starts(ppo_run, tmp_p
 
 def test_a_host_env_run_is_refused_with_the_reason(tmp_path):
     run = _train(ASYNC_CFG, ["total_env_steps=2048"], tmp_path / "run")  # envpool actors
-    assert (tmp_path / "run" / LOG_NAME).exists()
+    assert (tmp_path / "run" / REPLAY_LOG).exists()
     done = _cli_replay(run.run_dir)
     assert done.returncode == 2 and done.stdout == ""
     assert "env_backend 'envpool' is a host env" in done.stderr

@@ -36,7 +36,7 @@ from typing import Any, Iterator
 import jax
 import numpy as np
 
-LOG_NAME = "replay.jsonl"
+REPLAY_LOG = "replay.jsonl"
 
 
 def params_sha256(params) -> str:
@@ -65,7 +65,7 @@ class ReplayLog:
     """Appends the run's events to RUN_DIR/replay.jsonl (see the module doc)."""
 
     def __init__(self, run_dir: str):
-        self.path = os.path.join(run_dir, LOG_NAME)
+        self.path = os.path.join(run_dir, REPLAY_LOG)
         # NOTE: appended to: a restarted learner's events follow its predecessor's
         self._f = open(self.path, "a", encoding="utf-8")
         self.trajectories = self._count_trajectories()
@@ -124,7 +124,7 @@ class ReplayLog:
 def read_events(run_dir: str) -> Iterator[dict]:
     """The events of RUN_DIR's replay log, in order; a half-written last line (a learner
     killed while writing it) is left out."""
-    with open(os.path.join(run_dir, LOG_NAME), encoding="utf-8") as f:
+    with open(os.path.join(run_dir, REPLAY_LOG), encoding="utf-8") as f:
         for line in f:
             try:
                 event: Any = json.loads(line)
@@ -134,4 +134,4 @@ def read_events(run_dir: str) -> Iterator[dict]:
                 yield event
 
 
-__all__ = ["LOG_NAME", "ReplayLog", "params_sha256", "read_events", "version_runs"]
+__all__ = ["REPLAY_LOG", "ReplayLog", "params_sha256", "read_events", "version_runs"]

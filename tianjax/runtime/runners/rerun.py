@@ -47,7 +47,7 @@ from tianjax.runtime.learner.batches.replay import ReplayBatches
 from tianjax.runtime.learner.inflight import to_host
 from tianjax.runtime.learner.sharded_update import ShardedUpdate
 from tianjax.runtime.modes import MODES, mode_of
-from tianjax.runtime.record.replay_log import LOG_NAME, params_sha256, read_events
+from tianjax.runtime.record.replay_log import REPLAY_LOG, params_sha256, read_events
 
 # backends whose rollouts are JAX programs: the same program on the same inputs gives the
 # same bits. (A host env's steps happen outside JAX, in threads or another library's RNG.)
@@ -104,12 +104,12 @@ def plan_replay(run_dir: str) -> Plan:
             f"are not reproduced bit for bit in another process (replayable: "
             f"{', '.join(REPLAYABLE_BACKENDS)})"
         )
-    if not os.path.exists(os.path.join(run_dir, LOG_NAME)):
-        _refuse(f"no {LOG_NAME} in {run_dir} (runtime.replay_log was off)")
+    if not os.path.exists(os.path.join(run_dir, REPLAY_LOG)):
+        _refuse(f"no {REPLAY_LOG} in {run_dir} (runtime.replay_log was off)")
     events = list(read_events(run_dir))
     starts = [e for e in events if e.get("e") == "start"]
     if not starts:
-        _refuse(f"{LOG_NAME} has no start: the learner never began training")
+        _refuse(f"{REPLAY_LOG} has no start: the learner never began training")
     if len(starts) > 1 or starts[0].get("resumed_from") is not None:
         resumed = next(e for e in starts if e.get("resumed_from") is not None)
         _refuse(
@@ -121,7 +121,7 @@ def plan_replay(run_dir: str) -> Plan:
         _refuse("the run had several learner processes or learner groups: not replayable here")
     ends = [e for e in events if e.get("e") == "end"]
     if not ends:
-        _refuse(f"{LOG_NAME} has no end: the learner did not finish (killed?)")
+        _refuse(f"{REPLAY_LOG} has no end: the learner did not finish (killed?)")
     trajectories: dict[int, dict] = {}
     rollouts: dict[tuple, dict[int, dict]] = collections.defaultdict(dict)
     needed: set[int] = set()
@@ -132,17 +132,17 @@ def plan_replay(run_dir: str) -> Plan:
             i, r = e.get("i"), e.get("rollout")
             if i in trajectories or not isinstance(r, int):
                 _refuse(
-                    f"{LOG_NAME} line {n + 1}: a trajectory logged twice or without its rollout"
+                    f"{REPLAY_LOG} line {n + 1}: a trajectory logged twice or without its rollout"
                 )
             newest = max(v for v, _ in e["v"])
             if newest > updates:
                 _refuse(
-                    f"{LOG_NAME} line {n + 1}: trajectory {i} was acted with version {newest} "
+                    f"{REPLAY_LOG} line {n + 1}: trajectory {i} was acted with version {newest} "
                     f"before {newest} updates were taken (the log is out of order)"
                 )
             key = (e.get("actor"), e.get("inc"))
             if r in rollouts[key]:
-                _refuse(f"{LOG_NAME} line {n + 1}: actor {key[0]} rollout {r} logged twice")
+                _refuse(f"{REPLAY_LOG} line {n + 1}: actor {key[0]} rollout {r} logged twice")
             trajectories[i] = e
             rollouts[key][r] = e
             if e.get("to") == "replay":
@@ -153,7 +153,7 @@ def plan_replay(run_dir: str) -> Plan:
                 t = trajectories.get(i)
                 if t is None or t.get("to") != "pool" or i in pool_taken:
                     _refuse(
-                        f"{LOG_NAME} line {n + 1}: update {updates + 1} takes trajectory {i}, "
+                        f"{REPLAY_LOG} line {n + 1}: update {updates + 1} takes trajectory {i}, "
                         "which was not pooled before it, or was taken already (the log is "
                         "out of order)"
                     )
