@@ -2,8 +2,9 @@
 and write the run's replay log; `tianjax replay RUN_DIR` acts every logged rollout again in
 one process, applies the logged updates, and must end with the run's parameters' SHA-256.
 A log changed after the run (an update's trajectories swapped, an update moved before what
-it takes, a trajectory lost on the way) gives another hash or is refused, and a run on a
-host env is refused before any work, with the reason. An actor killed with -9 mid-run and
+it takes, a trajectory lost on the way) gives another hash or is refused. A run on a host
+env (envpool) replays too, each step with the version that acted it; one on a host env
+whose copies from one seed differ is refused before any work, with the reason. An actor killed with -9 mid-run and
 restarted (a new process from the same seed) is replayed too (in a sync run, whose learner
 waits for the new process however long it takes to start)."""
 
@@ -132,13 +133,74 @@ def test_a_trajectory_lost_on_the_way_is_refused_before_it_starts(ppo_run, tmp_p
     assert f"actor 1 (process {lost['inc']}) rollout 0 never arrived" in done.stderr
 
 
-def test_a_host_env_run_is_refused_with_the_reason(tmp_path):
-    run = _train(ASYNC_CFG, ["total_env_steps=2048"], tmp_path / "run")  # envpool actors
-    assert (tmp_path / "run" / REPLAY_LOG).exists()
-    done = _cli_replay(run.run_dir)
+def test_an_envpool_run_with_versions_taken_mid_rollout_replays_bit_for_bit(tmp_path):
+    # the shipped config: envpool actors take a newer version between vector steps
+    run = _train(ASYNC_CFG, ["total_env_steps=16384"], tmp_path / "run")
+    events = list(read_events(run.run_dir))
+    assert any(len(e["v"]) > 1 for e in events if e["e"] == "traj")
+    out = tianjax.replay_run(run.run_dir)
+    assert out.params_sha256 == run.summary["params_sha256"] and out.equal
+
+
+NOISY_ENV = """
+import gymnasium as gym
+import numpy as np
+
+
+class Noisy(gym.Env):
+    \"\"\"A corridor whose observations carry noise no seed controls.\"\"\"
+
+    observation_space = gym.spaces.Box(-1.0, 2.0, (4,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        self.pos, self.t = 0, 0
+        return self._obs(), {}
+
+    def _obs(self):
+        o = np.random.default_rng().uniform(-0.1, 0.1, 4).astype(np.float32)
+        o[self.pos] += 1.0
+        return o
+
+    def step(self, action):
+        self.t += 1
+        self.pos = min(max(self.pos + (1 if int(action) == 1 else -1), 0), 3)
+        return self._obs(), float(self.pos == 3), self.pos == 3, self.t >= 20, {}
+
+
+gym.register("ReplayNoisy-v0", entry_point=Noisy)
+"""
+
+
+def test_a_host_env_that_is_not_deterministic_is_refused_with_the_reason(tmp_path, monkeypatch):
+    (tmp_path / "replay_noisy.py").write_text(NOISY_ENV)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    overrides = [
+        "env=replay_noisy:ReplayNoisy-v0",
+        "env_backend=gymnasium",
+        "num_envs=2",
+        "rollout_len=16",
+        "total_env_steps=256",
+        "network.hidden=[8]",
+        "ppo.num_minibatches=2",
+    ]
+    run = _train(ASYNC_CFG, overrides, tmp_path / "run")
+    assert run.summary["updates"] > 0
+    done = subprocess.run(
+        [sys.executable, "-m", "tianjax", "replay", run.run_dir],
+        cwd=REPO,
+        env=child_env(PYTHONPATH=f"{REPO}{os.pathsep}{tmp_path}"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 2 and done.stdout == ""
-    assert "env_backend 'envpool' is a host env" in done.stderr
-    assert len(done.stderr.strip().splitlines()) == 1
+    assert done.stderr.strip() == (
+        f"tianjax: cannot replay {run.run_dir}: env 'replay_noisy:ReplayNoisy-v0' "
+        "(gymnasium) is not deterministic: two copies made from one seed differ in rollout "
+        "0's .batch.obs"
+    )
 
 
 def test_a_run_with_an_actor_killed_and_restarted_replays_bit_for_bit(tmp_path, procs):

@@ -21,8 +21,12 @@ So the replay:
 - hashes the final parameters and compares with the run's (summary.json's
   `params_sha256`, and the log's end).
 
+A host env (envpool, gymnasium) steps outside JAX; it is replayed (each step's versions
+too, where actors took newer ones mid-rollout: runtime.param_refresh step) when two copies
+made from one seed act the same rollouts bit for bit, which the replay checks first.
+
 What it cannot redo it refuses before it starts, in one line (`ReplayRefused`): a host
-env (stepped outside JAX), a learner restarted from a checkpoint (its pool, and the
+env whose copies from one seed differ, a learner restarted from a checkpoint (its pool, and the
 rollouts its actors dropped when it went, are gone), several learner processes or
 groups, a trajectory lost on the way before one that was learned from (the actor's later
 rollouts cannot be acted again without it), a log without its end, or one whose updates
@@ -36,12 +40,13 @@ import os
 from typing import Any, NamedTuple
 
 import jax
+import numpy as np
 
 from tianjax.algos import make_algorithm
 from tianjax.config import Config, load_config
 from tianjax.envs.factory import env_spec
 from tianjax.errors import ReplayRefused
-from tianjax.runtime.actor.sources import batch_template, make_source
+from tianjax.runtime.actor.sources import HostSource, batch_template, make_source
 from tianjax.runtime.learner.batches.axes import concat_batches
 from tianjax.runtime.learner.batches.replay import ReplayBatches
 from tianjax.runtime.learner.inflight import to_host
@@ -50,8 +55,33 @@ from tianjax.runtime.modes import MODES, mode_of
 from tianjax.runtime.record.replay_log import REPLAY_LOG, params_sha256, read_events
 
 # backends whose rollouts are JAX programs: the same program on the same inputs gives the
-# same bits. (A host env's steps happen outside JAX, in threads or another library's RNG.)
-REPLAYABLE_BACKENDS = ("gymnax", "jaxmarl", "brax")
+# same bits. A host env's steps happen outside JAX (a C++ thread pool, a library's own
+# RNG): it is replayed only when two copies made from one seed agree (`host_env_diverges`)
+JAX_BACKENDS = ("gymnax", "jaxmarl", "brax")
+# rollouts the probe acts with each copy of a host env
+PROBE_ROLLOUTS = 2
+
+
+def host_env_diverges(config: Config, seed: int = 0) -> str | None:
+    """Whether the configured host env can be acted again bit for bit: two rollout sources
+    made from one seed act PROBE_ROLLOUTS rollouts each with the same (initial) parameters;
+    None when every field of every rollout agrees bit for bit, else what differed."""
+    first, second = (make_source(config, seed=seed) for _ in range(2))
+    try:
+        params = jax.jit(first.algo.init)(jax.random.key(0)).params
+        for r in range(PROBE_ROLLOUTS):
+            a, b = (s(params, 0, 0) for s in (first, second))
+            for (path, x), y in zip(jax.tree_util.tree_flatten_with_path(a)[0], jax.tree.leaves(b)):
+                if np.asarray(x).tobytes() != np.asarray(y).tobytes():
+                    return (
+                        f"env '{config.env}' ({config.env_backend}) is not deterministic: two "
+                        f"copies made from one seed differ in rollout {r}'s "
+                        f"{jax.tree_util.keystr(path)}"
+                    )
+        return None
+    finally:
+        first.close()
+        second.close()
 
 
 class ReplayOutcome(NamedTuple):
@@ -97,12 +127,6 @@ def plan_replay(run_dir: str) -> Plan:
     if config.mode not in MODES:
         _refuse(
             f"mode '{config.mode}' has no actors: a {config.mode} run is redone by training again"
-        )
-    if config.env_backend not in REPLAYABLE_BACKENDS:
-        _refuse(
-            f"env_backend '{config.env_backend}' is a host env, stepped outside JAX: its steps "
-            f"are not reproduced bit for bit in another process (replayable: "
-            f"{', '.join(REPLAYABLE_BACKENDS)})"
         )
     if not os.path.exists(os.path.join(run_dir, REPLAY_LOG)):
         _refuse(f"no {REPLAY_LOG} in {run_dir} (runtime.replay_log was off)")
@@ -175,6 +199,10 @@ def plan_replay(run_dir: str) -> Plan:
                 "cannot be acted again"
             )
         acted[key] = last + 1
+    if config.env_backend not in JAX_BACKENDS:
+        seed = next(iter(trajectories.values()), {}).get("seed", 0)
+        if (differs := host_env_diverges(config, seed)) is not None:
+            _refuse(differs)
     return Plan(
         config,
         learner_events,
@@ -236,19 +264,38 @@ class _Actors:
                 f"actor {key[0]} rollout {t['rollout']} was acted with version {missing[0]}, "
                 "which the replayed updates never reached (the log does not match the run)"
             )
+        source = self.sources[key]
+        args = (jax.device_put(self.params[versions[0]]), versions[0], int(t["act_steps"]))
         if len(versions) > 1:
-            raise ReplayRefused(
-                f"actor {key[0]} rollout {t['rollout']} holds several versions: a JAX rollout "
-                "has one (the log does not match the run)"
-            )
-        v = versions[0]
-        rollout = self.sources[key](jax.device_put(self.params[v]), v, int(t["act_steps"]))
+            if not isinstance(source, HostSource):
+                raise ReplayRefused(
+                    f"actor {key[0]} rollout {t['rollout']} holds several versions: a JAX "
+                    "rollout has one (the log does not match the run)"
+                )
+            args += (self._refresh([v for v, n in t["v"] for _ in range(n)]),)
+        rollout = source(*args)
         self.acted += 1
-        self.uses[v] -= 1
-        if self.uses[v] <= 0:
-            self.params.pop(v, None)  # no rollout still to act needs it
+        for v in versions:
+            self.uses[v] -= 1
+            if self.uses[v] <= 0:
+                self.params.pop(v, None)  # no rollout still to act needs it
         if t["i"] in self.plan.needed:
             self.ready[t["i"]] = rollout.batch
+
+    def _refresh(self, stamps: list[int]):
+        """What a host source asks before each vector step after the first
+        (runtime.param_refresh: step): the logged version of that step, as the actor took
+        it, where it changes."""
+        steps, held = iter(stamps[1:]), [stamps[0]]
+
+        def refresh():
+            v = next(steps)
+            if v == held[0]:
+                return None
+            held[0] = v
+            return jax.device_put(self.params[v]), v
+
+        return refresh
 
     def close(self) -> None:
         for source in self.sources.values():
@@ -322,4 +369,4 @@ def replay_run(run_dir: str | os.PathLike) -> ReplayOutcome:
     )
 
 
-__all__ = ["REPLAYABLE_BACKENDS", "ReplayOutcome", "plan_replay", "replay_run"]
+__all__ = ["ReplayOutcome", "host_env_diverges", "plan_replay", "replay_run"]
