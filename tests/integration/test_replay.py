@@ -116,6 +116,27 @@ def test_a_log_out_of_order_is_refused(ppo_run, tmp_path):
         tianjax.replay_run(_copy_log(ppo_run, tmp_path / "early", early))
 
 
+def _restarted(events):
+    # a learner killed after update 8 and restarted from its checkpoint there
+    cut = events.index(_updates(events)[8])
+    start = {"e": "start", "version": 8, "resumed_from": 8, "seed": 0, "processes": 1}
+    return events[:cut] + [start] + events[cut:]
+
+
+@pytest.mark.parametrize(
+    "edit,reason",
+    [
+        (_restarted, "the learner restarted (from checkpoint 8): the trajectories it held"),
+        (lambda events: events[:-1], f"{REPLAY_LOG} has no end: the learner did not finish"),
+    ],
+    ids=["learner-restarted", "no-end"],
+)
+def test_a_run_whose_learner_restarted_or_never_ended_is_refused(ppo_run, tmp_path, edit, reason):
+    with pytest.raises(ReplayRefused) as e:
+        tianjax.replay_run(_copy_log(ppo_run, tmp_path / "edited", edit))
+    assert str(e.value).startswith(reason)
+
+
 def test_a_trajectory_lost_on_the_way_is_refused_before_it_starts(ppo_run, tmp_path):
     lost = {}
 

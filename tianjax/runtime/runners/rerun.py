@@ -135,9 +135,10 @@ def plan_replay(run_dir: str) -> Plan:
     if not starts:
         _refuse(f"{REPLAY_LOG} has no start: the learner never began training")
     if len(starts) > 1 or starts[0].get("resumed_from") is not None:
-        resumed = next(e for e in starts if e.get("resumed_from") is not None)
+        steps = [e.get("resumed_from") for e in starts if e.get("resumed_from") is not None]
         _refuse(
-            f"the learner restarted from checkpoint {resumed['resumed_from']}: the trajectories "
+            f"the learner restarted (from checkpoint {steps[-1] if steps else 'none'}): the "
+            "trajectories "
             "it held were lost with it, and the rollouts its actors dropped then cannot be "
             "acted again"
         )
