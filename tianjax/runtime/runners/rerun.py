@@ -9,9 +9,9 @@ global env-step count its schedules followed, and the state the previous rollout
 So the replay:
 
 - builds, per actor process (actor id and incarnation), the same rollout source from the
-  same seed, and acts its rollouts again in their order, every one of them up to the last
-  one learned from (an unused one moves the env state on too), each with the versions
-  and env-step count its log line names;
+  same seed, on the actors' platform (runtime.actor_devices), and acts its rollouts again
+  in their order, every one of them up to the last one learned from (an unused one moves
+  the env state on too), each with the versions and env-step count its log line names;
 - keeps the parameters of every version a rollout still to be acted needs, and drops a
   version once none does;
 - builds the learner's own update (the same compiled program over the same mesh) from the
@@ -46,6 +46,7 @@ from tianjax.algos import make_algorithm
 from tianjax.config import Config, load_config
 from tianjax.envs.factory import env_spec
 from tianjax.errors import ReplayRefused
+from tianjax.launch.placement import JAX_PLATFORM
 from tianjax.runtime.actor.sources import HostSource, batch_template, make_source
 from tianjax.runtime.learner.batches.axes import concat_batches
 from tianjax.runtime.learner.batches.replay import ReplayBatches
@@ -62,10 +63,26 @@ JAX_BACKENDS = ("gymnax", "jaxmarl", "brax")
 PROBE_ROLLOUTS = 2
 
 
+def acting_device(config: Config):
+    """The device the run's actors acted on: the first of their platform
+    (runtime.actor_devices; each actor process saw only its own). Raises ReplayRefused
+    where this process cannot see that platform."""
+    platform = JAX_PLATFORM.get(config.runtime.actor_device_list.platform, "cpu")
+    try:
+        return jax.devices(platform)[0]
+    except RuntimeError:
+        _refuse(f"the actors acted on {platform}, which this process cannot see")
+
+
 def host_env_diverges(config: Config, seed: int = 0) -> str | None:
     """Whether the configured host env can be acted again bit for bit: two rollout sources
     made from one seed act PROBE_ROLLOUTS rollouts each with the same (initial) parameters;
     None when every field of every rollout agrees bit for bit, else what differed."""
+    with jax.default_device(acting_device(config)):
+        return _diverges(config, seed)
+
+
+def _diverges(config: Config, seed: int) -> str | None:
     first, second = (make_source(config, seed=seed) for _ in range(2))
     try:
         params = jax.jit(first.algo.init)(jax.random.key(0)).params
@@ -222,6 +239,8 @@ class _Actors:
 
     def __init__(self, plan: Plan, params0):
         self.plan = plan
+        # (the sources act on it, as the actors did: a learner on a GPU, actors on CPUs)
+        self.device = acting_device(plan.config)
         self.sources: dict[tuple, Any] = {}
         self.next: dict[tuple, int] = collections.defaultdict(int)
         self.ready: dict[int, Any] = {}  # trajectory index -> its batch
@@ -250,6 +269,10 @@ class _Actors:
         return self.ready.pop(i)
 
     def _act(self, key: tuple) -> None:
+        with jax.default_device(self.device):
+            self._act_next(key)
+
+    def _act_next(self, key: tuple) -> None:
         t = self.plan.rollouts[key][self.next[key]]
         self.next[key] += 1
         if key not in self.sources:
@@ -266,7 +289,8 @@ class _Actors:
                 "which the replayed updates never reached (the log does not match the run)"
             )
         source = self.sources[key]
-        args = (jax.device_put(self.params[versions[0]]), versions[0], int(t["act_steps"]))
+        put = jax.device_put(self.params[versions[0]], self.device)
+        args = (put, versions[0], int(t["act_steps"]))
         if len(versions) > 1:
             if not isinstance(source, HostSource):
                 raise ReplayRefused(
@@ -294,7 +318,7 @@ class _Actors:
             if v == held[0]:
                 return None
             held[0] = v
-            return jax.device_put(self.params[v]), v
+            return jax.device_put(self.params[v], self.device), v
 
         return refresh
 
@@ -370,4 +394,4 @@ def replay_run(run_dir: str | os.PathLike) -> ReplayOutcome:
     )
 
 
-__all__ = ["ReplayOutcome", "host_env_diverges", "plan_replay", "replay_run"]
+__all__ = ["ReplayOutcome", "acting_device", "host_env_diverges", "plan_replay", "replay_run"]
