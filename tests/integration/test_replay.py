@@ -48,9 +48,12 @@ def _cli_replay(run_dir) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def ppo_run(tmp_path_factory):
-    """An async PPO run on gymnax CartPole: 16 updates of 2 trajectories, 2 actor processes."""
+    """An async PPO run on gymnax CartPole: 16 updates of 2 trajectories, 2 actor processes.
+    One credit each: an actor cannot fill a batch alone, so both are learned from however
+    late one starts (each still acts with the newest version it holds)."""
     run_dir = tmp_path_factory.mktemp("ppo") / "run"
-    _train(ASYNC_CFG, ["env_backend=gymnax", "total_env_steps=16384"], run_dir)
+    overrides = ["env_backend=gymnax", "total_env_steps=16384", "runtime.credits_per_actor=1"]
+    _train(ASYNC_CFG, overrides, run_dir)
     return run_dir
 
 
@@ -73,6 +76,14 @@ def test_async_ppo_run_replays_bit_for_bit(ppo_run):
     events = list(read_events(str(ppo_run)))
     trajs = [e for e in events if e["e"] == "traj"]
     assert {e["actor"] for e in trajs} == {0, 1}  # both actor processes' rollouts
+    # async: trajectories of several versions learned from, some behind the learner
+    assert len({e["v"][0][0] for e in trajs}) > 1
+    version, stale = 0, 0
+    by_index = {e["i"]: e for e in trajs}
+    for u in _updates(events):
+        stale += sum(by_index[i]["v"][0][0] < version for i in u["items"])
+        version += 1
+    assert stale > 0
     assert len(_updates(events)) == summary["updates"]
     done = _cli_replay(ppo_run)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -119,7 +130,14 @@ def test_a_log_out_of_order_is_refused(ppo_run, tmp_path):
 def _restarted(events):
     # a learner killed after update 8 and restarted from its checkpoint there
     cut = events.index(_updates(events)[8])
-    start = {"e": "start", "version": 8, "resumed_from": 8, "seed": 0, "processes": 1}
+    start = {
+        "e": "start",
+        "version": 8,
+        "resumed_from": 8,
+        "seed": 0,
+        "processes": 1,
+        "group": False,
+    }
     return events[:cut] + [start] + events[cut:]
 
 

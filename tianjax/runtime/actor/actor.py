@@ -412,8 +412,8 @@ __all__ = [
     "LEARNER_GONE",
     "TIME_KEYS",
     "Actor",
-    "actor_seed",
     "ActorStopped",
     "LearnerPresence",
+    "actor_seed",
     "lagged_version",
 ]

@@ -369,7 +369,8 @@ class Learner:
                 self.state_version,
                 self.resumed_from,
                 self.config.seed,
-                jax.process_count() if self.sync is None else -1,
+                jax.process_count(),
+                group=self.sync is not None,
             )
         self.stats.begin()
         self.compile()

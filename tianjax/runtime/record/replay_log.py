@@ -7,8 +7,8 @@ One JSON object a line in RUN_DIR/replay.jsonl, written by the learner's loop an
 at each line (a learner killed with -9 loses at most the line it was writing):
 
     start   a learner incarnation began: its version, the checkpoint step it resumed from
-            (null: a fresh run), the seed its state and replay sampling come from, and how
-            many learner processes the run has
+            (null: a fresh run), the seed its state and replay sampling come from, how many
+            learner processes the run has, and whether it is a learner group's
     traj    a trajectory arrived (every one the receiver accepted, learned from or not: an
             actor's env state runs on across its rollouts, so its next one can be acted
             again only after this one): `i` its index in the log, the actor id, the actor
@@ -82,7 +82,9 @@ class ReplayLog:
         self._f.write(json.dumps(event, separators=(",", ":")) + "\n")
         self._f.flush()
 
-    def start(self, version: int, resumed_from: int | None, seed: int, processes: int) -> None:
+    def start(
+        self, version: int, resumed_from: int | None, seed: int, processes: int, group: bool
+    ) -> None:
         self.write(
             dict(
                 e="start",
@@ -90,6 +92,7 @@ class ReplayLog:
                 resumed_from=resumed_from,
                 seed=int(seed),
                 processes=int(processes),
+                group=bool(group),
             )
         )
 

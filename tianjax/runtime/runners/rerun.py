@@ -159,7 +159,7 @@ def plan_replay(run_dir: str) -> Plan:
             "it held were lost with it, and the rollouts its actors dropped then cannot be "
             "acted again"
         )
-    if starts[0].get("processes") != 1:
+    if starts[0].get("processes") != 1 or starts[0].get("group"):
         _refuse("the run had several learner processes or learner groups: not replayable here")
     ends = [e for e in events if e.get("e") == "end"]
     if not ends:
