@@ -9,6 +9,7 @@ with versioned parameters and a staleness-weighted loss.
     result = tianjax.train(config)
     print(tianjax.evaluate(result, episodes=20).line())
     run = tianjax.load(result.run_dir)  # config, params, policy (later, from the run directory)
+    print(tianjax.replay_run(async_run_dir).line())  # an async run redone, bit for bit
 
     init, train_fn = tianjax.make_train(config)  # a fused run as pure functions: jit, vmap
     out = jax.vmap(train_fn, in_axes=(None, 0))(init(key), {"ppo.lr": jnp.array([1e-3, 3e-3])})
@@ -25,6 +26,8 @@ _LAZY = {
     "LoadedRun": "tianjax.runs",
     "make_train": "tianjax.runtime.runners.train_fn",
     "final_return": "tianjax.runtime.runners.train_fn",
+    "replay_run": "tianjax.runtime.runners.rerun",
+    "ReplayOutcome": "tianjax.runtime.runners.rerun",
 }
 
 
@@ -41,6 +44,7 @@ __all__ = [
     "Config",
     "ConfigError",
     "LoadedRun",
+    "ReplayOutcome",
     "TrainResult",
     "algos",
     "evaluate",
@@ -48,6 +52,7 @@ __all__ = [
     "load",
     "load_config",
     "make_train",
+    "replay_run",
     "train",
     "__version__",
 ]

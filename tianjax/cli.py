@@ -1,6 +1,6 @@
 """Command line: `tianjax train CONFIG [key=value ...]`, `tianjax configs`, `tianjax show
 CONFIG`, `tianjax launch ...`, `tianjax eval RUN_DIR`, `tianjax report RUN_DIR [RUN_DIR ...]`,
-`tianjax sweep CONFIG key=v1,v2 ...`.
+`tianjax sweep CONFIG key=v1,v2 ...`, `tianjax replay RUN_DIR`.
 
 Every bad input (unknown key, wrong type, missing file, bad env id, impossible sizes) ends
 with a one-line message and exit code 2, never a traceback.
@@ -14,7 +14,7 @@ import os
 import signal
 import sys
 
-from tianjax.errors import RunFailed
+from tianjax.errors import ReplayRefused, RunFailed
 
 
 def _sigterm(signum, frame):
@@ -322,6 +322,18 @@ def _eval(args) -> int:
     return 0
 
 
+def _replay(args) -> int:
+    from tianjax.runtime.runners.rerun import replay_run
+
+    try:
+        outcome = replay_run(args.run_dir)
+    except ReplayRefused as e:
+        print(f"tianjax: cannot replay {args.run_dir}: {e}", file=sys.stderr, flush=True)
+        return 2
+    print(outcome.line(), flush=True)
+    return 0 if outcome.equal else 1
+
+
 _KEYS_EPILOG = (
     "CONFIG is a shipped config's name (`tianjax configs` lists them) or a YAML file. "
     "Every key, with its value and what it does: `tianjax show CONFIG [key=value ...]`. "
@@ -475,6 +487,13 @@ def main(argv=None) -> int:
         help="output directory (default: RUN_DIR/report for one run, "
         "reports/report_<time> for several)",
     )
+    rp = sub.add_parser(
+        "replay",
+        help="redo an async run from its replay log in one process and compare its final "
+        "parameters bit for bit: tianjax replay RUN_DIR (exit 0 equal, 1 different, 2 refused)",
+    )
+    rp.add_argument("run_dir", metavar="RUN_DIR", help="an async or sync run's directory")
+    rp.set_defaults(handler=_replay)
     _add_sweep(sub)
     args, extra = parser.parse_known_args(argv)
     # overrides may follow an option (`train NAME --dry-run ppo.lr=1e-3`): argparse leaves those over

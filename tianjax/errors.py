@@ -4,6 +4,7 @@
       ActorFailure       an actor is out of restarts where the run needs it (sync, or none left)
       LearnerFailure     the learner process exited and is out of restarts
       LearnerStalled     no actor has delivered anything for longer than the timeout
+      ReplayRefused      `tianjax replay` cannot redo a run bit for bit (said before it starts)
 
 A bad config is `tianjax.config.ConfigError` (exit code 2), a bad checkpoint
 `tianjax.checkpoint.CheckpointError`."""
@@ -27,4 +28,9 @@ class LearnerStalled(RunFailed):
     """No actor has delivered anything for longer than the configured timeout."""
 
 
-__all__ = ["ActorFailure", "LearnerFailure", "LearnerStalled", "RunFailed"]
+class ReplayRefused(RunFailed):
+    """A run that cannot be replayed bit for bit (tianjax.runtime.runners.rerun); the
+    message says why."""
+
+
+__all__ = ["ActorFailure", "LearnerFailure", "LearnerStalled", "ReplayRefused", "RunFailed"]

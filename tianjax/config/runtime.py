@@ -122,6 +122,9 @@ class RuntimeConfig:
     # cores, [ip, netns, exec, "host{actor}"] starts each in a network namespace; it must exec
     # what follows it, as those do (empty: none)
     actor_wrapper: tuple[str, ...] = ()
+    # RUN_DIR/replay.jsonl: where every trajectory came from and every update's batch, in
+    # order, so that `tianjax replay RUN_DIR` can redo the run in one process, bit for bit
+    replay_log: bool = True
 
     @property
     def actor_device_list(self) -> DeviceList:

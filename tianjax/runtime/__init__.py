@@ -35,6 +35,10 @@ _LAZY = {  # name -> the module that holds it
     "check_finite": "tianjax.runtime.learner.receiver",  # the receiver's check on arrival
     "ShardedUpdate": "tianjax.runtime.learner.sharded_update",  # the update over a mesh
     "AdaptiveBalance": "tianjax.runtime.balance.controller",  # the staleness set-point
+    # the replay log of an async run (tianjax replay redoes the run from it)
+    "REPLAY_LOG": "tianjax.runtime.record.replay_log",
+    "ReplayLog": "tianjax.runtime.record.replay_log",
+    "params_sha256": "tianjax.runtime.record.replay_log",
     # evaluation during training: when one is due, and one evaluation of a pinned version
     "EvalSchedule": "tianjax.runtime.evaluation.schedule",
     "Evaluation": "tianjax.runtime.evaluation.play",

@@ -50,7 +50,9 @@ def test_sync_takes_one_current_trajectory_per_actor_and_drops_older_ones():
     np.testing.assert_array_equal(choice.behaviour, 3)
     assert released == [b"c", b"a", b"b"]  # the dropped one's credit first, then the taken ones'
     assert balance.measures.expired == T * B
-    assert [(v, s) for v, s, _ in pool] == [(3, b"a")]  # a's second waits for another round
+    assert [(item.version, item.sender) for item in pool] == [
+        (3, b"a")
+    ]  # a's second waits for another round
     assert batches.next(3) is None and batches.drained()  # one actor short
 
 

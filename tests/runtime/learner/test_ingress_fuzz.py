@@ -294,9 +294,9 @@ class Rig:
         # the pool holds the good trajectories, intact, and nothing else
         assert len(L.pool) - self.base["pool"] == len(self.good_obs)
         pooled = []
-        for version, ident, batch in L.pool:
-            assert ident == b"good" and version == self.base["version"]
-            pooled.append(np.asarray(batch.obs).tobytes())
+        for item in L.pool:
+            assert item.sender == b"good" and item.version == self.base["version"]
+            pooled.append(np.asarray(item.batch.obs).tobytes())
         assert sorted(pooled) == sorted(self.good_obs)
         assert L.env_steps - self.base["env_steps"] == len(self.good_obs) * self.samples
         assert set(L.actors) <= {b"probe"}  # only the signed heartbeats registered anyone

@@ -55,6 +55,13 @@ LEARNER_GONE = 3
 TIME_KEYS = ("acting", "waiting_credit", "waiting_params", "sending")
 
 
+def actor_seed(config: Config, actor_id: int) -> int:
+    """The seed of an actor's envs and action sampling: every process of that actor id (a
+    restarted one too) starts from it, so its rollouts can be acted again in order (the
+    replay log, tianjax.runtime.runners.rerun)."""
+    return config.seed + 7919 * (actor_id + 1)
+
+
 def lagged_version(held: list[int], lag: int) -> int:
     """The version an actor with a forced lag acts with, of the versions it holds (ascending):
     the newest at most `lag` below the newest held, or the oldest held when none is (the
@@ -116,7 +123,9 @@ class Actor:
         self.actor_id = actor_id
         # the source's own env gives the spaces (building a second env to read them costs
         # start-up time that every run pays)
-        self.source = make_source(config, seed=config.seed + 7919 * (actor_id + 1))
+        self.seed = actor_seed(config, actor_id)
+        self.source = make_source(config, seed=self.seed)
+        self.rollouts = 0  # made by this process, sent or not (each trajectory names its own)
         self.algo = self.source.algo
         self._params_template = jax.eval_shape(self.algo.init, jax.random.key(0)).params
         # compiled before connecting, so that the learner sees the actor register only when
@@ -310,16 +319,19 @@ class Actor:
                 raise ActorStopped(f"no word from the learner for {timeout:.0f} s")
             poller.poll(timeout=int(1000 * self.config.runtime.heartbeat_s))
 
-    def _send(self, rollout, acted_at: int) -> bool:
-        """Sends a rollout to the learner that granted its credit. False if that learner
-        was replaced meanwhile (its credit went with it: the rollout is dropped)."""
+    def _send(self, rollout, acted_at: int, index: int) -> bool:
+        """Sends a rollout, this process's `index`th, to the learner that granted its credit.
+        False if that learner was replaced meanwhile (its credit went with it: the rollout
+        is dropped)."""
         poll_ms = int(1000 * self.config.runtime.heartbeat_s)
+        # what the replay log records of where it came from
+        body = {"rollout": index, "seed": self.seed}
         message = (rollout.batch, rollout.episodes, np.asarray(acted_at, np.int64))
         # one number for the trajectory: its oldest step's version (admission and the
         # learner's pool order by it, so their bounds hold for every step)
         oldest = int(np.min(rollout.batch.version))
         granted_by = self.traj_out.to
-        while not self.traj_out.send(message, oldest, timeout_ms=poll_ms):
+        while not self.traj_out.send(message, oldest, timeout_ms=poll_ms, body=body):
             # the learner is not reading (its pool is full): wait, but stay alive and stoppable
             self._check_control()
             self._beat()
@@ -366,10 +378,11 @@ class Actor:
                 granted_by = self.control.to
                 sent_with = self.version
                 rollout = self._timed("acting", self.source, *self._rollout_args(acted_at))
+                index, self.rollouts = self.rollouts, self.rollouts + 1
                 self.env_steps += self.source.steps_per_call
                 if self.control.to != granted_by:
                     continue  # the learner restarted mid-rollout: its credit went with it
-                if self._timed("sending", self._send, rollout, acted_at):
+                if self._timed("sending", self._send, rollout, acted_at, index):
                     self.credits -= 1
                     self.sent += 1
                 self._beat()
@@ -401,5 +414,6 @@ __all__ = [
     "Actor",
     "ActorStopped",
     "LearnerPresence",
+    "actor_seed",
     "lagged_version",
 ]

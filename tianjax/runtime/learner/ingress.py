@@ -35,6 +35,7 @@ from tianjax.runtime.learner.lost import LOST_AFTER_BEATS, count, lost_trajector
 from tianjax.runtime.learner.pool import ActorLedger, Pool
 from tianjax.runtime.learner.receiver import Receiver
 from tianjax.runtime.modes import Mode
+from tianjax.runtime.record.replay_log import ReplayLog
 from tianjax.transport.channels import ControlServer
 
 # an actor's heartbeat reports these (seconds since it registered)
@@ -76,14 +77,16 @@ class Ingress:
         episodes: Callable,
         replay: ReplayBatches | None = None,
         evaluations: Callable | None = None,
+        log: ReplayLog | None = None,
     ):
         self.config, self.mode, self.control, self.rx = config, mode, control, rx
         self.limits, self.measures = limits, limits.measures
         self.controller, self.replay = controller, replay
         self.budget, self.version, self.publish, self.episodes = budget, version, publish, episodes
         self.evaluations = evaluations  # (msg, now): the evaluator's results
+        self.log = log  # the run's replay log (None: not kept)
         self.traj_steps = config.rollout_len * config.num_envs
-        self.pool = Pool(limits, self.traj_steps, self.grant)
+        self.pool = Pool(limits, self.traj_steps, self.grant, log)
         self.held: collections.deque = collections.deque()  # replay: credits held back while behind
         self.actors: dict[bytes, ActorLedger] = {}  # connection identity -> what is known of it
         self.actor_time_s: dict[
@@ -207,7 +210,9 @@ class Ingress:
         batch, episodes, act_steps = msg.tree
         samples = self.traj_steps
         ident = msg.sender.encode()
-        if (info := self.actors.get(ident)) is not None:
+        info = self.actors.get(ident)
+        logged = self._logged(msg, info, batch, act_steps)
+        if info is not None:
             info.accounted += 1
             info.outstanding -= 1
             info.last_traj = now
@@ -215,6 +220,7 @@ class Ingress:
                 self.received_by_actor[info.actor] += 1
         if not finite:
             self.dropped_nonfinite += 1
+            logged("nonfinite")
             self.limits.discard()
             self.grant(ident)
             return
@@ -229,6 +235,7 @@ class Ingress:
         )
         if fault is not None:
             self.dropped_bad_versions[fault] += 1
+            logged(f"bad_versions:{fault}")
             self.limits.discard()
             self.grant(ident)
             return
@@ -238,6 +245,7 @@ class Ingress:
             # slot, handed back, let its actor make another). Dropped and counted, as a
             # trajectory too stale to admit is
             self.measures.refused(samples)
+            logged("budget")
             self.limits.discard()
             return
         admitted = self.limits.admit(int(msg.version), int(self.version()), samples, now)
@@ -252,17 +260,32 @@ class Ingress:
             won = None if getattr(episodes, "won", None) is None else np.asarray(episodes.won)[done]
             self.episodes(np.asarray(episodes.returns)[done], self.env_steps, now, won)
         if not admitted:
+            logged("stale")
             self.grant(ident)
         elif self.replay is not None:
             # NOTE: one process only: every process of a multi-process run must take the same
             # number of (collective) updates, so there the ratio is the target's
             scale = self.controller.actions.replay_scale if jax.process_count() == 1 else 1.0
+            logged("replay", scale=scale)
             self.replay.add(batch, samples, scale)
             self.held.append(ident)
             self.release_held()
             self.replay.throttled |= bool(self.held)
         else:
-            self.pool.admit(int(msg.version), ident, batch)
+            self.pool.admit(int(msg.version), ident, batch, logged("pool"))
+
+    def _logged(self, msg, info, batch, act_steps) -> Callable[..., int]:
+        """What logs this trajectory, once its fate is known: `logged(to, **extra)` writes
+        it to the replay log and returns its index there (-1 without a log)."""
+        if self.log is None:
+            return lambda to, **extra: -1
+        actor = info.actor if info is not None and count(info.actor) is not None else None
+        version = np.asarray(batch.version)
+        # the versions along T of the first env (every env of a vector step has one)
+        version_t = np.take(version, 0, axis=batch_axis("version", type(batch)))
+        return lambda to, **extra: self.log.trajectory(
+            msg, actor, version_t, int(act_steps), to, **extra
+        )
 
     # ------------------------------------------------------------------ control
     def handle_control(self, ident, msg: dict, now: float) -> None:

@@ -69,6 +69,7 @@ from tianjax.runtime.process.resources import warn
 from tianjax.runtime.record.evaluations import from_message
 from tianjax.runtime.record.outcome import RunOutcome
 from tianjax.runtime.record.recorder import RunRecorder
+from tianjax.runtime.record.replay_log import ReplayLog, params_sha256
 
 # Updates dispatched behind the running one. One: when an update ends the next is already
 # on the device, so the learner does not idle between them, and the loop takes the batch
@@ -200,6 +201,13 @@ class Learner:
         self.resume_unlearned_samples = 0  # pooled at the checkpoint resumed from: acted again
         self.recorder = RunRecorder(config, logger, progress)
         self.tracker = self.recorder.tracker
+        self.checkpoint_root = checkpoint_root or (logger.run_dir if logger is not None else None)
+        # where each trajectory came from and each update's batch (one process keeps it)
+        self.log = (
+            ReplayLog(self.checkpoint_root)
+            if rt.replay_log and self.checkpoint_root is not None and jax.process_index() == 0
+            else None
+        )
         self.ingress = Ingress(
             config,
             self.mode,
@@ -213,6 +221,7 @@ class Learner:
             episodes=self.recorder.add,
             replay=self.replay,
             evaluations=self._evaluation_message,
+            log=self.log,
         )
         self.pool, self.actors = self.ingress.pool, self.ingress.actors
         self.batches = self._batch_strategy()
@@ -238,7 +247,6 @@ class Learner:
         self._version_cache = int(to_host(self.state.version))
         self.interrupted = False
         self._episodes_recorded = 0  # of the recorder's episode log, in metrics records
-        self.checkpoint_root = checkpoint_root or (logger.run_dir if logger is not None else None)
         # the final evaluation's env, policy and video maker, built now (an env that cannot
         # render says so at the start); one learner process of several evaluates
         self.evaluation = (
@@ -356,6 +364,14 @@ class Learner:
         if self.checkpoint_root is not None and rec.saver is None:
             rec.open_checkpoints(self.checkpoint_root, start=self.state_version)
         rec.env_steps0 = self.env_steps
+        if self.log is not None:
+            self.log.start(
+                self.state_version,
+                self.resumed_from,
+                self.config.seed,
+                jax.process_count(),
+                group=self.sync is not None,
+            )
         self.stats.begin()
         self.compile()
         completed = False
@@ -501,6 +517,12 @@ class Learner:
         # would wait for the running update, and the loop with it
         taus = staleness(version, np.asarray(choice.behaviour))
         t_update = time.perf_counter()
+        if self.log is not None:
+            self.log.write(
+                {"e": "update", "sample": 1}
+                if self.replay is not None
+                else {"e": "update", "items": list(choice.items), "reuse": choice.reuse}
+            )
         # (inside the loop's critical section: the update donates the state)
         self.state, metrics = self.sgd(self.state, batch, choice.reuse)
         # NOTE: dispatched, not finished: the version counts the update now and
@@ -590,6 +612,8 @@ class Learner:
             if self.replay
             else dict(learned=0, replay_added=0, replay_earned=0.0)
         )
+        if self.log is not None:
+            self.log.write({"e": "ckpt", "version": self.state_version})
         with self.io.fd_reserve.released():
             # the run's wall time so far (elapsed() already goes on from a resumed run's)
             rec.save(
@@ -602,8 +626,12 @@ class Learner:
 
     def result(self) -> RunOutcome:
         now = time.perf_counter()
+        params = to_host(self.state.params)
+        digest = params_sha256(params)
+        if self.log is not None:
+            self.log.write({"e": "end", "version": self.state_version, "params_sha256": digest})
         return self.recorder.result(
-            params=to_host(self.state.params),
+            params=params,
             algo=self.algo,
             env=None,
             env_steps=self.env_steps,
@@ -615,6 +643,7 @@ class Learner:
             extra_summary={
                 **self.stats.summary(now, self.recorder.session_time(now)),
                 "learner_incarnation": self.address,
+                "params_sha256": digest,  # what `tianjax replay` compares with
                 # fresh samples of updates skipped for non-finite gradients
                 # (not counted as fresh), and pooled samples the checkpoint this
                 # run resumed from left out (acted again)
@@ -633,6 +662,8 @@ class Learner:
 
     def close(self) -> None:
         self.inflight.close()
+        if self.log is not None:
+            self.log.close()
         if self.sync is not None:
             self.sync.close()
         self.io.close()

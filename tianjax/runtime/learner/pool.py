@@ -27,6 +27,7 @@ class PoolItem(NamedTuple):
     version: int  # the behaviour version the trajectory was acted with
     sender: bytes  # the actor connection's identity (its credit comes back on release)
     batch: Any  # the trajectory, device-resident ([T, B] leaves)
+    tag: int = -1  # its index in the run's replay log (-1: none kept)
 
 
 @dataclass
@@ -49,8 +50,10 @@ class Pool:
     """Admitted trajectories, oldest first. `release(sender)` hands a credit back;
     `traj_steps` env steps make one trajectory (what an expired one costs)."""
 
-    def __init__(self, limits: Limits, traj_steps: int, release: Callable[[bytes], None]):
+    def __init__(self, limits: Limits, traj_steps: int, release: Callable[[bytes], None], log=None):
+        """`log`: the run's replay log (tianjax.runtime.record.replay_log), told of expiries."""
         self.limits, self.traj_steps, self.release_credit = limits, traj_steps, release
+        self.log = log
         self._items: collections.deque[PoolItem] = collections.deque()
 
     def __len__(self) -> int:
@@ -59,9 +62,9 @@ class Pool:
     def __iter__(self) -> Iterator[PoolItem]:
         return iter(self._items)
 
-    def admit(self, version: int, sender: bytes, batch) -> None:
-        """Stores a trajectory the limits admitted."""
-        self._items.append(PoolItem(int(version), sender, batch))
+    def admit(self, version: int, sender: bytes, batch, tag: int = -1) -> None:
+        """Stores a trajectory the limits admitted (`tag`: its index in the replay log)."""
+        self._items.append(PoolItem(int(version), sender, batch, tag))
 
     def held_by(self, sender: bytes) -> int:
         """Trajectories of this sender waiting here."""
@@ -71,9 +74,11 @@ class Pool:
         """Hands the item's credit back to its sender (its slot is free again)."""
         self.release_credit(item.sender)
 
-    def expire(self, item: PoolItem) -> None:
+    def expire(self, item: PoolItem, why: str) -> None:
         """Drops a pooled item that can no longer be learned from, counted as expired."""
         self._items.remove(item)
+        if self.log is not None:
+            self.log.write({"e": "expire", "i": item.tag, "why": why})
         self.limits.measures.expire(self.traj_steps)
         self.limits.discard()
         self.release(item)
@@ -81,12 +86,12 @@ class Pool:
     def expire_stale(self, version: int) -> None:
         """Drops what aged past max_staleness while it waited (admission at consumption)."""
         for item in [i for i in self._items if not self.limits.fresh_enough(i.version, version)]:
-            self.expire(item)
+            self.expire(item, "stale")
 
     def expire_older(self, version: int) -> None:
         """Drops what was made with a version older than `version` (sync mode)."""
         for item in [i for i in self._items if i.version < version]:
-            self.expire(item)
+            self.expire(item, "older")
 
     def take(self, items: list[PoolItem]) -> list[PoolItem]:
         """Removes `items` (taken by an update) and hands their credits back."""

@@ -33,11 +33,12 @@ class Choice(NamedTuple):
     batch: Any
     behaviour: np.ndarray
     reuse: bool
+    items: tuple[int, ...] = ()  # the joined trajectories' indices in the replay log, in order
 
 
 def _joined(chosen: list[PoolItem]) -> Choice:
     local = concat_batches([item.batch for item in chosen])
-    return Choice(local, local.version, False)
+    return Choice(local, local.version, False, tuple(item.tag for item in chosen))
 
 
 class _PoolBatches:

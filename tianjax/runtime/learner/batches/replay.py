@@ -77,6 +77,11 @@ class ReplayBatches:
         """This process's sample for the next update, or None while the learner is ahead."""
         if self.drained():
             return None
+        return self.sample()
+
+    def sample(self) -> Choice:
+        """This process's next sample of the buffer, paced or not (a replayed run takes one
+        where its log says the run took one)."""
         self.key, key = jax.random.split(self.key)
         local = jax.device_get(self._sample(self.rb, key))
         self.learned += self.batch_samples
