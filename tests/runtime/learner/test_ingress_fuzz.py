@@ -294,7 +294,8 @@ class Rig:
         # the pool holds the good trajectories, intact, and nothing else
         assert len(L.pool) - self.base["pool"] == len(self.good_obs)
         pooled = []
-        for version, ident, batch in L.pool:
+        for item in L.pool:
+            version, ident, batch = item.version, item.sender, item.batch
             assert ident == b"good" and version == self.base["version"]
             pooled.append(np.asarray(batch.obs).tobytes())
         assert sorted(pooled) == sorted(self.good_obs)

@@ -42,7 +42,9 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from tianjax.config import Config
+from tianjax.core import lag
 from tianjax.core.types import ParamsMessage
+from tianjax.runtime.actor.shards import shard_seed, shards_of, tag
 from tianjax.runtime.actor.sources import make_source
 from tianjax.runtime.modes import Mode, mode_of
 from tianjax.runtime.process import shutdown
@@ -116,14 +118,29 @@ class Actor:
         self.actor_id = actor_id
         # the source's own env gives the spaces (building a second env to read them costs
         # start-up time that every run pays)
-        self.source = make_source(config, seed=config.seed + 7919 * (actor_id + 1))
+        self.source = make_source(config, seed=shard_seed(config.seed, actor_id))
         self.algo = self.source.algo
         self._params_template = jax.eval_shape(self.algo.init, jax.random.key(0)).params
         # compiled before connecting, so that the learner sees the actor register only when
         # it is ready to act (its subscriber conflates: it holds the newest version whenever
         # it reads, however long it did not)
         self.source.compile(self._params_template)
-        params_template = ParamsMessage(self._params_template, np.zeros((), np.int64))
+        published = self._params_template
+        # the deterministic-lag mode: this process's env shards, one source each (one
+        # compiled rollout), and the ring of versions every parameter message carries
+        self.shards: dict[int, object] = {}
+        if self.mode.fixed_order:
+            k = config.runtime.deterministic_lag
+            mine = shards_of(actor_id, config.num_actors, config.batch_trajectories)
+            self.shards = {
+                s: self.source if s == actor_id else make_source(config, shard_seed(config.seed, s))
+                for s in mine
+            }
+            for source in self.shards.values():
+                source.share_compiled(self.source)
+            published = jax.eval_shape(lambda p: lag.init(p, k + 1, k).ring, published)
+            self._behaviour = jax.jit(lambda ring, r: lag.behaviour(lag.LagState(ring, k), r)[0])
+        params_template = ParamsMessage(published, np.zeros((), np.int64))
         rt = config.runtime
         # the run's handshake: under curve the actor only talks to a learner holding its key
         self.net = secure_context(run_key, rt, server=False)
@@ -310,21 +327,24 @@ class Actor:
                 raise ActorStopped(f"no word from the learner for {timeout:.0f} s")
             poller.poll(timeout=int(1000 * self.config.runtime.heartbeat_s))
 
-    def _send(self, rollout, acted_at: int) -> bool:
-        """Sends a rollout to the learner that granted its credit. False if that learner
-        was replaced meanwhile (its credit went with it: the rollout is dropped)."""
+    def _send(self, rollout, acted_at: int, body: dict | None = None) -> bool:
+        """Sends a rollout to the learner that granted its credit (`body`: what rides
+        with it). False if that learner was replaced meanwhile (its credit went with it:
+        the rollout is dropped)."""
         poll_ms = int(1000 * self.config.runtime.heartbeat_s)
         message = (rollout.batch, rollout.episodes, np.asarray(acted_at, np.int64))
         # one number for the trajectory: its oldest step's version (admission and the
         # learner's pool order by it, so their bounds hold for every step)
         oldest = int(np.min(rollout.batch.version))
         granted_by = self.traj_out.to
-        while not self.traj_out.send(message, oldest, timeout_ms=poll_ms):
+        while not self.traj_out.send(message, oldest, timeout_ms=poll_ms, body=body):
             # the learner is not reading (its pool is full): wait, but stay alive and stoppable
             self._check_control()
             self._beat()
             if self.mode.takes_newest:
                 self._take_newest()
+            elif self.mode.fixed_order:
+                self._take_newest(activate=False)  # (a restarted learner is noticed)
             if self.traj_out.to != granted_by:
                 return False
             timeout = self.config.runtime.heartbeat_timeout_s
@@ -346,6 +366,41 @@ class Actor:
         args = (self.params, self.version, acted_at)
         return args + (self._refresh_in_flight,) if self.refresh_per_step else args
 
+    def _run_ordered(self) -> None:
+        """The deterministic-lag mode's loop: round r of every shard this process hosts,
+        in shard order, acted with version max(0, r - k) once a version >= that is held (the
+        lag paces the actor; credits are not waited for). It starts at the round of the
+        learner's version (0, or a resumed learner's) and stops after the budget's rounds."""
+        cfg = self.config
+        k, rounds = cfg.runtime.deterministic_lag, cfg.total_env_steps // cfg.steps_per_update
+        round_, learner = self.version, self.control.to
+        while True:
+            if round_ >= rounds:  # every round made: wait for the learner's stop
+                self._timed("waiting_params", self._wait_for_version, 1 << 62)
+            else:
+                self._timed("waiting_params", self._wait_for_version, round_ - k)
+            if self.control.to != learner:  # a restarted learner goes on from its checkpoint
+                round_, learner = self.version, self.control.to
+            # NOTE: the ring holds versions V - k .. V of the message held (V <= the round
+            # of any rollout the learner still needs); a round it has passed is skipped
+            round_ = max(round_, self.version)
+            if round_ >= rounds:
+                continue
+            params = self._behaviour(self.params, round_)
+            version = max(round_ - k, 0)
+            acted_at = round_ * cfg.steps_per_update
+            granted_by = self.control.to
+            for shard, source in self.shards.items():
+                rollout = self._timed("acting", source, params, version, acted_at)
+                self.env_steps += source.steps_per_call
+                if self.control.to != granted_by:
+                    break  # the learner restarted mid-round
+                if self._timed("sending", self._send, rollout, acted_at, tag(round_, shard)):
+                    self.sent += 1
+                self._beat()
+            else:
+                round_ += 1
+
     def run(self) -> int:
         self._t0, self._cpu0 = time.perf_counter(), time.process_time()
         try:
@@ -356,6 +411,8 @@ class Actor:
             self._timed(
                 "waiting_params", self._wait_for_version, 0, self.config.runtime.connect_timeout_s
             )
+            if self.mode.fixed_order:
+                self._run_ordered()  # (it ends by ActorStopped)
             while True:
                 self._timed("waiting_credit", self._wait_for_credit)
                 if self.mode.takes_newest:
@@ -389,6 +446,8 @@ class Actor:
 
     def close(self) -> None:
         self.source.close()
+        for source in self.shards.values():
+            source.close()
         self.presence.close()
         for ch in (self.params_in, self.traj_out, self.control):
             ch.close()

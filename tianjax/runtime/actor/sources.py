@@ -92,6 +92,11 @@ class JaxSource:
         """Compiles the rollout now (params may be ShapeDtypeStructs) rather than at the first call."""
         self._rollout = self._rollout.lower(params, np.int32(0), self._state, np.int32(0)).compile()
 
+    def share_compiled(self, other: "JaxSource") -> None:
+        """Steps with `other`'s compiled rollout (same config: the same shapes), so that
+        several shards of one process run one program, as one shard per process would."""
+        self._rollout = other._rollout
+
     @property
     def carry(self):
         """A recurrent policy's state [B, ...] the next rollout starts from (None otherwise)."""

@@ -27,6 +27,7 @@ import zmq
 from tianjax.config import Config
 from tianjax.core.staleness import step_versions_fault
 from tianjax.runtime.actor.actor import TIME_KEYS
+from tianjax.runtime.actor.shards import order_of
 from tianjax.runtime.balance.controller import AdaptiveBalance
 from tianjax.runtime.balance.limits import Limits
 from tianjax.runtime.learner.batches.axes import batch_axis
@@ -97,6 +98,10 @@ class Ingress:
         # (tianjax.core.staleness.step_versions_fault)
         self.dropped_bad_versions: collections.Counter = collections.Counter()
         self.mixed_versions = 0  # trajectories that arrived with more than one version inside
+        # deterministic-lag mode: trajectories whose (round, shard) cannot be learned from, by
+        # reason (malformed, a round already learned, a second copy), and those seen
+        self.dropped_order: collections.Counter = collections.Counter()
+        self._orders: set[tuple[int, int]] = set()
         self.written_off = 0  # trajectories taken as lost on the way (their slots handed back)
         # admission by version (tianjax.runtime.balance.limits): the newest version published,
         # the base it counts from (a restarted learner's own), and whether it held credits back
@@ -230,6 +235,14 @@ class Ingress:
             self.grant(ident)
             return
         self.mixed_versions += int(np.ptp(np.asarray(batch.version)) > 0)
+        order = None
+        if self.mode.fixed_order:
+            order, why = self._order(msg.body)
+            if why is not None:
+                self.dropped_order[why] += 1
+                self.limits.discard()
+                self.grant(ident)
+                return
         if self.measures.produced + samples > self.budget:
             # beyond the budget: only a trajectory taken as lost that came after all (its
             # slot, handed back, let its actor make another). Dropped and counted, as a
@@ -257,7 +270,23 @@ class Ingress:
             self.release_held()
             self.replay.throttled |= bool(self.held)
         else:
-            self.pool.admit(int(msg.version), ident, batch)
+            self.pool.admit(int(msg.version), ident, batch, order)
+
+    def _order(self, body) -> tuple:
+        """(order, None) for a deterministic-lag trajectory the learner can still learn
+        from, else (None, the reason it cannot): its body names no valid (round, shard),
+        its round was learned already (resent by a restarted actor), or it is a copy."""
+        order = order_of(body, self.config.batch_trajectories)
+        if order is None:
+            return None, "malformed"
+        version = int(self.version())
+        if order[0] < version:
+            return None, "past_round"
+        if order in self._orders:
+            return None, "duplicate"
+        self._orders = {o for o in self._orders if o[0] >= version}
+        self._orders.add(order)
+        return order, None
 
     # ------------------------------------------------------------------ control
     def handle_control(self, ident, msg: dict, now: float) -> None:

@@ -47,6 +47,7 @@ import numpy as np
 
 from tianjax.algos import make_algorithm
 from tianjax.config import Config
+from tianjax.core import lag
 from tianjax.core.staleness import staleness
 from tianjax.envs.factory import env_spec
 from tianjax.metrics import Progress, RunLogger
@@ -139,6 +140,13 @@ class Learner:
         )
         self.mesh = self.sgd.mesh
         self.state = self.sgd.init_state(config.seed)
+        # deterministic-lag mode: the last k + 1 versions, which every parameter message
+        # carries (an actor acts rollout r with version max(0, r - k) from it)
+        self.lag_ring = self._push = None
+        if self.mode.fixed_order:
+            k = rt.deterministic_lag
+            self.lag_ring = lag.init(self.state.params, k + 1, k)
+            self._push = jax.jit(lag.push)
         self.compile_time_s = 0.0
 
         self.io = LearnerIO(
@@ -314,7 +322,10 @@ class Learner:
         self.ingress.published(self.state_version)
         if not self._offered or self._offered[-1] != self.state_version:
             self._offered.append(self.state_version)
-        self.io.publish(self.state, self._dispatches, self.state_version, self.env_steps)
+        state = (
+            self.state if self.lag_ring is None else self.state._replace(params=self.lag_ring.ring)
+        )
+        self.io.publish(state, self._dispatches, self.state_version, self.env_steps)
 
     def _absorb(self, finished: list[dict]) -> None:
         """Takes in the read-back metrics of finished updates: a skipped one (non-finite
@@ -439,7 +450,9 @@ class Learner:
                 continue
             self._learn(choice, exact)
             self._sync()
-            if self.state_version % self.controller.actions.publish_every == 0:
+            # (the deterministic-lag mode's actors wait for every version)
+            every = 1 if self.mode.fixed_order else self.controller.actions.publish_every
+            if self.state_version % every == 0:
                 self.publish()
                 last_publish = time.perf_counter()
             if self.state_version % cfg.log_interval == 0:
@@ -508,6 +521,8 @@ class Learner:
         # async mode; at once in sync mode, where the versions must match exactly)
         self._version_cache = version + 1
         self._dispatches += 1
+        if self.lag_ring is not None:
+            self.lag_ring = self._push(self.lag_ring, self.state.params, version + 1)
         # counted at dispatch, taken back if its read-back says it was skipped (_absorb);
         # off-policy, a sample is fresh when it enters the buffer, not when it is replayed
         reuse = choice.reuse
@@ -548,6 +563,8 @@ class Learner:
 
     def _checkpoint_tree(self) -> dict:
         tree = {"learner": self.state}
+        if self.lag_ring is not None:
+            tree["lag"] = self.lag_ring  # the versions the actors' next rollouts act with
         if self.replay is not None and self.config.checkpoint.replay:
             tree.update(self.replay.tree())
         return tree
@@ -556,6 +573,8 @@ class Learner:
         """Continues from the newest readable checkpoint: state, version, counters."""
         tree, meta = self.recorder.resume(self._checkpoint_tree())
         self.state = tree["learner"]
+        if self.lag_ring is not None:
+            self.lag_ring = tree["lag"]
         if self.replay is not None:
             self.replay.restore(tree, meta)
         self.ingress.env_steps = int(meta["env_steps"])

@@ -27,6 +27,8 @@ class PoolItem(NamedTuple):
     version: int  # the behaviour version the trajectory was acted with
     sender: bytes  # the actor connection's identity (its credit comes back on release)
     batch: Any  # the trajectory, device-resident ([T, B] leaves)
+    # (round, shard) of the deterministic-lag mode (tianjax.runtime.actor.shards); else None
+    order: tuple[int, int] | None = None
 
 
 @dataclass
@@ -59,9 +61,10 @@ class Pool:
     def __iter__(self) -> Iterator[PoolItem]:
         return iter(self._items)
 
-    def admit(self, version: int, sender: bytes, batch) -> None:
-        """Stores a trajectory the limits admitted."""
-        self._items.append(PoolItem(int(version), sender, batch))
+    def admit(self, version: int, sender: bytes, batch, order: tuple | None = None) -> None:
+        """Stores a trajectory the limits admitted (`order`: its round and shard, in the
+        deterministic-lag mode)."""
+        self._items.append(PoolItem(int(version), sender, batch, order))
 
     def held_by(self, sender: bytes) -> int:
         """Trajectories of this sender waiting here."""
