@@ -580,6 +580,9 @@ class Learner:
         self.ingress.env_steps = int(meta["env_steps"])
         self.fresh_updates = int(meta["fresh_updates"])
         self.measures.load_state_dict(meta["balance"])
+        if "controller" in meta:  # (checkpoints from before it was kept start it afresh)
+            self.controller.load_state_dict(meta["controller"])
+            self.limits.max_reuse = self.controller.actions.max_reuse
         self.resume_unlearned_samples = int(meta.get("unlearned_samples", 0))
         self._version_cache = int(to_host(self.state.version))
 
@@ -612,7 +615,7 @@ class Learner:
                 self._checkpoint_tree(),
                 now,
                 counters,
-                dict(balance=balance, **replay),
+                dict(balance=balance, controller=self.controller.state_dict(), **replay),
             )
 
     def result(self) -> RunOutcome:
