@@ -165,6 +165,10 @@ class Actor:
         self.params = None
         self.credits = 0
         self.sent = 0  # trajectories sent since it (last) registered: heartbeats report it
+        # trajectories sent to earlier learner incarnations (a learner restarted), and those
+        # made for a learner that was replaced before they went out: what a restart cost
+        self.sent_before = 0
+        self.unsent = 0
         self.env_steps = 0  # stepped by this actor
         self.global_steps = 0  # admitted by the learner, as of the newest parameters
         self._last_beat = 0.0
@@ -194,6 +198,8 @@ class Actor:
                     "env_steps": self.env_steps,
                     "credits": self.credits,
                     "sent": self.sent,
+                    "sent_before": self.sent_before,
+                    "unsent": self.unsent,
                     "time_s": {
                         **self.time_s,
                         "wall": time.perf_counter() - self._t0,
@@ -241,6 +247,7 @@ class Actor:
                 self.learner_restarted = True
             self.control.to = self.traj_out.to = self.params_in.source
             self.credits = 0
+            self.sent_before += self.sent
             self.sent = 0
             self.control.send({"type": "register", "actor": self.actor_id, "pid": os.getpid()})
         return True
@@ -394,9 +401,12 @@ class Actor:
                 rollout = self._timed("acting", source, params, version, acted_at)
                 self.env_steps += source.steps_per_call
                 if self.control.to != granted_by:
+                    self.unsent += 1
                     break  # the learner restarted mid-round
                 if self._timed("sending", self._send, rollout, acted_at, tag(round_, shard)):
                     self.sent += 1
+                else:
+                    self.unsent += 1
                 self._beat()
             else:
                 round_ += 1
@@ -425,10 +435,13 @@ class Actor:
                 rollout = self._timed("acting", self.source, *self._rollout_args(acted_at))
                 self.env_steps += self.source.steps_per_call
                 if self.control.to != granted_by:
+                    self.unsent += 1
                     continue  # the learner restarted mid-rollout: its credit went with it
                 if self._timed("sending", self._send, rollout, acted_at):
                     self.credits -= 1
                     self.sent += 1
+                else:
+                    self.unsent += 1
                 self._beat()
                 if self.mode.waits_for_next_version:
                     self._timed("waiting_params", self._wait_for_version, sent_with + 1)

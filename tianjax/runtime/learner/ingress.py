@@ -26,6 +26,7 @@ import zmq
 
 from tianjax.config import Config
 from tianjax.core.staleness import step_versions_fault
+from tianjax.errors import OrderBroken
 from tianjax.runtime.actor.actor import TIME_KEYS
 from tianjax.runtime.actor.shards import order_of
 from tianjax.runtime.balance.controller import AdaptiveBalance
@@ -215,11 +216,6 @@ class Ingress:
             info.last_traj = now
             if count(info.actor) is not None:
                 self.received_by_actor[info.actor] += 1
-        if not finite:
-            self.dropped_nonfinite += 1
-            self.limits.discard()
-            self.grant(ident)
-            return
         # every step carries the version that acted (several where an actor took a newer
         # one mid-rollout, runtime.param_refresh: step); the header names the oldest.
         # Stamps that cannot be true are dropped and counted, never learned from
@@ -229,6 +225,17 @@ class Ingress:
             int(self.version()),
             time_axis=1 - batch_axis("version", type(batch)),
         )
+        if self.mode.fixed_order and (not finite or fault is not None):
+            why = "non-finite" if not finite else f"stamped with impossible versions ({fault})"
+            raise OrderBroken(
+                f"runtime.deterministic: a trajectory from {msg.sender} was {why}; its round "
+                "cannot be learned in order"
+            )
+        if not finite:
+            self.dropped_nonfinite += 1
+            self.limits.discard()
+            self.grant(ident)
+            return
         if fault is not None:
             self.dropped_bad_versions[fault] += 1
             self.limits.discard()
@@ -318,7 +325,13 @@ class Ingress:
             self.actor_time_s[ident] = times
         if kind == "heartbeat" and count(info.actor) is not None and sent is not None:
             steps = count(msg.get("env_steps"))
-            self.reported_by_actor[info.actor] = {"sent": sent, "env_steps": steps}
+            self.reported_by_actor[info.actor] = {
+                "sent": sent,
+                "env_steps": steps,
+                # to earlier learner incarnations, and made for one replaced before they went
+                "sent_before": count(msg.get("sent_before")),
+                "unsent": count(msg.get("unsent")),
+            }
         # a sync actor waits for the next version after each trajectory: one slot is all it
         # uses, and more would let the first actors take a small budget from the others
         if new or replaced:

@@ -50,6 +50,7 @@ from tianjax.config import Config
 from tianjax.core import lag
 from tianjax.core.staleness import staleness
 from tianjax.envs.factory import env_spec
+from tianjax.errors import OrderBroken
 from tianjax.metrics import Progress, RunLogger
 from tianjax.runtime.actor.sources import batch_template
 from tianjax.runtime.balance.controller import AdaptiveBalance
@@ -206,6 +207,9 @@ class Learner:
         )  # fresh samples of each update in flight
         self.skipped_fresh_samples = 0  # fresh samples of updates skipped for non-finite gradients
         self.resume_unlearned_samples = 0  # pooled at the checkpoint resumed from: acted again
+        # trajectories received by the earlier learner incarnations of this run, up to the
+        # checkpoint resumed from (what they received after it was lost with them)
+        self.received_before = 0
         self.recorder = RunRecorder(config, logger, progress)
         self.tracker = self.recorder.tracker
         self.ingress = Ingress(
@@ -334,6 +338,11 @@ class Learner:
         for m in finished:
             fresh = self._counted.popleft() if self._counted else 0
             if int(m["update_skipped"]):
+                if self.mode.fixed_order:
+                    raise OrderBroken(
+                        "runtime.deterministic: an update was skipped for non-finite "
+                        "gradients; the rounds after it cannot be learned in order"
+                    )
                 self._version_cache -= 1
                 self.measures.fresh -= fresh
                 self.skipped_fresh_samples += fresh
@@ -584,6 +593,7 @@ class Learner:
             self.controller.load_state_dict(meta["controller"])
             self.limits.max_reuse = self.controller.actions.max_reuse
         self.resume_unlearned_samples = int(meta.get("unlearned_samples", 0))
+        self.received_before = int(meta.get("received_total", 0))
         self._version_cache = int(to_host(self.state.version))
 
     def save_checkpoint(self, now: float) -> None:
@@ -600,6 +610,9 @@ class Learner:
             env_steps=self.env_steps - pooled,
             fresh_updates=self.fresh_updates,
             unlearned_samples=pooled,
+            # every learner incarnation's arrivals taken in up to here: learned from, pooled
+            # (given back: unlearned_samples) or dropped by a named reason
+            received_total=self.received_before + self.rx.taken,
         )
         balance = self.measures.state_dict()
         balance["produced"] -= pooled
@@ -638,6 +651,7 @@ class Learner:
                 # run resumed from left out (acted again)
                 "skipped_fresh_samples": self.skipped_fresh_samples,
                 "resume_unlearned_samples": self.resume_unlearned_samples,
+                "trajectories_received_before": self.received_before,
                 **({"evaluations_rejected": self.evaluations_rejected} if self.evaluation else {}),
                 **(self.sync.summary() if self.sync is not None else {}),
                 **({"episode_log": self.recorder.episode_log} if self.sync is not None else {}),
