@@ -8,7 +8,8 @@ resumed each time from its newest checkpoint ends as the run that was never kill
   counters go on (a checkpoint never behind the one before, the budget reached exactly),
   the balance controller's state comes back, and every trajectory is accounted for:
   learned, given back at a resume, dropped by a named reason, or lost with the learner
-  that held it.
+  that held it; in the deterministic-lag mode the final parameters equal the
+  uninterrupted run's bit for bit.
 
 A seeded RNG picks the points (a delay after a new checkpoint appears, so that a kill may
 land mid-update, mid-record or mid-checkpoint)."""
@@ -122,6 +123,32 @@ def test_a_fused_run_killed_at_10_random_points_ends_as_the_uninterrupted_one(tm
 LEARNER_KILLS = 3
 
 
+def _kill_learner_at_random_points(procs, launcher, run_dir, rng) -> None:
+    """Kills the launcher's learner process LEARNER_KILLS times, each at a random moment
+    after it wrote a new checkpoint; the launcher restarts it from its newest."""
+    killed = []
+    for i in range(LEARNER_KILLS):
+        learner = wait_for(
+            lambda: (
+                [p for p in actor_processes(launcher.pid, role="learner") if p.pid not in killed]
+                or launcher.poll() is not None
+            ),
+            120,
+            what="a learner process",
+        )
+        assert launcher.poll() is None, procs.stderr(launcher)[-3000:]
+        before = max(_steps(run_dir), default=0)
+        wait_for(
+            lambda: max(_steps(run_dir), default=0) > before or launcher.poll() is not None,
+            120,
+            what="a new checkpoint",
+        )
+        time.sleep(rng.uniform(0.0, 0.5))
+        assert launcher.poll() is None, f"the run ended before kill {i + 1}"
+        learner[0].send_signal(signal.SIGKILL)
+        killed.append(learner[0].pid)
+
+
 @pytest.mark.slow
 def test_a_runtime_whose_learner_is_killed_at_random_points_counts_on_and_loses_nothing_uncounted(
     tmp_path, procs
@@ -149,27 +176,7 @@ def test_a_runtime_whose_learner_is_killed_at_random_points_counts_on_and_loses_
             "loggers=[]",
         ],
     )
-    killed = []
-    for i in range(LEARNER_KILLS):
-        learner = wait_for(
-            lambda: (
-                [p for p in actor_processes(launcher.pid, role="learner") if p.pid not in killed]
-                or launcher.poll() is not None
-            ),
-            120,
-            what="a learner process",
-        )
-        assert launcher.poll() is None, procs.stderr(launcher)[-3000:]
-        before = max(_steps(run_dir), default=0)
-        wait_for(
-            lambda: max(_steps(run_dir), default=0) > before or launcher.poll() is not None,
-            120,
-            what="a new checkpoint",
-        )
-        time.sleep(rng.uniform(0.0, 0.5))
-        assert launcher.poll() is None, f"the run ended before kill {i + 1}"
-        learner[0].send_signal(signal.SIGKILL)
-        killed.append(learner[0].pid)
+    _kill_learner_at_random_points(procs, launcher, run_dir, rng)
     assert procs.wait(launcher, 240) == 0, procs.stderr(launcher)[-3000:]
     err = procs.stderr(launcher)
     for i in range(1, LEARNER_KILLS + 1):
@@ -206,3 +213,47 @@ def test_a_runtime_whose_learner_is_killed_at_random_points_counts_on_and_loses_
     # checkpoint (checkpoint.every batches and the actors' credits) per kill
     held = 4 * config.batch_trajectories + config.num_actors * config.runtime.credits_per_actor
     assert 0 <= s["trajectories_lost_with_learners"] <= LEARNER_KILLS * held, s
+
+
+@pytest.mark.slow
+def test_a_deterministic_run_whose_learner_is_killed_at_random_points_ends_bit_for_bit(
+    tmp_path, procs
+):
+    """runtime.deterministic: a restarted learner resumes from its checkpoint at version V,
+    and the actors rewind their shards to where they were before round V (they keep the
+    last rounds' rollout states), so the rounds after it are made again as they were."""
+    rng = random.Random(343434)
+    n_updates = 40
+    run = [
+        ASYNC_CFG,
+        "env_backend=gymnax",
+        "runtime.deterministic=true",
+        "runtime.batch_trajectories=2",
+        "num_envs=4",
+        "rollout_len=16",
+        "ppo.num_minibatches=2",
+        f"total_env_steps={n_updates * 128}",
+        "runtime.restart_learner=true",
+        f"runtime.max_learner_restarts={LEARNER_KILLS}",
+        "checkpoint.every=4",
+        "log_every=1",
+        "eval.episodes=0",
+        "target_return=null",
+        "loggers=[]",
+    ]
+    whole = _train(procs, "whole", tmp_path / "whole", run)
+    run_dir = str(tmp_path / "killed")
+    launcher = _train(procs, "launcher", run_dir, run)
+    _kill_learner_at_random_points(procs, launcher, run_dir, rng)
+    assert procs.wait(launcher, 240) == 0, procs.stderr(launcher)[-3000:]
+    assert procs.wait(whole, 240) == 0, procs.stderr(whole)[-3000:]
+    s = read_summary(run_dir)
+    assert s["learner_restarts"] == LEARNER_KILLS and s["actor_restarts"] == 0
+    assert (s["updates"], s["env_steps"]) == (n_updates, n_updates * 128)
+    # every sample one update old once past the first, across the restarts too
+    assert s["staleness_histogram"] == {"0": 128, "1": (n_updates - 1) * 128}
+    for actor in (tmp_path / "killed" / "actors").glob("actor-*.log"):
+        assert "not as the uninterrupted run" not in actor.read_text()
+    a, b = _params(run_dir), _params(tmp_path / "whole")
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))

@@ -381,6 +381,19 @@ class Actor:
         cfg = self.config
         k, rounds = cfg.runtime.deterministic_lag, cfg.total_env_steps // cfg.steps_per_update
         round_, learner = self.version, self.control.to
+        # the shards' rollout states before each of the last rounds, so that a learner
+        # restarted from a checkpoint at most checkpoint.every updates old is followed from
+        # there exactly (the rounds after it made again as they were)
+        history: collections.OrderedDict = collections.OrderedDict()
+        keep = cfg.checkpoint.every + k + 4
+        if round_ > 0:
+            print(
+                f"tianjax: actor {self.actor_id}: joined at round {round_} with fresh envs (a "
+                "restarted actor, or a resumed run): the run goes on, not as the uninterrupted "
+                "run",
+                file=sys.stderr,
+                flush=True,
+            )
         while True:
             if round_ >= rounds:  # every round made: wait for the learner's stop
                 self._timed("waiting_params", self._wait_for_version, 1 << 62)
@@ -388,11 +401,27 @@ class Actor:
                 self._timed("waiting_params", self._wait_for_version, round_ - k)
             if self.control.to != learner:  # a restarted learner goes on from its checkpoint
                 round_, learner = self.version, self.control.to
+                if round_ in history:
+                    for shard, source in self.shards.items():
+                        source.restore(history[round_][shard])
+                elif history:
+                    print(
+                        f"tianjax: actor {self.actor_id}: the learner restarted at round {round_}, "
+                        f"before the rounds this actor keeps ({next(iter(history))} on): it goes "
+                        "on from its envs as they are (not as the uninterrupted run)",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                history.clear()
             # NOTE: the ring holds versions V - k .. V of the message held (V <= the round
             # of any rollout the learner still needs); a round it has passed is skipped
             round_ = max(round_, self.version)
             if round_ >= rounds:
                 continue
+            if round_ not in history:
+                history[round_] = {shard: src.snapshot() for shard, src in self.shards.items()}
+                while len(history) > keep:
+                    history.popitem(last=False)
             params = self._behaviour(self.params, round_)
             version = max(round_ - k, 0)
             acted_at = round_ * cfg.steps_per_update
