@@ -15,6 +15,13 @@ parameter channel delivered every version (publish_every 1 and an actor that dra
 socket each rollout; the channel keeps only the newest, so a skipped version makes the
 lag larger, never smaller).
 
+In the deterministic-lag mode (runtime.deterministic) an actor process steps its env
+shards (tianjax.runtime.actor.shards) round by round: round r of each, in shard order, acted
+with version max(0, r - k) from the ring of versions each parameter message carries, once
+it holds a version >= r - k (that wait paces it, not credits). It keeps its shards' rollout
+states before the last rounds, and rewinds to the round of a restarted learner's version,
+so that the learner's resume is exact.
+
 Flow control is by credits: the learner grants each actor a few trajectory slots and
 returns one whenever it consumes (or drops) a trajectory of that actor. An actor starts a
 rollout only with a credit in hand, so it slows down exactly when the learner falls behind,
