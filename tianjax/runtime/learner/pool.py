@@ -66,6 +66,15 @@ class Pool:
         deterministic-lag mode)."""
         self._items.append(PoolItem(int(version), sender, batch, order))
 
+    def _remove(self, item: PoolItem) -> None:
+        # NOTE: by identity: deque.remove compares with ==, which for two items of one
+        # sender and version goes on to their arrays (and fails on device arrays)
+        for i, held in enumerate(self._items):
+            if held is item:
+                del self._items[i]
+                return
+        raise ValueError("not in the pool")
+
     def held_by(self, sender: bytes) -> int:
         """Trajectories of this sender waiting here."""
         return sum(item.sender == sender for item in self._items)
@@ -76,7 +85,7 @@ class Pool:
 
     def expire(self, item: PoolItem) -> None:
         """Drops a pooled item that can no longer be learned from, counted as expired."""
-        self._items.remove(item)
+        self._remove(item)
         self.limits.measures.expire(self.traj_steps)
         self.limits.discard()
         self.release(item)
@@ -94,7 +103,7 @@ class Pool:
     def take(self, items: list[PoolItem]) -> list[PoolItem]:
         """Removes `items` (taken by an update) and hands their credits back."""
         for item in items:
-            self._items.remove(item)
+            self._remove(item)
         for item in items:
             self.release(item)
         return items
@@ -105,7 +114,7 @@ class Pool:
         further, which keeps admission by version's bound (tianjax.runtime.balance.limits)."""
         chosen = sorted(self._items, key=lambda item: item.version)[:k]  # (sorted is stable)
         for item in chosen:
-            self._items.remove(item)
+            self._remove(item)
         for item in chosen:
             self.release(item)
         return chosen
