@@ -117,13 +117,12 @@ class RuntimeConfig:
     max_actor_restarts: int = 3  # a dead or silent actor is restarted up to this many times
     restart_learner: bool = False  # a dead learner is restarted from its last checkpoint
     max_learner_restarts: int = 2  # ... up to this many times
-    # the deterministic-lag mode (mode async, Cleanba-like): the envs are batch_trajectories
-    # shards (seeded per shard, spread over the actor processes), rollout r of every shard
-    # acts with the parameters of version max(0, r - deterministic_lag), and update u learns
-    # from rollout u of every shard, in shard order: no reuse, nothing dropped by timing, so
-    # the parameters depend on the config alone, not on the number of actor processes or
-    # their speed (tianjax.runtime.modes)
-    deterministic: bool = False
+    deterministic: bool = False  # the deterministic-lag mode (mode async, Cleanba-like): the
+    # envs are batch_trajectories shards (seeded per shard, spread over the actor processes),
+    # rollout r of every shard acts with the parameters of version max(0, r -
+    # deterministic_lag), and update u learns from rollout u of every shard, in shard order: no
+    # reuse, nothing dropped by timing, so the parameters depend on the config alone, not on the
+    # number of actor processes or their speed (tianjax.runtime.modes)
     deterministic_lag: int = 1  # k: updates between the parameters acted with and learned at
 
     @property
