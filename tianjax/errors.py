@@ -24,6 +24,11 @@ class LearnerFailure(RunFailed):
     """The learner process exited and is out of restarts (or was stopped)."""
 
 
+class OrderBroken(RunFailed):
+    """The deterministic-lag mode lost what a round needs (a trajectory dropped as
+    non-finite or with impossible versions, an update skipped): it cannot go on in order."""
+
+
 class LearnerStalled(RunFailed):
     """No actor has delivered anything for longer than the configured timeout."""
 
@@ -33,4 +38,11 @@ class ReplayRefused(RunFailed):
     message says why."""
 
 
-__all__ = ["ActorFailure", "LearnerFailure", "LearnerStalled", "ReplayRefused", "RunFailed"]
+__all__ = [
+    "ActorFailure",
+    "LearnerFailure",
+    "LearnerStalled",
+    "OrderBroken",
+    "ReplayRefused",
+    "RunFailed",
+]

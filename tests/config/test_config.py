@@ -121,3 +121,29 @@ def test_balance_is_adaptive_by_default_in_async_only():
         "configs/ppo_cartpole_async.yaml", ["mode=sync", "balance.mode=adaptive"]
     ).balance_adaptive
     assert not load_config("configs/ppo_cartpole.yaml", []).balance_adaptive
+
+
+@pytest.mark.parametrize(
+    "overrides,key,why",
+    [
+        (["env_backend=envpool"], "runtime.deterministic", "steps outside JAX"),
+        (["mode=sync"], "runtime.deterministic", "variant of mode async"),
+        (["groups.count=2"], "runtime.deterministic", "learner groups"),
+        (["staleness.forced_lag=2"], "staleness.forced_lag", "deterministic_lag sets"),
+        (["staleness.max_staleness=0"], "staleness.max_staleness", ">= runtime.deterministic_lag"),
+        (["runtime.max_pool=3"], "runtime.max_pool", "must hold 2 rounds"),
+        (["num_actors=3"], "num_actors", "hosts whole shards"),
+        (["eval.episodes=2", "eval.every_s=5"], "eval", "evaluator process"),
+        (["runtime.deterministic_lag=-1"], "runtime.deterministic_lag", "int >= 0"),
+    ],
+)
+def test_deterministic_mode_is_refused_where_it_cannot_hold(overrides, key, why):
+    base = ["env_backend=gymnax", "runtime.deterministic=true", "runtime.batch_trajectories=2"]
+    with pytest.raises(ConfigError, match=why) as e:
+        load_config("configs/ppo_cartpole_async.yaml", [*base, *overrides])
+    assert f"'{key}'" in str(e.value)
+    with pytest.raises(ConfigError, match="on-policy"):
+        load_config(
+            "configs/dqn_cartpole.yaml",
+            ["mode=async", "num_actors=1", "runtime.deterministic=true"],
+        )

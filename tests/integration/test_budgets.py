@@ -347,9 +347,9 @@ def test_a_trajectory_lost_on_the_way_has_its_slot_handed_back(tmp_path):
             return
         send, calls = actor.traj_out.send, []
 
-        def lossy(tree, version, timeout_ms=1000):
+        def lossy(tree, version, timeout_ms=1000, body=None):
             calls.append(version)
-            return True if len(calls) == 3 else send(tree, version, timeout_ms)
+            return True if len(calls) == 3 else send(tree, version, timeout_ms, body)
 
         actor.traj_out.send = lossy
 

@@ -125,6 +125,13 @@ class RuntimeConfig:
     # RUN_DIR/replay.jsonl: where every trajectory came from and every update's batch, in
     # order, so that `tianjax replay RUN_DIR` can redo the run in one process, bit for bit
     replay_log: bool = True
+    deterministic: bool = False  # the deterministic-lag mode (mode async, Cleanba-like): the
+    # envs are batch_trajectories shards (seeded per shard, spread over the actor processes),
+    # rollout r of every shard acts with the parameters of version max(0, r -
+    # deterministic_lag), and update u learns from rollout u of every shard, in shard order: no
+    # reuse, nothing dropped by timing, so the parameters depend on the config alone, not on the
+    # number of actor processes or their speed (tianjax.runtime.modes)
+    deterministic_lag: int = 1  # k: updates between the parameters acted with and learned at
 
     @property
     def actor_device_list(self) -> DeviceList:
@@ -213,6 +220,13 @@ class RuntimeConfig:
                 f"runtime.actor_wrapper[{i}]",
                 f"must be a string whose only placeholder is {{actor}}, got {part!r}",
             )
+        check_key(
+            isinstance(self.deterministic_lag, int)
+            and not isinstance(self.deterministic_lag, bool)
+            and self.deterministic_lag >= 0,
+            "runtime.deterministic_lag",
+            f"must be an int >= 0, got {self.deterministic_lag!r}",
+        )
 
 
 @dataclass(frozen=True)

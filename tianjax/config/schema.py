@@ -196,6 +196,8 @@ class Config:
                 f"got mode '{self.mode}', {self.num_actors} actors, env_backend "
                 f"'{self.env_backend}' (a JAX env's rollout is one lax.scan: use rollout)",
             )
+        if self.runtime.deterministic:
+            self._check_deterministic()
         if self.num_seeds > 1:
             check_key(
                 self.mode == "fused", "num_seeds", "several seeds side by side need mode: fused"
@@ -206,6 +208,63 @@ class Config:
                 "groups.count",
                 "learner groups need actor processes (mode sync or async, num_actors >= 1)",
             )
+
+    def _check_deterministic(self) -> None:
+        """runtime.deterministic is refused, in one line naming why, wherever its guarantee
+        (parameters that depend on the config alone) cannot hold."""
+        rt, k = self.runtime, self.runtime.deterministic_lag
+        key = "runtime.deterministic"
+        check_key(
+            self.mode == "async" and self.num_actors >= 1,
+            key,
+            f"is a variant of mode async with actor processes, got mode '{self.mode}' and "
+            f"{self.num_actors} actors",
+        )
+        check_key(
+            self.env_backend in ("gymnax", "brax"),
+            key,
+            f"needs a JAX env (gymnax or brax), whose rollout is a function of the shard's seed "
+            f"and the parameters; env_backend '{self.env_backend}' steps outside JAX",
+        )
+        check_key(
+            not registry().spec(self.algo).buffer.replayed,
+            key,
+            f"is for on-policy algorithms; '{self.algo}' paces its replayed gradient steps by "
+            "arrival times",
+        )
+        check_key(
+            not self.groups.enabled, key, "cannot hold with learner groups (groups.count > 1)"
+        )
+        check_key(
+            self.staleness.forced_lag == 0,
+            "staleness.forced_lag",
+            "must be 0 with runtime.deterministic (runtime.deterministic_lag sets the lag)",
+        )
+        check_key(
+            self.staleness.max_staleness is None or self.staleness.max_staleness >= k,
+            "staleness.max_staleness",
+            f"must be >= runtime.deterministic_lag ({k}) or null: every sample is {k} updates "
+            "old and would be dropped",
+        )
+        shards = self.batch_trajectories
+        check_key(
+            self.num_actors <= shards,
+            "num_actors",
+            f"must be at most runtime.batch_trajectories ({shards}, the env shards) with "
+            "runtime.deterministic: an actor process hosts whole shards",
+        )
+        check_key(
+            rt.max_pool >= (k + 1) * shards,
+            "runtime.max_pool",
+            f"must hold {k + 1} rounds of {shards} shards ({(k + 1) * shards}) with "
+            f"runtime.deterministic, got {rt.max_pool}",
+        )
+        check_key(
+            not self.eval.periodic,
+            "eval",
+            "an evaluator process during the run is refused with runtime.deterministic (it "
+            "would read the lag ring); evaluate at the end (eval.episodes alone)",
+        )
 
     @property
     def in_process(self) -> bool:

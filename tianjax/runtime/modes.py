@@ -12,6 +12,14 @@ checks the mode's name.
            and holds as many credits as the balance controller's window gives it; the
            learner learns from any pooled trajectories within max_staleness, and may take
            bounded reuse passes over its last batch while nothing fresh waits.
+    deterministic  (async with runtime.deterministic, Cleanba-like) the envs are
+           `batch_trajectories` shards, seeded per shard and spread over the actor
+           processes; rollout r of a shard acts with version max(0, r - k) (k =
+           runtime.deterministic_lag), taken from a ring of the last k + 1 versions that
+           every parameter message carries, and an actor starts it once it holds that
+           version (the lag paces it: no credits); update u learns from rollout u of every
+           shard, concatenated in shard order. No reuse, no drop by timing: the parameters
+           are a function of the config, whatever the number of actor processes.
 
 Fused mode has no actors, ingress or pool: it is its own runner (tianjax.runtime.runners).
 """
@@ -23,11 +31,12 @@ from typing import Literal
 
 from tianjax.config import Config
 from tianjax.runtime.learner.batches.onpolicy import AsyncBatches, ReuseBatches, SyncBatches
+from tianjax.runtime.learner.batches.ordered import OrderedBatches
 
 
 @dataclass(frozen=True)
 class Mode:
-    name: Literal["sync", "async"]
+    name: Literal["sync", "async", "deterministic"]
     # actors: take the newest version whenever one arrives, not only when they wait for one
     takes_newest: bool
     # actors: after each trajectory, wait for the version after the one they acted with
@@ -38,6 +47,10 @@ class Mode:
     reuses: bool
     # supervisor: an actor lost for good ends the run (every round needs every actor)
     needs_every_actor: bool
+    # actors: rollout r of each env shard acts with version max(0, r - k), from the lag
+    # ring the parameter messages carry; learner: update u takes rollout u of every shard,
+    # in shard order, and publishes after every update (tianjax.runtime.learner.batches.ordered)
+    fixed_order: bool = False
 
     def window(self, controller_credits: int) -> int:
         """Trajectories one actor may have in flight or pooled: one in sync mode (it waits
@@ -47,6 +60,8 @@ class Mode:
     def batches(self, pool, k: int, limits, split: bool):
         """The learner's on-policy batch strategy over `pool`, `k` trajectories a batch
         (tianjax.runtime.learner.batches.onpolicy)."""
+        if self.fixed_order:
+            return OrderedBatches(pool, k)
         if not self.reuses:
             return SyncBatches(pool, k)
         return ReuseBatches(AsyncBatches(pool, k), limits, split)
@@ -68,16 +83,26 @@ ASYNC = Mode(
     reuses=True,
     needs_every_actor=False,
 )
-MODES = {m.name: m for m in (SYNC, ASYNC)}
+DETERMINISTIC = Mode(
+    "deterministic",
+    takes_newest=False,
+    waits_for_next_version=False,
+    exact_versions=False,
+    reuses=False,
+    needs_every_actor=False,
+    fixed_order=True,
+)
+MODES = {m.name: m for m in (SYNC, ASYNC, DETERMINISTIC)}
 
 
 def mode_of(config: Config) -> Mode:
-    """The strategy of a config's distributed mode (sync or async)."""
-    if config.mode not in MODES:
+    """The strategy of a config's distributed mode (sync or async; async with
+    runtime.deterministic: deterministic)."""
+    if config.mode not in ("sync", "async"):
         raise ValueError(
             f"mode '{config.mode}' has no actors or learner process (it is its own runner)"
         )
-    return MODES[config.mode]
+    return DETERMINISTIC if config.runtime.deterministic else MODES[config.mode]
 
 
-__all__ = ["ASYNC", "MODES", "Mode", "SYNC", "mode_of"]
+__all__ = ["ASYNC", "DETERMINISTIC", "MODES", "Mode", "SYNC", "mode_of"]

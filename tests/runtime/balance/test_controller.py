@@ -533,3 +533,29 @@ def test_a_set_point_out_of_reach_is_said_in_one_line_naming_the_bound():
     assert "about 2.00" in line
     ctl.target_staleness = 2.0
     assert ctl.unreachable() is None
+
+
+def test_a_checkpointed_controller_goes_on_from_its_actions_and_counts():
+    import json
+
+    ctl = controller(2.0, n=2, k=2, credits=3, publish=2, reuse=1)
+    ctl.decide(0.0)
+    for j in range(1, 3):
+        feed(ctl, 2.9)
+        ctl.decide(float(j))
+    assert ctl.actions == Actions(6, 1, 0) and ctl.moves == 2 and ctl.decisions == 2
+    saved = json.loads(json.dumps(ctl.state_dict()))  # as a checkpoint's meta holds it
+    back = controller(2.0, n=2, k=2, credits=3, publish=2, reuse=1)
+    back.load_state_dict(saved)
+    assert back.actions == ctl.actions and (back.moves, back.decisions) == (2, 2)
+    assert json.dumps(back.metrics(), sort_keys=True) == json.dumps(ctl.metrics(), sort_keys=True)
+    # and it decides on from there: the next move is the window's, not publish_every's again
+    back.decide(10.0)
+    feed(back, 2.9)
+    back.decide(11.0)
+    assert back.last_action == "window_down" and back.actions == Actions(5, 1, 0)
+    assert back.moves == 3
+    # a run resumed with smaller bounds keeps its actions within them
+    small = controller(2.0, n=2, k=2, credits=1, publish=1, reuse=0)
+    small.load_state_dict(saved)
+    assert small.actions == Actions(2, 1, 0)

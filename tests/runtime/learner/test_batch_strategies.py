@@ -6,6 +6,7 @@ import numpy as np
 from tianjax.core.types import Trajectory
 from tianjax.runtime.balance.limits import Limits
 from tianjax.runtime.learner.batches.onpolicy import AsyncBatches, ReuseBatches, SyncBatches
+from tianjax.runtime.learner.batches.ordered import OrderedBatches
 from tianjax.runtime.learner.pool import Pool
 
 T, B = 2, 1
@@ -89,3 +90,26 @@ def test_reuse_stops_when_the_batch_ages_past_max_staleness():
     batches = ReuseBatches(fresh, balance, split=False)
     assert not batches.next(0).reuse
     assert batches.next(1).reuse and batches.next(2) is None
+
+
+def test_ordered_takes_the_round_of_its_version_from_every_shard_in_shard_order():
+    balance = Limits(None, max_pool=10, max_reuse=0)
+    released = []
+    pool = Pool(balance, T * B, released.append)
+    # (version, sender, tag, (round, shard)): shard 1 of round 3 arrives first, a resent
+    # round 2 is left over, and round 4 waits
+    for v, sender, tag, order in [
+        (2, b"a", 1, (3, 1)),
+        (1, b"b", 2, (2, 0)),
+        (3, b"b", 3, (4, 0)),
+        (2, b"b", 4, (3, 0)),
+    ]:
+        pool.admit(v, sender, _traj(v, tag), order)
+    batches = OrderedBatches(pool, 2)
+    assert batches.next(2) is None  # round 2 lacks shard 1
+    choice = batches.next(3)
+    np.testing.assert_array_equal(choice.batch.reward[0], [4, 1])  # shard 0, then shard 1
+    np.testing.assert_array_equal(choice.behaviour[0], [2, 2])
+    assert balance.measures.expired == T * B  # the left-over round 2
+    assert [i.order for i in pool] == [(4, 0)]
+    assert batches.next(4) is None  # shard 1 of round 4 has not come

@@ -15,6 +15,13 @@ parameter channel delivered every version (publish_every 1 and an actor that dra
 socket each rollout; the channel keeps only the newest, so a skipped version makes the
 lag larger, never smaller).
 
+In the deterministic-lag mode (runtime.deterministic) an actor process steps its env
+shards (tianjax.runtime.actor.shards) round by round: round r of each, in shard order, acted
+with version max(0, r - k) from the ring of versions each parameter message carries, once
+it holds a version >= r - k (that wait paces it, not credits). It keeps its shards' rollout
+states before the last rounds, and rewinds to the round of a restarted learner's version,
+so that the learner's resume is exact.
+
 Flow control is by credits: the learner grants each actor a few trajectory slots and
 returns one whenever it consumes (or drops) a trajectory of that actor. An actor starts a
 rollout only with a credit in hand, so it slows down exactly when the learner falls behind,
@@ -42,7 +49,9 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from tianjax.config import Config
+from tianjax.core import lag
 from tianjax.core.types import ParamsMessage
+from tianjax.runtime.actor.shards import shard_seed, shards_of, tag
 from tianjax.runtime.actor.sources import make_source
 from tianjax.runtime.modes import Mode, mode_of
 from tianjax.runtime.process import shutdown
@@ -59,7 +68,7 @@ def actor_seed(config: Config, actor_id: int) -> int:
     """The seed of an actor's envs and action sampling: every process of that actor id (a
     restarted one too) starts from it, so its rollouts can be acted again in order (the
     replay log, tianjax.runtime.runners.rerun)."""
-    return config.seed + 7919 * (actor_id + 1)
+    return shard_seed(config.seed, actor_id)
 
 
 def lagged_version(held: list[int], lag: int) -> int:
@@ -132,7 +141,22 @@ class Actor:
         # it is ready to act (its subscriber conflates: it holds the newest version whenever
         # it reads, however long it did not)
         self.source.compile(self._params_template)
-        params_template = ParamsMessage(self._params_template, np.zeros((), np.int64))
+        published = self._params_template
+        # the deterministic-lag mode: this process's env shards, one source each (one
+        # compiled rollout), and the ring of versions every parameter message carries
+        self.shards: dict[int, object] = {}
+        if self.mode.fixed_order:
+            k = config.runtime.deterministic_lag
+            mine = shards_of(actor_id, config.num_actors, config.batch_trajectories)
+            self.shards = {
+                s: self.source if s == actor_id else make_source(config, shard_seed(config.seed, s))
+                for s in mine
+            }
+            for source in self.shards.values():
+                source.share_compiled(self.source)
+            published = jax.eval_shape(lambda p: lag.init(p, k + 1, k).ring, published)
+            self._behaviour = jax.jit(lambda ring, r: lag.behaviour(lag.LagState(ring, k), r)[0])
+        params_template = ParamsMessage(published, np.zeros((), np.int64))
         rt = config.runtime
         # the run's handshake: under curve the actor only talks to a learner holding its key
         self.net = secure_context(run_key, rt, server=False)
@@ -157,6 +181,10 @@ class Actor:
         self.params = None
         self.credits = 0
         self.sent = 0  # trajectories sent since it (last) registered: heartbeats report it
+        # trajectories sent to earlier learner incarnations (a learner restarted), and those
+        # made for a learner that was replaced before they went out: what a restart cost
+        self.sent_before = 0
+        self.unsent = 0
         self.env_steps = 0  # stepped by this actor
         self.global_steps = 0  # admitted by the learner, as of the newest parameters
         self._last_beat = 0.0
@@ -186,6 +214,8 @@ class Actor:
                     "env_steps": self.env_steps,
                     "credits": self.credits,
                     "sent": self.sent,
+                    "sent_before": self.sent_before,
+                    "unsent": self.unsent,
                     "time_s": {
                         **self.time_s,
                         "wall": time.perf_counter() - self._t0,
@@ -233,6 +263,7 @@ class Actor:
                 self.learner_restarted = True
             self.control.to = self.traj_out.to = self.params_in.source
             self.credits = 0
+            self.sent_before += self.sent
             self.sent = 0
             self.control.send({"type": "register", "actor": self.actor_id, "pid": os.getpid()})
         return True
@@ -319,13 +350,12 @@ class Actor:
                 raise ActorStopped(f"no word from the learner for {timeout:.0f} s")
             poller.poll(timeout=int(1000 * self.config.runtime.heartbeat_s))
 
-    def _send(self, rollout, acted_at: int, index: int) -> bool:
-        """Sends a rollout, this process's `index`th, to the learner that granted its credit.
-        False if that learner was replaced meanwhile (its credit went with it: the rollout
-        is dropped)."""
+    def _send(self, rollout, acted_at: int, body: dict) -> bool:
+        """Sends a rollout to the learner that granted its credit (`body`: what rides with
+        it: where it came from, for the replay log, or its round and shard in the
+        deterministic-lag mode). False if that learner was replaced meanwhile (its credit
+        went with it: the rollout is dropped)."""
         poll_ms = int(1000 * self.config.runtime.heartbeat_s)
-        # what the replay log records of where it came from
-        body = {"rollout": index, "seed": self.seed}
         message = (rollout.batch, rollout.episodes, np.asarray(acted_at, np.int64))
         # one number for the trajectory: its oldest step's version (admission and the
         # learner's pool order by it, so their bounds hold for every step)
@@ -337,6 +367,8 @@ class Actor:
             self._beat()
             if self.mode.takes_newest:
                 self._take_newest()
+            elif self.mode.fixed_order:
+                self._take_newest(activate=False)  # (a restarted learner is noticed)
             if self.traj_out.to != granted_by:
                 return False
             timeout = self.config.runtime.heartbeat_timeout_s
@@ -358,6 +390,73 @@ class Actor:
         args = (self.params, self.version, acted_at)
         return args + (self._refresh_in_flight,) if self.refresh_per_step else args
 
+    def _run_ordered(self) -> None:
+        """The deterministic-lag mode's loop: round r of every shard this process hosts,
+        in shard order, acted with version max(0, r - k) once a version >= that is held (the
+        lag paces the actor; credits are not waited for). It starts at the round of the
+        learner's version (0, or a resumed learner's) and stops after the budget's rounds."""
+        cfg = self.config
+        k, rounds = cfg.runtime.deterministic_lag, cfg.total_env_steps // cfg.steps_per_update
+        round_, learner = self.version, self.control.to
+        # the shards' rollout states before each of the last rounds, so that a learner
+        # restarted from a checkpoint at most checkpoint.every updates old is followed from
+        # there exactly (the rounds after it made again as they were)
+        history: collections.OrderedDict = collections.OrderedDict()
+        keep = cfg.checkpoint.every + k + 4
+        if round_ > 0:
+            print(
+                f"tianjax: actor {self.actor_id}: joined at round {round_} with fresh envs (a "
+                "restarted actor, or a resumed run): the run goes on, not as the uninterrupted "
+                "run",
+                file=sys.stderr,
+                flush=True,
+            )
+        while True:
+            if round_ >= rounds:  # every round made: wait for the learner's stop
+                self._timed("waiting_params", self._wait_for_version, 1 << 62)
+            else:
+                self._timed("waiting_params", self._wait_for_version, round_ - k)
+            if self.control.to != learner:  # a restarted learner goes on from its checkpoint
+                round_, learner = self.version, self.control.to
+                if round_ in history:
+                    for shard, source in self.shards.items():
+                        source.restore(history[round_][shard])
+                elif history:
+                    print(
+                        f"tianjax: actor {self.actor_id}: the learner restarted at round {round_}, "
+                        f"before the rounds this actor keeps ({next(iter(history))} on): it goes "
+                        "on from its envs as they are (not as the uninterrupted run)",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                history.clear()
+            # NOTE: the ring holds versions V - k .. V of the message held (V <= the round
+            # of any rollout the learner still needs); a round it has passed is skipped
+            round_ = max(round_, self.version)
+            if round_ >= rounds:
+                continue
+            if round_ not in history:
+                history[round_] = {shard: src.snapshot() for shard, src in self.shards.items()}
+                while len(history) > keep:
+                    history.popitem(last=False)
+            params = self._behaviour(self.params, round_)
+            version = max(round_ - k, 0)
+            acted_at = round_ * cfg.steps_per_update
+            granted_by = self.control.to
+            for shard, source in self.shards.items():
+                rollout = self._timed("acting", source, params, version, acted_at)
+                self.env_steps += source.steps_per_call
+                if self.control.to != granted_by:
+                    self.unsent += 1
+                    break  # the learner restarted mid-round
+                if self._timed("sending", self._send, rollout, acted_at, tag(round_, shard)):
+                    self.sent += 1
+                else:
+                    self.unsent += 1
+                self._beat()
+            else:
+                round_ += 1
+
     def run(self) -> int:
         self._t0, self._cpu0 = time.perf_counter(), time.process_time()
         try:
@@ -368,6 +467,8 @@ class Actor:
             self._timed(
                 "waiting_params", self._wait_for_version, 0, self.config.runtime.connect_timeout_s
             )
+            if self.mode.fixed_order:
+                self._run_ordered()  # (it ends by ActorStopped)
             while True:
                 self._timed("waiting_credit", self._wait_for_credit)
                 if self.mode.takes_newest:
@@ -381,10 +482,15 @@ class Actor:
                 index, self.rollouts = self.rollouts, self.rollouts + 1
                 self.env_steps += self.source.steps_per_call
                 if self.control.to != granted_by:
+                    self.unsent += 1
                     continue  # the learner restarted mid-rollout: its credit went with it
-                if self._timed("sending", self._send, rollout, acted_at, index):
+                # what the replay log records of where it came from
+                origin = {"rollout": index, "seed": self.seed}
+                if self._timed("sending", self._send, rollout, acted_at, origin):
                     self.credits -= 1
                     self.sent += 1
+                else:
+                    self.unsent += 1
                 self._beat()
                 if self.mode.waits_for_next_version:
                     self._timed("waiting_params", self._wait_for_version, sent_with + 1)
@@ -402,6 +508,8 @@ class Actor:
 
     def close(self) -> None:
         self.source.close()
+        for source in self.shards.values():
+            source.close()
         self.presence.close()
         for ch in (self.params_in, self.traj_out, self.control):
             ch.close()

@@ -24,6 +24,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from tianjax.algos import make_algorithm
@@ -91,6 +92,20 @@ class JaxSource:
     def compile(self, params) -> None:
         """Compiles the rollout now (params may be ShapeDtypeStructs) rather than at the first call."""
         self._rollout = self._rollout.lower(params, np.int32(0), self._state, np.int32(0)).compile()
+
+    def share_compiled(self, other: "JaxSource") -> None:
+        """Steps with `other`'s compiled rollout (same config: the same shapes), so that
+        several shards of one process run one program, as one shard per process would."""
+        self._rollout = other._rollout
+
+    def snapshot(self):
+        """A copy of the rollout state the next call starts from (envs, key, episode stats,
+        carry): `restore` rewinds to it. A copy, since each call donates the state."""
+        return jax.tree.map(jnp.copy, self._state)
+
+    def restore(self, snapshot) -> None:
+        """Rewinds to a `snapshot()`: the next calls repeat the rollouts made from it."""
+        self._state = jax.tree.map(jnp.copy, snapshot)
 
     @property
     def carry(self):

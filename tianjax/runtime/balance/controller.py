@@ -348,6 +348,41 @@ class AdaptiveBalance:
         self._tau_sum, self._tau_n, self._updates = 0.0, 0, 0
         self._skip = self.depth()
 
+    # ------------------------------------------------------------------ checkpoints
+    def state_dict(self) -> dict:
+        """What a checkpoint keeps, JSON-able: the actions, the counts of moves and decisions,
+        the last measurement and the pace. Not its clock (a restarted learner's periods
+        start afresh) nor a half-measured period (the pipeline refills first)."""
+        return {
+            "actions": dict(self.actions.__dict__),
+            "n_actors": self.n_actors,
+            "moves": self.moves,
+            "decisions": self.decisions,
+            "last_action": self.last_action,
+            "measured": self._measured,
+            "calm": self._calm,
+            "learner_bound": self.learner_bound,
+            "reserve": self.reserve,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        """Goes on from `state_dict()`'s: the actions within this controller's bounds (a run
+        resumed with other runtime values), measuring after the pipeline's depth."""
+        a = state["actions"]
+        self.n_actors = int(state["n_actors"])
+        self.actions = Actions(
+            window=self._clip_window(int(a["window"])),
+            publish_every=min(max(int(a["publish_every"]), 1), self.max_publish_every),
+            max_reuse=min(max(int(a["max_reuse"]), 0), self.max_reuse),
+            replay_scale=float(a.get("replay_scale", 1.0)),
+        )
+        self.moves, self.decisions = int(state["moves"]), int(state["decisions"])
+        self.last_action = str(state["last_action"])
+        self._measured, self._calm = float(state["measured"]), int(state["calm"])
+        self.learner_bound, self.reserve = state["learner_bound"], bool(state["reserve"])
+        self._tau_sum, self._tau_n, self._updates = 0.0, 0, 0
+        self._skip = self.depth()
+
     # ------------------------------------------------------------------ reporting
     def metrics(self) -> dict:
         """Set-point, measurement and action (the report plots them over time)."""

@@ -26,7 +26,9 @@ import zmq
 
 from tianjax.config import Config
 from tianjax.core.staleness import step_versions_fault
+from tianjax.errors import OrderBroken
 from tianjax.runtime.actor.actor import TIME_KEYS
+from tianjax.runtime.actor.shards import order_of
 from tianjax.runtime.balance.controller import AdaptiveBalance
 from tianjax.runtime.balance.limits import Limits
 from tianjax.runtime.learner.batches.axes import batch_axis
@@ -100,6 +102,10 @@ class Ingress:
         # (tianjax.core.staleness.step_versions_fault)
         self.dropped_bad_versions: collections.Counter = collections.Counter()
         self.mixed_versions = 0  # trajectories that arrived with more than one version inside
+        # deterministic-lag mode: trajectories whose (round, shard) cannot be learned from, by
+        # reason (malformed, a round already learned, a second copy), and those seen
+        self.dropped_order: collections.Counter = collections.Counter()
+        self._orders: set[tuple[int, int]] = set()
         self.written_off = 0  # trajectories taken as lost on the way (their slots handed back)
         # admission by version (tianjax.runtime.balance.limits): the newest version published,
         # the base it counts from (a restarted learner's own), and whether it held credits back
@@ -218,12 +224,6 @@ class Ingress:
             info.last_traj = now
             if count(info.actor) is not None:
                 self.received_by_actor[info.actor] += 1
-        if not finite:
-            self.dropped_nonfinite += 1
-            logged("nonfinite")
-            self.limits.discard()
-            self.grant(ident)
-            return
         # every step carries the version that acted (several where an actor took a newer
         # one mid-rollout, runtime.param_refresh: step); the header names the oldest.
         # Stamps that cannot be true are dropped and counted, never learned from
@@ -233,6 +233,18 @@ class Ingress:
             int(self.version()),
             time_axis=1 - batch_axis("version", type(batch)),
         )
+        if self.mode.fixed_order and (not finite or fault is not None):
+            why = "non-finite" if not finite else f"stamped with impossible versions ({fault})"
+            raise OrderBroken(
+                f"runtime.deterministic: a trajectory from {msg.sender} was {why}; its round "
+                "cannot be learned in order"
+            )
+        if not finite:
+            self.dropped_nonfinite += 1
+            logged("nonfinite")
+            self.limits.discard()
+            self.grant(ident)
+            return
         if fault is not None:
             self.dropped_bad_versions[fault] += 1
             logged(f"bad_versions:{fault}")
@@ -240,6 +252,15 @@ class Ingress:
             self.grant(ident)
             return
         self.mixed_versions += int(np.ptp(np.asarray(batch.version)) > 0)
+        order = None
+        if self.mode.fixed_order:
+            order, why = self._order(msg.body)
+            if why is not None:
+                self.dropped_order[why] += 1
+                logged(f"order:{why}")
+                self.limits.discard()
+                self.grant(ident)
+                return
         if self.measures.produced + samples > self.budget:
             # beyond the budget: only a trajectory taken as lost that came after all (its
             # slot, handed back, let its actor make another). Dropped and counted, as a
@@ -272,7 +293,7 @@ class Ingress:
             self.release_held()
             self.replay.throttled |= bool(self.held)
         else:
-            self.pool.admit(int(msg.version), ident, batch, logged("pool"))
+            self.pool.admit(int(msg.version), ident, batch, logged("pool"), order)
 
     def _logged(self, msg, info, batch, act_steps) -> Callable[..., int]:
         """What logs this trajectory, once its fate is known: `logged(to, **extra)` writes
@@ -286,6 +307,22 @@ class Ingress:
         return lambda to, **extra: self.log.trajectory(
             msg, actor, version_t, int(act_steps), to, **extra
         )
+
+    def _order(self, body) -> tuple:
+        """(order, None) for a deterministic-lag trajectory the learner can still learn
+        from, else (None, the reason it cannot): its body names no valid (round, shard),
+        its round was learned already (resent by a restarted actor), or it is a copy."""
+        order = order_of(body, self.config.batch_trajectories)
+        if order is None:
+            return None, "malformed"
+        version = int(self.version())
+        if order[0] < version:
+            return None, "past_round"
+        if order in self._orders:
+            return None, "duplicate"
+        self._orders = {o for o in self._orders if o[0] >= version}
+        self._orders.add(order)
+        return order, None
 
     # ------------------------------------------------------------------ control
     def handle_control(self, ident, msg: dict, now: float) -> None:
@@ -317,7 +354,13 @@ class Ingress:
             self.actor_time_s[ident] = times
         if kind == "heartbeat" and count(info.actor) is not None and sent is not None:
             steps = count(msg.get("env_steps"))
-            self.reported_by_actor[info.actor] = {"sent": sent, "env_steps": steps}
+            self.reported_by_actor[info.actor] = {
+                "sent": sent,
+                "env_steps": steps,
+                # to earlier learner incarnations, and made for one replaced before they went
+                "sent_before": count(msg.get("sent_before")),
+                "unsent": count(msg.get("unsent")),
+            }
         # a sync actor waits for the next version after each trajectory: one slot is all it
         # uses, and more would let the first actors take a small budget from the others
         if new or replaced:

@@ -47,8 +47,10 @@ import numpy as np
 
 from tianjax.algos import make_algorithm
 from tianjax.config import Config
+from tianjax.core import lag
 from tianjax.core.staleness import staleness
 from tianjax.envs.factory import env_spec
+from tianjax.errors import OrderBroken
 from tianjax.metrics import Progress, RunLogger
 from tianjax.runtime.actor.sources import batch_template
 from tianjax.runtime.balance.controller import AdaptiveBalance
@@ -140,6 +142,13 @@ class Learner:
         )
         self.mesh = self.sgd.mesh
         self.state = self.sgd.init_state(config.seed)
+        # deterministic-lag mode: the last k + 1 versions, which every parameter message
+        # carries (an actor acts rollout r with version max(0, r - k) from it)
+        self.lag_ring = self._push = None
+        if self.mode.fixed_order:
+            k = rt.deterministic_lag
+            self.lag_ring = lag.init(self.state.params, k + 1, k)
+            self._push = jax.jit(lag.push)
         self.compile_time_s = 0.0
 
         self.io = LearnerIO(
@@ -199,6 +208,9 @@ class Learner:
         )  # fresh samples of each update in flight
         self.skipped_fresh_samples = 0  # fresh samples of updates skipped for non-finite gradients
         self.resume_unlearned_samples = 0  # pooled at the checkpoint resumed from: acted again
+        # trajectories received by the earlier learner incarnations of this run, up to the
+        # checkpoint resumed from (what they received after it was lost with them)
+        self.received_before = 0
         self.recorder = RunRecorder(config, logger, progress)
         self.tracker = self.recorder.tracker
         self.checkpoint_root = checkpoint_root or (logger.run_dir if logger is not None else None)
@@ -322,7 +334,10 @@ class Learner:
         self.ingress.published(self.state_version)
         if not self._offered or self._offered[-1] != self.state_version:
             self._offered.append(self.state_version)
-        self.io.publish(self.state, self._dispatches, self.state_version, self.env_steps)
+        state = (
+            self.state if self.lag_ring is None else self.state._replace(params=self.lag_ring.ring)
+        )
+        self.io.publish(state, self._dispatches, self.state_version, self.env_steps)
 
     def _absorb(self, finished: list[dict]) -> None:
         """Takes in the read-back metrics of finished updates: a skipped one (non-finite
@@ -331,6 +346,11 @@ class Learner:
         for m in finished:
             fresh = self._counted.popleft() if self._counted else 0
             if int(m["update_skipped"]):
+                if self.mode.fixed_order:
+                    raise OrderBroken(
+                        "runtime.deterministic: an update was skipped for non-finite "
+                        "gradients; the rounds after it cannot be learned in order"
+                    )
                 self._version_cache -= 1
                 self.measures.fresh -= fresh
                 self.skipped_fresh_samples += fresh
@@ -455,7 +475,9 @@ class Learner:
                 continue
             self._learn(choice, exact)
             self._sync()
-            if self.state_version % self.controller.actions.publish_every == 0:
+            # (the deterministic-lag mode's actors wait for every version)
+            every = 1 if self.mode.fixed_order else self.controller.actions.publish_every
+            if self.state_version % every == 0:
                 self.publish()
                 last_publish = time.perf_counter()
             if self.state_version % cfg.log_interval == 0:
@@ -530,6 +552,8 @@ class Learner:
         # async mode; at once in sync mode, where the versions must match exactly)
         self._version_cache = version + 1
         self._dispatches += 1
+        if self.lag_ring is not None:
+            self.lag_ring = self._push(self.lag_ring, self.state.params, version + 1)
         # counted at dispatch, taken back if its read-back says it was skipped (_absorb);
         # off-policy, a sample is fresh when it enters the buffer, not when it is replayed
         reuse = choice.reuse
@@ -574,6 +598,8 @@ class Learner:
 
     def _checkpoint_tree(self) -> dict:
         tree = {"learner": self.state}
+        if self.lag_ring is not None:
+            tree["lag"] = self.lag_ring  # the versions the actors' next rollouts act with
         if self.replay is not None and self.config.checkpoint.replay:
             tree.update(self.replay.tree())
         return tree
@@ -582,12 +608,18 @@ class Learner:
         """Continues from the newest readable checkpoint: state, version, counters."""
         tree, meta = self.recorder.resume(self._checkpoint_tree())
         self.state = tree["learner"]
+        if self.lag_ring is not None:
+            self.lag_ring = tree["lag"]
         if self.replay is not None:
             self.replay.restore(tree, meta)
         self.ingress.env_steps = int(meta["env_steps"])
         self.fresh_updates = int(meta["fresh_updates"])
         self.measures.load_state_dict(meta["balance"])
+        if "controller" in meta:  # (checkpoints from before it was kept start it afresh)
+            self.controller.load_state_dict(meta["controller"])
+            self.limits.max_reuse = self.controller.actions.max_reuse
         self.resume_unlearned_samples = int(meta.get("unlearned_samples", 0))
+        self.received_before = int(meta.get("received_total", 0))
         self._version_cache = int(to_host(self.state.version))
 
     def save_checkpoint(self, now: float) -> None:
@@ -604,6 +636,9 @@ class Learner:
             env_steps=self.env_steps - pooled,
             fresh_updates=self.fresh_updates,
             unlearned_samples=pooled,
+            # every learner incarnation's arrivals taken in up to here: learned from, pooled
+            # (given back: unlearned_samples) or dropped by a named reason
+            received_total=self.received_before + self.rx.taken,
         )
         balance = self.measures.state_dict()
         balance["produced"] -= pooled
@@ -621,7 +656,7 @@ class Learner:
                 self._checkpoint_tree(),
                 now,
                 counters,
-                dict(balance=balance, **replay),
+                dict(balance=balance, controller=self.controller.state_dict(), **replay),
             )
 
     def result(self) -> RunOutcome:
@@ -649,6 +684,7 @@ class Learner:
                 # run resumed from left out (acted again)
                 "skipped_fresh_samples": self.skipped_fresh_samples,
                 "resume_unlearned_samples": self.resume_unlearned_samples,
+                "trajectories_received_before": self.received_before,
                 **({"evaluations_rejected": self.evaluations_rejected} if self.evaluation else {}),
                 **(self.sync.summary() if self.sync is not None else {}),
                 **({"episode_log": self.recorder.episode_log} if self.sync is not None else {}),

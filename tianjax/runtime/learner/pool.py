@@ -28,6 +28,8 @@ class PoolItem(NamedTuple):
     sender: bytes  # the actor connection's identity (its credit comes back on release)
     batch: Any  # the trajectory, device-resident ([T, B] leaves)
     tag: int = -1  # its index in the run's replay log (-1: none kept)
+    # (round, shard) of the deterministic-lag mode (tianjax.runtime.actor.shards); else None
+    order: tuple[int, int] | None = None
 
 
 @dataclass
@@ -62,9 +64,21 @@ class Pool:
     def __iter__(self) -> Iterator[PoolItem]:
         return iter(self._items)
 
-    def admit(self, version: int, sender: bytes, batch, tag: int = -1) -> None:
-        """Stores a trajectory the limits admitted (`tag`: its index in the replay log)."""
-        self._items.append(PoolItem(int(version), sender, batch, tag))
+    def admit(
+        self, version: int, sender: bytes, batch, tag: int = -1, order: tuple | None = None
+    ) -> None:
+        """Stores a trajectory the limits admitted (`tag`: its index in the replay log;
+        `order`: its round and shard, in the deterministic-lag mode)."""
+        self._items.append(PoolItem(int(version), sender, batch, tag, order))
+
+    def _remove(self, item: PoolItem) -> None:
+        # NOTE: by identity: deque.remove compares with ==, which for two items of one
+        # sender and version goes on to their arrays (and fails on device arrays)
+        for i, held in enumerate(self._items):
+            if held is item:
+                del self._items[i]
+                return
+        raise ValueError("not in the pool")
 
     def held_by(self, sender: bytes) -> int:
         """Trajectories of this sender waiting here."""
@@ -76,7 +90,7 @@ class Pool:
 
     def expire(self, item: PoolItem, why: str) -> None:
         """Drops a pooled item that can no longer be learned from, counted as expired."""
-        self._items.remove(item)
+        self._remove(item)
         if self.log is not None:
             self.log.write({"e": "expire", "i": item.tag, "why": why})
         self.limits.measures.expire(self.traj_steps)
@@ -96,7 +110,7 @@ class Pool:
     def take(self, items: list[PoolItem]) -> list[PoolItem]:
         """Removes `items` (taken by an update) and hands their credits back."""
         for item in items:
-            self._items.remove(item)
+            self._remove(item)
         for item in items:
             self.release(item)
         return items
@@ -107,7 +121,7 @@ class Pool:
         further, which keeps admission by version's bound (tianjax.runtime.balance.limits)."""
         chosen = sorted(self._items, key=lambda item: item.version)[:k]  # (sorted is stable)
         for item in chosen:
-            self._items.remove(item)
+            self._remove(item)
         for item in chosen:
             self.release(item)
         return chosen

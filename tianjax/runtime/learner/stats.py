@@ -144,6 +144,9 @@ class LearnerStats:
             "dropped_bad_versions_by_reason": dict(self.ingress.dropped_bad_versions),
             # trajectories acted with more than one version (runtime.param_refresh: step)
             "trajectories_mixed_versions": self.ingress.mixed_versions,
+            # deterministic-lag mode: trajectories whose (round, shard) was malformed, already
+            # learned, or a copy (tianjax.runtime.learner.batches.ordered)
+            "dropped_order_by_reason": dict(self.ingress.dropped_order),
             # every valid trajectory that arrived (admitted or dropped): what the actors sent
             "trajectories_received": self.traj_in.accepted,
             # said sent by an actor, never come: their slots were handed back (the ingress)
@@ -173,6 +176,7 @@ PER_INCARNATION = (
     "dropped_bad_versions",
     "dropped_bad_versions_by_reason",
     "trajectories_mixed_versions",
+    "dropped_order_by_reason",
     "trajectories_received",
     "trajectories_written_off",
     "rejected_messages",

@@ -253,6 +253,10 @@ def _run_with_learner_process(config: Config, logger: RunLogger, progress: Progr
         config, checkpoint=dataclasses.replace(config.checkpoint, final=True)
     )
     wall_offset = ckpt.read_meta(config.resume)["wall_time_s"] if config.resume else 0.0
+    # trajectories the learners of earlier sessions received (none of this launch's actors')
+    received_at_launch = (
+        int(ckpt.read_meta(config.resume).get("received_total", 0)) if config.resume else 0
+    )
     log_dir = os.path.join(run_dir, "actors")
     run_key = new_run_key()
     result_path = os.path.join(run_dir, RESULT_FILE)
@@ -339,9 +343,27 @@ def _run_with_learner_process(config: Config, logger: RunLogger, progress: Progr
             "actor_restarts": actors.total_restarts if actors else 0,
             "actors_lost": len(actors.lost) if actors else 0,
             "learner_restarts": learner_restarts,
+            **_lost_with_learners(out.extra_summary, received_at_launch, actors),
             **_evaluator_counts(evaluator),
         },
     )
+
+
+def _lost_with_learners(summary: dict, received_at_launch: int, actors) -> dict:
+    """summary.json's count of what a learner killed or failed took with it: trajectories
+    the actors sent to earlier learner incarnations that no checkpoint resumed from had
+    received (pooled, in flight, or learned from after that checkpoint), and rollouts made
+    for a learner replaced before they went out. None where an actor process was restarted
+    (its counts went with it)."""
+    by_actor = summary.get("trajectories_by_actor", {})
+    if actors is None or actors.total_restarts or "trajectories_received_before" not in summary:
+        return {"trajectories_lost_with_learners": None, "trajectories_unsent_at_restart": None}
+    sent_before = sum(a.get("sent_before") or 0 for a in by_actor.values())
+    received = summary["trajectories_received_before"] - received_at_launch
+    return {
+        "trajectories_lost_with_learners": sent_before - received,
+        "trajectories_unsent_at_restart": sum(a.get("unsent") or 0 for a in by_actor.values()),
+    }
 
 
 def _last_checkpoint(run_dir: str) -> str:

@@ -145,6 +145,11 @@ def plan_replay(run_dir: str) -> Plan:
         _refuse(
             f"mode '{config.mode}' has no actors: a {config.mode} run is redone by training again"
         )
+    if config.runtime.deterministic:
+        _refuse(
+            "runtime.deterministic: the run's parameters depend on its config alone; it is "
+            "redone by training it again (any number of actor processes)"
+        )
     if not os.path.exists(os.path.join(run_dir, REPLAY_LOG)):
         _refuse(f"no {REPLAY_LOG} in {run_dir} (runtime.replay_log was off)")
     events = list(read_events(run_dir))
