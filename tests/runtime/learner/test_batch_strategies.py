@@ -104,7 +104,7 @@ def test_ordered_takes_the_round_of_its_version_from_every_shard_in_shard_order(
         (3, b"b", 3, (4, 0)),
         (2, b"b", 4, (3, 0)),
     ]:
-        pool.admit(v, sender, _traj(v, tag), order)
+        pool.admit(v, sender, _traj(v, tag), order=order)
     batches = OrderedBatches(pool, 2)
     assert batches.next(2) is None  # round 2 lacks shard 1
     choice = batches.next(3)
