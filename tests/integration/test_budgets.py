@@ -165,9 +165,9 @@ def _record_acting(calls: list, sends: list):
             steps.append((int(env_steps), np.asarray(log_prob)))
             return key, (action, log_prob, value)
 
-        def send_and_record(rollout, acted_at):
+        def send_and_record(rollout, acted_at, body):
             sent.append(int(acted_at))
-            return send(rollout, acted_at)
+            return send(rollout, acted_at, body)
 
         actor.source._act, actor._send = act_and_record, send_and_record
 
