@@ -155,6 +155,18 @@ def test_a_run_whose_learner_restarted_or_never_ended_is_refused(ppo_run, tmp_pa
     assert str(e.value).startswith(reason)
 
 
+def test_a_deterministic_lag_run_is_refused_as_one_to_train_again(ppo_run, tmp_path):
+    to = _copy_log(ppo_run, tmp_path / "deterministic", lambda events: events)
+    path = os.path.join(to, "config.yaml")
+    with open(path) as f:
+        text = f.read()
+    assert "deterministic: false" in text
+    with open(path, "w") as f:
+        f.write(text.replace("deterministic: false", "deterministic: true", 1))
+    with pytest.raises(ReplayRefused, match="runtime.deterministic: .* training it again"):
+        tianjax.replay_run(to)
+
+
 def test_a_trajectory_lost_on_the_way_is_refused_before_it_starts(ppo_run, tmp_path):
     lost = {}
 

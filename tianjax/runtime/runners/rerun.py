@@ -26,7 +26,8 @@ too, where actors took newer ones mid-rollout: runtime.param_refresh step) when 
 made from one seed act the same rollouts bit for bit, which the replay checks first.
 
 What it cannot redo it refuses before it starts, in one line (`ReplayRefused`): a host
-env whose copies from one seed differ, a learner restarted from a checkpoint (its pool, and the
+env whose copies from one seed differ, a deterministic-lag run (trained again, it gives
+the same parameters), a learner restarted from a checkpoint (its pool, and the
 rollouts its actors dropped when it went, are gone), several learner processes or
 groups, a trajectory lost on the way before one that was learned from (the actor's later
 rollouts cannot be acted again without it), a log without its end, or one whose updates
