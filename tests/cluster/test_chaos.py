@@ -101,6 +101,9 @@ def test_the_accounting_closes_only_when_every_trajectory_received_and_sent_is_p
     }
     assert a["closes"] and a["samples_lost_with_killed_learners"] == [1024]
     assert not chaos.accounting(_summary(13), kept, 512, [])["closes"]  # one unplaced
+    # ... unless the learner's receiver held it, unread, when the run stopped
+    unread = {**_summary(13), "trajectories_unread_at_stop": 1}
+    assert chaos.accounting(unread, kept, 512, [])["closes"]
     # an actor that said it sent 2 more than came, with 1 written off: 1 unaccounted
     a = chaos.accounting(_summary(12, sent=14), kept, 512, [])
     assert not a["closes"] and a["sent_unaccounted_by_actor"] == {"0": 1}

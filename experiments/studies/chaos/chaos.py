@@ -166,6 +166,8 @@ def accounting(summary: dict, kept: list[dict], traj_steps: int, lost_with_learn
     nonfinite = summary["dropped_nonfinite"] * traj_steps
     bad_versions = summary["dropped_bad_versions"] * traj_steps
     received = summary["trajectories_received"]
+    # accepted by the learner's receiver but not yet taken when the run stopped
+    unread = summary.get("trajectories_unread_at_stop", 0)
     written_off = summary["trajectories_written_off"]
     by_actor = summary.get("trajectories_by_actor", {})
     # what each actor id's current process said it sent arrived here or was written off
@@ -191,7 +193,9 @@ def accounting(summary: dict, kept: list[dict], traj_steps: int, lost_with_learn
         "rejected_by_reason": summary.get("rejected_by_reason", {}),
         "by_actor": by_actor,
         "sent_unaccounted_by_actor": unaccounted,
-        "closes": received * traj_steps == admitted + stale_or_budget + nonfinite + bad_versions
+        "unread_at_stop": unread * traj_steps,
+        "closes": received * traj_steps
+        == admitted + stale_or_budget + nonfinite + bad_versions + unread * traj_steps
         and not unaccounted,
     }
 
@@ -538,7 +542,7 @@ def print_table(args, res: dict) -> None:
             f"{a['trajectories_received']:,} trajectories received = {a['samples_received']:,} "
             f"samples = {a['samples_admitted']:,} admitted + {d['too_stale_or_beyond_budget']:,} "
             f"too stale or beyond the budget + {d['nonfinite']:,} non-finite + "
-            f"{d['bad_versions']:,} bad versions"
+            f"{d['bad_versions']:,} bad versions + {a.get('unread_at_stop', 0):,} unread at the stop"
         )
         sent = sum(c.get("sent", 0) for c in a["by_actor"].values())
         print(

@@ -685,6 +685,9 @@ class Learner:
                 "skipped_fresh_samples": self.skipped_fresh_samples,
                 "resume_unlearned_samples": self.resume_unlearned_samples,
                 "trajectories_received_before": self.received_before,
+                # accepted by the receiver but not yet taken when the learner stopped:
+                # neither learned from nor dropped (the rest of trajectories_received is)
+                "trajectories_unread_at_stop": self.rx.in_hand,
                 **({"evaluations_rejected": self.evaluations_rejected} if self.evaluation else {}),
                 **(self.sync.summary() if self.sync is not None else {}),
                 **({"episode_log": self.recorder.episode_log} if self.sync is not None else {}),
