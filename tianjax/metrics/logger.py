@@ -40,10 +40,11 @@ def write_json_atomic(path: str, obj: Any) -> Any:
     return obj
 
 
-def read_metrics(run_dir: str) -> list[dict]:
-    """The records of RUN_DIR/metrics.jsonl (a half-written last line is skipped)."""
+def read_metrics(run_dir: str, name: str = "metrics.jsonl") -> list[dict]:
+    """The records of RUN_DIR/metrics.jsonl, or of another JSON-lines file there such as
+    metrics.superseded.jsonl (a half-written last line is skipped)."""
     out = []
-    path = os.path.join(run_dir, "metrics.jsonl")
+    path = os.path.join(run_dir, name)
     if os.path.exists(path):
         with open(path) as f:
             for line in f:

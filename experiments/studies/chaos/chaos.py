@@ -77,15 +77,7 @@ MARGIN_S = 10.0  # a fault starts only if it and this long after it fit before t
 def all_records(run_dir: str) -> list[dict]:
     """Every record any learner incarnation wrote (the kept history and what a killed
     learner wrote after its last checkpoint), in the order of the shared clock."""
-    recs = read_metrics(run_dir)
-    superseded = os.path.join(run_dir, "metrics.superseded.jsonl")
-    if os.path.exists(superseded):
-        with open(superseded) as f:
-            for line in f:
-                try:
-                    recs.append(json.loads(line))
-                except ValueError:
-                    pass
+    recs = read_metrics(run_dir) + read_metrics(run_dir, "metrics.superseded.jsonl")
     return sorted((r for r in recs if "unix_time" in r), key=lambda r: r["unix_time"])
 
 
