@@ -25,6 +25,7 @@ from .conftest import (
     read_summary,
     records,
     updates_logged,
+    wait_exited,
     wait_for,
 )
 
@@ -107,6 +108,82 @@ def test_killed_actor_is_restarted_and_the_run_reaches_its_target(tmp_path, proc
     assert "Traceback" not in err, err
     assert f"actor {victim_id} (killed by SIGKILL) restarted" in err, err
     assert not alive(actors)
+
+
+def _connections(p: psutil.Process) -> int:
+    """The process's TCP connections (a standby opens none until its turn)."""
+    try:
+        return len(p.net_connections(kind="tcp"))
+    except psutil.NoSuchProcess:
+        return -1
+
+
+def test_killed_actor_is_replaced_by_its_warm_standby_which_connects_only_then(tmp_path, procs):
+    run_dir = tmp_path / "run"
+    launcher = _launch(
+        procs, run_dir, "runtime.standby_actors=true", "total_env_steps=5000000", "log_every=1"
+    )
+    actors = wait_for(
+        lambda: len(actor_processes(launcher.pid)) == 4 and actor_processes(launcher.pid),
+        120,
+        what="2 actors and their 2 standbys",
+    )
+    standby = {_actor_id(p): p for p in actors if "--standby" in p.cmdline()}
+    working = [p for p in actors if "--standby" not in p.cmdline()]
+    assert sorted(standby) == [0, 1] and len(working) == 2
+    wait_for(
+        lambda: (
+            updates_logged(run_dir) >= 5
+            and _registered(run_dir) == 2
+            or launcher.poll() is not None
+        ),
+        120,
+        what="5 updates from 2 registered actors",
+    )
+    assert launcher.poll() is None, procs.stderr(launcher)
+    victim = working[0]
+    victim_id = _actor_id(victim)
+    spare = standby[victim_id]
+    # built and waiting, it holds no connection to the learner; its actor holds three
+    assert _connections(spare) == 0 and _connections(victim) >= 3
+    killed_at = time.time()
+    victim.send_signal(signal.SIGKILL)
+    # the standby takes the id's place: it connects, and the learner admits its trajectories
+    wait_for(
+        lambda: (
+            any(
+                r.get("actor_admitted_at", {}).get(str(victim_id), 0.0) > killed_at
+                for r in records(run_dir)
+            )
+            or launcher.poll() is not None
+        ),
+        120,
+        what="a trajectory of the replacement admitted",
+    )
+    assert launcher.poll() is None, procs.stderr(launcher)
+    assert spare.is_running() and _connections(spare) >= 3
+    # and a new standby waits behind it, unconnected
+    behind = wait_for(
+        lambda: [
+            p
+            for p in actor_processes(launcher.pid)
+            if "--standby" in p.cmdline() and _actor_id(p) == victim_id and p.pid != spare.pid
+        ],
+        120,
+        what="a new standby",
+    )
+    assert _connections(behind[0]) == 0
+    launcher.send_signal(signal.SIGTERM)
+    assert procs.wait(launcher, 120) == 130, procs.stderr(launcher)
+    err = procs.stderr(launcher)
+    assert "Traceback" not in err, err
+    said = f"actor {victim_id} (killed by SIGKILL) restarted (its warm standby took over)"
+    assert said in err, err
+    s = read_summary(run_dir)
+    assert s["actor_restarts"] == 1 and s["actor_restarts_from_standby"] == 1, s
+    assert s["actors_lost"] == 0
+    # the standbys were dismissed with the actors: nothing is left behind
+    wait_exited([*actors, *behind], 10)
 
 
 def test_stopped_actor_times_out_and_is_replaced_while_the_learner_goes_on(tmp_path, procs):

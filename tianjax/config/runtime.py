@@ -115,6 +115,11 @@ class RuntimeConfig:
     learner_devices: int | str | None = None
     actor_threads: int = 1  # XLA/Eigen threads per actor process (2-core machines)
     max_actor_restarts: int = 3  # a dead or silent actor is restarted up to this many times
+    # a warm standby per actor process: started with it, it imports, builds its envs and
+    # compiles, then waits; a dead or silent actor is replaced by its standby at once (no
+    # start-up: docs/faults.md), and a new standby starts behind it. Costs one idle process
+    # (its memory) per actor
+    standby_actors: bool = False
     restart_learner: bool = False  # a dead learner is restarted from its last checkpoint
     max_learner_restarts: int = 2  # ... up to this many times
     # a command put before each actor process's own on this machine, "{actor}" in it replaced

@@ -78,6 +78,22 @@ def actor_jax() -> None:
     jax.config.update("jax_cpu_enable_async_dispatch", False)
 
 
+def await_turn() -> None:
+    """A warm standby's wait (`--standby`; runtime.standby_actors): built and compiled, it
+    reads its standard input until the launcher writes a line (its turn: it connects and
+    acts as the actor it was started for) or closes it (not needed: it exits 0). Until then
+    a SIGTERM ends it at once (it holds nothing)."""
+    from tianjax.runtime.process import shutdown
+
+    if shutdown.requested.is_set():  # told to stop while it was starting
+        sys.exit(143)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    line = sys.stdin.readline()
+    if not line:
+        sys.exit(0)
+    signal.signal(signal.SIGTERM, stop_actor)
+
+
 def _run_actor(args, raw_config: dict) -> int:
     from tianjax.envs.host_api import ACTOR_INDEX_ENV
 
@@ -92,7 +108,13 @@ def _run_actor(args, raw_config: dict) -> int:
         config = load_config(raw_config)
         # every actor compiles the same policy: load it from a cache unless told not to
         compile_cache.enable(config.compile_cache, default=compile_cache.DEFAULT)
-        actor = Actor(config, args.actor_id, json.loads(args.endpoints_json), load_key())
+        actor = Actor(
+            config,
+            args.actor_id,
+            json.loads(args.endpoints_json),
+            load_key(),
+            before_connecting=await_turn if args.standby else None,
+        )
     except Exception as e:  # noqa: BLE001 (whatever stops the start-up stops it every time)
         return _startup_failed(args, e)
     _say_devices(f"actor {args.actor_id}")
@@ -252,6 +274,11 @@ def main(argv=None) -> int:
     )
     ap.add_argument("--ipc-dir", help="learner: the launcher's private directory for ipc sockets")
     ap.add_argument("--parent-pid", type=int, help="the launcher's pid: exit if it is gone")
+    ap.add_argument(
+        "--standby",
+        action="store_true",
+        help="actor: get ready, then wait for a line on standard input before connecting",
+    )
     ap.add_argument("--group", type=int, help="learner: the learner group it is (groups.count > 1)")
     ap.add_argument("--averager-json", help="learner of a group: the averager's endpoints")
     ap.add_argument("--resume-dir", help="averager: the run resumed's averager directory")
@@ -303,4 +330,4 @@ if __name__ == "__main__":
     sys.exit(main())
 
 
-__all__ = ["EVALUATOR_NICE", "STARTUP_FAILED", "actor_jax", "main", "stop_actor"]
+__all__ = ["EVALUATOR_NICE", "STARTUP_FAILED", "actor_jax", "await_turn", "main", "stop_actor"]

@@ -22,6 +22,14 @@ timeout. Actors import what this process can: its `sys.path` reaches them as
 PYTHONPATH, so a module next to the script (or added to sys.path) is found by
 `env=module:EnvId`, `imports` and `network.module` in the actors too.
 
+With `runtime.standby_actors`, each actor id also has a warm standby: a second process
+started the same way with `--standby`, which imports, builds its envs and compiles, then
+waits on its standard input without opening a socket (tianjax.launch.role.await_turn). A
+replacement is that standby told to go (a line on its stdin): it connects, registers and
+acts within a rollout, instead of paying a process's start-up (JAX's import alone is over
+a second). Another standby is started behind it at once. A standby that died is replaced by
+a cold start. At the stop, standbys have their stdin closed, and exit.
+
 `runtime.actor_wrapper` puts a command before each actor's (`taskset -c {actor}` pins it,
 `ip netns exec host{actor}` starts it on a network-namespace host; experiments/studies/chaos
 cuts and caps such hosts' links). The wrapper must exec what follows it, as those do, so
@@ -56,6 +64,7 @@ class Changes:
     restarted: dict[int, str] = field(default_factory=dict)
     lost: dict[int, str] = field(default_factory=dict)
     failed: dict[int, str] = field(default_factory=dict)  # could not start: its own error line
+    from_standby: set[int] = field(default_factory=set)  # restarted ones its warm standby took
 
 
 class ActorSupervisor:
@@ -82,6 +91,10 @@ class ActorSupervisor:
         self.run_key = run_key
         self.log_dir = log_dir
         self.procs: dict[int, subprocess.Popen] = {}
+        # runtime.standby_actors: a warm process per actor id, waiting for its turn
+        self.standby = role == "actor" and config.runtime.standby_actors
+        self.standbys: dict[int, subprocess.Popen] = {}
+        self.promoted = 0  # replacements made by a standby (the rest started cold)
         self.exit_codes: dict[int, int] = {}
         self.restarts: dict[int, int] = {}  # actor id -> times started again
         self.lost: dict[int, str] = {}
@@ -95,6 +108,48 @@ class ActorSupervisor:
         return None if p is None else p.pid
 
     def start(self, actor_id: int) -> None:
+        """Starts the process of `actor_id`: its warm standby where one waits, else a new
+        one; then (runtime.standby_actors) a standby for its next start."""
+        self._start(actor_id)
+        self._keep_standby(actor_id)
+
+    def _start(self, actor_id: int) -> None:
+        spare = self.standbys.pop(actor_id, None)
+        if spare is not None and spare.poll() is None and self._go(spare):
+            self.procs[actor_id] = spare
+            self.promoted += 1
+        else:
+            if spare is not None:
+                self._dismiss(spare)
+            self.procs[actor_id] = self._spawn(actor_id)
+
+    def _keep_standby(self, actor_id: int) -> None:
+        if self.standby and actor_id not in self.standbys:
+            self.standbys[actor_id] = self._spawn(actor_id, standby=True)
+
+    @staticmethod
+    def _go(spare: subprocess.Popen) -> bool:
+        try:
+            spare.stdin.write(b"go\n")
+            spare.stdin.close()
+            return True
+        except OSError:  # it died meanwhile (a broken pipe)
+            return False
+
+    @staticmethod
+    def _dismiss(spare: subprocess.Popen) -> None:
+        """Ends a standby: stdin closed (it exits 0), else terminated after a moment."""
+        try:
+            spare.stdin.close()
+        except OSError:
+            pass
+        try:
+            spare.wait(timeout=2.0)
+        except subprocess.TimeoutExpired:
+            spare.kill()
+            spare.wait()
+
+    def _spawn(self, actor_id: int, standby: bool = False) -> subprocess.Popen:
         # its platform, and where the actor devices are listed its own device and memory
         # share (tianjax.launch.placement); the evaluator takes the slot after the actors'
         slot = actor_id if self.role == "actor" else self.config.num_actors
@@ -122,17 +177,19 @@ class ActorSupervisor:
         ]
         if self.run_dir is not None:
             cmd += ["--run-dir", self.run_dir]
+        if standby:
+            cmd.append("--standby")
         out = None
         if self.log_dir:
             os.makedirs(self.log_dir, exist_ok=True)
             out = open(os.path.join(self.log_dir, self.log_name(actor_id)), "ab")  # noqa: SIM115
         try:
-            self.procs[actor_id] = subprocess.Popen(
+            return subprocess.Popen(
                 cmd,
                 env=env,
                 stdout=out,
                 stderr=subprocess.STDOUT if out else None,
-                stdin=subprocess.DEVNULL,
+                stdin=subprocess.PIPE if standby else subprocess.DEVNULL,
             )
         finally:
             if out:
@@ -143,7 +200,9 @@ class ActorSupervisor:
 
     def start_all(self) -> None:
         for i in self.ids:
-            self.start(i)
+            self._start(i)
+        for i in self.ids:  # after every actor: those start first
+            self._keep_standby(i)
 
     def _replace(self, actor_id: int, why: str, changes: Changes) -> None:
         if self.restarts.get(actor_id, 0) >= self.config.runtime.max_actor_restarts:
@@ -151,8 +210,11 @@ class ActorSupervisor:
             changes.lost[actor_id] = why
             return
         self.restarts[actor_id] = self.restarts.get(actor_id, 0) + 1
+        promoted = self.promoted
         self.start(actor_id)
         changes.restarted[actor_id] = why
+        if self.promoted > promoted:
+            changes.from_standby.add(actor_id)
 
     def check(self, silent: Iterable[int] = ()) -> Changes:
         """Replaces actors that exited, and kills and replaces the `silent` ones."""
@@ -203,6 +265,11 @@ class ActorSupervisor:
         """Waits up to grace_s for the actors (told to stop) to exit, then terminates them.
         `unreachable` actors never registered, so no stop can reach them: they are
         terminated at once (an interrupted start-up does not wait out the grace)."""
+        for spare in self.standbys.values():
+            try:
+                spare.stdin.close()  # it exits (or is terminated below)
+            except OSError:
+                pass
         for i in unreachable:
             if i in self.procs:
                 self.procs[i].terminate()
@@ -221,6 +288,9 @@ class ActorSupervisor:
         for i, p in self.procs.items():
             self.exit_codes[i] = p.returncode
         self.procs.clear()
+        for spare in self.standbys.values():
+            self._dismiss(spare)
+        self.standbys.clear()
 
 
 def python_path(existing: str) -> str:
@@ -236,7 +306,8 @@ def describe(changes: Changes, alive: int, log_dir: str, role: str = "actor") ->
     """Console lines for a check's changes (the evaluator's: what the run goes on without)."""
     name = (lambda i: f"actor {i}") if role == "actor" else (lambda i: role)
     lines = [
-        f"tianjax: warning: {name(i)} ({why}) restarted; see {log_dir}"
+        f"tianjax: warning: {name(i)} ({why}) restarted"
+        f"{' (its warm standby took over)' if i in changes.from_standby else ''}; see {log_dir}"
         for i, why in sorted(changes.restarted.items())
     ]
     if role == "actor":

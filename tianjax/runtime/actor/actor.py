@@ -42,6 +42,7 @@ import collections
 import os
 import sys
 import time
+from typing import Callable
 
 import jax
 import numpy as np
@@ -125,8 +126,11 @@ class Actor:
         endpoints: dict,
         run_key: bytes,
         mode: Mode | None = None,
+        before_connecting: Callable[[], None] | None = None,
     ):
-        """`mode`: the run's sync or async strategy (default: the config's)."""
+        """`mode`: the run's sync or async strategy (default: the config's).
+        `before_connecting`: called once the actor is built and compiled, before it opens a
+        socket (a warm standby waits there for its turn: tianjax.launch.supervisor)."""
         self.config = config
         self.mode = mode if mode is not None else mode_of(config)
         self.actor_id = actor_id
@@ -157,6 +161,8 @@ class Actor:
             published = jax.eval_shape(lambda p: lag.init(p, k + 1, k).ring, published)
             self._behaviour = jax.jit(lambda ring, r: lag.behaviour(lag.LagState(ring, k), r)[0])
         params_template = ParamsMessage(published, np.zeros((), np.int64))
+        if before_connecting is not None:
+            before_connecting()
         rt = config.runtime
         # the run's handshake: under curve the actor only talks to a learner holding its key
         self.net = secure_context(run_key, rt, server=False)

@@ -132,6 +132,7 @@ def run_local(config: Config, logger: RunLogger, progress: Progress) -> RunOutco
         extra_summary={
             **out.extra_summary,
             "actor_restarts": actors.total_restarts,
+            "actor_restarts_from_standby": actors.promoted,
             "actors_lost": len(actors.lost),
             **_evaluator_counts(evaluator),
         }
@@ -341,6 +342,7 @@ def _run_with_learner_process(config: Config, logger: RunLogger, progress: Progr
         extra_summary={
             **out.extra_summary,
             "actor_restarts": actors.total_restarts if actors else 0,
+            "actor_restarts_from_standby": actors.promoted if actors else 0,
             "actors_lost": len(actors.lost) if actors else 0,
             "learner_restarts": learner_restarts,
             **_lost_with_learners(out.extra_summary, received_at_launch, actors),
