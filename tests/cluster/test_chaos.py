@@ -107,6 +107,12 @@ def test_the_accounting_closes_only_when_every_trajectory_received_and_sent_is_p
     # an actor that said it sent 2 more than came, with 1 written off: 1 unaccounted
     a = chaos.accounting(_summary(12, sent=14), kept, 512, [])
     assert not a["closes"] and a["sent_unaccounted_by_actor"] == {"0": 1}
+    # ... unless that one was read, unread, from the learner's socket at the stop
+    s = _summary(13, sent=14)
+    s["trajectories_unread_at_stop"] = 1
+    s["trajectories_by_actor"]["0"].update(received=12, unread_at_stop=1)
+    a = chaos.accounting(s, kept, 512, [])
+    assert a["closes"] and a["sent_unaccounted_by_actor"] == {}, a
 
 
 # ----------------------------------------------------------------------------- the soak

@@ -75,10 +75,12 @@ def _accounted(s: dict, config_steps: int) -> None:
     """Every trajectory sent is admitted, refused on arrival (too stale, or beyond the
     budget) or counted lost, and what the actors' newest heartbeats said they sent arrived."""
     arrival_drops = s["dropped_samples"] - s["balance"]["expired_samples"]
-    assert s["trajectories_received"] * config_steps == s["env_steps"] + arrival_drops, s
+    unread = s["trajectories_unread_at_stop"] * config_steps
+    assert s["trajectories_received"] * config_steps == s["env_steps"] + arrival_drops + unread, s
     assert s["rejected_messages"] == 0, s["rejected_by_reason"]
     for actor, c in s["trajectories_by_actor"].items():
-        assert c.get("sent", 0) <= c["received"] + s["trajectories_written_off"], (actor, c)
+        arrived = c["received"] + c.get("unread_at_stop", 0)
+        assert c.get("sent", 0) <= arrived + s["trajectories_written_off"], (actor, c)
 
 
 @pytest.mark.slow

@@ -162,11 +162,13 @@ def accounting(summary: dict, kept: list[dict], traj_steps: int, lost_with_learn
     unread = summary.get("trajectories_unread_at_stop", 0)
     written_off = summary["trajectories_written_off"]
     by_actor = summary.get("trajectories_by_actor", {})
-    # what each actor id's current process said it sent arrived here or was written off
+    # what each actor id's current process said it sent arrived here (learned from,
+    # dropped, or unread at the stop) or was written off
     unaccounted = {
-        a: c["sent"] - c["received"] - written_off
+        a: c["sent"] - arrived - written_off
         for a, c in by_actor.items()
-        if c.get("sent") is not None and c["sent"] > c["received"] + written_off
+        if c.get("sent") is not None
+        and c["sent"] > (arrived := c["received"] + c.get("unread_at_stop", 0)) + written_off
     }
     return {
         "since_update": resumed or 0,

@@ -84,6 +84,26 @@ def test_the_receiver_reads_checks_and_hands_over_in_order(ctx):
     assert rx.taken == 4 and rx.in_hand == 0 and not rx.running
 
 
+def test_what_arrived_and_was_never_taken_is_named_by_sender_at_the_stop(ctx):
+    with (
+        TrajectoryReceiver(KEY, TREE, ctx=ctx, hwm=100) as channel,
+        TrajectorySender(KEY, channel.endpoint, sender="actor-0", to=channel.address, ctx=ctx) as a,
+        TrajectorySender(KEY, channel.endpoint, sender="actor-1", to=channel.address, ctx=ctx) as b,
+    ):
+        rx = Receiver(channel, ctx, max_ready=1)
+        rx.start()
+        try:
+            assert a.send(TREE, version=0)
+            _wait(lambda: rx.ready, "the first message made ready")  # (the queue holds 1)
+            assert a.send(TREE, version=1) and b.send(TREE, version=1) and b.send(TREE, version=2)
+            # one ready, three still on the socket (or on their way): all four are unread
+            senders = rx.unread_at_stop()
+        finally:
+            rx.close()
+    assert sorted(senders) == ["actor-0", "actor-0", "actor-1", "actor-1"], senders
+    assert rx.drained == 3 and channel.accepted == 4 and rx.in_hand == 4 and not rx.running
+
+
 def test_the_receiver_reads_no_further_than_the_learner_has_room(ctx):
     with (
         TrajectoryReceiver(KEY, TREE, ctx=ctx, hwm=100) as channel,

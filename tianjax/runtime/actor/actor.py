@@ -271,7 +271,19 @@ class Actor:
             self.credits = 0
             self.sent_before += self.sent
             self.sent = 0
-            self.control.send({"type": "register", "actor": self.actor_id, "pid": os.getpid()})
+            # with its counts, so that the ledger has them even if no heartbeat follows (a
+            # learner killed again, or a run ending, within a beat of this)
+            self.control.send(
+                {
+                    "type": "register",
+                    "actor": self.actor_id,
+                    "pid": os.getpid(),
+                    "env_steps": self.env_steps,
+                    "sent": 0,
+                    "sent_before": self.sent_before,
+                    "unsent": self.unsent,
+                }
+            )
         return True
 
     def _activate_pending(self) -> None:

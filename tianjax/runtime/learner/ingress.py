@@ -115,6 +115,9 @@ class Ingress:
         # restarted one's too), and what its newest heartbeat said it had sent and stepped
         self.received_by_actor: collections.Counter = collections.Counter()
         self.reported_by_actor: dict[int, dict] = {}
+        # actor id -> its trajectories that arrived and were never taken, counted at the stop
+        # (count_unread): the per-actor line of the summary's trajectories_unread_at_stop
+        self.unread_by_actor: collections.Counter = collections.Counter()
         # actor id -> when (time.time(), the clock every process shares) its newest
         # trajectory was admitted: how long an actor took to come back after a fault
         self.admitted_at: dict[int, float] = {}
@@ -352,7 +355,8 @@ class Ingress:
             info.accounted, info.claim = (sent or 0) if kind == "heartbeat" else 0, None
         if (times := actor_times(msg.get("time_s"))) is not None:
             self.actor_time_s[ident] = times
-        if kind == "heartbeat" and count(info.actor) is not None and sent is not None:
+        # an actor's counts come with each heartbeat, and with its registration
+        if count(info.actor) is not None and sent is not None:
             steps = count(msg.get("env_steps"))
             self.reported_by_actor[info.actor] = {
                 "sent": sent,
@@ -405,13 +409,24 @@ class Ingress:
             "actor_wait_fraction": waited / total["wall"] if total["wall"] else None,
         }
 
+    def count_unread(self, senders: list[str]) -> None:
+        """Counts, per actor id, the trajectories the receiver held or read at the stop
+        (tianjax.runtime.learner.receiver.Receiver.unread_at_stop): an actor's newest
+        heartbeat may have counted them as sent."""
+        for sender in senders:
+            info = self.actors.get(sender.encode())
+            if info is not None and count(info.actor) is not None:
+                self.unread_by_actor[info.actor] += 1
+
     def actor_counts(self) -> dict:
-        """Per actor id: trajectories received from it, and what its newest heartbeat (at most
+        """Per actor id: trajectories received from it (and, counted at the stop, those that
+        arrived and were never taken: unread_at_stop), and what its newest heartbeat (at most
         `runtime.heartbeat_s` old, from its current process) said it had sent and stepped."""
         ids = sorted(set(self.received_by_actor) | set(self.reported_by_actor))
         return {
             str(a): {
                 "received": self.received_by_actor.get(a, 0),
+                **({"unread_at_stop": n} if (n := self.unread_by_actor.get(a, 0)) else {}),
                 **self.reported_by_actor.get(a, {}),
             }
             for a in ids

@@ -660,6 +660,8 @@ class Learner:
             )
 
     def result(self) -> RunOutcome:
+        # what arrived and was never taken, by actor: the ledger's last line
+        self.ingress.count_unread(self.rx.unread_at_stop())
         now = time.perf_counter()
         params = to_host(self.state.params)
         digest = params_sha256(params)
@@ -685,7 +687,8 @@ class Learner:
                 "skipped_fresh_samples": self.skipped_fresh_samples,
                 "resume_unlearned_samples": self.resume_unlearned_samples,
                 "trajectories_received_before": self.received_before,
-                # accepted by the receiver but not yet taken when the learner stopped:
+                # arrived but not taken when the learner stopped (accepted by the receiver,
+                # or read from the socket at the stop, per actor in trajectories_by_actor):
                 # neither learned from nor dropped (the rest of trajectories_received is)
                 "trajectories_unread_at_stop": self.rx.in_hand,
                 **({"evaluations_rejected": self.evaluations_rejected} if self.evaluation else {}),

@@ -22,6 +22,7 @@ import collections
 import itertools
 import sys
 import threading
+import time
 from typing import Any, Callable
 
 import jax
@@ -72,6 +73,7 @@ class Receiver:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.taken = 0  # messages the learner has taken
+        self.drained = 0  # messages read from the socket only at the stop (unread_at_stop)
         self._idle = True  # the thread's last look found nothing waiting on the socket
         self.error: BaseException | None = None
         addr = f"inproc://tianjax-receiver-{next(_ids)}"
@@ -148,6 +150,24 @@ class Receiver:
     def in_hand(self) -> int:
         """Messages the channel has accepted that the learner has not taken yet."""
         return self.channel.accepted - self.taken
+
+    def unread_at_stop(self, settle_ms: int = 100, limit_ms: int = 1000) -> list[str]:
+        """The senders of what arrived and was never taken, once the learner is done: the
+        thread is stopped and the socket read to the end (until nothing more comes for
+        settle_ms, within limit_ms: a trajectory an actor counted as sent may still be on its
+        way). Every valid message, ready or read now, is named by its sender; those read now
+        count as accepted and so in `in_hand`. Nothing is taken or learned from after this."""
+        self.stop()
+        senders = [msg.sender for msg, _ in self._ready]
+        deadline = time.monotonic() + limit_ms / 1000
+        while (left := deadline - time.monotonic()) > 0:
+            if not self.channel.socket.poll(int(min(settle_ms, left * 1000))):
+                break
+            msg = self.channel.recv(0)
+            if msg is not None:
+                self.drained += 1
+                senders.append(msg.sender)
+        return senders
 
     @property
     def backlog_empty(self) -> bool:

@@ -356,9 +356,15 @@ def _lost_with_learners(summary: dict, received_at_launch: int, actors) -> dict:
     the actors sent to earlier learner incarnations that no checkpoint resumed from had
     received (pooled, in flight, or learned from after that checkpoint), and rollouts made
     for a learner replaced before they went out. None where an actor process was restarted
-    (its counts went with it)."""
+    (its counts went with it), or where the final learner did not hear an actor's counts."""
     by_actor = summary.get("trajectories_by_actor", {})
-    if actors is None or actors.total_restarts or "trajectories_received_before" not in summary:
+    if (
+        actors is None
+        or actors.total_restarts
+        or "trajectories_received_before" not in summary
+        # an actor the final learner never heard count (none registered with it)
+        or any(a.get("sent_before") is None for a in by_actor.values())
+    ):
         return {"trajectories_lost_with_learners": None, "trajectories_unsent_at_restart": None}
     sent_before = sum(a.get("sent_before") or 0 for a in by_actor.values())
     received = summary["trajectories_received_before"] - received_at_launch
