@@ -7,10 +7,11 @@ without faults, on hosts made of network namespaces (tianjax.launch.netns).
 
 The run: `tianjax train configs/ppo_latency_async.yaml` (latency-bound actors) with the
 learner as a child process that is restarted from its newest checkpoint
-(`runtime.restart_learner=true`, `checkpoint.every=20`), on a namespace host of its own
+(`runtime.restart_learner=true`, `checkpoint.every=5`), on a namespace host of its own
 ("learner"), and each actor process on a host of its own ("a0", "a1", ...), started there
-by the launcher through `runtime.actor_wrapper` (`ip netns exec`); the launcher restarts
-a dead actor as it does on one machine. Actors reach the learner over the hosts' bridge,
+by the launcher through `runtime.actor_wrapper` (`ip netns exec`); the launcher replaces
+a dead actor as it does on one machine, by the actor's warm standby on the same host
+(`runtime.standby_actors=true`; --no-standby: a cold start). Actors reach the learner over the hosts' bridge,
 with curve security. Where namespaces cannot be made (not root, no iproute2), everything
 runs on loopback, the link faults are left out, and the output says so.
 
@@ -259,14 +260,17 @@ def _role_procs(launcher_pid: int, role: str) -> list[psutil.Process]:
 
 
 def _actor_proc(launcher_pid: int, actor: int) -> psutil.Process | None:
+    """The process acting as `actor`: with warm standbys (runtime.standby_actors) there are
+    two of that id, and the standby is always the one started after the other."""
+    mine = []
     for p in _role_procs(launcher_pid, "actor"):
         try:
             cmd = p.cmdline()
             if int(cmd[cmd.index("--actor-id") + 1]) == actor:
-                return p
+                mine.append(((p.create_time(), p.pid), p))
         except (psutil.Error, ValueError, IndexError):
             pass
-    return None
+    return min(mine, key=lambda m: m[0])[1] if mine else None
 
 
 class Faults:
@@ -352,6 +356,7 @@ def run_once(args, hosts: Hosts, run_dir: str, chaos: bool) -> dict:
         "runtime.max_learner_restarts=1000",
         "runtime.max_actor_restarts=1000",
         f"checkpoint.every={args.checkpoint_every}",
+        f"runtime.standby_actors={str(not args.no_standby).lower()}",
         f"compile_cache={args.compile_cache}",
         f"seed={args.seed}",
         f"run_dir={run_dir}",
@@ -613,7 +618,18 @@ def parse(argv=None):
     ap.add_argument(
         "--cap-s", type=float, default=20.0, help=f"how long a link stays at {CAP_RATE}"
     )
-    ap.add_argument("--checkpoint-every", type=int, default=20, help="updates between checkpoints")
+    ap.add_argument(
+        "--checkpoint-every",
+        type=int,
+        default=5,
+        help="updates between checkpoints (5: near Young's sqrt(2 x save x time between learner "
+        "kills) = sqrt(2 x 0.075 s x 150 s) = 4.7 s at about 0.8 s an update)",
+    )
+    ap.add_argument(
+        "--no-standby",
+        action="store_true",
+        help="actors without warm standbys (runtime.standby_actors=false): replaced cold",
+    )
     ap.add_argument("--config", default=CONFIG)
     ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="more overrides")
     ap.add_argument("--seed", type=int, default=0)
