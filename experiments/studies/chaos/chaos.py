@@ -623,7 +623,7 @@ def parse(argv=None):
         type=int,
         default=5,
         help="updates between checkpoints (5: near Young's sqrt(2 x save x time between learner "
-        "kills) = sqrt(2 x 0.075 s x 150 s) = 4.7 s at about 0.8 s an update)",
+        "kills) = sqrt(2 x 0.075 s x 150 s) = 4.7 s, about 7 updates of 0.64 s)",
     )
     ap.add_argument(
         "--no-standby",
