@@ -1,6 +1,10 @@
+import dataclasses
+
 import pytest
 
 from tianjax.config import Config, ConfigError, load_config
+from tianjax.config.describe import field_comments
+from tianjax.config.runtime import RuntimeConfig
 
 
 def test_default_config_file_loads_and_matches_documented_defaults():
@@ -147,3 +151,34 @@ def test_deterministic_mode_is_refused_where_it_cannot_hold(overrides, key, why)
             "configs/dqn_cartpole.yaml",
             ["mode=async", "num_actors=1", "runtime.deterministic=true"],
         )
+
+
+@dataclasses.dataclass
+class _Commented:
+    a: int = 1  # a's inline comment, which goes
+    # on here (a continuation: the next field has its own comment)
+    b: int = 2  # b's
+    # c's block above it: c has no inline comment, so this is not b's
+    c: int = 3
+    d: int = 4  # d's (one line)
+
+    # E's block, after a blank line
+    e: int = 5
+    f: int = 6  # f's, the last field's, going
+    # on to the end of the class
+
+
+def test_each_field_gets_the_comment_beside_or_above_it_never_a_neighbours():
+    assert field_comments(_Commented) == {
+        "a": "a's inline comment, which goes on here (a continuation: the next field has its "
+        "own comment)",
+        "b": "b's",
+        "c": "c's block above it: c has no inline comment, so this is not b's",
+        "d": "d's (one line)",
+        "e": "E's block, after a blank line",
+        "f": "f's, the last field's, going on to the end of the class",
+    }
+    # the schema's own: a block above a field is that field's, not the previous one's
+    runtime = field_comments(RuntimeConfig)
+    assert runtime["max_actor_restarts"].endswith("restarted up to this many times")
+    assert runtime["standby_actors"].startswith("a warm standby per actor process")

@@ -35,40 +35,48 @@ def _inline_comment(line: str) -> str | None:
     return None
 
 
+def _continues(block: list[str]) -> bool:
+    """Whether a block of comment lines after a field's inline comment reads as its
+    continuation: it opens in lower case or with a parenthesis."""
+    first = block[0][:1] if block else ""
+    return bool(first) and (first.islower() or first in "([")
+
+
 @functools.cache
 def field_comments(cls) -> dict[str, str]:
     """Field name -> its comment in the class source: the block of comment lines above the
-    field, its inline comment, and the comment lines after an inline one that continue its
-    sentence (they open in lower case or with a parenthesis)."""
+    field, and its inline comment. A block after an inline comment that reads as its
+    continuation (tianjax.config.describe._continues) belongs to that field, unless the
+    field after the block has no inline comment of its own: then the block is that
+    field's (a field is commented beside itself or above itself, never by nothing)."""
     lines = inspect.getsource(cls).splitlines()[1:]
     out: dict[str, str] = {}
-    above: list[str] = []
-    last, continuing = None, False
+    block: list[str] = []  # comment lines since the last code line
+    last = None  # the previous field, while its inline comment may go on in the block
+
+    def attach_to_last() -> bool:
+        if last is not None and _continues(block):
+            out[last] += " " + " ".join(block)
+            return True
+        return False
+
     for line in lines:
         text = line.strip()
         if text.startswith("#"):
-            words = text.lstrip("#").strip()
-            if (
-                continuing
-                and last is not None
-                and not above
-                and words[:1]
-                and (continuing == "more" or words[0].islower() or words[0] in "([")
-            ):
-                out[last] += " " + words
-                continuing = "more"  # a continued comment goes on to its last line
-            else:
-                continuing = False
-                above.append(words)
+            block.append(text.lstrip("#").strip())
             continue
         m = _FIELD.match(line)
         if m and not text.startswith(("def ", "@", "return")):
             name = m.group(1)
             inline = _inline_comment(line)
+            above = block if inline is None or not attach_to_last() else []
             out[name] = " ".join([*above, *([inline] if inline else [])])
-            above, last, continuing = [], name, inline is not None
+            last = name if inline is not None else None
         else:
-            above, continuing = [], False
+            attach_to_last()
+            last = None
+        block = []
+    attach_to_last()
     return out
 
 

@@ -43,6 +43,9 @@ def _default_algo() -> str:
     return registry().default
 
 
+EnvBackend = Literal["gymnax", "envpool", "gymnasium", "jaxmarl", "brax"]
+
+
 @dataclass(frozen=True)
 class Config:
     # a registered algorithm: the built-in ones (`tianjax configs` shows them in use) or yours
@@ -51,7 +54,7 @@ class Config:
     env: str = "CartPole-v1"  # env id (gymnax name, envpool task id, gymnasium id, brax name
     # or JaxMARL id), or "module:EnvId" (gymnasium and brax: import module, which registers
     # EnvId; gymnax: module.EnvId is a gymnax-API env class, instance or factory)
-    env_backend: Literal["gymnax", "envpool", "gymnasium", "jaxmarl", "brax"] = "gymnax"
+    env_backend: EnvBackend = "gymnax"  # where the env comes from (gymnax: JAX, also fused)
     # host envs: keyword arguments for envpool.make / gymnasium.make_vec (e.g. Atari's
     # episodic_life, reward_clip, stack_num; max_episode_steps); brax: episode_length,
     # backend and the env's constructor arguments (tianjax.envs.brax_env); checked against
@@ -66,9 +69,9 @@ class Config:
     target_return: float | None = 475.0  # moving average (100 episodes) to call converged
     target_win_rate: float | None = None  # envs that report wins (SMAX): the win rate of the
     # last 100 episodes to call converged, in place of target_return (null: use target_return)
-    # true: end the run (checkpoint and summary as at the budget's end) once it has converged,
-    # instead of spending the rest of total_env_steps (single-process runs)
-    stop_at_target: bool = False
+    stop_at_target: bool = False  # true: end the run (checkpoint and summary as at the
+    # budget's end) once it has converged, instead of spending the rest of total_env_steps
+    # (single-process runs)
     run_dir: str | None = None  # default: runs/<algo>_<env>_<timestamp>
     num_actors: int = 1  # actor processes (sync/async); 0 = act inside the learner process (sync)
     num_envs: int = 4  # environments per actor
