@@ -115,6 +115,40 @@ def test_the_accounting_closes_only_when_every_trajectory_received_and_sent_is_p
     assert a["closes"] and a["sent_unaccounted_by_actor"] == {}, a
 
 
+def test_with_groups_recovery_reads_the_actors_group_and_the_averagers_rounds():
+    groups = chaos.chaos_groups
+    # actor 3 trains for group 1 of 2: its admissions are in group 1's records
+    by_group = [[{"unix_time": 10.0, "actor_admitted_at": {"3": 10.9}}], RECORDS]
+    assert groups.recovery_s({"kind": "actor_kill", "actor": 3, "end": 10.0}, by_group, []) is None
+    by_group = [[], [{"unix_time": 11.0, "actor_admitted_at": {"3": 10.6}}]]
+    kill = {"kind": "actor_kill", "actor": 3, "group": None, "end": 10.0}
+    assert groups.recovery_s(kill, by_group, []) == pytest.approx(0.6)
+    rounds = [
+        {"unix_time": 9.0, "merged_groups": [0, 1]},
+        {"unix_time": 11.5, "merged_groups": [0]},
+        {"unix_time": 13.0, "merged_groups": [0, 1]},
+    ]
+    # the averager: its first round after the kill; a cut group: its first merged delta
+    averager = {"kind": "averager_kill", "actor": None, "group": None, "end": 10.0}
+    assert groups.recovery_s(averager, by_group, rounds) == pytest.approx(1.5)
+    cut = {"kind": "group_cut", "actor": None, "group": 1, "end": 10.0}
+    assert groups.recovery_s(cut, by_group, rounds) == pytest.approx(3.0)
+    assert groups.recovery_s({**cut, "end": 13.5}, by_group, rounds) is None
+
+
+def test_the_groups_ledger_adds_up_and_closes_only_when_every_groups_does():
+    groups = chaos.chaos_groups
+    kept = [{"updates": 20, "env_steps": 20480, "dropped_samples": 512, "expired_samples": 0}]
+    a = chaos.accounting(_summary(12), kept, 512, [])
+    b = chaos.accounting(_summary(13), kept, 512, [])  # one trajectory unplaced
+    both = groups.combined_accounting([a, a])
+    assert both["closes"] and both["trajectories_received"] == 24
+    assert both["samples_admitted"] == 2 * a["samples_admitted"]
+    assert both["dropped_on_arrival"]["nonfinite"] == 2 * 512
+    assert not groups.combined_accounting([a, b])["closes"]
+    assert groups.combined_accounting([a, None]) is None  # a group without its summary
+
+
 # ----------------------------------------------------------------------------- the soak
 def _left(path: str) -> list[int]:
     """Processes whose command line names `path` (the run's config carries its run_dir)."""

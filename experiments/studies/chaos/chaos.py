@@ -65,6 +65,7 @@ sys.path.insert(0, REPO)
 sys.path.insert(0, HERE)
 
 # the arithmetic on records: soak_records.py, next to this file
+import chaos_groups  # noqa: E402
 from soak_records import (  # noqa: E402
     accounting,
     all_records,
@@ -329,6 +330,11 @@ def _figures(args, run_dir, chaos, ended, code, t_train, faults) -> dict:
 
 
 # ----------------------------------------------------------------------------- report
+def kinds_of(args) -> tuple[str, ...]:
+    """The fault kinds of the layout: one learner's, or learner groups' (chaos_groups)."""
+    return chaos_groups.GROUP_KINDS if getattr(args, "groups", 1) > 1 else KINDS
+
+
 def report(args, runs: list[dict], where: str) -> dict:
     base = [r for r in runs if not r["chaos"]]
     chaos = [r for r in runs if r["chaos"]]
@@ -339,8 +345,9 @@ def report(args, runs: list[dict], where: str) -> dict:
     ]
     spread = [r["final_return"] for r in base if r["final_return"] is not None]
     faults = [f for r in chaos for f in r["faults"]]
-    rec = {k: percentiles([f["recovery_s"] for f in faults if f["kind"] == k]) for k in KINDS}
-    for k in KINDS:
+    kinds = kinds_of(args)
+    rec = {k: percentiles([f["recovery_s"] for f in faults if f["kind"] == k]) for k in kinds}
+    for k in kinds:
         rec[k]["faults"] = sum(f["kind"] == k for f in faults)
         rec[k]["unrecovered"] = sum(f["kind"] == k and f["recovery_s"] is None for f in faults)
     return {
@@ -371,7 +378,12 @@ def _f(x, spec=".2f") -> str:
 
 def print_table(args, res: dict) -> None:
     s = res["summary"]
-    print(f"\nchaos soak: {s['where']}; {args.actors} actors, {args.minutes:g} min of training")
+    groups = getattr(args, "groups", 1)
+    layout = f"{groups} learner groups, " if groups > 1 else ""
+    print(
+        f"\nchaos soak: {s['where']}; {layout}{args.actors} actors, {args.minutes:g} min of "
+        "training"
+    )
     print(f"a fault every {args.every:g} s; {len(res['runs']) // 2 or 1} pair(s)\n")
     print(f"{'run':<12}{'fresh/s':>10}{'final ret':>11}{'updates':>9}{'faults':>8}  ended")
     for r in res["runs"]:
@@ -401,6 +413,8 @@ def print_table(args, res: dict) -> None:
         "learner_kill": "the kill to the restarted learner's first update",
         "link_cut": f"the heal ({args.cut_s:g} s cut) to its first admitted trajectory",
         "link_cap": f"the uncap ({CAP_RATE} for {args.cap_s:g} s) to its first admitted",
+        "averager_kill": "the kill to the restarted averager's first round",
+        "group_cut": f"the heal ({args.cut_s:g} s cut) to the group's first merged delta",
     }
     for k, v in s["recovery_s"].items():
         print(
@@ -443,6 +457,7 @@ def plot(res: dict, path: str) -> None:
     import matplotlib.pyplot as plt
 
     colours = dict(zip(KINDS, ["tab:red", "tab:orange", "tab:purple", "tab:blue", "tab:green"]))
+    colours.update(averager_kill="tab:brown", group_cut="tab:cyan")
     fig, ax = plt.subplots(figsize=(10, 4))
     for i, r in enumerate(res["runs"]):
         label = f"{'chaos' if r['chaos'] else 'fault-free'} {i // 2 + 1}"
@@ -484,13 +499,20 @@ def parse(argv=None):
     ap.add_argument("--no-baseline", action="store_true", help="chaos runs only (no ratio)")
     ap.add_argument("--actors", type=int, default=8)
     ap.add_argument(
+        "--groups",
+        type=int,
+        default=1,
+        help="learner groups (> 1: the groups' layout and faults, chaos_groups.py)",
+    )
+    ap.add_argument(
         "--loopback", action="store_true", help="one machine's loopback, no link faults"
     )
     ap.add_argument(
         "--faults",
         type=lambda s: [k.strip() for k in s.split(",") if k.strip()],
-        default=list(KINDS),
-        help=f"the fault kinds to take turns, comma-separated (default: all of {','.join(KINDS)})",
+        default=None,
+        help=f"the fault kinds to take turns, comma-separated (default: all of {','.join(KINDS)}; "
+        f"with --groups, of {','.join(chaos_groups.GROUP_KINDS)})",
     )
     ap.add_argument("--stop-s", type=float, default=10.0, help="how long an actor stays stopped")
     ap.add_argument("--cut-s", type=float, default=20.0, help="how long a link stays cut")
@@ -517,11 +539,17 @@ def parse(argv=None):
     ap.add_argument("--start-timeout", type=float, default=300.0)
     ap.add_argument("--stop-grace", type=float, default=90.0)
     args = ap.parse_args(argv)
-    unknown = [k for k in args.faults if k not in KINDS]
+    kinds = kinds_of(args)
+    if args.faults is None:
+        args.faults = list(kinds)
+    unknown = [k for k in args.faults if k not in kinds]
     if unknown or not args.faults:
         ap.error(
-            f"--faults: unknown kind(s) {unknown or '(none given)'}; known: {', '.join(KINDS)}"
+            f"--faults: unknown kind(s) {unknown or '(none given)'}; known: {', '.join(kinds)}"
         )
+    if args.groups > 1 and (args.loopback or args.actors % args.groups):
+        ap.error("--groups: namespace hosts only (no --loopback), and --actors a multiple of it")
+    args.repo = REPO
     args.dir = os.path.abspath(
         args.dir or os.path.join(REPO, "runs", time.strftime("chaos_%Y%m%d_%H%M%S"))
     )
@@ -539,13 +567,26 @@ def parse(argv=None):
 def main(argv=None) -> dict:
     args = parse(argv)
     os.makedirs(args.dir, exist_ok=True)
-    hosts = Hosts(args.actors, loopback=args.loopback)
-    args.netns_prefix = hosts.cluster and hosts.cluster.prefix
-    where = (
-        f"namespace hosts (learner + {args.actors} actor hosts, curve)"
-        if hosts.cluster is not None
-        else f"loopback ({hosts.why}: link faults left out)"
-    )
+    if args.groups > 1:
+        try:
+            hosts = chaos_groups.GroupHosts(args.groups, args.actors)
+        except NetnsError as e:
+            sys.exit(f"chaos: --groups needs namespace hosts: {str(e).splitlines()[0]}")
+        one_run = functools.partial(chaos_groups.run_once, margin_s=MARGIN_S, cap_rate=CAP_RATE)
+        args.netns_prefix = hosts.cluster.prefix
+        where = (
+            f"namespace hosts (averager + {args.groups} group learner hosts + {args.actors} "
+            "actor hosts, curve)"
+        )
+    else:
+        hosts = Hosts(args.actors, loopback=args.loopback)
+        one_run = run_once
+        args.netns_prefix = hosts.cluster and hosts.cluster.prefix
+        where = (
+            f"namespace hosts (learner + {args.actors} actor hosts, curve)"
+            if hosts.cluster is not None
+            else f"loopback ({hosts.why}: link faults left out)"
+        )
     print(f"chaos soak on {where}; runs in {args.dir}", flush=True)
     res = {"args": dict(vars(args)), "runs": []}
     res["figure"] = os.path.splitext(args.out)[0] + ".png"
@@ -555,7 +596,7 @@ def main(argv=None) -> dict:
             for chaos in arms:
                 name = f"{'chaos' if chaos else 'free'}-{i}"
                 print(f"{name}: {args.minutes:g} min", flush=True)
-                res["runs"].append(run_once(args, hosts, os.path.join(args.dir, name), chaos))
+                res["runs"].append(one_run(args, hosts, os.path.join(args.dir, name), chaos))
                 # written after every run: a long study stopped part-way keeps what it has
                 res["summary"] = report(args, res["runs"], where)
                 with open(args.out, "w") as f:

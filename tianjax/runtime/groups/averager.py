@@ -303,6 +303,7 @@ class Averager:
             {
                 "round": self.round,
                 "wall_time_s": now - self.t0,
+                "unix_time": time.time(),  # the clock every process shares (when it merged)
                 "deltas": len(deltas),
                 "merged": int((weights > 0).sum()),
                 "staleness_rounds": [int(t) for t in taus],
