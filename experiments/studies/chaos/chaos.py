@@ -66,6 +66,7 @@ sys.path.insert(0, HERE)
 
 # the arithmetic on records: soak_records.py, next to this file
 import chaos_groups  # noqa: E402
+from fault_turns import FaultTurns, drive, hit_actor, shared_overrides  # noqa: E402
 from soak_records import (  # noqa: E402
     accounting,
     all_records,
@@ -153,46 +154,30 @@ def _actor_proc(launcher_pid: int, actor: int) -> psutil.Process | None:
     return min(mine, key=lambda m: m[0])[1] if mine else None
 
 
-class Faults:
-    """Starts the faults in turn and ends the timed ones; each fault is a dict with its
-    kind, target, start and end (time.time())."""
+class Faults(FaultTurns):
+    """The single-learner layout's faults, in turn (fault_turns.FaultTurns)."""
 
     def __init__(self, args, hosts: Hosts, launcher_pid: int):
-        self.args, self.hosts, self.pid = args, hosts, launcher_pid
-        self.kinds = [k for k in args.faults if hosts.cluster is not None or k not in LINK_KINDS]
-        self.done: list[dict] = []
-        self.skipped: list[dict] = []
-        self.active: list[tuple[float, dict, object]] = []  # (when it ends, fault, undo)
-        self._n = 0
-
-    def duration(self, kind: str) -> float:
-        a = self.args
-        return {"actor_stop": a.stop_s, "link_cut": a.cut_s, "link_cap": a.cap_s}.get(kind, 0.0)
-
-    def next_fits(self, now: float, end: float) -> bool:
-        kind = self.kinds[self._n % len(self.kinds)]
-        return now + self.duration(kind) + MARGIN_S <= end
+        kinds = [k for k in args.faults if hosts.cluster is not None or k not in LINK_KINDS]
+        super().__init__(args, kinds, MARGIN_S)
+        self.hosts, self.pid = hosts, launcher_pid
 
     def start_next(self) -> dict | None:
-        kind = self.kinds[self._n % len(self.kinds)]
-        actor = self._n % self.args.actors
-        self._n += 1
+        kind, n = self.take_turn()
+        actor = n % self.args.actors
         fault = {"kind": kind, "actor": None if kind == "learner_kill" else actor}
         undo = None
         if kind == "learner_kill":
             procs = _role_procs(self.pid, "learner")
             if not procs:
-                return self._skip(fault, "no learner process (restarting)")
+                return self.skip(fault, "no learner process (restarting)")
             fault["pid"] = procs[0].pid
             procs[0].send_signal(signal.SIGKILL)
         elif kind in ("actor_kill", "actor_stop"):
             p = _actor_proc(self.pid, actor)
             if p is None:
-                return self._skip(fault, f"no process of actor {actor} (restarting)")
-            fault["pid"] = p.pid
-            p.send_signal(signal.SIGKILL if kind == "actor_kill" else signal.SIGSTOP)
-            if kind == "actor_stop":
-                undo = functools.partial(p.send_signal, signal.SIGCONT)
+                return self.skip(fault, f"no process of actor {actor} (restarting)")
+            undo = hit_actor(kind, p, fault)
         elif kind == "link_cut":
             host = f"a{actor}"
             self.hosts.cluster.cut(host)
@@ -201,45 +186,16 @@ class Faults:
             host = f"a{actor}"
             self.hosts.cluster.cap(host, CAP_RATE)
             undo = functools.partial(self.hosts.cluster.uncap, host)
-        fault["start"] = fault["end"] = time.time()
-        if undo is not None:
-            self.active.append((fault["start"] + self.duration(kind), fault, undo))
-        self.done.append(fault)
-        return fault
-
-    def _skip(self, fault: dict, why: str) -> None:
-        """A fault whose target is not there (still restarting after an earlier one) is
-        skipped, and said in the results."""
-        self.skipped.append({**fault, "at": time.time(), "why": why})
-
-    def end_due(self, force: bool = False) -> None:
-        now = time.time()
-        for item in list(self.active):
-            ends, fault, undo = item
-            if force or now >= ends:
-                try:
-                    undo()
-                except (psutil.Error, OSError, NetnsError) as e:
-                    fault["undo_error"] = str(e)
-                fault["end"] = time.time()
-                self.active.remove(item)
+        return self.started(fault, undo)
 
 
 def run_once(args, hosts: Hosts, run_dir: str, chaos: bool) -> dict:
     """One run of --minutes of training, with the faults or without; returns its figures."""
     os.makedirs(run_dir, exist_ok=True)
     overrides = [
-        f"num_actors={args.actors}",
-        f"total_env_steps={args.total_env_steps}",
-        "log_every=1",
+        *shared_overrides(args, run_dir),
         "runtime.restart_learner=true",
         "runtime.max_learner_restarts=1000",
-        "runtime.max_actor_restarts=1000",
-        f"checkpoint.every={args.checkpoint_every}",
-        f"runtime.standby_actors={str(not args.no_standby).lower()}",
-        f"compile_cache={args.compile_cache}",
-        f"seed={args.seed}",
-        f"run_dir={run_dir}",
         *hosts.overrides(),
         *args.set,
     ]
@@ -253,32 +209,16 @@ def run_once(args, hosts: Hosts, run_dir: str, chaos: bool) -> dict:
         launcher = hosts.start(argv, env, out, err)
     faults = Faults(args, hosts, launcher.pid)
     metrics = os.path.join(run_dir, "metrics.jsonl")
-    t_launch, t_train, ended = time.time(), None, "deadline"
+    ended, t_train = "deadline", None
     try:
-        while True:
-            now = time.time()
-            if launcher.poll() is not None:
-                ended = f"exited with code {launcher.returncode}"
-                break
-            if t_train is None:
-                if os.path.exists(metrics) and os.path.getsize(metrics) > 0:
-                    t_train = now
-                    t_next = now + args.every
-                elif now - t_launch > args.start_timeout:
-                    ended = "never started training"
-                    break
-            else:
-                t_end = t_train + args.minutes * 60
-                if now >= t_end:
-                    break
-                faults.end_due()
-                if chaos and now >= t_next:
-                    t_next += args.every
-                    if faults.next_fits(now, t_end):
-                        f = faults.start_next()
-                        if f is not None:
-                            print(f"  {now - t_train:6.1f} s  {f['kind']} {_target(f)}", flush=True)
-            time.sleep(0.05)
+        ended, t_train = drive(
+            args,
+            faults,
+            chaos,
+            gone=lambda: launcher.poll() is not None and f"exited with code {launcher.returncode}",
+            training=lambda: os.path.exists(metrics) and os.path.getsize(metrics) > 0,
+            name=_target,
+        )
     finally:
         faults.end_due(force=True)
         if launcher.poll() is None:

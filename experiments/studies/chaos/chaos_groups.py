@@ -43,9 +43,10 @@ import sys
 import time
 
 import psutil
+from fault_turns import FaultTurns, drive, hit_actor, shared_overrides
 from soak_records import accounting, fresh_rate, rate_series
 
-from tianjax.launch import NamespaceCluster, NetnsError
+from tianjax.launch import NamespaceCluster
 from tianjax.metrics import read_metrics
 
 GROUP_KINDS = ("actor_kill", "actor_stop", "averager_kill", "group_cut", "link_cut", "link_cap")
@@ -128,16 +129,8 @@ class GroupRun:
         self.env["TIANJAX_RUN_KEY"] = os.urandom(32).hex()
         self.common = [
             args.config,
+            *shared_overrides(args, run_dir),
             f"groups.count={hosts.groups}",
-            f"num_actors={hosts.actors}",
-            f"total_env_steps={args.total_env_steps}",
-            "log_every=1",
-            "runtime.max_actor_restarts=1000",
-            f"checkpoint.every={args.checkpoint_every}",
-            f"runtime.standby_actors={str(not args.no_standby).lower()}",
-            f"compile_cache={args.compile_cache}",
-            f"seed={args.seed}",
-            f"run_dir={run_dir}",
             *args.set,
         ]
         self.procs: dict[str, subprocess.Popen] = {}
@@ -231,35 +224,18 @@ class GroupRun:
 
 
 # ----------------------------------------------------------------------------- the faults
-class GroupFaults:
-    """The faults in turn (GROUP_KINDS, or those of --faults), each on the next target."""
+class GroupFaults(FaultTurns):
+    """The groups layout's faults, in turn (fault_turns.FaultTurns), each on the next
+    target."""
 
-    def __init__(self, args, run: GroupRun, kinds: list[str]):
-        self.args, self.run = args, run
-        self.kinds = kinds
-        self.done: list[dict] = []
-        self.skipped: list[dict] = []
-        self.active: list[tuple[float, dict, object]] = []
-        self._n = 0
+    def __init__(self, args, run: GroupRun, kinds: list[str], margin_s: float, cap_rate: str):
+        super().__init__(args, kinds, margin_s)
+        self.run, self.cap_rate = run, cap_rate
 
-    def duration(self, kind: str) -> float:
-        a = self.args
-        return {
-            "actor_stop": a.stop_s,
-            "link_cut": a.cut_s,
-            "group_cut": a.cut_s,
-            "link_cap": a.cap_s,
-        }.get(kind, 0.0)
-
-    def next_fits(self, now: float, end: float, margin: float) -> bool:
-        kind = self.kinds[self._n % len(self.kinds)]
-        return now + self.duration(kind) + margin <= end
-
-    def start_next(self, cap_rate: str) -> dict | None:
-        kind = self.kinds[self._n % len(self.kinds)]
-        actor = self._n % self.run.hosts.actors
-        group = self._n % self.run.hosts.groups
-        self._n += 1
+    def start_next(self) -> dict | None:
+        kind, n = self.take_turn()
+        actor = n % self.run.hosts.actors
+        group = n % self.run.hosts.groups
         fault = {"kind": kind, "actor": None, "group": None}
         undo = None
         c = self.run.c
@@ -267,11 +243,8 @@ class GroupFaults:
             fault["actor"] = actor
             p = self.run.actor_proc(actor)
             if p is None:
-                return self._skip(fault, f"no process of actor {actor} (restarting)")
-            fault["pid"] = p.pid
-            p.send_signal(signal.SIGKILL if kind == "actor_kill" else signal.SIGSTOP)
-            if kind == "actor_stop":
-                undo = functools.partial(p.send_signal, signal.SIGCONT)
+                return self.skip(fault, f"no process of actor {actor} (restarting)")
+            undo = hit_actor(kind, p, fault)
         elif kind == "averager_kill":
             p = self.run.procs["averager"]
             fault["pid"] = p.pid
@@ -289,28 +262,9 @@ class GroupFaults:
             undo = functools.partial(c.heal, f"a{actor}")
         else:  # link_cap
             fault["actor"] = actor
-            c.cap(f"a{actor}", cap_rate)
+            c.cap(f"a{actor}", self.cap_rate)
             undo = functools.partial(c.uncap, f"a{actor}")
-        fault["start"] = fault["end"] = time.time()
-        if undo is not None:
-            self.active.append((fault["start"] + self.duration(kind), fault, undo))
-        self.done.append(fault)
-        return fault
-
-    def _skip(self, fault: dict, why: str) -> None:
-        self.skipped.append({**fault, "at": time.time(), "why": why})
-
-    def end_due(self, force: bool = False) -> None:
-        now = time.time()
-        for item in list(self.active):
-            ends, fault, undo = item
-            if force or now >= ends:
-                try:
-                    undo()
-                except (psutil.Error, OSError, NetnsError) as e:
-                    fault["undo_error"] = str(e)
-                fault["end"] = time.time()
-                self.active.remove(item)
+        return self.started(fault, undo)
 
 
 def target(f: dict) -> str:
@@ -324,36 +278,20 @@ def run_once(args, hosts: GroupHosts, run_dir: str, chaos: bool, margin_s: float
     """One groups run of --minutes of training, with the faults or without."""
     run = GroupRun(args, hosts, run_dir)
     kinds = [k for k in args.faults if k in GROUP_KINDS]
-    faults = GroupFaults(args, run, kinds)
+    faults = GroupFaults(args, run, kinds, margin_s, cap_rate)
     dirs = [os.path.join(run_dir, f"group-{g}") for g in range(hosts.groups)]
     metrics = [os.path.join(d, "metrics.jsonl") for d in dirs]
     run.start_all()
-    t_launch, t_train, ended = time.time(), None, "deadline"
+    ended = "deadline"
     try:
-        while True:
-            now = time.time()
-            if not run.learners_alive():
-                ended = "a group's learner exited"
-                break
-            if t_train is None:
-                if all(os.path.exists(m) and os.path.getsize(m) > 0 for m in metrics):
-                    t_train = now
-                    t_next = now + args.every
-                elif now - t_launch > args.start_timeout:
-                    ended = "never started training"
-                    break
-            else:
-                t_end = t_train + args.minutes * 60
-                if now >= t_end:
-                    break
-                faults.end_due()
-                if chaos and kinds and now >= t_next:
-                    t_next += args.every
-                    if faults.next_fits(now, t_end, margin_s):
-                        f = faults.start_next(cap_rate)
-                        if f is not None:
-                            print(f"  {now - t_train:6.1f} s  {f['kind']} {target(f)}", flush=True)
-            time.sleep(0.05)
+        ended, _ = drive(
+            args,
+            faults,
+            chaos,
+            gone=lambda: not run.learners_alive() and "a group's learner exited",
+            training=lambda: all(os.path.exists(m) and os.path.getsize(m) > 0 for m in metrics),
+            name=target,
+        )
     finally:
         faults.end_due(force=True)
         ended += run.stop(args.stop_grace)
