@@ -57,7 +57,6 @@ import sys
 import time
 
 import numpy as np
-import psutil
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
@@ -66,7 +65,14 @@ sys.path.insert(0, HERE)
 
 # the arithmetic on records: soak_records.py, next to this file
 import chaos_groups  # noqa: E402
-from fault_turns import FaultTurns, drive, hit_actor, shared_overrides  # noqa: E402
+from fault_turns import (  # noqa: E402
+    FaultTurns,
+    actor_proc,
+    drive,
+    hit_actor,
+    role_procs,
+    shared_overrides,
+)
 from soak_records import (  # noqa: E402
     accounting,
     all_records,
@@ -84,7 +90,6 @@ CONFIG = os.path.join(REPO, "configs", "ppo_latency_async.yaml")
 KINDS = ("actor_kill", "actor_stop", "learner_kill", "link_cut", "link_cap")
 LINK_KINDS = ("link_cut", "link_cap")
 CAP_RATE = "1mbit"
-ROLE_MARK = "tianjax.launch.role"
 MARGIN_S = 10.0  # a fault starts only if it and this long after it fit before the end
 
 
@@ -123,37 +128,6 @@ class Hosts:
             self.cluster.close()
 
 
-def _role_procs(launcher_pid: int, role: str) -> list[psutil.Process]:
-    out = []
-    try:
-        children = psutil.Process(launcher_pid).children(recursive=True)
-    except psutil.NoSuchProcess:
-        return out
-    for p in children:
-        try:
-            cmd = p.cmdline()
-            if ROLE_MARK in cmd and cmd[cmd.index(ROLE_MARK) + 1 :][:1] == [role]:
-                if p.status() != psutil.STATUS_ZOMBIE:
-                    out.append(p)
-        except psutil.Error:
-            pass
-    return out
-
-
-def _actor_proc(launcher_pid: int, actor: int) -> psutil.Process | None:
-    """The process acting as `actor`: with warm standbys (runtime.standby_actors) there are
-    two of that id, and the standby is always the one started after the other."""
-    mine = []
-    for p in _role_procs(launcher_pid, "actor"):
-        try:
-            cmd = p.cmdline()
-            if int(cmd[cmd.index("--actor-id") + 1]) == actor:
-                mine.append(((p.create_time(), p.pid), p))
-        except (psutil.Error, ValueError, IndexError):
-            pass
-    return min(mine, key=lambda m: m[0])[1] if mine else None
-
-
 class Faults(FaultTurns):
     """The single-learner layout's faults, in turn (fault_turns.FaultTurns)."""
 
@@ -168,13 +142,13 @@ class Faults(FaultTurns):
         fault = {"kind": kind, "actor": None if kind == "learner_kill" else actor}
         undo = None
         if kind == "learner_kill":
-            procs = _role_procs(self.pid, "learner")
+            procs = role_procs(self.pid, "learner")
             if not procs:
                 return self.skip(fault, "no learner process (restarting)")
             fault["pid"] = procs[0].pid
             procs[0].send_signal(signal.SIGKILL)
         elif kind in ("actor_kill", "actor_stop"):
-            p = _actor_proc(self.pid, actor)
+            p = actor_proc(self.pid, actor)
             if p is None:
                 return self.skip(fault, f"no process of actor {actor} (restarting)")
             undo = hit_actor(kind, p, fault)

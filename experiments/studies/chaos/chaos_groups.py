@@ -42,8 +42,7 @@ import subprocess
 import sys
 import time
 
-import psutil
-from fault_turns import FaultTurns, drive, hit_actor, shared_overrides
+from fault_turns import FaultTurns, actor_proc, drive, hit_actor, shared_overrides
 from soak_records import accounting, fresh_rate, rate_series
 
 from tianjax.launch import NamespaceCluster
@@ -51,7 +50,6 @@ from tianjax.metrics import read_metrics
 
 GROUP_KINDS = ("actor_kill", "actor_stop", "averager_kill", "group_cut", "link_cut", "link_cap")
 BASE_PORT = 5700
-ROLE_MARK = "tianjax.launch.role"
 
 
 def group_of(actor: int, groups: int) -> int:
@@ -182,23 +180,6 @@ class GroupRun:
     def learners_alive(self) -> bool:
         return all(self.procs[f"group-{g}"].poll() is None for g in range(self.hosts.groups))
 
-    def actor_proc(self, actor: int) -> psutil.Process | None:
-        """The process acting as `actor` under its launch process (of two with a standby,
-        the one started first)."""
-        mine = []
-        try:
-            children = psutil.Process(self.procs[f"actor-{actor}"].pid).children(recursive=True)
-        except psutil.NoSuchProcess:
-            return None
-        for p in children:
-            try:
-                cmd = p.cmdline()
-                if ROLE_MARK in cmd and p.status() != psutil.STATUS_ZOMBIE:
-                    mine.append(((p.create_time(), p.pid), p))
-            except psutil.Error:
-                pass
-        return min(mine, key=lambda m: m[0])[1] if mine else None
-
     def stop(self, grace_s: float) -> str:
         """The learners first (each checkpoints, writes its summary and tells its actors to
         stop), then the averager, then what is left; killed past the grace."""
@@ -241,7 +222,7 @@ class GroupFaults(FaultTurns):
         c = self.run.c
         if kind in ("actor_kill", "actor_stop"):
             fault["actor"] = actor
-            p = self.run.actor_proc(actor)
+            p = actor_proc(self.run.procs[f"actor-{actor}"].pid, actor)
             if p is None:
                 return self.skip(fault, f"no process of actor {actor} (restarting)")
             undo = hit_actor(kind, p, fault)

@@ -14,6 +14,40 @@ import psutil
 
 from tianjax.launch import NetnsError
 
+ROLE_MARK = "tianjax.launch.role"  # in every role process's command line
+
+
+def role_procs(launcher_pid: int, role: str) -> list[psutil.Process]:
+    """The live processes of `role` (actor, learner) under a launch process."""
+    out = []
+    try:
+        children = psutil.Process(launcher_pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return out
+    for p in children:
+        try:
+            cmd = p.cmdline()
+            if ROLE_MARK in cmd and cmd[cmd.index(ROLE_MARK) + 1 :][:1] == [role]:
+                if p.status() != psutil.STATUS_ZOMBIE:
+                    out.append(p)
+        except psutil.Error:
+            pass
+    return out
+
+
+def actor_proc(launcher_pid: int, actor: int) -> psutil.Process | None:
+    """The process acting as `actor`: with warm standbys (runtime.standby_actors) there are
+    two of that id, and the standby is always the one started after the other."""
+    mine = []
+    for p in role_procs(launcher_pid, "actor"):
+        try:
+            cmd = p.cmdline()
+            if int(cmd[cmd.index("--actor-id") + 1]) == actor:
+                mine.append(((p.create_time(), p.pid), p))
+        except (psutil.Error, ValueError, IndexError):
+            pass
+    return min(mine, key=lambda m: m[0])[1] if mine else None
+
 
 def shared_overrides(args, run_dir: str) -> list[str]:
     """The config overrides of every run, in either layout (the layout adds its own)."""
@@ -123,4 +157,4 @@ def drive(args, faults: FaultTurns, chaos: bool, gone, training, name) -> tuple[
         time.sleep(0.05)
 
 
-__all__ = ["FaultTurns", "drive", "hit_actor", "shared_overrides"]
+__all__ = ["FaultTurns", "actor_proc", "drive", "hit_actor", "role_procs", "shared_overrides"]

@@ -366,7 +366,7 @@ def _lost_with_learners(summary: dict, received_at_launch: int, actors) -> dict:
         or any(a.get("sent_before") is None for a in by_actor.values())
     ):
         return {"trajectories_lost_with_learners": None, "trajectories_unsent_at_restart": None}
-    sent_before = sum(a.get("sent_before") or 0 for a in by_actor.values())
+    sent_before = sum(a["sent_before"] for a in by_actor.values())
     received = summary["trajectories_received_before"] - received_at_launch
     return {
         "trajectories_lost_with_learners": sent_before - received,
