@@ -76,6 +76,7 @@ def test_config_is_frozen():
         (["groups.round_wait_s=-1"], "groups.round_wait_s"),
         (["groups.schedule=cutoff"], "groups.max_staleness"),
         (["groups.checkpoint_every=0"], "groups.checkpoint_every"),
+        (["runtime.standby_learner=true"], "runtime.standby_learner"),  # no restart_learner
     ],
 )
 def test_bad_values_name_the_key(overrides, key):

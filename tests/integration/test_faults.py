@@ -238,13 +238,26 @@ def test_stopped_actor_times_out_and_is_replaced_while_the_learner_goes_on(tmp_p
     assert len(after) > 10 and max(gaps) < timeout, gaps
 
 
+def _learners(launcher, standby: bool) -> list:
+    """The launcher's learner processes: the working one, or its warm standbys."""
+    return [
+        p
+        for p in actor_processes(launcher.pid, role="learner")
+        if ("--standby" in p.cmdline()) == standby
+    ]
+
+
 @pytest.mark.slow
-def test_killed_learner_resumes_from_its_checkpoint_and_actors_follow(tmp_path, procs):
+@pytest.mark.parametrize("standby", [False, True], ids=["cold", "standby"])
+def test_killed_learner_resumes_from_its_checkpoint_and_actors_follow(tmp_path, procs, standby):
+    """A killed learner's replacement, a cold process or (runtime.standby_learner) the warm
+    one waiting beside it, resumes from the newest checkpoint and the same actors follow."""
     run_dir = tmp_path / "run"
     launcher = _launch(
         procs,
         run_dir,
         "runtime.restart_learner=true",
+        f"runtime.standby_learner={str(standby).lower()}",
         "checkpoint.every=20",
         "total_env_steps=200000",
     )
@@ -254,9 +267,9 @@ def test_killed_learner_resumes_from_its_checkpoint_and_actors_follow(tmp_path, 
         what="2 actors",
     )
     ids = {a.pid: _actor_id(a) for a in actors}
-    learner = wait_for(
-        lambda: actor_processes(launcher.pid, role="learner"), 60, what="the learner process"
-    )[0]
+    learner = wait_for(lambda: _learners(launcher, False), 60, what="the learner process")[0]
+    if standby:
+        spare = wait_for(lambda: _learners(launcher, True), 60, what="the standby learner")[0]
     wait_for(
         lambda: (
             ckpt.has_checkpoint(str(run_dir))
@@ -273,11 +286,21 @@ def test_killed_learner_resumes_from_its_checkpoint_and_actors_follow(tmp_path, 
     last_step = ckpt.read_meta(str(run_dir))["updates"]
     logged_before = updates_logged(run_dir)
     # the replacement learner trains on what the same two actor processes send
-    wait_for(
-        lambda: actor_processes(launcher.pid, role="learner") or launcher.poll() is not None,
-        60,
-        what="a new learner process",
-    )
+    if standby:
+        # the standby took over (its process goes on, its command line unchanged), and
+        # another waits behind it
+        spares = wait_for(
+            lambda: [p for p in _learners(launcher, True) if p.pid != spare.pid],
+            60,
+            what="a new standby learner",
+        )
+        assert alive([spare]) == [spare] and not _learners(launcher, False)
+    else:
+        wait_for(
+            lambda: _learners(launcher, False) or launcher.poll() is not None,
+            60,
+            what="a new learner process",
+        )
     wait_for(
         lambda: updates_logged(run_dir) >= logged_before + 20 or launcher.poll() is not None,
         120,
@@ -289,8 +312,10 @@ def test_killed_learner_resumes_from_its_checkpoint_and_actors_follow(tmp_path, 
     err = procs.stderr(launcher)
     assert "Traceback" not in err, err
     assert "the learner process exited with code -9; restarting it (1/2)" in err, err
+    assert ("(its warm standby took over)" in err) == standby, err
     s = read_summary(run_dir)
     assert s["learner_restarts"] == 1 and s["actor_restarts"] == 0
+    assert s["learner_restarts_from_standby"] == int(standby), s
     assert s["updates"] >= 200000 // (2 * 16 * 32)
     # the version went on from the checkpoint: never below it once the new learner logged
     updates = [r["updates"] for r in records(run_dir)]
@@ -309,6 +334,8 @@ def test_killed_learner_resumes_from_its_checkpoint_and_actors_follow(tmp_path, 
     with open(run_dir / "summary.json") as f:
         assert json.load(f)["final_return"] > 0
     assert not alive(actors)
+    if standby:  # the learner and the standby behind it ended with the run
+        assert not alive([spare, *spares])
     # the staleness bound held across the kill and the restart: no sample learned from was
     # staler than staleness.max_staleness (8 in this config), and admission by version paced
     # the actors rather than dropping what they sent

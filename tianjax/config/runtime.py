@@ -122,6 +122,10 @@ class RuntimeConfig:
     standby_actors: bool = False
     restart_learner: bool = False  # a dead learner is restarted from its last checkpoint
     max_learner_restarts: int = 2  # ... up to this many times
+    # with restart_learner: a warm standby learner process (imported, its update compiled,
+    # waiting) takes a dead learner's place, from the same checkpoint, without a start-up
+    # (docs/faults.md); costs one idle process, with its own copy of the learner's state
+    standby_learner: bool = False
     # a command put before each actor process's own on this machine, "{actor}" in it replaced
     # by the actor's id (the evaluator's: num_actors): [taskset, -c, "{actor}"] pins actors to
     # cores, [ip, netns, exec, "host{actor}"] starts each in a network namespace; it must exec
@@ -215,6 +219,11 @@ class RuntimeConfig:
         check_key(self.actor_threads >= 1, "runtime.actor_threads", "must be >= 1")
         check_key(self.max_actor_restarts >= 0, "runtime.max_actor_restarts", "must be >= 0")
         check_key(self.max_learner_restarts >= 0, "runtime.max_learner_restarts", "must be >= 0")
+        check_key(
+            self.restart_learner or not self.standby_learner,
+            "runtime.standby_learner",
+            "needs runtime.restart_learner: true (a standby only takes a restarted learner's place)",
+        )
         for i, part in enumerate(self.actor_wrapper):
             try:
                 ok = isinstance(part, str) and isinstance(part.format(actor=0), str)

@@ -78,20 +78,22 @@ def actor_jax() -> None:
     jax.config.update("jax_cpu_enable_async_dispatch", False)
 
 
-def await_turn() -> None:
-    """A warm standby's wait (`--standby`; runtime.standby_actors): built and compiled, it
-    reads its standard input until the launcher writes a line (its turn: it connects and
-    acts as the actor it was started for) or closes it (not needed: it exits 0). Until then
-    a SIGTERM ends it at once (it holds nothing)."""
+def await_turn() -> str:
+    """A warm standby's wait (`--standby`; runtime.standby_actors, runtime.standby_learner):
+    built and compiled, it reads its standard input until the launcher writes a line (its
+    turn: it goes on as the actor or learner it was started for; the line is returned) or
+    closes it (not needed: it exits 0). Until then a SIGTERM ends it at once (it holds
+    nothing: no socket, no file of the run)."""
     from tianjax.runtime.process import shutdown
 
     if shutdown.requested.is_set():  # told to stop while it was starting
         sys.exit(143)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    handler = signal.signal(signal.SIGTERM, signal.SIG_DFL)
     line = sys.stdin.readline()
     if not line:
         sys.exit(0)
-    signal.signal(signal.SIGTERM, stop_actor)
+    signal.signal(signal.SIGTERM, handler)
+    return line
 
 
 def _run_actor(args, raw_config: dict) -> int:
@@ -165,13 +167,25 @@ def _run_evaluator(args, raw_config: dict) -> int:
 def _run_learner(args, config) -> int:
     """A learner process under a supervising launcher: it binds (the given endpoints, or
     free ports it reports), trains, reports silent actors as events, checkpoints, and
-    writes its result for the launcher. A SIGTERM ends it with a final checkpoint."""
+    writes its result for the launcher. A SIGTERM ends it with a final checkpoint.
+
+    `--standby` (runtime.standby_learner): it first builds and compiles its update, then
+    waits for its turn (await_turn), whose line is JSON naming the run directory to resume
+    from ({"resume": null}: from the start); only then does it bind and read a checkpoint."""
+    import dataclasses
     import time
 
     from tianjax.metrics import Progress, RunLogger
     from tianjax.runtime.learner.learner import Learner
+    from tianjax.runtime.learner.prepared import prepare
     from tianjax.transport.auth import load_key
 
+    prepared = None
+    if args.standby:
+        prepared = prepare(config)
+        prepared.compile()
+        turn = json.loads(await_turn())
+        config = dataclasses.replace(config, resume=turn["resume"])
     t_start = time.perf_counter()
     if args.started_at is not None:  # the run began before this process (learner groups)
         t_start -= max(time.time() - args.started_at, 0.0)
@@ -196,6 +210,7 @@ def _run_learner(args, config) -> int:
         listen_fds=listen_fds,
         ipc_dir=args.ipc_dir,
         group=group,
+        prepared=prepared,
     )
     _event("endpoints", endpoints=learner.endpoints)
 
@@ -277,7 +292,8 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--standby",
         action="store_true",
-        help="actor: get ready, then wait for a line on standard input before connecting",
+        help="actor, learner: get ready (imports, envs, compilation), then wait for a line on "
+        "standard input before connecting (a learner's: JSON naming the run to resume)",
     )
     ap.add_argument("--group", type=int, help="learner: the learner group it is (groups.count > 1)")
     ap.add_argument("--averager-json", help="learner of a group: the averager's endpoints")

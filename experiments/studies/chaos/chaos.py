@@ -11,9 +11,11 @@ learner as a child process that is restarted from its newest checkpoint
 ("learner"), and each actor process on a host of its own ("a0", "a1", ...), started there
 by the launcher through `runtime.actor_wrapper` (`ip netns exec`); the launcher replaces
 a dead actor as it does on one machine, by the actor's warm standby on the same host
-(`runtime.standby_actors=true`; --no-standby: a cold start). Actors reach the learner over the hosts' bridge,
-with curve security. Where namespaces cannot be made (not root, no iproute2), everything
-runs on loopback, the link faults are left out, and the output says so.
+(`runtime.standby_actors=true`), and a dead learner by its warm standby
+(`runtime.standby_learner=true`; --no-standby: both replaced by a cold start). Actors
+reach the learner over the hosts' bridge, with curve security. Where namespaces cannot be
+made (not root, no iproute2), everything runs on loopback, the link faults are left out,
+and the output says so.
 
 The faults, round-robin, one every --every seconds of training, each on the next actor:
 kill -9 of an actor; SIGSTOP of an actor for --stop-s (10) seconds; kill -9 of the learner;
@@ -70,7 +72,7 @@ from fault_turns import (  # noqa: E402
     actor_proc,
     drive,
     hit_actor,
-    role_procs,
+    learner_proc,
     shared_overrides,
 )
 from soak_records import (  # noqa: E402
@@ -142,11 +144,11 @@ class Faults(FaultTurns):
         fault = {"kind": kind, "actor": None if kind == "learner_kill" else actor}
         undo = None
         if kind == "learner_kill":
-            procs = role_procs(self.pid, "learner")
-            if not procs:
+            p = learner_proc(self.pid)
+            if p is None:
                 return self.skip(fault, "no learner process (restarting)")
-            fault["pid"] = procs[0].pid
-            procs[0].send_signal(signal.SIGKILL)
+            fault["pid"] = p.pid
+            p.send_signal(signal.SIGKILL)
         elif kind in ("actor_kill", "actor_stop"):
             p = actor_proc(self.pid, actor)
             if p is None:
@@ -170,6 +172,7 @@ def run_once(args, hosts: Hosts, run_dir: str, chaos: bool) -> dict:
         *shared_overrides(args, run_dir),
         "runtime.restart_learner=true",
         "runtime.max_learner_restarts=1000",
+        f"runtime.standby_learner={str(not args.no_standby).lower()}",
         *hosts.overrides(),
         *args.set,
     ]
@@ -237,6 +240,7 @@ def _figures(args, run_dir, chaos, ended, code, t_train, faults) -> dict:
         "updates": summary and summary.get("updates"),
         "actor_restarts": summary and summary.get("actor_restarts"),
         "learner_restarts": summary and summary.get("learner_restarts"),
+        "learner_restarts_from_standby": summary and summary.get("learner_restarts_from_standby"),
         "faults": faults,
         "accounting": summary and accounting(summary, kept, traj_steps, lost),
         "series": {"t_s": xs, "fresh_per_s": ys},
@@ -443,7 +447,8 @@ def parse(argv=None):
     ap.add_argument(
         "--no-standby",
         action="store_true",
-        help="actors without warm standbys (runtime.standby_actors=false): replaced cold",
+        help="no warm standbys (runtime.standby_actors=false, runtime.standby_learner=false): "
+        "killed actors and learners are replaced cold",
     )
     ap.add_argument("--config", default=CONFIG)
     ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="more overrides")

@@ -49,6 +49,19 @@ def actor_proc(launcher_pid: int, actor: int) -> psutil.Process | None:
     return min(mine, key=lambda m: m[0])[1] if mine else None
 
 
+def learner_proc(launcher_pid: int) -> psutil.Process | None:
+    """The working learner process: with a warm standby (runtime.standby_learner) there are
+    two, and the standby is always the one started after the other (a standby that took
+    over keeps its command line)."""
+    mine = []
+    for p in role_procs(launcher_pid, "learner"):
+        try:
+            mine.append(((p.create_time(), p.pid), p))
+        except psutil.Error:
+            pass
+    return min(mine, key=lambda m: m[0])[1] if mine else None
+
+
 def shared_overrides(args, run_dir: str) -> list[str]:
     """The config overrides of every run, in either layout (the layout adds its own)."""
     return [
@@ -157,4 +170,12 @@ def drive(args, faults: FaultTurns, chaos: bool, gone, training, name) -> tuple[
         time.sleep(0.05)
 
 
-__all__ = ["FaultTurns", "actor_proc", "drive", "hit_actor", "role_procs", "shared_overrides"]
+__all__ = [
+    "FaultTurns",
+    "actor_proc",
+    "drive",
+    "hit_actor",
+    "learner_proc",
+    "role_procs",
+    "shared_overrides",
+]

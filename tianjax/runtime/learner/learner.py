@@ -45,24 +45,20 @@ from typing import Callable
 import jax
 import numpy as np
 
-from tianjax.algos import make_algorithm
 from tianjax.config import Config
 from tianjax.core import lag
 from tianjax.core.staleness import staleness
-from tianjax.envs.factory import env_spec
 from tianjax.errors import OrderBroken
 from tianjax.metrics import Progress, RunLogger
-from tianjax.runtime.actor.sources import batch_template
 from tianjax.runtime.balance.controller import AdaptiveBalance
 from tianjax.runtime.balance.limits import Limits
 from tianjax.runtime.evaluation.play import Evaluation
 from tianjax.runtime.groups.sync import GroupPlace, GroupSync
 from tianjax.runtime.learner.batches.onpolicy import Choice
-from tianjax.runtime.learner.batches.replay import ReplayBatches
 from tianjax.runtime.learner.inflight import InFlight, to_host
 from tianjax.runtime.learner.ingress import Ingress
 from tianjax.runtime.learner.io import LearnerIO
-from tianjax.runtime.learner.sharded_update import ShardedUpdate
+from tianjax.runtime.learner.prepared import Prepared, prepare
 from tianjax.runtime.learner.stats import LearnerStats
 from tianjax.runtime.learner.watchdog import ArrivalWatch
 from tianjax.runtime.modes import mode_of
@@ -107,41 +103,24 @@ class Learner:
         ipc_dir: str | None = None,
         listen_fds: dict | None = None,
         group: GroupPlace | None = None,
+        prepared: Prepared | None = None,
     ):
         """`checkpoint_root`: the run directory whose checkpoints/ this learner writes
         (default: the logger's run directory; none without a logger). In a multi-process
         run every learner process must name the same one. `ipc_dir`: where ipc sockets
         go (the launcher's private directory). `listen_fds`: listening sockets the launcher
         holds for `endpoints` (channel name -> descriptor; see tianjax.launch.ports). `group`:
-        this learner is that group's, and syncs with its averager."""
+        this learner is that group's, and syncs with its averager. `prepared`: its update,
+        built (and perhaps compiled) ahead for this config (tianjax.runtime.learner.prepared)."""
         self.config = config
         self.mode = mode_of(config)
         rt = config.runtime
-        obs_shape, obs_dtype, action_spec = env_spec(config)
-        self.algo = make_algorithm(
-            config,
-            obs_shape,
-            action_spec,
-            correct_staleness=config.staleness.correct,
-            obs_dtype=obs_dtype,
-        )
-        self.template = batch_template(config, self.algo, obs_shape, obs_dtype)
-        self.replay = (
-            ReplayBatches(config, self.algo, self.template[0])
-            if self.algo.buffer.replayed
-            else None
-        )
-        self.sgd = ShardedUpdate(
-            config,
-            self.algo,
-            self.template[0],
-            config.batch_trajectories,
-            mode=self.mode,
-            items=self.replay and self.replay.items,
-            update=self.replay and self.replay.update_fn(self.algo.update),
-        )
+        # built ahead by a warm standby, or now
+        self.prepared = prepared if prepared is not None else prepare(config)
+        p = self.prepared
+        self.algo, self.template, self.replay, self.sgd = p.algo, p.template, p.replay, p.sgd
         self.mesh = self.sgd.mesh
-        self.state = self.sgd.init_state(config.seed)
+        self.state = p.state
         # deterministic-lag mode: the last k + 1 versions, which every parameter message
         # carries (an actor acts rollout r with version max(0, r - k) from it)
         self.lag_ring = self._push = None
@@ -149,7 +128,6 @@ class Learner:
             k = rt.deterministic_lag
             self.lag_ring = lag.init(self.state.params, k + 1, k)
             self._push = jax.jit(lag.push)
-        self.compile_time_s = 0.0
 
         self.io = LearnerIO(
             config,
@@ -284,13 +262,14 @@ class Learner:
         )
 
     def compile(self) -> None:
-        """Compiles the update. Separate from __init__ so that a launcher can bind the
-        sockets, start the actors, and let them start up while this compiles."""
-        if self.compile_time_s:
-            return
-        t = time.perf_counter()
-        self.sgd.compile(self.state)
-        self.compile_time_s = max(time.perf_counter() - t, 1e-9)
+        """Compiles the update (unless it was, ahead). Separate from __init__ so that a
+        launcher can bind the sockets, start the actors, and let them start up while this
+        compiles."""
+        self.prepared.compile()
+
+    @property
+    def compile_time_s(self) -> float:
+        return self.prepared.compile_time_s
 
     @property
     def endpoints(self) -> dict:

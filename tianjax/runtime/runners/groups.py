@@ -83,6 +83,8 @@ class _Group:
         self.learner = RoleProcess(
             group_cfg, self.run_dir, run_key, self.ports, self.ipc_dir, extra=self.extra
         )
+        self.standby = self._spare()
+        self.from_standby = 0  # restarts its warm standby made
         ids = shares.group_actor_ids(index, config.groups.count, group_cfg.num_actors)
         self.log_dir = os.path.join(self.run_dir, "actors")
         self.actors = ActorSupervisor(
@@ -93,15 +95,41 @@ class _Group:
         self.ended: str | None = None  # "finished" or "lost"
         self.why = ""
 
-    def restart(self) -> None:
+    def _spare(self) -> RoleProcess | None:
+        """runtime.standby_learner: a warm learner for this group, waiting for its turn."""
+        if not self.config.runtime.standby_learner:
+            return None
+        return RoleProcess(
+            self.config,
+            self.run_dir,
+            self.run_key,
+            self.ports,
+            self.ipc_dir,
+            extra=self.extra,
+            standby=True,
+        )
+
+    def restart(self) -> bool:
+        """A new learner for the group, from its newest checkpoint: its warm standby where
+        one waits (True), else a cold one."""
         resume = self.run_dir if ckpt.has_checkpoint(self.run_dir) else None
+        self.restarts += 1
+        if self.standby is not None and self.standby.go(resume):
+            self.learner, self.standby = self.standby, self._spare()
+            self.from_standby += 1
+            return True
+        if self.standby is not None:  # it died while it waited
+            self.standby.dismiss()
+            self.standby = self._spare()
         cfg = dataclasses.replace(self.config, resume=resume)
         self.learner = RoleProcess(
             cfg, self.run_dir, self.run_key, self.ports, self.ipc_dir, extra=self.extra
         )
-        self.restarts += 1
+        return False
 
     def stop(self) -> None:
+        if self.standby is not None:
+            self.standby.dismiss()
         self.learner.stop()
         self.actors.stop(grace_s=5.0)
         self.ports.close()
@@ -232,10 +260,12 @@ def _supervise(config: Config, grp: _Group) -> None:
         why = _exit_why(code, grp.learner.failure)
         rt = grp.config.runtime
         if code not in (130, 143) and rt.restart_learner and grp.restarts < rt.max_learner_restarts:
-            grp.restart()
+            warm = grp.restart()
             print(
                 f"tianjax: warning: group {grp.index}'s learner {why}; restarting it "
-                f"({grp.restarts}/{rt.max_learner_restarts}): it rejoins with the newest average",
+                f"({grp.restarts}/{rt.max_learner_restarts})"
+                + (" (its warm standby took over)" if warm else "")
+                + ": it rejoins with the newest average",
                 file=sys.stderr,
                 flush=True,
             )
@@ -306,6 +336,7 @@ def _outcome(
             "final_return": out.final_return if out else last.get("return_mean_100"),
             "convergence_time_s": out.convergence_time_s if out else None,
             "learner_restarts": grp.restarts,
+            "learner_restarts_from_standby": grp.from_standby,
         }
         if grp.why:
             figures["lost_why"] = grp.why
@@ -395,6 +426,7 @@ def _write_group_summary(config: Config, grp: _Group, out: RunOutcome) -> None:
         grp.index,
         out,
         learner_restarts=grp.restarts,
+        learner_restarts_from_standby=grp.from_standby,
         actor_restarts=grp.actors.total_restarts,
         actors_lost=len(grp.actors.lost),
     )

@@ -15,6 +15,9 @@ Two shapes:
   with its new incarnation).
   This process binds the learner's listening sockets and holds them for the whole run
   (tianjax.launch.ports), so no other process can take the ports while the learner is down.
+  With `runtime.standby_learner: true` a second learner process waits beside it, imported
+  and compiled (tianjax.launch.role, `--standby`), and takes a dead learner's place at once,
+  resuming from the same checkpoint a cold one would; another standby starts behind it.
 
 With `runtime.transport: ipc` the sockets live in a private directory (mode 0700) made
 here and removed at exit.
@@ -162,6 +165,7 @@ class RoleProcess:
         ipc_dir: str | None,
         role: str = "learner",
         extra: tuple[str, ...] = (),
+        standby: bool = False,
     ):
         # its devices and memory share where runtime.learner_devices lists them
         env = apply(dict(os.environ), learner_environment(config))
@@ -187,12 +191,15 @@ class RoleProcess:
         if ipc_dir:
             cmd += ["--ipc-dir", ipc_dir]
         cmd += list(extra)
-        # the held listening sockets are inherited (the child serves them, we keep them)
+        if standby:
+            cmd.append("--standby")
+        # the held listening sockets are inherited (the child serves them, we keep them; a
+        # standby touches them only once it is told to go)
         self.proc = subprocess.Popen(
             cmd,
             env=env,
             stdout=subprocess.PIPE,
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.PIPE if standby else subprocess.DEVNULL,
             pass_fds=tuple(ports.fds.values()),
         )
         self._buf = b""
@@ -235,6 +242,32 @@ class RoleProcess:
     def poll(self) -> int | None:
         return self.proc.poll()
 
+    def go(self, resume: str | None) -> bool:
+        """A standby's turn: it resumes from `resume` (a run directory; None: the start).
+        False if it is gone (it died while it waited)."""
+        if self.proc.poll() is not None:
+            return False
+        try:
+            self.proc.stdin.write((json.dumps({"resume": resume}) + "\n").encode())
+            self.proc.stdin.close()
+            return True
+        except OSError:  # it died meanwhile (a broken pipe)
+            return False
+
+    def dismiss(self) -> None:
+        """Ends a standby that was not needed: its stdin closed (it exits 0), else killed
+        after a moment (it holds nothing of the run's)."""
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=2.0)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc.stdout.close()
+
     def stop(self, grace_s: float = 20.0) -> None:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)  # it writes a final checkpoint
@@ -269,12 +302,22 @@ def _run_with_learner_process(config: Config, logger: RunLogger, progress: Progr
     learner: RoleProcess | None = None
     actors: ActorSupervisor | None = None
     evaluator: ActorSupervisor | None = None
-    learner_restarts = 0
+    standby: RoleProcess | None = None
+    learner_restarts = from_standby = 0
     interrupted = False
+
+    def spare() -> RoleProcess | None:
+        """runtime.standby_learner: a warm learner that waits for its turn (it builds and
+        compiles while this one runs; a killed learner's replacement then pays none of it)"""
+        if not config.runtime.standby_learner:
+            return None
+        return RoleProcess(config, run_dir, run_key, ports, ipc_dir, standby=True)
+
     try:
         ports = HeldPorts(config.runtime.bind_host, config.runtime.transport, ipc_dir)
         endpoints = ports.endpoints
         learner = RoleProcess(config, run_dir, run_key, ports, ipc_dir)
+        standby = spare()
         # the endpoints are known before the learner is up: the actors start meanwhile
         actors = ActorSupervisor(config, endpoints, run_key, log_dir=log_dir)
         actors.start_all()
@@ -299,18 +342,32 @@ def _run_with_learner_process(config: Config, logger: RunLogger, progress: Progr
                         f"the learner process exited with code {code}; {where}{why}"
                     )
                 learner_restarts += 1
+                # from its newest checkpoint (or, if it wrote none, from where this run began)
+                resume = run_dir if ckpt.has_checkpoint(run_dir) else config.resume
+                warm = standby is not None and standby.go(resume)
                 where = _last_checkpoint(run_dir)
                 print(
                     f"tianjax: warning: the learner process exited with code {code}; restarting it "
-                    f"({learner_restarts}/{config.runtime.max_learner_restarts}) from {where}{why}",
+                    f"({learner_restarts}/{config.runtime.max_learner_restarts}) from {where}{why}"
+                    + (" (its warm standby took over)" if warm else ""),
                     file=sys.stderr,
                     flush=True,
                 )
-                # from its newest checkpoint (or, if it wrote none, from where this run began)
-                resume = run_dir if ckpt.has_checkpoint(run_dir) else config.resume
-                learner = RoleProcess(
-                    dataclasses.replace(config, resume=resume), run_dir, run_key, ports, ipc_dir
-                )
+                if warm:
+                    learner, standby, from_standby = standby, spare(), from_standby + 1
+                else:
+                    if standby is not None:  # it died while it waited
+                        print(
+                            f"tianjax: warning: the learner's warm standby had exited with code "
+                            f"{standby.poll()}; a cold learner starts instead, and a new standby",
+                            file=sys.stderr,
+                            flush=True,
+                        )
+                        standby.dismiss()
+                        standby = spare()
+                    learner = RoleProcess(
+                        dataclasses.replace(config, resume=resume), run_dir, run_key, ports, ipc_dir
+                    )
                 continue
             silent = [i for ev in events if ev["tianjax_event"] == "silent" for i in ev["actors"]]
             supervise_actors(config, actors, silent, log_dir)
@@ -318,6 +375,8 @@ def _run_with_learner_process(config: Config, logger: RunLogger, progress: Progr
     except KeyboardInterrupt:
         interrupted = True  # the learner process, stopped below, checkpoints and reports
     finally:
+        if standby is not None:
+            standby.dismiss()
         if learner is not None:
             learner.stop()
         if actors is not None:
@@ -345,6 +404,7 @@ def _run_with_learner_process(config: Config, logger: RunLogger, progress: Progr
             "actor_restarts_from_standby": actors.promoted if actors else 0,
             "actors_lost": len(actors.lost) if actors else 0,
             "learner_restarts": learner_restarts,
+            "learner_restarts_from_standby": from_standby,
             **_lost_with_learners(out.extra_summary, received_at_launch, actors),
             **_evaluator_counts(evaluator),
         },
