@@ -128,9 +128,17 @@ def _kill_learner_at_random_points(procs, launcher, run_dir, rng) -> None:
     after it wrote a new checkpoint; the launcher restarts it from its newest."""
     killed = []
     for i in range(LEARNER_KILLS):
+        # the working one: a warm standby (runtime.standby_learner) is started after it
         learner = wait_for(
             lambda: (
-                [p for p in actor_processes(launcher.pid, role="learner") if p.pid not in killed]
+                sorted(
+                    (
+                        p
+                        for p in actor_processes(launcher.pid, role="learner")
+                        if p.pid not in killed
+                    ),
+                    key=lambda p: p.create_time(),
+                )
                 or launcher.poll() is not None
             ),
             120,
@@ -221,7 +229,10 @@ def test_a_deterministic_run_whose_learner_is_killed_at_random_points_ends_bit_f
 ):
     """runtime.deterministic: a restarted learner resumes from its checkpoint at version V,
     and the actors rewind their shards to where they were before round V (they keep the
-    last rounds' rollout states), so the rounds after it are made again as they were."""
+    last rounds' rollout states), so the rounds after it are made again as they were.
+    Each replacement is the warm standby learner (runtime.standby_learner), whose update
+    was built and compiled before the checkpoint it resumes from was written (the async
+    test above restarts cold learners)."""
     rng = random.Random(343434)
     n_updates = 200  # (each kill comes after a new checkpoint, 4 updates on at least)
     run = [
@@ -235,6 +246,7 @@ def test_a_deterministic_run_whose_learner_is_killed_at_random_points_ends_bit_f
         f"total_env_steps={n_updates * 128}",
         "runtime.restart_learner=true",
         f"runtime.max_learner_restarts={LEARNER_KILLS}",
+        "runtime.standby_learner=true",
         "checkpoint.every=4",
         "log_every=1",
         "eval.episodes=0",
@@ -249,6 +261,7 @@ def test_a_deterministic_run_whose_learner_is_killed_at_random_points_ends_bit_f
     assert procs.wait(whole, 240) == 0, procs.stderr(whole)[-3000:]
     s = read_summary(run_dir)
     assert s["learner_restarts"] == LEARNER_KILLS and s["actor_restarts"] == 0
+    assert s["learner_restarts_from_standby"] == LEARNER_KILLS, s
     assert (s["updates"], s["env_steps"]) == (n_updates, n_updates * 128)
     # every sample one update old once past the first, across the restarts too
     assert s["staleness_histogram"] == {"0": 128, "1": (n_updates - 1) * 128}
