@@ -23,6 +23,8 @@ from tianjax.runtime.modes import mode_of
 
 @dataclass
 class Prepared:
+    """A learner's update for one config, built; `compile()` compiles it."""
+
     algo: object
     template: tuple
     replay: ReplayBatches | None
@@ -40,6 +42,7 @@ class Prepared:
 
 
 def prepare(config: Config) -> Prepared:
+    """Builds the learner's update for `config` (not compiled yet)."""
     obs_shape, obs_dtype, action_spec = env_spec(config)
     algo = make_algorithm(
         config,
