@@ -43,17 +43,14 @@ from typing import Any, NamedTuple
 import jax
 import numpy as np
 
-from tianjax.algos import make_algorithm
 from tianjax.config import Config, load_config
-from tianjax.envs.factory import env_spec
 from tianjax.errors import ReplayRefused
 from tianjax.launch.placement import JAX_PLATFORM
-from tianjax.runtime.actor.sources import HostSource, batch_template, make_source
+from tianjax.runtime.actor.sources import HostSource, make_source
 from tianjax.runtime.learner.batches.axes import concat_batches
-from tianjax.runtime.learner.batches.replay import ReplayBatches
 from tianjax.runtime.learner.inflight import to_host
-from tianjax.runtime.learner.sharded_update import ShardedUpdate
-from tianjax.runtime.modes import MODES, mode_of
+from tianjax.runtime.learner.prepared import prepare
+from tianjax.runtime.modes import MODES
 from tianjax.runtime.record.replay_log import REPLAY_LOG, params_sha256, read_events
 
 # backends whose rollouts are JAX programs: the same program on the same inputs gives the
@@ -339,28 +336,10 @@ def replay_run(run_dir: str | os.PathLike) -> ReplayOutcome:
     work, where the run cannot be replayed bit for bit."""
     plan = plan_replay(os.fspath(run_dir))
     config = plan.config
-    obs_shape, obs_dtype, action_spec = env_spec(config)
     # the learner's own parts, built as the learner builds them
-    algo = make_algorithm(
-        config,
-        obs_shape,
-        action_spec,
-        correct_staleness=config.staleness.correct,
-        obs_dtype=obs_dtype,
-    )
-    template = batch_template(config, algo, obs_shape, obs_dtype)
-    replay = ReplayBatches(config, algo, template[0]) if algo.buffer.replayed else None
-    sgd = ShardedUpdate(
-        config,
-        algo,
-        template[0],
-        config.batch_trajectories,
-        mode=mode_of(config),
-        items=replay and replay.items,
-        update=replay and replay.update_fn(algo.update),
-    )
-    state = sgd.init_state(config.seed)
-    sgd.compile(state)
+    parts = prepare(config)
+    parts.compile()
+    replay, sgd, state = parts.replay, parts.sgd, parts.state
     place = sgd.placer() or (lambda tree: tree)
     actors = _Actors(plan, to_host(state.params))
     samples = config.rollout_len * config.num_envs
