@@ -44,7 +44,12 @@ from tianjax.metrics.logger import read_metrics, write_json_atomic
 from tianjax.runtime.groups import shares
 from tianjax.runtime.groups.averager import final_average
 from tianjax.runtime.record.outcome import RunOutcome
-from tianjax.runtime.runners.local import RESULT_FILE, RoleProcess, supervise_actors
+from tianjax.runtime.runners.local import (
+    RESULT_FILE,
+    RoleProcess,
+    StandbyLearner,
+    supervise_actors,
+)
 from tianjax.transport.auth import new_run_key
 
 AVERAGER_CHANNELS = ("deltas", "averages")
@@ -83,8 +88,7 @@ class _Group:
         self.learner = RoleProcess(
             group_cfg, self.run_dir, run_key, self.ports, self.ipc_dir, extra=self.extra
         )
-        self.standby = self._spare()
-        self.from_standby = 0  # restarts its warm standby made
+        self.standby = StandbyLearner(self._spare if group_cfg.runtime.standby_learner else None)
         ids = shares.group_actor_ids(index, config.groups.count, group_cfg.num_actors)
         self.log_dir = os.path.join(self.run_dir, "actors")
         self.actors = ActorSupervisor(
@@ -95,10 +99,8 @@ class _Group:
         self.ended: str | None = None  # "finished" or "lost"
         self.why = ""
 
-    def _spare(self) -> RoleProcess | None:
+    def _spare(self) -> RoleProcess:
         """runtime.standby_learner: a warm learner for this group, waiting for its turn."""
-        if not self.config.runtime.standby_learner:
-            return None
         return RoleProcess(
             self.config,
             self.run_dir,
@@ -114,22 +116,17 @@ class _Group:
         one waits (True), else a cold one."""
         resume = self.run_dir if ckpt.has_checkpoint(self.run_dir) else None
         self.restarts += 1
-        if self.standby is not None and self.standby.go(resume):
-            self.learner, self.standby = self.standby, self._spare()
-            self.from_standby += 1
-            return True
-        if self.standby is not None:  # it died while it waited
-            self.standby.dismiss()
-            self.standby = self._spare()
+        self.learner, warm = self.standby.next_learner(resume, self._cold)
+        return warm
+
+    def _cold(self, resume: str | None) -> RoleProcess:
         cfg = dataclasses.replace(self.config, resume=resume)
-        self.learner = RoleProcess(
+        return RoleProcess(
             cfg, self.run_dir, self.run_key, self.ports, self.ipc_dir, extra=self.extra
         )
-        return False
 
     def stop(self) -> None:
-        if self.standby is not None:
-            self.standby.dismiss()
+        self.standby.close()
         self.learner.stop()
         self.actors.stop(grace_s=5.0)
         self.ports.close()
@@ -336,7 +333,7 @@ def _outcome(
             "final_return": out.final_return if out else last.get("return_mean_100"),
             "convergence_time_s": out.convergence_time_s if out else None,
             "learner_restarts": grp.restarts,
-            "learner_restarts_from_standby": grp.from_standby,
+            "learner_restarts_from_standby": grp.standby.promoted,
         }
         if grp.why:
             figures["lost_why"] = grp.why
@@ -426,7 +423,7 @@ def _write_group_summary(config: Config, grp: _Group, out: RunOutcome) -> None:
         grp.index,
         out,
         learner_restarts=grp.restarts,
-        learner_restarts_from_standby=grp.from_standby,
+        learner_restarts_from_standby=grp.standby.promoted,
         actor_restarts=grp.actors.total_restarts,
         actors_lost=len(grp.actors.lost),
     )

@@ -33,6 +33,7 @@ import signal
 import subprocess
 import sys
 import time
+from typing import Callable
 
 from tianjax.checkpoint import store as ckpt
 from tianjax.config import Config
@@ -279,6 +280,44 @@ class RoleProcess:
         self.proc.stdout.close()
 
 
+class StandbyLearner:
+    """runtime.standby_learner: the warm learner process waiting beside the working one
+    (`start()` makes one: a RoleProcess with standby=True), and the restarts it made."""
+
+    def __init__(self, start: Callable[[], RoleProcess] | None):
+        """`start`: None where there is no standby (runtime.standby_learner off)."""
+        self._start = start
+        self.waiting = start() if start is not None else None
+        self.promoted = 0
+
+    def next_learner(
+        self, resume: str | None, cold: Callable[[str | None], RoleProcess]
+    ) -> tuple[RoleProcess, bool]:
+        """A dead learner's replacement, resuming from `resume`: the standby told to go
+        (True), with a new one behind it; else `cold(resume)` (False), and, if the standby
+        had died while it waited, a warning and a new standby."""
+        spare = self.waiting
+        if spare is not None and spare.go(resume):
+            self.waiting = self._start()
+            self.promoted += 1
+            return spare, True
+        if spare is not None:
+            print(
+                f"tianjax: warning: the learner's warm standby had exited with code "
+                f"{spare.poll()}; a cold learner starts instead, and a new standby",
+                file=sys.stderr,
+                flush=True,
+            )
+            spare.dismiss()
+            self.waiting = self._start()
+        return cold(resume), False
+
+    def close(self) -> None:
+        if self.waiting is not None:
+            self.waiting.dismiss()
+            self.waiting = None
+
+
 def _run_with_learner_process(config: Config, logger: RunLogger, progress: Progress) -> RunOutcome:
     run_dir = logger.run_dir
     progress.close()  # the learner process shows its own
@@ -302,22 +341,26 @@ def _run_with_learner_process(config: Config, logger: RunLogger, progress: Progr
     learner: RoleProcess | None = None
     actors: ActorSupervisor | None = None
     evaluator: ActorSupervisor | None = None
-    standby: RoleProcess | None = None
-    learner_restarts = from_standby = 0
+    standby: StandbyLearner | None = None
+    learner_restarts = 0
     interrupted = False
 
-    def spare() -> RoleProcess | None:
-        """runtime.standby_learner: a warm learner that waits for its turn (it builds and
-        compiles while this one runs; a killed learner's replacement then pays none of it)"""
-        if not config.runtime.standby_learner:
-            return None
-        return RoleProcess(config, run_dir, run_key, ports, ipc_dir, standby=True)
+    def cold(resume: str | None) -> RoleProcess:
+        return RoleProcess(
+            dataclasses.replace(config, resume=resume), run_dir, run_key, ports, ipc_dir
+        )
 
     try:
         ports = HeldPorts(config.runtime.bind_host, config.runtime.transport, ipc_dir)
         endpoints = ports.endpoints
         learner = RoleProcess(config, run_dir, run_key, ports, ipc_dir)
-        standby = spare()
+        # a warm learner that builds and compiles while this one runs: a killed learner's
+        # replacement then pays none of it
+        standby = StandbyLearner(
+            (lambda: RoleProcess(config, run_dir, run_key, ports, ipc_dir, standby=True))
+            if config.runtime.standby_learner
+            else None
+        )
         # the endpoints are known before the learner is up: the actors start meanwhile
         actors = ActorSupervisor(config, endpoints, run_key, log_dir=log_dir)
         actors.start_all()
@@ -344,7 +387,7 @@ def _run_with_learner_process(config: Config, logger: RunLogger, progress: Progr
                 learner_restarts += 1
                 # from its newest checkpoint (or, if it wrote none, from where this run began)
                 resume = run_dir if ckpt.has_checkpoint(run_dir) else config.resume
-                warm = standby is not None and standby.go(resume)
+                learner, warm = standby.next_learner(resume, cold)
                 where = _last_checkpoint(run_dir)
                 print(
                     f"tianjax: warning: the learner process exited with code {code}; restarting it "
@@ -353,21 +396,6 @@ def _run_with_learner_process(config: Config, logger: RunLogger, progress: Progr
                     file=sys.stderr,
                     flush=True,
                 )
-                if warm:
-                    learner, standby, from_standby = standby, spare(), from_standby + 1
-                else:
-                    if standby is not None:  # it died while it waited
-                        print(
-                            f"tianjax: warning: the learner's warm standby had exited with code "
-                            f"{standby.poll()}; a cold learner starts instead, and a new standby",
-                            file=sys.stderr,
-                            flush=True,
-                        )
-                        standby.dismiss()
-                        standby = spare()
-                    learner = RoleProcess(
-                        dataclasses.replace(config, resume=resume), run_dir, run_key, ports, ipc_dir
-                    )
                 continue
             silent = [i for ev in events if ev["tianjax_event"] == "silent" for i in ev["actors"]]
             supervise_actors(config, actors, silent, log_dir)
@@ -376,7 +404,7 @@ def _run_with_learner_process(config: Config, logger: RunLogger, progress: Progr
         interrupted = True  # the learner process, stopped below, checkpoints and reports
     finally:
         if standby is not None:
-            standby.dismiss()
+            standby.close()
         if learner is not None:
             learner.stop()
         if actors is not None:
@@ -404,7 +432,7 @@ def _run_with_learner_process(config: Config, logger: RunLogger, progress: Progr
             "actor_restarts_from_standby": actors.promoted if actors else 0,
             "actors_lost": len(actors.lost) if actors else 0,
             "learner_restarts": learner_restarts,
-            "learner_restarts_from_standby": from_standby,
+            "learner_restarts_from_standby": standby.promoted if standby else 0,
             **_lost_with_learners(out.extra_summary, received_at_launch, actors),
             **_evaluator_counts(evaluator),
         },
@@ -442,4 +470,4 @@ def _last_checkpoint(run_dir: str) -> str:
     return f"the last checkpoint is step {meta['updates']} in {ckpt.checkpoint_dir(run_dir)}"
 
 
-__all__ = ["RoleProcess", "run_local", "supervise_actors"]
+__all__ = ["RoleProcess", "StandbyLearner", "run_local", "supervise_actors"]
