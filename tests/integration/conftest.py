@@ -222,7 +222,9 @@ def run_in_process(
 ):
     """A Learner in this process and its actors in threads, over real sockets: the learner's
     state stays readable. `prepare(learner)` runs before the actors are made and
-    `instrument(actor)` on each actor before it runs. Returns (learner, result)."""
+    `instrument(actor)` on each actor before it runs. Returns (learner, result). An actor
+    thread that raises stops the learner, and its error is raised here (not a learner
+    waiting out its heartbeat timeout for trajectories that cannot come)."""
     import threading
 
     from tianjax.runtime.actor.actor import Actor
@@ -235,14 +237,25 @@ def run_in_process(
     actors = [Actor(config, i, learner.endpoints, run_key) for i in range(config.num_actors)]
     for a in actors:
         instrument(a)
-    threads = [threading.Thread(target=a.run, daemon=True) for a in actors]
+    errors: list[BaseException] = []
+
+    def run(actor):
+        try:
+            actor.run()
+        except BaseException as e:  # noqa: BLE001 - re-raised in the test's thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(a,), daemon=True) for a in actors]
     for t in threads:
         t.start()
     try:
-        out = learner.run()
+        out = learner.run(should_stop=lambda: bool(errors))
+        raised = list(errors)  # while the run went on (not in the teardown below)
     finally:
         learner.stop_actors()
         for t in threads:
             t.join(30)
         learner.close()
+    if raised:
+        raise AssertionError(f"an actor thread raised: {raised[0]!r}") from raised[0]
     return learner, out
