@@ -240,3 +240,65 @@ def test_behaviour_clip_is_for_the_decoupled_correction_only():
         load_config(None, ["ppo.correction=vtrace"])
     cfg = load_config(None, ["ppo.correction=a3po"])
     assert dataclasses.replace(cfg.ppo, correction="m2po").correction == "m2po"
+
+
+def _one_update(cfg, traj):
+    """(params before, params after, metrics) of one PPO update of `cfg` on `traj`, from the
+    params of seed 0 at learner version 5."""
+    from tianjax.algos.ppo.loss import make
+    from tianjax.core.types import ActionSpec
+
+    algo = make(cfg, (2,), ActionSpec(discrete=True, num_actions=A))
+    state = algo.init(jax.random.key(0))._replace(version=jnp.asarray(5, jnp.int32))
+    new, metrics = algo.update(state, traj)
+    return state.params, new.params, metrics
+
+
+def _moved(before, after) -> float:
+    return sum(
+        float(jnp.sum(jnp.abs(a - b)))
+        for a, b in zip(jax.tree.leaves(after), jax.tree.leaves(before), strict=True)
+    )
+
+
+def _assert_same_params(p, q, rtol=1e-5):
+    for a, b in zip(jax.tree.leaves(p), jax.tree.leaves(q), strict=True):
+        np.testing.assert_allclose(a, b, rtol=rtol, atol=1e-7)
+
+
+def test_a_constant_loss_weight_does_not_change_adams_step():
+    """Why staleness.scale_lr exists: a batch whose samples are all tau = 4 old, weighted
+    (1 + 4)^-1/2 unnormalised, takes the same step as with weights 1 (Adam divides a
+    gradient scaled by a constant by the same constant, up to its eps, which matters for
+    the smallest gradients; the gradient norm clip is off here, where it would bind on one
+    scale and not the other)."""
+    base = (
+        "staleness.schedule=polynomial",
+        "staleness.power=0.5",
+        "ppo.lr=1e-2",
+        "ppo.max_grad_norm=1e6",
+    )
+    four = ((1, 1), (1, 1), (1, 1))  # every sample of version 1 at learner version 5
+    cfg_raw, _, traj, _ = _case(*base, "staleness.normalise=false", versions=four)
+    cfg_norm, *_ = _case(*base, versions=four)
+    before, unnormalised, _ = _one_update(cfg_raw, traj)
+    _, normalised, _ = _one_update(cfg_norm, traj)
+    # the same size of step within 10%, where a step scaled by the weight would be 0.45
+    ratio = _moved(before, unnormalised) / _moved(before, normalised)
+    assert ratio == pytest.approx(1, abs=0.1)
+
+
+def test_scale_lr_puts_the_batch_mean_schedule_weight_on_the_step():
+    """staleness.scale_lr: the update equals the unscaled one at lr * mean_i (1 + tau_i)^-1/2,
+    tau = 3, 0, 1, 0, 5, 0 in _case, and Adam's first step (lr * sign(g), up to eps) is
+    smaller than the unscaled one by that factor."""
+    base = ("staleness.schedule=polynomial", "staleness.power=0.5", "ppo.anneal_lr=false")
+    cfg, _, traj, _ = _case(*base, "ppo.lr=1e-2", "staleness.scale_lr=true")
+    scale = float(np.mean((1 + np.array([3, 0, 1, 0, 5, 0], np.float64)) ** -0.5))
+    assert scale == pytest.approx((0.5 + 3 + 2**-0.5 + 6**-0.5) / 6)  # 0.7692
+    before, scaled, metrics = _one_update(cfg, traj)
+    assert float(metrics["lr"]) == pytest.approx(1e-2 * scale, rel=1e-6)
+    _, by_lr, _ = _one_update(_case(*base, f"ppo.lr={1e-2 * scale!r}")[0], traj)
+    _assert_same_params(scaled, by_lr)
+    _, plain, _ = _one_update(_case(*base, "ppo.lr=1e-2")[0], traj)
+    assert _moved(before, scaled) / _moved(before, plain) == pytest.approx(scale, rel=0.05)

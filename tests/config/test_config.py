@@ -77,6 +77,8 @@ def test_config_is_frozen():
         (["groups.schedule=cutoff"], "groups.max_staleness"),
         (["groups.checkpoint_every=0"], "groups.checkpoint_every"),
         (["runtime.standby_learner=true"], "runtime.standby_learner"),  # no restart_learner
+        (["staleness.correct=false", "staleness.scale_lr=true"], "staleness.scale_lr"),
+        (["algo=impala", "staleness.scale_lr=true"], "staleness.scale_lr"),  # PPO's
     ],
 )
 def test_bad_values_name_the_key(overrides, key):

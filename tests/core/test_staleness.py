@@ -106,3 +106,10 @@ def test_step_versions_fault_known_values():
     assert S.step_versions_fault(honest, 3, 4) == "ahead"  # step 3 used a version not yet made
     assert S.step_versions_fault(honest - 4, -1, 5) == "negative"
     assert S.step_versions_fault(honest, -1, 5) == "negative"
+
+
+def test_lr_scale_is_the_mean_weight_over_the_kept_samples_and_one_when_none_is():
+    w = jnp.array([0.5, 1.0, 0.25, 2.0])
+    kept = jnp.array([1.0, 1.0, 1.0, 0.0])  # the last is dropped: its weight does not count
+    assert float(S.lr_scale(w, kept)) == pytest.approx((0.5 + 1.0 + 0.25) / 3)
+    assert float(S.lr_scale(w, jnp.zeros(4))) == 1.0

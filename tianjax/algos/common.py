@@ -81,12 +81,19 @@ def replay_step(
 
 def check_schedule_by_age(config: Config) -> None:
     """An algorithm that weighs samples by their age only (no pi_0 / mu of its own to measure
-    a divergence with) refuses staleness.schedule divergence, which is PPO's."""
+        a divergence with) refuses staleness.schedule divergence, which is PPO's, and
+    staleness.scale_lr, which is also PPO's."""
     check_key(
         config.staleness.schedule != "divergence",
         "staleness.schedule",
         f"'divergence' weighs by log pi_0 / mu, which PPO's update has; {config.algo} "
         "weighs by tau only (constant, polynomial, exponential, hinge, cutoff)",
+    )
+    check_key(
+        not config.staleness.scale_lr,
+        "staleness.scale_lr",
+        f"puts a batch's mean w(tau) on PPO's learning rate; {config.algo}'s update has no "
+        "such step (set it false)",
     )
 
 

@@ -49,8 +49,13 @@ class StalenessConfig:
     # there), for weights bounded by 1; see tianjax/algos/ppo.py
     rho_bar: float = 1.0
     # rescale weights to mean 1 over the kept samples of a batch (self-normalised: biased by
-    # O(1/N), and the step does not shrink with the mass the truncation removed)
+    # O(1/N)); a constant factor on a batch's weights does not change Adam's step either way
     normalise: bool = True
+    # PPO: multiply each update's learning rate by the mean unnormalised w(tau) of its kept
+    # samples. Adam divides a gradient scaled by a constant c by the same c, so a discount of
+    # a batch that is stale as a whole does nothing as a loss weight: it has to act on the
+    # step (see tianjax/core/staleness.py)
+    scale_lr: bool = False
     # actors act with the parameters of exactly this many updates ago (fused mode: a ring of
     # past versions in the loop's state, the first K updates acting with version 0, so tau
     # is exact and deterministic; async: each actor's ring of the versions it received, at
@@ -67,6 +72,11 @@ class StalenessConfig:
         )
         _check_schedule(self, "staleness")
         check_key(self.rho_bar > 0, "staleness.rho_bar", f"must be > 0, got {self.rho_bar}")
+        check_key(
+            self.correct or not self.scale_lr,
+            "staleness.scale_lr",
+            "needs staleness.correct: true (textbook PPO computes no weights to scale by)",
+        )
 
 
 @dataclass(frozen=True)

@@ -13,10 +13,26 @@ rho is a constant of the update (no gradient), and a decoupled loss (tianjax.alg
 multiplies it in once, as part of the sample weight w_i * rho_i.
 
 Normalisation (on by default): the weights of a batch are rescaled to mean 1 over the kept
-samples, w_i <- w_i * n_kept / sum_j w_j. Without it, a batch of mostly stale samples would
-silently shrink the effective learning rate; with it, staleness only redistributes credit
-between the samples of a batch, and an all-fresh batch is weighted exactly 1 (so every
-corrected loss equals its plain form when tau = 0).
+samples, w_i <- w_i * n_kept / sum_j w_j, so staleness only redistributes credit between
+the samples of a batch, and an all-fresh batch is weighted exactly 1 (so every corrected
+loss equals its plain form when tau = 0).
+
+What a weight cannot do: shrink the step. The optimizer is Adam, whose step m / sqrt(v) is
+unchanged when every gradient is scaled by the same c > 0 (both moments scale with it; up
+to Adam's eps): a batch weighted by a constant c, as every batch is under a forced lag,
+moves the parameters as far as with weights 1, normalised or not. So the discount of a
+batch that is stale as a whole goes on the step: with `scale_lr`, the update's learning
+rate is multiplied by
+
+    s = mean_{i kept} w_i        (the unnormalised schedule weights, before the importance ratio)
+
+(`lr_scale`), e.g. (1 + K)^-power when every sample is K updates old. This is the step
+size rule of asynchronous SGD with delayed gradients, where a gradient tau updates old
+stays stable only for a step about 1 / tau times smaller (staleness-aware async SGD,
+Zhang et al., 2016, divides the rate by tau); the polynomial schedule is a milder form.
+It is off by default: in the forced-lag study (experiments/studies/staleness_robustness)
+it never helped and cost at large lags, where the lag slowed learning rather than
+destabilised it (docs/ideas.md).
 
 The divergence schedule (`divergence`, PPO) weighs a version by how far its policy is from
 pi_0 rather than by its age, as a bias-variance trade-off. A batch's gradient sums the
@@ -39,8 +55,8 @@ PPO's clip range: a version whose actions sit on average at the trust region's e
 counts half. Unlike (1 + tau)^-a it does not discount old samples of a policy that has not
 moved (late in a run, with an annealed learning rate), and it discounts more where the
 policy moved fast. Normalised (the default), it only moves credit between the versions of
-a mixed batch; with `normalise: false`, a batch whose versions all moved far also takes a
-smaller step (c_v applied as derived).
+a mixed batch; a batch whose versions all moved far takes a smaller step only with
+`scale_lr` (c_v applied as derived: `normalise: false` alone is divided out by Adam).
 
 Diagnostics (`diagnostics`, in every update's metrics): tau's min, mean and max over the
 batch; the effective sample size of the weights as a share of the batch,
@@ -216,6 +232,14 @@ def staleness_weights(
     return jax.lax.stop_gradient(w), mask
 
 
+def lr_scale(weights: Array, mask: Array) -> Array:
+    """The mean of the unnormalised `weights` over the samples where `mask` is set (1 where
+    none is): the factor `staleness.scale_lr` puts on an update's learning rate."""
+    n_kept = jnp.sum(mask)
+    mean = jnp.sum(weights * mask) / jnp.maximum(n_kept, 1.0)
+    return jax.lax.stop_gradient(jnp.where(n_kept > 0, mean, 1.0))
+
+
 def diagnostics(tau: Array, weight: Array, kept: Array | None, cut: Array | None) -> dict:
     """The staleness diagnostics of one batch (any shape, all alike): tau_min, tau_mean,
     tau_max, weight_ess (a share of the batch, see the module docstring), behaviour_clip_frac
@@ -252,6 +276,7 @@ __all__ = [
     "divergence",
     "exponential",
     "hinge",
+    "lr_scale",
     "Schedule",
     "normalise",
     "polynomial",

@@ -25,7 +25,7 @@ anchor and w_i (`ppo.correction`; `staleness.correct: false` is the textbook los
   the learner's critic V_0, V_p = V_0. With `ppo.behaviour_clip` (decoupled only), also
       w_i <- w_i * (1 - m_i),  m_i = [A_i > 0 and pi_0/mu > 1 + eps] or [A_i < 0 and pi_0/mu < 1 - eps]
   (the samples the textbook clip, centred on mu, stops at the first step; not
-  renormalised, so the step shrinks with the share cut). It is on by default
+  renormalised, so the gradient shrinks with the share cut). It is on by default
   (`behaviour_clip: null`): tianjax's correction is decoupled with the behaviour clip.
 - a3po (A-3PO, arXiv 2512.06547: the proximal policy interpolated by version instead of
   computed): with alpha_i = tau_i / (tau_i + 1), i.e. (v_prox - v_mu) / (v_theta - v_mu)
@@ -63,6 +63,14 @@ the more the two differ (V-trace's argument), in exchange for weights bounded by
 GAE is not off-policy corrected (`ppo.truncated_traces` off): a stale trajectory's advantage
 estimates what mu's continuation is worth under V_0, not pi_0's.
 
+The step (`staleness.scale_lr`, decoupled, a3po and m2po). Adam divides out a constant
+factor on the loss, so the weights above cannot make a batch that is stale as a whole take
+a smaller step; with scale_lr each gradient step of the update uses the learning rate
+
+    lr_t * s,    s = mean over the kept samples of w(tau_i) unnormalised (before min(rho_bar, .))
+
+(tianjax.core.staleness.lr_scale; s = 1 when tau = 0, so the equivalence below holds).
+
 Why decoupled. Its policy gradient at theta = theta_0 is -(1/N) sum_i w_i A_i grad log
 pi_theta(a_i|s_i): the importance correction from mu to pi_0 enters exactly once, through
 w_i. Taking the ratio against mu instead (the textbook form) centres the clip on mu, so a
@@ -77,6 +85,7 @@ second forward pass).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import NamedTuple
 
 import chex
@@ -120,6 +129,8 @@ class PPOBatch(NamedTuple):
     tau: jax.Array | None = None  # [N] staleness (float32): a3po's alpha, and the diagnostics
     kept: jax.Array | None = None  # [N] 1 where tau <= max_staleness (diagnostics)
     cut: jax.Array | None = None  # [N] 1 where the behaviour clip cut the sample (diagnostics)
+    # [N] w(tau) before normalisation and the importance weight (staleness.scale_lr)
+    schedule_weight: jax.Array | None = None
 
 
 CORRECTIONS = ("decoupled", "a3po", "m2po")
@@ -282,6 +293,11 @@ def make_batch(
         w, mask = S.staleness_weights(
             state.version, traj.version, config.staleness, log_pi0 - log_mu, cfg.clip_eps
         )
+        if config.staleness.scale_lr:
+            raw = dataclasses.replace(config.staleness, normalise=False)
+            schedule_w, _ = S.staleness_weights(
+                state.version, traj.version, raw, log_pi0 - log_mu, cfg.clip_eps
+            )
         _, last_v0 = apply_fn(state.params, traj.last_obs)
         _, trunc_v0 = apply_fn(state.params, traj.trunc_obs)  # [B]
         at_cut = jnp.arange(T)[:, None] == traj.trunc_t[None, :]
@@ -298,6 +314,8 @@ def make_batch(
         log_prox, v0, boot = log_mu, traj.behaviour_value, traj.bootstrap_value
         last_v0 = apply_fn(state.params, traj.last_obs)[1]
         traces = None
+    if not (correct_staleness and config.staleness.scale_lr):
+        schedule_w = None
     sg = jax.lax.stop_gradient
     adv, target = advantages(traj, v0, last_v0, boot, cfg.gamma, cfg.gae_lambda, traces)
     # once, over the whole batch, before the mask: the mask below and the loss see the same
@@ -305,8 +323,8 @@ def make_batch(
     adv = weighted_normalise(adv, w)
     cut = jnp.zeros_like(w)
     if correct_staleness and cfg.clips_behaviour:
-        # the samples left keep their weights, so the step shrinks with the share the learner
-        # has already acted on, as the textbook one does
+        # the samples left keep their weights, so the gradient shrinks with the share the
+        # learner has already acted on, as the textbook one does
         cut = already_moved(adv, log_pi0, log_mu, cfg.clip_eps)
         w = w * (1.0 - cut)
     return PPOBatch(
@@ -320,6 +338,7 @@ def make_batch(
         sg(tau),
         sg(mask),
         sg(cut),
+        None if schedule_w is None else sg(schedule_w),
     )
 
 
@@ -386,6 +405,8 @@ def make(
         lrs = lr_at(step_progress(state.fresh_steps, fresh, steps, num_grad)).reshape(
             cfg.num_epochs, cfg.num_minibatches
         )
+        if batch.schedule_weight is not None:  # staleness.scale_lr
+            lrs = lrs * S.lr_scale(batch.schedule_weight, batch.kept)
 
         def epoch(carry, xs):
             key, epoch_lrs = xs
