@@ -90,13 +90,30 @@ LOSSES = {
         "staleness.power=0.5",
         "ppo.behaviour_clip=true",
     ],
-    # tianjax with the derived divergence weight applied as derived (not normalised: a batch
-    # whose version moved far from pi_0 takes a smaller step)
+    # tianjax with the derived divergence weight applied as derived: a batch whose versions
+    # moved far from pi_0 takes a smaller step (staleness.scale_lr: the batch's mean weight
+    # on the learning rate; as an unnormalised loss weight Adam would divide it out)
     "tianjax-div": [
         "ppo.correction=decoupled",
         "staleness.schedule=divergence",
-        "staleness.normalise=false",
+        "staleness.scale_lr=true",
         "ppo.behaviour_clip=true",
+    ],
+    # tianjax with w(tau) on the step: each update's learning rate times the batch's mean
+    # unnormalised w(tau) (staleness.scale_lr; Adam cancels it as a constant loss weight)
+    "tianjax-lr": [
+        "ppo.correction=decoupled",
+        "staleness.schedule=polynomial",
+        "staleness.power=0.5",
+        "staleness.scale_lr=true",
+        "ppo.behaviour_clip=true",
+    ],
+    "decoupled-lr": [
+        "ppo.correction=decoupled",
+        "staleness.schedule=polynomial",
+        "staleness.power=0.5",
+        "staleness.scale_lr=true",
+        "ppo.behaviour_clip=false",
     ],
     "a3po": ["ppo.correction=a3po", "staleness.schedule=constant"],
     "m2po": ["ppo.correction=m2po", "staleness.schedule=constant"],
