@@ -3,13 +3,14 @@ per command as docs/multihost.md writes them, curve security (the default of `ti
 launch`), real processes: the averager and group 0's learner on host0, group 1's learner
 on host1, group 0's actors (ids 0 and 2) on host2 and group 1's (1 and 3) on host3.
 
-- 2 groups of 2 actors reach the target (each group's moving average of 100 episodes
-  reaches 475 during the run: a PPO policy's return can dip after that, as one group's did
-  to 417 by the end on a loaded machine), every round's deltas merged;
-- group 1's learner host cut off for 20 s mid-run: group 0 goes on at 0.8 or more of its
-  updates/s from before the cut; group 1 rejoins once the link heals and its first delta
-  after that is merged; the run reaches its target; and in every group each trajectory an
-  actor sent was admitted, refused on arrival, or counted lost (none is unaccounted for).
+2 groups of 2 actors, group 1's learner host cut off for 20 s mid-run: group 0 goes on at
+0.8 or more of its updates/s from before the cut; group 1 rejoins once the link heals and
+its first delta after that is merged; both groups end at their budgets, every delta merged
+and none lost, and reach the target (each group's moving average of 100 episodes reaches
+475 during the run: a PPO policy's return can dip after that, as one group's did to 417 by
+the end on a loaded machine); and in every group each trajectory an actor sent was
+admitted, refused on arrival, or counted lost (none is unaccounted for). (Without the cut,
+the same run is docs/multihost.md's; one run checks both, for the suite's time.)
 """
 
 from __future__ import annotations
@@ -85,30 +86,6 @@ def _accounted(s: dict, config_steps: int) -> None:
         assert c.get("sent", 0) <= arrived + s["trajectories_written_off"], (actor, c)
 
 
-@pytest.mark.slow
-def test_two_groups_of_two_actors_on_four_hosts_reach_the_target(
-    make_cluster, host_procs, tmp_path
-):
-    cluster = make_cluster(HOSTS, hosts_style="debian")
-    run_dir = tmp_path / "run"
-    procs = _start(cluster, host_procs, run_dir)
-    _wait_all(host_procs, procs, 300)
-    assert "(curve)" in host_procs.stdout(procs["averager"])
-    reached = []
-    for g in (0, 1):
-        s = read_summary(run_dir / f"group-{g}")
-        assert s["env_steps"] == 120_000 // (2 * 16 * 32) * 2 * 16 * 32
-        assert s["group_deltas_merged"] >= 5 and s["group_deltas_lost"] == 0, s
-        assert s["group_final_delta_sent"], s
-        _accounted(s, 16 * 32)
-        reached.append((s["convergence_time_s"], s["final_return"]))
-    a = read_summary(run_dir / "averager")
-    assert a["rounds"] >= 5 and a["deltas_dropped"] == 0 and a["groups_done"] == [0, 1], a
-    assert a["rejected_messages"] == 0 and not a["handshakes_refused"], a
-    # each group's moving average of 100 episodes reached the target (475) during the run
-    assert all(t is not None for t, _ in reached), reached
-
-
 def _updates_per_s(run_dir, t0: float, t1: float) -> float:
     """A group's updates per second between two of its records' wall times."""
     recs = [r for r in records(run_dir) if t0 <= r["wall_time_s"] <= t1]
@@ -167,9 +144,14 @@ def test_a_group_whose_learner_host_is_cut_off_rejoins_and_the_other_goes_on(
     assert s1["group_averages_merged"] >= 3 and s1["group_deltas_merged"] >= 3, s1
     assert s1["group_deltas_lost"] == 0 and s1["group_deltas_dropped"] == 0, s1
     a = read_summary(av)
-    assert a["groups_done"] == [0, 1], a
-    # nothing lost on the way, in either group
+    assert a["groups_done"] == [0, 1] and a["rounds"] >= 5 and a["deltas_dropped"] == 0, a
+    assert a["rejected_messages"] == 0 and not a["handshakes_refused"], a
+    assert "(curve)" in host_procs.stdout(procs["averager"])
+    # each group ended at its budget, its last delta sent, nothing lost on the way
     for s in (s0, s1):
+        assert s["env_steps"] == 120_000 // (2 * 16 * 32) * 2 * 16 * 32, s
+        assert s["group_deltas_merged"] >= 3 and s["group_deltas_lost"] == 0, s
+        assert s["group_final_delta_sent"], s
         _accounted(s, 16 * 32)
     # and the run reached its target (475) in each group, its cut notwithstanding
     assert s0["convergence_time_s"] is not None and s1["convergence_time_s"] is not None, (s0, s1)

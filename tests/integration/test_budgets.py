@@ -46,23 +46,23 @@ SMALL_IMPALA = ["env_backend=envpool", "num_envs=4", "rollout_len=32", "impala.n
 # lowest count the bound allows (4095 - 4 * 128 = 3583, plus one)
 EDGE = 8 * 4 * 4 * 32 - 1
 
-CASES = {  # mode-algo-actors: (config, overrides); every budget is TOTAL unless the overrides say
+# mode-algo-actors: (config, overrides); every budget is TOTAL unless the overrides say. The
+# runtime's cases take 1 and 4 actors (impala 2): what 2 would add to the bound, the two ends
+# already check, and each case is a run of its own in the suite's time
+CASES = {
     "fused-ppo": (PPO_FUSED, SMALL_PPO),
     "fused-dqn": (DQN, ["num_envs=4", "rollout_len=16"]),
     "fused-impala": (IMPALA, ["num_envs=4", "rollout_len=32", "impala.num_minibatches=2"]),
     "host-ppo": (HOST, ["num_envs=8", "rollout_len=32", "ppo.num_minibatches=2"]),
     "sync-ppo-1": (ASYNC_CFG, ["mode=sync", "num_actors=1", *SMALL_PPO, "ppo.num_minibatches=4"]),
-    "sync-ppo-2": (ASYNC_CFG, ["mode=sync", "num_actors=2", *SMALL_PPO]),
     "sync-ppo-4-edge": (
         ASYNC_CFG,
         ["mode=sync", "num_actors=4", *SMALL_PPO, f"total_env_steps={EDGE}"],
     ),
     "sync-impala-2": (IMPALA, ["mode=sync", "num_actors=2", *SMALL_IMPALA]),
     "async-ppo-1": (ASYNC_CFG, ["num_actors=1", *SMALL_PPO, "ppo.num_minibatches=4"]),
-    "async-ppo-2": (ASYNC_CFG, ["num_actors=2", *SMALL_PPO]),
     "async-ppo-4": (ASYNC_CFG, ["num_actors=4", *SMALL_PPO]),
     "async-dqn-1": (DQN, ["mode=async", "num_actors=1", *SMALL_DQN]),
-    "async-dqn-2": (DQN, ["mode=async", "num_actors=2", *SMALL_DQN]),
     "async-dqn-4": (DQN, ["mode=async", "num_actors=4", *SMALL_DQN, "total_env_steps=5000"]),
     "async-impala-2": (IMPALA, ["mode=async", "num_actors=2", *SMALL_IMPALA]),
 }
@@ -174,7 +174,7 @@ def _record_acting(calls: list, sends: list):
     return instrument
 
 
-@pytest.mark.parametrize("num_actors", [1, 2, 4])
+@pytest.mark.parametrize("num_actors", [1, 4])
 def test_async_dqn_actors_explore_on_one_global_schedule(tmp_path, num_actors):
     config = load_config(
         DQN,
