@@ -401,6 +401,25 @@ def test_behaviour_clip_zeroes_exactly_the_samples_the_textbook_clip_stops_at_th
     )
 
 
+def test_behaviour_clip_eps_sets_the_range_the_behaviour_clip_cuts_beyond():
+    cfg, params, traj, state, rho = _decoupled_case()
+    plain = make_batch(_linear_apply, cfg, state, traj, correct_staleness=True)
+    a_hat = np.asarray(plain.advantage, np.float64)
+    for eps_b, want_cut in ((None, 0.2), (0.8, 0.8), (1.5, 1.5)):
+        ppo = dataclasses.replace(cfg.ppo, behaviour_clip=True, behaviour_clip_eps=eps_b)
+        batch = make_batch(
+            _linear_apply, dataclasses.replace(cfg, ppo=ppo), state, traj, correct_staleness=True
+        )
+        moved = ((a_hat > 0) & (rho > 1 + want_cut)) | ((a_hat < 0) & (rho < 1 - want_cut))
+        np.testing.assert_array_equal(batch.cut, moved.astype(np.float32), err_msg=str(eps_b))
+    # the case tells the ranges apart: 2, 1 and 0 samples cut
+    cuts = [
+        int((((a_hat > 0) & (rho > 1 + e)) | ((a_hat < 0) & (rho < 1 - e))).sum())
+        for e in (0.2, 0.8, 1.5)
+    ]
+    assert cuts == [2, 1, 0], cuts
+
+
 def test_advantages_are_normalised_once_over_the_batch_before_the_mask_and_the_loss_keeps_them():
     cfg, params, traj, state, rho = _decoupled_case()
     cfg = dataclasses.replace(cfg, ppo=dataclasses.replace(cfg.ppo, behaviour_clip=True))

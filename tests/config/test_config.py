@@ -79,6 +79,8 @@ def test_config_is_frozen():
         (["runtime.standby_learner=true"], "runtime.standby_learner"),  # no restart_learner
         (["staleness.correct=false", "staleness.scale_lr=true"], "staleness.scale_lr"),
         (["algo=impala", "staleness.scale_lr=true"], "staleness.scale_lr"),  # PPO's
+        (["ppo.behaviour_clip_eps=0"], "ppo.behaviour_clip_eps"),
+        (["ppo.behaviour_clip=false", "ppo.behaviour_clip_eps=0.5"], "ppo.behaviour_clip_eps"),
     ],
 )
 def test_bad_values_name_the_key(overrides, key):

@@ -115,6 +115,13 @@ LOSSES = {
         "staleness.scale_lr=true",
         "ppo.behaviour_clip=false",
     ],
+    "tianjax-wide": [
+        "ppo.correction=decoupled",
+        "staleness.schedule=polynomial",
+        "staleness.power=0.5",
+        "ppo.behaviour_clip=true",
+        "ppo.behaviour_clip_eps=0.5",
+    ],
     "a3po": ["ppo.correction=a3po", "staleness.schedule=constant"],
     "m2po": ["ppo.correction=m2po", "staleness.schedule=constant"],
     # IMPALA's V-trace on the same env (its own section's defaults, the env's network)

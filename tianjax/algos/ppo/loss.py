@@ -23,9 +23,10 @@ anchor and w_i (`ppo.correction`; `staleness.correct: false` is the textbook los
       w_i = normalise( w(tau_i) * min(rho_bar, pi_0/mu)_i * [tau_i <= max_staleness] )
   with `staleness.schedule: constant` (w(tau) = 1) this is AReaL's decoupled PPO; GAE with
   the learner's critic V_0, V_p = V_0. With `ppo.behaviour_clip` (decoupled only), also
-      w_i <- w_i * (1 - m_i),  m_i = [A_i > 0 and pi_0/mu > 1 + eps] or [A_i < 0 and pi_0/mu < 1 - eps]
-  (the samples the textbook clip, centred on mu, stops at the first step; not
-  renormalised, so the gradient shrinks with the share cut). It is on by default
+      w_i <- w_i * (1 - m_i),  m_i = [A_i > 0 and pi_0/mu > 1 + eps_b] or [A_i < 0 and pi_0/mu < 1 - eps_b]
+  with eps_b = `ppo.behaviour_clip_eps` (null: eps, and these are the samples the textbook
+  clip, centred on mu, stops at the first step; not renormalised, so the gradient shrinks
+  with the share cut). It is on by default
   (`behaviour_clip: null`): tianjax's correction is decoupled with the behaviour clip.
 - a3po (A-3PO, arXiv 2512.06547: the proximal policy interpolated by version instead of
   computed): with alpha_i = tau_i / (tau_i + 1), i.e. (v_prox - v_mu) / (v_theta - v_mu)
@@ -325,7 +326,7 @@ def make_batch(
     if correct_staleness and cfg.clips_behaviour:
         # the samples left keep their weights, so the gradient shrinks with the share the
         # learner has already acted on, as the textbook one does
-        cut = already_moved(adv, log_pi0, log_mu, cfg.clip_eps)
+        cut = already_moved(adv, log_pi0, log_mu, cfg.behaviour_clip_eps or cfg.clip_eps)
         w = w * (1.0 - cut)
     return PPOBatch(
         traj.obs,
