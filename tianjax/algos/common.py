@@ -81,8 +81,8 @@ def replay_step(
 
 def check_schedule_by_age(config: Config) -> None:
     """An algorithm that weighs samples by their age only (no pi_0 / mu of its own to measure
-        a divergence with) refuses staleness.schedule divergence, which is PPO's, and
-    staleness.scale_lr, which is also PPO's."""
+    a divergence with) refuses PPO's staleness options: staleness.schedule divergence and
+    staleness.scale_lr."""
     check_key(
         config.staleness.schedule != "divergence",
         "staleness.schedule",

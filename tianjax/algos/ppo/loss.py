@@ -288,6 +288,7 @@ def make_batch(
     T, B = traj.reward.shape
     tau = S.staleness(jnp.asarray(state.version, jnp.int32), traj.version).astype(jnp.float32)
     log_mu = traj.behaviour_log_prob
+    schedule_w = None  # w(tau) unnormalised, for staleness.scale_lr
     if correct_staleness:
         dist0, v0 = apply_fn(state.params, traj.obs)
         log_pi0 = D.log_prob(dist0, traj.action)
@@ -315,8 +316,6 @@ def make_batch(
         log_prox, v0, boot = log_mu, traj.behaviour_value, traj.bootstrap_value
         last_v0 = apply_fn(state.params, traj.last_obs)[1]
         traces = None
-    if not (correct_staleness and config.staleness.scale_lr):
-        schedule_w = None
     sg = jax.lax.stop_gradient
     adv, target = advantages(traj, v0, last_v0, boot, cfg.gamma, cfg.gae_lambda, traces)
     # once, over the whole batch, before the mask: the mask below and the loss see the same
