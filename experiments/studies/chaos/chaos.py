@@ -198,16 +198,22 @@ def run_once(args, hosts: Hosts, run_dir: str, chaos: bool) -> dict:
         )
     finally:
         faults.end_due(force=True)
+        stop_s = None
         if launcher.poll() is None:
+            t_stop = time.monotonic()
             launcher.send_signal(signal.SIGTERM)
             try:
                 launcher.wait(timeout=args.stop_grace)
+                stop_s = time.monotonic() - t_stop
             except subprocess.TimeoutExpired:
                 ended += "; killed after the stop grace"
+                # every thread's stack into launcher.err first: where the stop hung
+                launcher.send_signal(signal.SIGUSR1)
+                time.sleep(1.0)
                 os.killpg(launcher.pid, signal.SIGKILL)
                 launcher.wait()
     out = _figures(args, run_dir, chaos, ended, launcher.returncode, t_train, faults.done)
-    return {**out, "faults_skipped": faults.skipped}
+    return {**out, "stop_s": stop_s, "faults_skipped": faults.skipped}
 
 
 def _target(f: dict) -> str:

@@ -43,6 +43,7 @@ from tianjax.metrics import EpisodeTracker, Progress, RunLogger
 from tianjax.metrics.logger import read_metrics, write_json_atomic
 from tianjax.runtime.groups import shares
 from tianjax.runtime.groups.averager import final_average
+from tianjax.runtime.process import shutdown
 from tianjax.runtime.record.outcome import RunOutcome
 from tianjax.runtime.runners.local import (
     RESULT_FILE,
@@ -227,12 +228,16 @@ def run_groups(config: Config, logger: RunLogger, progress: Progress) -> RunOutc
             groups.append(
                 _Group(config, g, run_key, averager.endpoints, private and private.path, t0)
             )
-        while any(grp.ended is None for grp in groups):
-            time.sleep(0.1)
-            averager.check()
-            for grp in groups:
-                if grp.ended is None:
-                    _supervise(config, grp)
+        # a SIGTERM only sets the stop flag in here, taken at the next pass (see run_local's
+        # learner-process loop)
+        with shutdown.critical():
+            while any(grp.ended is None for grp in groups):
+                shutdown.check()
+                time.sleep(0.1)
+                averager.check()
+                for grp in groups:
+                    if grp.ended is None:
+                        _supervise(config, grp)
     except KeyboardInterrupt:
         interrupted = True  # each learner process, stopped below, checkpoints and reports
     finally:

@@ -44,6 +44,7 @@ from tianjax.launch.supervisor import ActorSupervisor, describe, python_path
 from tianjax.metrics import Progress, RunLogger
 from tianjax.runtime.learner.learner import Learner
 from tianjax.runtime.modes import mode_of
+from tianjax.runtime.process import shutdown
 from tianjax.runtime.record.outcome import RunOutcome
 from tianjax.transport.auth import KEY_ENV, new_run_key
 
@@ -367,39 +368,46 @@ def _run_with_learner_process(config: Config, logger: RunLogger, progress: Progr
         evaluator = _evaluator(config, endpoints, run_key, log_dir, run_dir)
         if evaluator is not None:
             evaluator.start_all()
-        while True:
-            events = learner.events(0.1)
-            code = learner.poll()
-            if code is not None:
-                events += learner.rest()
-                if code == 0:
-                    break
-                why = f"; it failed with {learner.failure}" if learner.failure else ""
-                if (
-                    code in (130, 143)
-                    or not config.runtime.restart_learner
-                    or learner_restarts >= config.runtime.max_learner_restarts
-                ):
+        # a SIGTERM only sets the stop flag in here, taken at the loop's next pass (within
+        # 0.1 s): raised between any two bytecodes it could land inside a Popen or a
+        # subprocess's wait lock and leave the stop below hung (tianjax.runtime.process.shutdown)
+        with shutdown.critical():
+            while True:
+                events = learner.events(0.1)
+                shutdown.check()  # before the exit code: a stopped learner's 130/143 is no failure
+                code = learner.poll()
+                if code is not None:
+                    events += learner.rest()
+                    if code == 0:
+                        break
+                    why = f"; it failed with {learner.failure}" if learner.failure else ""
+                    if (
+                        code in (130, 143)
+                        or not config.runtime.restart_learner
+                        or learner_restarts >= config.runtime.max_learner_restarts
+                    ):
+                        where = _last_checkpoint(run_dir)
+                        raise LearnerFailure(
+                            f"the learner process exited with code {code}; {where}{why}"
+                        )
+                    learner_restarts += 1
+                    # from its newest checkpoint (or, if it wrote none, from where this run began)
+                    resume = run_dir if ckpt.has_checkpoint(run_dir) else config.resume
+                    learner, warm = standby.next_learner(resume, cold)
                     where = _last_checkpoint(run_dir)
-                    raise LearnerFailure(
-                        f"the learner process exited with code {code}; {where}{why}"
+                    print(
+                        f"tianjax: warning: the learner process exited with code {code}; restarting it "
+                        f"({learner_restarts}/{config.runtime.max_learner_restarts}) from {where}{why}"
+                        + (" (its warm standby took over)" if warm else ""),
+                        file=sys.stderr,
+                        flush=True,
                     )
-                learner_restarts += 1
-                # from its newest checkpoint (or, if it wrote none, from where this run began)
-                resume = run_dir if ckpt.has_checkpoint(run_dir) else config.resume
-                learner, warm = standby.next_learner(resume, cold)
-                where = _last_checkpoint(run_dir)
-                print(
-                    f"tianjax: warning: the learner process exited with code {code}; restarting it "
-                    f"({learner_restarts}/{config.runtime.max_learner_restarts}) from {where}{why}"
-                    + (" (its warm standby took over)" if warm else ""),
-                    file=sys.stderr,
-                    flush=True,
-                )
-                continue
-            silent = [i for ev in events if ev["tianjax_event"] == "silent" for i in ev["actors"]]
-            supervise_actors(config, actors, silent, log_dir)
-            _supervise_evaluator(evaluator, log_dir)
+                    continue
+                silent = [
+                    i for ev in events if ev["tianjax_event"] == "silent" for i in ev["actors"]
+                ]
+                supervise_actors(config, actors, silent, log_dir)
+                _supervise_evaluator(evaluator, log_dir)
     except KeyboardInterrupt:
         interrupted = True  # the learner process, stopped below, checkpoints and reports
     finally:
