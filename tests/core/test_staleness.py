@@ -113,3 +113,20 @@ def test_lr_scale_is_the_mean_weight_over_the_kept_samples_and_one_when_none_is(
     kept = jnp.array([1.0, 1.0, 1.0, 0.0])  # the last is dropped: its weight does not count
     assert float(S.lr_scale(w, kept)) == pytest.approx((0.5 + 1.0 + 0.25) / 3)
     assert float(S.lr_scale(w, jnp.zeros(4))) == 1.0
+
+
+def test_diagnostics_known_values_and_a_batch_that_dropped_nothing_is_exactly_zero():
+    # 1,536 samples (3 trajectories of 16 x 32): 1/1,536 is inexact in float32, and
+    # 1 - mean(kept) came out at -3e-8 under jit
+    kept = jnp.ones((3, 16, 32), bool)
+    tau = jnp.zeros(kept.shape).at[0, 0, :4].set(jnp.array([1.0, 2.0, 3.0, 6.0]))
+    w = jnp.ones(kept.shape)
+    d = jax.jit(S.diagnostics)(tau, w, kept, kept.at[1].set(False))
+    assert float(d["stale_dropped_frac"]) == 0.0
+    assert float(d["tau_min"]) == 0 and float(d["tau_max"]) == 6
+    assert float(d["tau_mean"]) == pytest.approx(12 / 1536)
+    assert float(d["behaviour_clip_frac"]) == pytest.approx(2 / 3)
+    assert float(d["weight_ess"]) == pytest.approx(1.0)
+    # a quarter dropped; ess of weights (2, 0, 0, 0) is 4 / (4 * 4) of the batch
+    d = S.diagnostics(jnp.zeros(4), jnp.array([2.0, 0, 0, 0]), jnp.array([1, 1, 1, 0], bool), None)
+    assert float(d["stale_dropped_frac"]) == 0.25 and float(d["weight_ess"]) == 0.25

@@ -256,9 +256,12 @@ def diagnostics(tau: Array, weight: Array, kept: Array | None, cut: Array | None
             "tau_max": jnp.max(tau),
             "weight_ess": ess,
             "behaviour_clip_frac": zero if cut is None else jnp.mean(cut.astype(jnp.float32)),
+            # the mean of the dropped, not 1 - the mean of the kept: XLA's mean multiplies
+            # by 1/n, inexact where n is no power of 2, and a batch that dropped nothing
+            # came out at -3e-8
             "stale_dropped_frac": zero
             if kept is None
-            else 1.0 - jnp.mean(kept.astype(jnp.float32)),
+            else jnp.mean(1.0 - kept.astype(jnp.float32)),
         }
     )
 
