@@ -111,6 +111,20 @@ def test_an_actors_ring_acts_with_the_version_k_behind_the_newest_it_holds():
 def test_forced_lag_is_refused_outside_fused_and_async_modes_and_must_be_a_whole_number():
     cfg = load_config("configs/ppo_cartpole_async.yaml", ["staleness.forced_lag=4"])
     assert cfg.staleness.forced_lag == 4
+    # a lag beyond max_staleness (8 there) would drop every sample and leave the learner
+    # waiting forever (actors 16 behind version 9 acted with version 0 until stopped)
+    with pytest.raises(ConfigError, match="staleness.forced_lag .16. or null") as e:
+        load_config("configs/ppo_cartpole_async.yaml", ["staleness.forced_lag=16"])
+    assert "'staleness.max_staleness'" in str(e.value)
+    with pytest.raises(ConfigError, match="staleness.max_staleness"):
+        load_config(
+            "configs/ppo_cartpole.yaml", ["staleness.forced_lag=4", "staleness.max_staleness=3"]
+        )
+    for eta in ("null", "16"):
+        load_config(
+            "configs/ppo_cartpole_async.yaml",
+            ["staleness.forced_lag=16", f"staleness.max_staleness={eta}"],
+        )
     with pytest.raises(ConfigError, match="staleness.forced_lag"):
         load_config("configs/ppo_cartpole_async.yaml", ["staleness.forced_lag=4", "mode=sync"])
     with pytest.raises(ConfigError, match="staleness.forced_lag"):

@@ -191,6 +191,14 @@ class Config:
                 f"actors (each keeps a ring of the versions it received), got mode '{self.mode}'"
                 + (" without actors" if self.mode == "async" else ""),
             )
+            k, eta = self.staleness.forced_lag, self.staleness.max_staleness
+            check_key(
+                eta is None or eta >= k,
+                "staleness.max_staleness",
+                f"must be >= staleness.forced_lag ({k}) or null: every sample is at least {k} "
+                "updates old and would be dropped, and the learner would wait forever (set "
+                "staleness.max_staleness=null)",
+            )
         if self.runtime.param_refresh == "step":
             check_key(
                 self._actors_step_in_python,
