@@ -127,6 +127,9 @@ LOSSES = {
     # IMPALA's V-trace on the same env (its own section's defaults, the env's network)
     "vtrace": ["algo=impala", "impala.num_minibatches=4"],
 }
+# episodes (one per env, each to its end) that evaluate a run's final learner parameters
+LEARNER_EPISODES = 128
+EVAL_SEED = 10_000
 # per-update metrics whose run means each line keeps
 DIAGNOSTICS = (
     "behaviour_clip_frac",
@@ -170,7 +173,8 @@ def done_groups() -> set:
     with open(RUNS) as f:
         for line in f:
             r = json.loads(line)
-            out.add((r["env"], r["loss"], r["lag"], r["seed"], r["steps"]))
+            if "learner_return" in r:  # older lines lack it: their groups run again
+                out.add((r["env"], r["loss"], r["lag"], r["seed"], r["steps"]))
     return out
 
 
@@ -206,6 +210,7 @@ def run_group(env: str, loss: str, lags: list[int], seeds: list[int], steps: int
     out = program(state, {"staleness.forced_lag": lag})
     metrics = jax.device_get(out.metrics)
     t2 = time.perf_counter()
+    learner = learner_returns(cfg, out.state.learner.params, [s for _, s in grid])
     os.makedirs(RESULTS, exist_ok=True)
     with open(RUNS, "a") as f:
         for i, (k, s) in enumerate(grid):
@@ -219,6 +224,7 @@ def run_group(env: str, loss: str, lags: list[int], seeds: list[int], steps: int
                 "steps": cfg.total_env_steps,
                 "updates": int(len(m["episodes"])),
                 "final_return": final,
+                "learner_return": learner[i],
                 "tau_mean_end": tau_end,
                 # means over the run's updates: what the correction did
                 "diagnostics": {
@@ -239,6 +245,34 @@ def run_group(env: str, loss: str, lags: list[int], seeds: list[int], steps: int
         f"(without compilation): {finals}",
         flush=True,
     )
+
+
+def learner_returns(cfg, params, seeds: list[int]) -> list[float]:
+    """The mean return of LEARNER_EPISODES episodes of each run's final learner parameters
+    (`params` stacked over the runs), actions sampled as the actors sample them: the policy
+    the run learned, where the training episodes show the one it acted with (K updates
+    older). Seed s's episodes use key(EVAL_SEED + s), the same at every K and loss."""
+    import jax
+    import numpy as np
+
+    from tianjax.algos import make_algorithm
+    from tianjax.core.evaluation import play_episodes
+    from tianjax.envs.factory import make_jax_env
+
+    env = make_jax_env(cfg.env_backend, cfg.env, cfg.env_options)
+    algo = make_algorithm(
+        cfg,
+        env.obs_shape,
+        env.action_spec,
+        correct_staleness=False,
+        obs_dtype=getattr(env, "obs_dtype", None),
+    )
+
+    def one(p, key):
+        return play_episodes(env, algo, p, key, LEARNER_EPISODES, greedy=False).returns.mean()
+
+    keys = jax.vmap(jax.random.key)(np.asarray([EVAL_SEED + s for s in seeds], np.uint32))
+    return [round(float(r), 4) for r in jax.device_get(jax.jit(jax.vmap(one))(params, keys))]
 
 
 def random_return(env: str, num_envs: int = 64, steps: int = 4000) -> float:
@@ -295,9 +329,14 @@ def randoms() -> dict:
     return have
 
 
-def load_runs(steps_of: dict | None = None) -> list[dict]:
+def load_runs() -> list[dict]:
+    """The runs of the runs file, the newest line of each (env, loss, lag, seed, steps)."""
+    newest = {}
     with open(RUNS) as f:
-        return [json.loads(line) for line in f]
+        for line in f:
+            r = json.loads(line)
+            newest[(r["env"], r["loss"], r["lag"], r["seed"], r["steps"])] = r
+    return list(newest.values())
 
 
 def fraction(r_k: float, r_0: float, random: float) -> float:
@@ -305,12 +344,18 @@ def fraction(r_k: float, r_0: float, random: float) -> float:
     return (r_k - random) / (r_0 - random) if r_0 != random else float("nan")
 
 
-def table(plot: bool) -> str:
+# what a fraction is of: the training episodes' return (the behaviour policy, K updates
+# old), or the final learner parameters' (learner_returns)
+OF = {"behaviour": "final_return", "learner": "learner_return"}
+
+
+def table(plot: bool, of: str = "behaviour") -> str:
     runs = load_runs()
     rand = randoms()
     by = {}
     for r in runs:
-        by.setdefault((r["env"], r["loss"], r["lag"]), {})[r["seed"]] = r["final_return"]
+        if OF[of] in r:
+            by.setdefault((r["env"], r["loss"], r["lag"]), {})[r["seed"]] = r[OF[of]]
     envs = [e for e in ENVS if any(k[0] == e for k in by)]
     losses = [lo for lo in LOSSES if any(k[1] == lo for k in by)]
     lags = sorted({k[2] for k in by})
@@ -318,8 +363,9 @@ def table(plot: bool) -> str:
     for env in envs:
         random = rand[env]
         lines.append(
-            f"\n{env} (random policy {random:g}; the K = 0 return, mean ± sd over seeds, then "
-            "the fraction at each K: of the seeds' mean [the lowest and highest seed's own])\n"
+            f"\n{env}, {WHAT[of]} (random policy {random:g}; the K = 0 return, mean ± sd over "
+            "seeds, then the fraction at each K: of the seeds' mean [the lowest and highest "
+            "seed's own])\n"
         )
         lines.append("| loss | K = 0 return | " + " | ".join(f"K = {k}" for k in lags if k) + " |")
         lines.append("|---|---:|" + "---:|" * len([k for k in lags if k]))
@@ -355,11 +401,17 @@ def table(plot: bool) -> str:
             )
     text = "\n".join(lines)
     if plot:
-        _plot(by, envs, losses, lags, rand)
+        _plot(by, envs, losses, lags, rand, of)
     return text
 
 
-def _plot(by, envs, losses, lags, rand) -> None:
+WHAT = {
+    "behaviour": "training episodes (the behaviour policy), last tenth of each run",
+    "learner": f"final learner parameters, {LEARNER_EPISODES} sampled-action episodes",
+}
+
+
+def _plot(by, envs, losses, lags, rand, of: str = "behaviour") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -407,13 +459,13 @@ def _plot(by, envs, losses, lags, rand) -> None:
         list(handles.values()), list(handles), loc="lower center", ncol=len(handles), fontsize=8
     )
     fig.suptitle(
-        "final return (training episodes, last tenth of each run) at lag K over the same "
-        "loss and seeds at K = 0; equal env steps; dotted: a loss whose K = 0 seeds did not "
-        "all learn",
+        f"final return ({WHAT[of]}) at lag K over the same loss and seeds at K = 0; equal "
+        "env steps; dotted: a loss whose K = 0 seeds did not all learn",
         fontsize=8,
     )
     fig.tight_layout(rect=(0, 0.08, 1, 1))
-    fig.savefig(os.path.join(RESULTS, "staleness_robustness.png"), dpi=110)
+    name = "staleness_robustness" + ("" if of == "behaviour" else "_learner")
+    fig.savefig(os.path.join(RESULTS, name + ".png"), dpi=110)
 
 
 def main():
@@ -430,14 +482,21 @@ def main():
     r.add_argument("--steps", type=int, default=None, help="total env steps (default: the env's)")
     t = sub.add_parser("table", help="print the table of results/runs.jsonl")
     t.add_argument(
-        "--plot", action="store_true", help="also write results/staleness_robustness.png"
+        "--plot", action="store_true", help="also write results/staleness_robustness[_learner].png"
+    )
+    t.add_argument(
+        "--of",
+        choices=list(OF),
+        default="behaviour",
+        help="the return a fraction is of: the training episodes' (default) or the final "
+        "learner parameters' (runs that have it)",
     )
     for p in (r, t):
         p.add_argument("--out", default=RUNS, help="the runs file (default: results/runs.jsonl)")
     args = ap.parse_args()
     RUNS = args.out
     if args.cmd == "table":
-        print(table(args.plot))
+        print(table(args.plot, args.of))
         return
     randoms()
     for env in args.envs:

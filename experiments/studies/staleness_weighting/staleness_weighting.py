@@ -18,6 +18,9 @@ set-point). The arms:
 - IS+bclip, w+IS+bclip: IS only and w(tau)+IS, and a sample whose pi_0 has already moved
   past the clip range from mu in the direction of its advantage gets weight 0
   (`ppo.behaviour_clip`: the textbook clip's first-step effect, kept inside the decoupled loss);
+- default, default-wide: the async configs' correction as shipped (weights
+  (1 + tau)^-0.5 * min(rho_bar, pi_0 / mu), the behaviour clip), and with the behaviour
+  clip's range widened from 0.2 to 0.5 (`ppo.behaviour_clip_eps=0.5`);
 - sync:      the same config in sync mode (no staleness), the reference for env steps.
 
 Per arm, over the seeds: final 100-episode return (mean), env steps and wall-clock time to
@@ -69,6 +72,10 @@ ARMS = {
         "staleness.power=1.0",
         "ppo.behaviour_clip=true",
     ],
+    # the shipped correction (w = (1 + tau)^-0.5), and with the behaviour clip's range
+    # widened to 0.5 (ppo.behaviour_clip_eps: the staleness_robustness study's tianjax-wide)
+    "default": ["ppo.behaviour_clip=true"],
+    "default-wide": ["ppo.behaviour_clip=true", "ppo.behaviour_clip_eps=0.5"],
     "sync": ["mode=sync", "runtime.batch_trajectories=null"],
 }
 
