@@ -4,6 +4,7 @@ as a fraction of the same loss's return at K = 0 with the same seeds.
     python experiments/studies/staleness_robustness/staleness_robustness.py run \\
         [--envs breakout ...] [--losses textbook ...] [--lags 0 4 16 64] [--seeds 3]
     python experiments/studies/staleness_robustness/staleness_robustness.py table [--plot]
+        [--of behaviour|learner] [--out RUNS_FILE]
 
 Fused mode with `staleness.forced_lag`: the rollout of the update at learner version V acts
 with the parameters of version max(V - K, 0) from a ring in the loop's state, so every
@@ -19,7 +20,10 @@ of a loss's final return at K, over its mean at K = 0 (the same seeds); for a re
 can be negative (Acrobot, Pendulum) the fraction is taken of the improvement over a random
 policy's return, (R_K - R_random) / (R_0 - R_random), so that 1 is "as good as K = 0" and
 0 "no better than random". Env steps are policy decisions, equal for every K (the same
-budget); the lag changes what is learned from, not how much.
+budget); the lag changes what is learned from, not how much. Learner return: the mean
+return of 128 episodes (sampled actions, one per env to its end) of the run's final
+learner parameters, the policy it learned rather than the one it acted with (`table --of
+learner`; results/learner_runs.jsonl holds the runs that have it).
 """
 
 from __future__ import annotations
@@ -149,6 +153,10 @@ def overrides_for(env: str, loss: str, lags: list[int]) -> tuple[str, list[str]]
     if loss == "vtrace":
         over = [o for o in over if not o.startswith(PPO_ONLY)]
     over += LOSSES[loss] + [f"staleness.forced_lag={max(max(lags), 1)}", "eval.episodes=0"]
+    if loss != "vtrace" and not any(o.startswith("ppo.behaviour_clip_eps=") for o in over):
+        # the loss as its row names it, whatever the config's range (the MinAtar configs
+        # ship 0.5, and refuse a range where a row turns the clip off)
+        over.append("ppo.behaviour_clip_eps=null")
     return config, over
 
 
@@ -173,8 +181,7 @@ def done_groups() -> set:
     with open(RUNS) as f:
         for line in f:
             r = json.loads(line)
-            if "learner_return" in r:  # older lines lack it: their groups run again
-                out.add((r["env"], r["loss"], r["lag"], r["seed"], r["steps"]))
+            out.add((r["env"], r["loss"], r["lag"], r["seed"], r["steps"]))
     return out
 
 

@@ -43,7 +43,9 @@ class PPOConfig:
     # the behaviour clip's range: it cuts where pi_0/mu is beyond 1 +- this (null: clip_eps).
     # Wider keeps more of what the learner has already acted on: at 0.5 with every sample 16
     # updates old SpaceInvaders-MinAtar kept 0.41 of its K = 0 return (0.14 at clip_eps 0.2)
-    # and Pendulum 0.79 (1.02): experiments/studies/staleness_robustness
+    # and Pendulum 0.79 (1.02): experiments/studies/staleness_robustness. The MinAtar
+    # configs set 0.5; in the async runtime on CartPole 0.5 and 0.2 could not be told apart
+    # (docs/ideas.md)
     behaviour_clip_eps: float | None = None
     # lr is the rate of a dense layer this many inputs wide; a wider one's Adam step is
     # scaled by lr_base_width / fan_in (tianjax.core.update.scale_by_fan_in); null: lr everywhere
@@ -90,7 +92,8 @@ class PPOConfig:
             "ppo.behaviour_clip_eps",
             f"must be > 0 and is the behaviour clip's range (ppo.behaviour_clip on, correction "
             f"decoupled), got {eps_b} with behaviour_clip {self.behaviour_clip} and "
-            f"correction '{self.correction}'",
+            f"correction '{self.correction}'"
+            + ("" if eps_b is None or eps_b <= 0 else " (set ppo.behaviour_clip_eps=null)"),
         )
 
     @property
