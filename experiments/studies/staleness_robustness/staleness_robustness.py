@@ -263,8 +263,8 @@ def learner_returns(cfg, params, seeds: list[int]) -> list[float]:
     import numpy as np
 
     from tianjax.algos import make_algorithm
-    from tianjax.core.evaluation import play_episodes
-    from tianjax.envs.factory import make_jax_env
+    from tianjax.core import play_episodes
+    from tianjax.envs import make_jax_env
 
     env = make_jax_env(cfg.env_backend, cfg.env, cfg.env_options)
     algo = make_algorithm(
