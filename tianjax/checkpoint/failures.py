@@ -64,25 +64,25 @@ class ErrorLinesOnly:
 
 
 class HeldStderr:
-    """Holds what is written to sys.stderr inside the block; writes it out at the end unless
-    discard() was called (a save that failed for want of space: its threads' tracebacks)."""
+    """Holds what is written to sys.stderr inside the block and writes it out at the end,
+    unless the block failed for want of space or descriptors: then its threads' tracebacks
+    are dropped, and sys.stderr goes straight from the buffer to ErrorLinesOnly, so a thread
+    of orbax's printing into its closed event loop finds no moment with the bare stderr."""
 
     def __enter__(self):
         import io
 
-        self._real, self._buf, self._keep = sys.stderr, io.StringIO(), True
+        self._real, self._buf = sys.stderr, io.StringIO()
         sys.stderr = self._buf
         return self
 
-    def discard(self) -> None:
-        self._keep = False
-
     def __exit__(self, *exc):
+        if exc[0] is not None and resource_errno(exc[1]) is not None:
+            sys.stderr = ErrorLinesOnly(self._real)
+            return False
         sys.stderr = self._real
         text = self._buf.getvalue()
-        if text and (
-            self._keep and exc[0] is None or exc[0] is not None and resource_errno(exc[1]) is None
-        ):
+        if text:
             self._real.write(text)
         return False
 

@@ -138,11 +138,10 @@ class Checkpointer:
             return  # already saved (a final save right after a periodic one)
         meta = dict(meta, step=int(step), digest_covers=DIGEST_COVERS)
         meta["digest"] = digest(state, meta)
-        held = HeldStderr()
         try:
             with (
                 quiet_loggers(("absl", "asyncio")),
-                held,
+                HeldStderr(),
             ):  # orbax's threads log each failure with a traceback
                 self._mgr.save(
                     int(step),
@@ -160,8 +159,7 @@ class Checkpointer:
             for name in os.listdir(self.directory):
                 if "orbax-checkpoint-tmp" in name:
                     shutil.rmtree(os.path.join(self.directory, name), ignore_errors=True)
-            held.discard()
-            only_error_lines()
+            only_error_lines()  # already so (HeldStderr); says why the run ends quietly
             raise OSError(failed, os.strerror(failed), self.directory) from None
         self._last = step
 
