@@ -21,6 +21,7 @@ from tianjax.transport.sockets import (
     Key,
     _Channel,
     address,
+    keep_alive,
     process_incarnation,
 )
 
@@ -141,8 +142,13 @@ class ControlClient(_Channel):
         ctx: zmq.Context | None = None,
         handshake: Handshake | None = None,
         incarnation: str | None = None,
+        heartbeats: bool = False,
     ):
+        """`heartbeats`: a silent connection is closed and made again
+        (tianjax.transport.sockets.keep_alive); what it held in flight is lost."""
         super().__init__(zmq.DEALER, ctx, CONTROL_MAX_BYTES, handshake)
+        if heartbeats:
+            keep_alive(self.socket)
         self._auth = as_authenticator(key)
         self.identity = identity
         self.incarnation = incarnation or process_incarnation()

@@ -18,6 +18,7 @@ from tianjax.transport.sockets import (
     _Channel,
     _default_max_bytes,
     address,
+    keep_alive,
     process_incarnation,
 )
 
@@ -42,8 +43,14 @@ class TrajectorySender(_Channel):
         ctx: zmq.Context | None = None,
         handshake: Handshake | None = None,
         incarnation: str | None = None,
+        heartbeats: bool = False,
     ):
+        """`heartbeats`: a connection that stays silent is closed and made again
+        (tianjax.transport.sockets.keep_alive), losing what it held in flight; without
+        them it keeps what it holds through a cut link, and waits out TCP's back-off."""
         super().__init__(zmq.PUSH, ctx, SENDER_MAX_BYTES, handshake)
+        if heartbeats:
+            keep_alive(self.socket)
         self._auth = as_authenticator(key)
         self.sender = sender
         self.incarnation = incarnation or process_incarnation()
@@ -57,6 +64,13 @@ class TrajectorySender(_Channel):
     def seq(self) -> int:
         """The sequence number of the newest message sent (-1: none yet)."""
         return self._seq
+
+    def reconnect(self) -> None:
+        """Drops what is queued here unsent and connects afresh (sequence numbers go on):
+        after a connection broke, nothing sent before this call arrives after it, so its
+        sender can say which of its messages can still come (tianjax.runtime.actor)."""
+        self.socket.disconnect(self.endpoint)  # with linger 0 its queue is dropped
+        self.socket.connect(self.endpoint)
 
     def send(
         self, tree: Any, version: int, timeout_ms: int | None = 1000, body: dict | None = None

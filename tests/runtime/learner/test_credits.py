@@ -170,3 +170,48 @@ def test_credits_of_a_restarted_actor_stop_counting_against_admission_by_version
         assert ctl.send({"type": "register", "actor": 0})
         assert _credits(ctl, learner) == 3  # granted afresh, each time
         assert limits.started - limits.discarded == 3  # only the newest process's are out
+
+
+def _credit_messages(ctl, learner, wait_s=0.5) -> list[dict]:
+    got, end = [], time.monotonic() + wait_s
+    while time.monotonic() < end:
+        learner.pump(5)
+        msg = ctl.recv(20)
+        if msg is not None and msg.get("type") == "credit":
+            got.append(msg)
+            end = time.monotonic() + wait_s
+    return got
+
+
+def test_an_actor_whose_connections_broke_has_what_never_came_written_off_at_once(rig):
+    """A cut link: the actor's heartbeats closed its connections and made them again
+    (tianjax.runtime.actor.Actor._reconnected). Its heartbeat then says how many
+    trajectories it sent in all and that it reconnected: the learner writes off at once
+    those that have not come (not after the ten-beat grace of a claim), with every credit
+    it had out, and grants the window again, marked with the reconnection's count so that
+    the actor takes none granted before."""
+    learner, ctl, traj = rig
+    ingress, limits = learner.ingress, learner.ingress.limits
+    assert ctl.send({"type": "register", "actor": 0})
+    first = _credit_messages(ctl, learner)
+    assert [(m["n"], m["epoch"]) for m in first] == [(3, 0)]
+    assert traj.send(_tree(learner.template), version=0, timeout_ms=5000)  # 1 of 3 arrives
+    deadline = time.monotonic() + WAIT_S
+    while len(learner.pool) < 1:
+        assert time.monotonic() < deadline
+        learner.pump(10)
+    # the other two went out on the connection the cut broke (and the slot of the one that
+    # came is still pooled: in hand)
+    beat = {"type": "heartbeat", "actor": 0, "credits": 0, "sent": 3}
+    assert ctl.send({**beat, "reconnections": 0})
+    assert _credit_messages(ctl, learner, 0.3) == []  # a claim: lost only after its grace
+    assert ingress.written_off == 0
+    assert ctl.send({**beat, "reconnections": 1})
+    again = _credit_messages(ctl, learner)
+    assert ingress.written_off == 2 and ingress.reconnect_write_offs == 2
+    assert [(m["n"], m["epoch"]) for m in again] == [(2, 1)]  # the window less the pooled one
+    assert limits.started - limits.discarded == 3  # 1 pooled + 2 granted, nothing else out
+    # said again (every heartbeat says it): nothing more is written off or granted
+    assert ctl.send({**beat, "reconnections": 1})
+    assert _credit_messages(ctl, learner, 0.3) == []
+    assert ingress.written_off == 2
