@@ -135,7 +135,9 @@ class TrajectoryReceiver(_Channel):
         name: str = "learner",
         incarnation: str | None = None,
         limit: ConnectionLimit | None = None,
+        heartbeats: bool = False,
     ):
+        """`heartbeats`: silent connections are closed (tianjax.transport.sockets)."""
         spec = (
             template
             if isinstance(template, TreeSpec)
@@ -148,6 +150,10 @@ class TrajectoryReceiver(_Channel):
         self.spec = spec
         self.max_bytes = max_bytes
         self.socket.rcvhwm = hwm
+        if heartbeats:
+            # a connection whose link was cut is closed here too: the trajectories its
+            # peer's kernel still retransmits after the link is back were written off there
+            keep_alive(self.socket)
         self._bind(endpoint, host, transport, ipc_dir, use_fd, limit)
         self.accepted = 0
         self.rejected: collections.Counter = collections.Counter()

@@ -107,28 +107,25 @@ class LearnerPresence:
         self.connected = False
         self.since = time.monotonic()  # when `connected` last changed
         self.drops = 0
-        self._up: set[int] = set()  # the descriptors of its connections that are up
-        self._ours: set[int] = set()  # those this process closed itself (`closing`)
+        self._closing = False  # it closed its connection itself (`closing`): not a drop
 
     def poll(self, now: float) -> None:
         """Reads the events that came since it last looked."""
         while self._monitor.poll(0):
-            got = recv_monitor_message(self._monitor)
-            event, fd = got["event"], got["value"]
-            if event == zmq.EVENT_CONNECTED:
-                self._up.add(fd)
-                self._ours.discard(fd)  # a new connection on a descriptor used before
-            elif event in (zmq.EVENT_DISCONNECTED, zmq.EVENT_CLOSED):
-                if event == zmq.EVENT_DISCONNECTED and fd in self._up and fd not in self._ours:
-                    self.drops += 1
-                self._up.discard(fd)
-            if bool(self._up) != self.connected:
-                self.connected, self.since = bool(self._up), now
+            event = recv_monitor_message(self._monitor)["event"]
+            if event == zmq.EVENT_DISCONNECTED and not self._closing:
+                self.drops += 1
+            up = event == zmq.EVENT_CONNECTED
+            if up:
+                self._closing = False
+            if up != self.connected:
+                self.connected, self.since = up, now
 
     def closing(self) -> None:
-        """The caller is about to close its connections itself: not drops."""
+        """The caller is about to close its connection itself and connect again: what the
+        monitor says of it until the new one is up is no drop."""
         self.poll(time.monotonic())
-        self._ours |= self._up
+        self._closing = True
 
     def absent_for(self, now: float) -> float:
         """Seconds since the learner's port last held a connection (0 while it does)."""
