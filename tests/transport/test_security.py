@@ -233,7 +233,6 @@ def test_a_second_run_cannot_inject_into_the_first(learners):
         assert ctl_b.recv(WAIT_S * 1000) == {
             "type": "credit",
             "n": b.config.runtime.credits_per_actor,
-            "epoch": 0,
         }
         assert ctl_a.recv(200) is None
         for i in range(n):

@@ -21,7 +21,6 @@ from tianjax.transport.sockets import (
     Key,
     _Channel,
     address,
-    keep_alive,
     process_incarnation,
 )
 
@@ -51,9 +50,7 @@ class ControlServer(_Channel):
         use_fd: int | None = None,
         incarnation: str | None = None,
         limit: ConnectionLimit | None = None,
-        heartbeats: bool = False,
     ):
-        """`heartbeats`: silent connections are closed (tianjax.transport.sockets)."""
         super().__init__(zmq.ROUTER, ctx, max_bytes, handshake)
         self._auth = as_authenticator(key)
         self.sender = sender
@@ -67,11 +64,6 @@ class ControlServer(_Channel):
         # 1000). An actor sends a register and a heartbeat a second; a flooding holder of
         # the PLAIN token, 64-frame messages of ~60 KB: about 27 MiB per connection at 1000
         self.socket.rcvhwm = CONTROL_RCVHWM
-        if heartbeats:
-            # a connection whose link was cut is closed here too: what its peer's kernel
-            # still retransmits after the link is back (heartbeats queued in the cut) is
-            # refused, not taken out of order behind what the peer sent on its new one
-            keep_alive(self.socket)
         self._bind(endpoint, host, transport, ipc_dir, use_fd, limit)
         self._routes: dict[bytes, tuple[bytes, str]] = {}  # name -> (routing id, incarnation)
         self.peers: dict[bytes, float] = {}  # identity -> monotonic time last heard
@@ -149,13 +141,8 @@ class ControlClient(_Channel):
         ctx: zmq.Context | None = None,
         handshake: Handshake | None = None,
         incarnation: str | None = None,
-        heartbeats: bool = False,
     ):
-        """`heartbeats`: a silent connection is closed and made again
-        (tianjax.transport.sockets.keep_alive); what it held in flight is lost."""
         super().__init__(zmq.DEALER, ctx, CONTROL_MAX_BYTES, handshake)
-        if heartbeats:
-            keep_alive(self.socket)
         self._auth = as_authenticator(key)
         self.identity = identity
         self.incarnation = incarnation or process_incarnation()

@@ -2,24 +2,20 @@
 linger 0, a frame-size cap, the run's handshake, and binding to loopback unless asked
 otherwise; plus the deadline helpers the channels' receives share.
 
-Heartbeats (`keep_alive`): on the parameter channel (tianjax.transport.params), on the
-learner's trajectory and control sockets, and on an actor's trajectory and control
-connections (`heartbeats=True`; tianjax.runtime.actor). Each
+Heartbeats (`keep_alive`, on the parameter channel: tianjax.transport.params). Each
 connection pings its peer every HEARTBEAT_IVL_MS and is closed when nothing came back
 within HEARTBEAT_TIMEOUT_MS; the connecting side then tries again every RECONNECT_IVL_MS,
-each try cut after CONNECT_TIMEOUT_MS. Without them, what is queued on a connection whose
-link was cut for a while sits in TCP's retransmission back-off (which doubles: over 10 s
-after a 20 s cut, a minute after a minute's) and reaches its peer long after the link is
-back. With them the dead connection is closed during the cut and a new one made within
-about a second of the link's return. Both ends close it: a closed socket's kernel goes on
-retransmitting what it held, and an end left open would take that after the heal, behind
-what the peer has sent since on its new connection. ZeroMQ answers pings from its own I/O
-thread, so a role busy compiling or updating is not cut off.
+each try cut after CONNECT_TIMEOUT_MS. Without them, parameters queued for an actor whose
+link was cut for a while sit in TCP's retransmission back-off (which doubles: over 10 s
+after a 20 s cut) and reach it long after the link is back, while it acts on parameters
+too stale to be admitted. With them the dead connection is closed during the cut and a
+new one made within about a second of the link's return; the next version goes out on
+it (the versions queued on the old one were superseded anyway). ZeroMQ answers pings
+from its own I/O thread, so a role busy compiling or updating is not cut off.
 
-What a closed connection held is lost: for parameters nothing (the next version
-supersedes them); for an actor's trajectories and credits the actor says so on its next
-heartbeat, and the learner writes them off at once (tianjax.runtime.learner.ingress). The
-deterministic-lag mode keeps its connections through a cut, losing nothing but time."""
+Trajectories and the control channel keep their connections through a cut: what is queued
+on them is delivered once TCP retransmits, and closing them would lose it, leaving the
+actor's credit slots to the learner's write-off grace (tianjax.runtime.learner.lost)."""
 
 from __future__ import annotations
 

@@ -18,7 +18,6 @@ from tianjax.transport.sockets import (
     _Channel,
     _default_max_bytes,
     address,
-    keep_alive,
     process_incarnation,
 )
 
@@ -43,14 +42,8 @@ class TrajectorySender(_Channel):
         ctx: zmq.Context | None = None,
         handshake: Handshake | None = None,
         incarnation: str | None = None,
-        heartbeats: bool = False,
     ):
-        """`heartbeats`: a connection that stays silent is closed and made again
-        (tianjax.transport.sockets.keep_alive), losing what it held in flight; without
-        them it keeps what it holds through a cut link, and waits out TCP's back-off."""
         super().__init__(zmq.PUSH, ctx, SENDER_MAX_BYTES, handshake)
-        if heartbeats:
-            keep_alive(self.socket)
         self._auth = as_authenticator(key)
         self.sender = sender
         self.incarnation = incarnation or process_incarnation()
@@ -64,13 +57,6 @@ class TrajectorySender(_Channel):
     def seq(self) -> int:
         """The sequence number of the newest message sent (-1: none yet)."""
         return self._seq
-
-    def reconnect(self) -> None:
-        """Drops what is queued here unsent and connects afresh (sequence numbers go on):
-        after a connection broke, nothing sent before this call arrives after it, so its
-        sender can say which of its messages can still come (tianjax.runtime.actor)."""
-        self.socket.disconnect(self.endpoint)  # with linger 0 its queue is dropped
-        self.socket.connect(self.endpoint)
 
     def send(
         self, tree: Any, version: int, timeout_ms: int | None = 1000, body: dict | None = None
@@ -135,9 +121,7 @@ class TrajectoryReceiver(_Channel):
         name: str = "learner",
         incarnation: str | None = None,
         limit: ConnectionLimit | None = None,
-        heartbeats: bool = False,
     ):
-        """`heartbeats`: silent connections are closed (tianjax.transport.sockets)."""
         spec = (
             template
             if isinstance(template, TreeSpec)
@@ -150,10 +134,6 @@ class TrajectoryReceiver(_Channel):
         self.spec = spec
         self.max_bytes = max_bytes
         self.socket.rcvhwm = hwm
-        if heartbeats:
-            # a connection whose link was cut is closed here too: the trajectories its
-            # peer's kernel still retransmits after the link is back were written off there
-            keep_alive(self.socket)
         self._bind(endpoint, host, transport, ipc_dir, use_fd, limit)
         self.accepted = 0
         self.rejected: collections.Counter = collections.Counter()

@@ -108,7 +108,7 @@ def _actor(params_in, learner="learner-0@a"):
     actor.version, actor.params, actor.lag, actor._pending = 4, {"w": np.zeros(2)}, 0, None
     actor._last_heard, actor.global_steps = 0.0, 0
     actor.credits = actor.sent = actor.sent_before = actor._learner_restarts = 0
-    actor.env_steps = actor.unsent = actor.reconnections = 0
+    actor.env_steps = actor.unsent = 0
     actor.learner_restarted, actor.actor_id = False, 0
     return actor
 

@@ -86,11 +86,9 @@ class ActorStopped(Exception):
 
 
 class LearnerPresence:
-    """Whether a channel's connection to the learner is up, read from its socket's monitor.
-    Before the learner has said anything, a tcp connection to its control port says its
-    process is there: a starting learner (joining the other learners, compiling) holds its
-    ports; one that never came, or ended, does not. Later, `drops` counts the connections
-    that broke after they were up (a cut link, closed by the channel's heartbeats)."""
+    """Whether the learner's process is there before it has said anything: a tcp
+    connection to its control port comes up. A starting learner (joining the other
+    learners, compiling) holds its ports; one that never came, or ended, does not."""
 
     def __init__(self, channel):
         self._socket = channel.socket
@@ -106,30 +104,13 @@ class LearnerPresence:
         channel.socket.connect(channel.endpoint)
         self.connected = False
         self.since = time.monotonic()  # when `connected` last changed
-        self.drops = 0
-        self._closing = False  # it closed its connection itself (`closing`): not a drop
-
-    def poll(self, now: float) -> None:
-        """Reads the events that came since it last looked."""
-        while self._monitor.poll(0):
-            event = recv_monitor_message(self._monitor)["event"]
-            if event == zmq.EVENT_DISCONNECTED and not self._closing:
-                self.drops += 1
-            up = event == zmq.EVENT_CONNECTED
-            if up:
-                self._closing = False
-            if up != self.connected:
-                self.connected, self.since = up, now
-
-    def closing(self) -> None:
-        """The caller is about to close its connection itself and connect again: what the
-        monitor says of it until the new one is up is no drop."""
-        self.poll(time.monotonic())
-        self._closing = True
 
     def absent_for(self, now: float) -> float:
         """Seconds since the learner's port last held a connection (0 while it does)."""
-        self.poll(now)
+        while self._monitor.poll(0):
+            up = recv_monitor_message(self._monitor)["event"] == zmq.EVENT_CONNECTED
+            if up != self.connected:
+                self.connected, self.since = up, now
         return 0.0 if self.connected else now - self.since
 
     def close(self) -> None:
@@ -195,27 +176,13 @@ class Actor:
             max_bytes=int(rt.max_message_mb * 2**20),
             **net,
         )
-        # heartbeats close a connection a cut link left silent, and a new one is made within
-        # about a second of the link's return (not after TCP's back-off, which doubles with
-        # the cut's length); what the old one held is lost, and `_reconnected` says so. The
-        # deterministic-lag mode keeps its connections: a round must not be lost
-        beats = not self.mode.fixed_order
         self.traj_out = TrajectorySender(
-            run_key,
-            endpoints["traj"],
-            sender=f"actor-{actor_id}",
-            hwm=rt.send_hwm,
-            heartbeats=beats,
-            **net,
+            run_key, endpoints["traj"], sender=f"actor-{actor_id}", hwm=rt.send_hwm, **net
         )
         self.control = ControlClient(
-            run_key, endpoints["control"], identity=f"actor-{actor_id}", heartbeats=beats, **net
+            run_key, endpoints["control"], identity=f"actor-{actor_id}", **net
         )
         self.presence = LearnerPresence(self.control)
-        self.traj_link = LearnerPresence(self.traj_out)
-        self._drops = 0  # the two connections' drops, as of the last reconnection
-        # connections broken and made again (`_reconnected`): credits count within one
-        self.reconnections = 0
         self.version = -1
         self.params = None
         self.credits = 0
@@ -253,7 +220,6 @@ class Actor:
                     "env_steps": self.env_steps,
                     "credits": self.credits,
                     "sent": self.sent,
-                    "reconnections": self.reconnections,
                     "sent_before": self.sent_before,
                     "unsent": self.unsent,
                     "time_s": {
@@ -276,10 +242,6 @@ class Actor:
                 raise ActorStopped()
             if msg.get("type") == "credit":
                 n = msg.get("n")
-                # credits granted before the learner heard of the newest reconnection were
-                # written off there (the ones on the broken connection may never come)
-                if msg.get("epoch", 0) != self.reconnections:
-                    continue
                 if isinstance(n, int) and 0 < n <= 1024:
                     self.credits += n
 
@@ -318,7 +280,6 @@ class Actor:
                     "pid": os.getpid(),
                     "env_steps": self.env_steps,
                     "sent": 0,
-                    "reconnections": self.reconnections,
                     "sent_before": self.sent_before,
                     "unsent": self.unsent,
                 }
@@ -376,10 +337,6 @@ class Actor:
             self._take_newest()
             if self.version >= minimum or self.learner_restarted:
                 return
-            if self.params is not None and not self.mode.fixed_order and self._check_links():
-                # sync: the trajectory whose update it waits for may have been lost on the
-                # broken connection; the learner writes it off and grants a slot again
-                return
             self._check_control()
             self._beat()
             now = time.monotonic()
@@ -395,32 +352,6 @@ class Actor:
                 )
             poller.poll(timeout=int(1000 * self.config.runtime.heartbeat_s))
 
-    def _check_links(self) -> bool:
-        """Between rollouts: if the trajectory or control connection broke since it last
-        looked, `_reconnected` (and True)."""
-        now = time.monotonic()
-        self.presence.poll(now)
-        self.traj_link.poll(now)
-        if self.presence.drops + self.traj_link.drops <= self._drops:
-            return False
-        self._reconnected()
-        self._drops = self.presence.drops + self.traj_link.drops
-        return True
-
-    def _reconnected(self) -> None:
-        """A connection to the learner broke (a cut link; its heartbeats closed it): the
-        trajectories it held may never arrive, nor the credits sent on it. The trajectory
-        sender drops what it still queues and connects afresh, so that every trajectory
-        counted in `sent` has arrived or never will; the credits in hand are given up, and
-        the next heartbeat says so at once (`reconnections`). The learner then writes off
-        what has not come and grants credits again, marked with the new count; credits
-        marked otherwise were written off there and are ignored here."""
-        self.traj_link.closing()
-        self.traj_out.reconnect()
-        self.reconnections += 1
-        self.credits = 0
-        self._last_beat = 0.0  # the next heartbeat goes at once
-
     def _wait_for_credit(self) -> None:
         """Flow control: blocks (polling, with heartbeats) until the learner grants a slot."""
         timeout = self.config.runtime.heartbeat_timeout_s
@@ -429,7 +360,6 @@ class Actor:
         poller.register(self.control.socket, zmq.POLLIN)
         while True:
             self._check_control()
-            self._check_links()
             if self.credits > 0:
                 return
             self._take_newest(activate=False)
@@ -599,7 +529,6 @@ class Actor:
         for source in self.shards.values():
             source.close()
         self.presence.close()
-        self.traj_link.close()
         for ch in (self.params_in, self.traj_out, self.control):
             ch.close()
         self.net.close()

@@ -107,7 +107,6 @@ class Ingress:
         self.dropped_order: collections.Counter = collections.Counter()
         self._orders: set[tuple[int, int]] = set()
         self.written_off = 0  # trajectories taken as lost on the way (their slots handed back)
-        self.reconnect_write_offs = 0  # of those, lost on a connection that broke (a cut link)
         # admission by version (tianjax.runtime.balance.limits): the newest version published,
         # the base it counts from (a restarted learner's own), and whether it held credits back
         self.published_version = 0  # (the learner re-bases at its start: rebase)
@@ -158,8 +157,7 @@ class Ingress:
         if room is not None and room < n:
             n = room
             self.paced = True  # admission by version held a credit back: given when V moves
-        credit = {"type": "credit", "n": n, "epoch": info.reconnections if info else 0}
-        if n > 0 and info is not None and self.control.send(ident, credit):
+        if n > 0 and info is not None and self.control.send(ident, {"type": "credit", "n": n}):
             info.outstanding += n
             self.limits.start(n)
 
@@ -351,12 +349,10 @@ class Ingress:
         new = ident not in self.actors
         info = self.actors.setdefault(ident, ActorLedger(actor=msg.get("actor"), last_traj=now))
         info.last_seen = now
-        reconnections = count(msg.get("reconnections"))
         if new or kind == "register":
             # a new or restarted actor counts its trajectories from 0; one heard first by a
             # heartbeat (it worked for a learner that restarted) from what it says it sent
             info.accounted, info.claim = (sent or 0) if kind == "heartbeat" else 0, None
-            info.reconnections = reconnections or 0
         if (times := actor_times(msg.get("time_s"))) is not None:
             self.actor_time_s[ident] = times
         # an actor's counts come with each heartbeat, and with its registration
@@ -380,24 +376,6 @@ class Ingress:
             self._write_off(info)
             self.grant(ident, window)
             self.publish()  # a late joiner gets the current parameters at once
-            return
-        if (
-            reconnections is not None
-            and reconnections > info.reconnections
-            and sent is not None
-            and self.rx.backlog_empty
-        ):
-            # its connections broke and were made again (a cut link), and it sent nothing
-            # since: what it sent before and has not come never will, nor the credits it
-            # held or that were on their way. Written off at once, not after the grace
-            # below; the credits granted from here carry the new count (tianjax.runtime.actor)
-            lost = max(sent - info.accounted, 0)
-            info.accounted += lost
-            self.written_off += lost
-            self.reconnect_write_offs += lost
-            self._write_off(info)
-            info.reconnections, info.claim = reconnections, None
-            self.grant(ident, window)
             return
         lost, info.claim = lost_trajectories(
             info.claim,

@@ -80,9 +80,6 @@ class LearnerIO:
             sender=name,
             incarnation=inc,
         )
-        # heartbeats on both ends of the actors' connections, as the actors have them (not in
-        # the deterministic-lag mode, whose rounds must come through a cut, late or not)
-        beats = not rt.deterministic
         self.traj_in = TrajectoryReceiver(
             run_key,
             template,
@@ -93,7 +90,6 @@ class LearnerIO:
             incarnation=inc,
             hwm=rt.recv_hwm,
             max_bytes=int(rt.max_message_mb * 2**20),
-            heartbeats=beats,
         )
         self.control = ControlServer(
             run_key,
@@ -102,7 +98,6 @@ class LearnerIO:
             use_fd=fds.get("control"),
             sender=name,
             incarnation=inc,
-            heartbeats=beats,
         )
         # checks and decodes trajectories on its own thread while updates run, and (one
         # process, one device) starts their copies to the device there

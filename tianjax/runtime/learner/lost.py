@@ -2,10 +2,6 @@
 message, a connection that broke with messages queued), so that the learner can hand
 their credit slots back. Pure: the learner's ingress (tianjax.runtime.learner.ingress)
 supplies the counts and the clock.
-
-A connection the actor's heartbeats closed (a cut link) is not left to this grace: the
-actor says on its next heartbeat that it reconnected, and the ingress writes off at once
-what it sent before and has not come (tianjax.runtime.actor.Actor._reconnected).
 """
 
 from __future__ import annotations

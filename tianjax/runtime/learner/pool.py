@@ -42,8 +42,6 @@ class ActorLedger:
     outstanding: int = 0  # credits granted whose trajectory has not arrived
     accounted: int = 0  # trajectories of this process received or written off as lost
     claim: Any = None  # a pending claim of lost trajectories (tianjax.runtime.learner.lost)
-    # its broken connections the learner has written off (its credits carry this count)
-    reconnections: int = 0
 
     def silent_for(self, now: float) -> float:
         """Seconds since it was last heard from, by control message or trajectory."""

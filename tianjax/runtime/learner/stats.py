@@ -151,8 +151,6 @@ class LearnerStats:
             "trajectories_received": self.traj_in.accepted,
             # said sent by an actor, never come: their slots were handed back (the ingress)
             "trajectories_written_off": self.ingress.written_off,
-            # of those, lost on a connection that broke and was made again (a cut link)
-            "trajectories_written_off_at_reconnection": self.ingress.reconnect_write_offs,
             # per actor id: received, and sent / env steps as its newest heartbeat said
             "trajectories_by_actor": self.ingress.actor_counts(),
             "rejected_messages": sum(rejected.values()),
@@ -181,7 +179,6 @@ PER_INCARNATION = (
     "dropped_order_by_reason",
     "trajectories_received",
     "trajectories_written_off",
-    "trajectories_written_off_at_reconnection",
     "rejected_messages",
     "rejected_by_reason",
     "handshakes_refused",
