@@ -78,7 +78,7 @@ class HeldStderr:
 
     def __exit__(self, *exc):
         if exc[0] is not None and resource_errno(exc[1]) is not None:
-            sys.stderr = ErrorLinesOnly(self._real)
+            only_error_lines(self._real)
             return False
         sys.stderr = self._real
         text = self._buf.getvalue()
@@ -87,12 +87,13 @@ class HeldStderr:
         return False
 
 
-def only_error_lines() -> None:
-    """NOTE: after a full disk or descriptor limit the run ends with one line; closing
-    orbax's manager then lets tensorstore's threads call into its closed event loop, and each
-    prints a traceback. Nothing this process writes to stderr afterwards is news."""
-    if not isinstance(sys.stderr, ErrorLinesOnly):
-        sys.stderr = ErrorLinesOnly(sys.stderr)
+def only_error_lines(out=None) -> None:
+    """Makes sys.stderr pass only `tianjax:` lines to `out` (sys.stderr by default), in one
+    assignment. NOTE: after a full disk or descriptor limit the run ends with one line;
+    closing orbax's manager then lets tensorstore's threads call into its closed event loop,
+    and each prints a traceback. Nothing this process writes to stderr afterwards is news."""
+    out = sys.stderr if out is None else out
+    sys.stderr = out if isinstance(out, ErrorLinesOnly) else ErrorLinesOnly(out)
 
 
 __all__ = ["ErrorLinesOnly", "HeldStderr", "only_error_lines", "quiet_loggers", "resource_errno"]

@@ -33,7 +33,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-from tianjax.checkpoint.failures import HeldStderr, only_error_lines, quiet_loggers, resource_errno
+from tianjax.checkpoint.failures import HeldStderr, quiet_loggers, resource_errno
 
 CHECKPOINT_DIR = "checkpoints"
 
@@ -159,7 +159,6 @@ class Checkpointer:
             for name in os.listdir(self.directory):
                 if "orbax-checkpoint-tmp" in name:
                     shutil.rmtree(os.path.join(self.directory, name), ignore_errors=True)
-            only_error_lines()  # already so (HeldStderr); says why the run ends quietly
             raise OSError(failed, os.strerror(failed), self.directory) from None
         self._last = step
 

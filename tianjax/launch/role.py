@@ -336,7 +336,7 @@ def main(argv=None) -> int:
     except Exception as e:
         # NOTE: the launcher's line on this learner's exit says why: after a full disk or a
         # descriptor limit this process's stderr passes only tianjax's own lines
-        # (tianjax.checkpoint.failures.only_error_lines), so the traceback below is not shown
+        # (tianjax.checkpoint.failures.HeldStderr), so the traceback below is not shown
         if args.role != "actor":
             _event("failed", error=_why(e))
         raise
