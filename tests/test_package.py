@@ -5,6 +5,7 @@ train(save=False) writing nothing, and metrics records that follow the budget.""
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -116,21 +117,20 @@ def test_version_from_one_source():
     assert 'dynamic = ["version"]' in meta and "tianjax._version.__version__" in meta
 
 
-def test_train_without_saving_writes_nothing_and_returns_columns(tmp_path, monkeypatch):
+def test_train_without_saving_writes_nothing_and_returns_columns(
+    tmp_path, tmp_path_factory, monkeypatch
+):
     monkeypatch.chdir(tmp_path)
-    before = set(os.listdir(os.environ.get("TMPDIR", "/tmp")))
+    # a temp folder of this test's own: the shared one also holds other workers' runs
+    own_tmp = tmp_path_factory.mktemp("tempdir")
+    monkeypatch.setattr(tempfile, "tempdir", str(own_tmp))
     result = tianjax.train("ppo_cartpole", TINY, save=False, verbose=False, progress=False)
     assert (
         list(tmp_path.iterdir()) == []
         and result.run_dir is None
         and result.summary["run_dir"] is None
     )
-    left = {
-        d
-        for d in set(os.listdir(os.environ.get("TMPDIR", "/tmp"))) - before
-        if d.startswith("tianjax-")
-    }
-    assert not left
+    assert not [d for d in os.listdir(own_tmp) if d.startswith("tianjax-")]
     m = result.metrics
     # 4096 steps / (4 envs x 16 steps) = 64 iterations; null log_every aims at ~200 records: every one
     assert m["env_steps"].dtype == np.int64 and m["env_steps"].tolist() == list(range(64, 4097, 64))
