@@ -126,6 +126,24 @@ LOSSES = {
         "ppo.behaviour_clip=true",
         "ppo.behaviour_clip_eps=0.5",
     ],
+    # tianjax and tianjax-wide with GAE's traces cut where pi_0 would not have taken mu's
+    # later actions (ppo.truncated_traces: c = min(1, pi_0/mu)), so that a stale trajectory's
+    # advantage is less of mu's continuation and more of V_0's bootstrap
+    "tianjax-traces": [
+        "ppo.correction=decoupled",
+        "staleness.schedule=polynomial",
+        "staleness.power=0.5",
+        "ppo.behaviour_clip=true",
+        "ppo.truncated_traces=true",
+    ],
+    "tianjax-wide-traces": [
+        "ppo.correction=decoupled",
+        "staleness.schedule=polynomial",
+        "staleness.power=0.5",
+        "ppo.behaviour_clip=true",
+        "ppo.behaviour_clip_eps=0.5",
+        "ppo.truncated_traces=true",
+    ],
     "a3po": ["ppo.correction=a3po", "staleness.schedule=constant"],
     "m2po": ["ppo.correction=m2po", "staleness.schedule=constant"],
     # IMPALA's V-trace on the same env (its own section's defaults, the env's network)
@@ -157,6 +175,8 @@ def overrides_for(env: str, loss: str, lags: list[int]) -> tuple[str, list[str]]
         # the loss as its row names it, whatever the config's range (the MinAtar configs
         # ship 0.5, and refuse a range where a row turns the clip off)
         over.append("ppo.behaviour_clip_eps=null")
+    if loss != "vtrace" and not any(o.startswith("ppo.truncated_traces=") for o in over):
+        over.append("ppo.truncated_traces=false")  # the MinAtar configs ship true
     return config, over
 
 
