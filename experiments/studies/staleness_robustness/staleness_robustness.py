@@ -445,7 +445,9 @@ def _plot(by, envs, losses, lags, rand, of: str = "behaviour") -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, len(envs), figsize=(4 * len(envs), 3.6), squeeze=False)
-    colour = {loss: f"C{i}" for i, loss in enumerate(LOSSES)}  # one colour per loss throughout
+    # one colour per loss throughout: matplotlib's 10, then 3 more (the 11th would be C0 again)
+    palette = [f"C{i}" for i in range(10)] + ["black", "gold", "navy"]
+    colour = {loss: palette[i] for i, loss in enumerate(LOSSES)}
     handles = {}
     for ax, env in zip(axes[0], envs):
         random = rand[env]
