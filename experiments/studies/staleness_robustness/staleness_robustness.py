@@ -161,6 +161,8 @@ DIAGNOSTICS = (
     "approx_kl",
     "rho_clip_frac",
 )
+# PPO keys a row leaves at these values unless it sets them (configs ship others)
+ROW_DEFAULTS = {"ppo.behaviour_clip_eps": "null", "ppo.truncated_traces": "false"}
 # what a loss override cannot say for IMPALA: its section keys replace PPO's
 PPO_ONLY = ("ppo.",)
 
@@ -171,12 +173,13 @@ def overrides_for(env: str, loss: str, lags: list[int]) -> tuple[str, list[str]]
     if loss == "vtrace":
         over = [o for o in over if not o.startswith(PPO_ONLY)]
     over += LOSSES[loss] + [f"staleness.forced_lag={max(max(lags), 1)}", "eval.episodes=0"]
-    if loss != "vtrace" and not any(o.startswith("ppo.behaviour_clip_eps=") for o in over):
-        # the loss as its row names it, whatever the config's range (the MinAtar configs
-        # ship 0.5, and refuse a range where a row turns the clip off)
-        over.append("ppo.behaviour_clip_eps=null")
-    if loss != "vtrace" and not any(o.startswith("ppo.truncated_traces=") for o in over):
-        over.append("ppo.truncated_traces=false")  # the MinAtar configs ship true
+    if loss != "vtrace":
+        # the loss as its row names it, whatever its config ships: the MinAtar configs ship
+        # the behaviour clip's range 0.5 (and refuse a range where a row turns the clip off),
+        # they and the CartPole config truncated traces
+        for key, value in ROW_DEFAULTS.items():
+            if not any(o.startswith(key + "=") for o in over):
+                over.append(f"{key}={value}")
     return config, over
 
 
