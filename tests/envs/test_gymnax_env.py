@@ -89,3 +89,34 @@ def test_unsupported_gymnax_spaces_are_one_line_naming_env():
         ConfigError, match="config key 'env': a Tuple action space is not supported"
     ):
         action_spec(spaces.Tuple([spaces.Discrete(2), spaces.Discrete(3)]))
+
+
+DEFERRED_SEABORN = """
+import json, sys
+from tianjax.envs.gymnax_env import make_gymnax
+make_gymnax("CartPole-v1")
+out = {"after_make": sorted(m for m in ("seaborn.palettes", "scipy.stats", "pandas") if m in sys.modules)}
+pong = sys.modules["gymnax.environments.misc.pong"]
+out["palette"] = len(pong.sns.color_palette("cubehelix", 3))  # gymnax's renderer's call
+import seaborn
+import seaborn.palettes
+out["real"] = type(seaborn) is not type(pong.sns) and seaborn.palettes.color_palette is not None
+print(json.dumps(out))
+"""
+
+
+def test_a_gymnax_env_is_made_without_seaborn_which_loads_where_it_is_read():
+    # a fresh interpreter: this one has imported gymnax (and seaborn) already
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    done = subprocess.run(
+        [sys.executable, "-c", DEFERRED_SEABORN], capture_output=True, text=True, env=env,
+        timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out == {"after_make": [], "palette": 3, "real": True}, out

@@ -83,9 +83,9 @@ def _prepare_actions(actions, spec: ActionSpec, num_envs: int, dtype) -> np.ndar
 
 
 def _gymnax_ids():
-    import gymnax
+    from tianjax.envs.gymnax_env import import_gymnax
 
-    return gymnax.registered_envs
+    return import_gymnax().registered_envs
 
 
 def _envpool_ids():
