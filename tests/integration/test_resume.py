@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 
 import jax
 import numpy as np
@@ -57,12 +58,14 @@ def test_resume_continues_version_and_env_steps(tmp_path, cfg, extra):
     saved = ckpt.read_meta(first.run_dir)
     assert saved["updates"] == v1 and saved["env_steps"] == first.summary["env_steps"]
 
+    started = time.perf_counter()
     second = tianjax.train(
         cfg,
         [*common, f"total_env_steps={12 * per_update}", f"resume={first.run_dir}"],
         progress=False,
         verbose=False,
     )
+    took = time.perf_counter() - started
     s = second.summary
     assert second.run_dir == first.run_dir
     assert s["resumed_from_step"] == v1
@@ -76,11 +79,15 @@ def test_resume_continues_version_and_env_steps(tmp_path, cfg, extra):
     assert steps == sorted(steps)
     meta = ckpt.read_meta(first.run_dir)
     assert meta["updates"] == s["updates"]
-    # the run's wall time, its past counted once: the second session's last checkpoint
-    # comes after the first session ended and before the summary (counted twice, it would
-    # exceed the summary by the first session's length). The last record may follow the
-    # last checkpoint: a final record of the same version is written after the loop.
-    assert first.summary["wall_time_s"] <= meta["wall_time_s"] <= s["wall_time_s"] + 1.0, (meta, s)
+    # the run's wall time, its past counted once: the second session's clock goes on from
+    # the first one's last checkpoint (the first session's moments after it, its summary
+    # among them, are not counted again), so its last checkpoint comes after that one and
+    # before the summary (counted twice, the past would exceed the summary by the first
+    # session's length). The last record may follow the last checkpoint: a final record of
+    # the same version is written after the loop.
+    assert saved["wall_time_s"] < meta["wall_time_s"] <= s["wall_time_s"] + 1.0, (saved, meta, s)
+    # ... and the second session added no more than it lasted
+    assert s["wall_time_s"] - saved["wall_time_s"] <= took, (saved, s, took)
     assert recs[-1]["wall_time_s"] <= s["wall_time_s"] + 1.0
     assert s["wall_time_s"] > first.summary["wall_time_s"]
 
