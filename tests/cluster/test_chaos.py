@@ -149,6 +149,21 @@ def test_the_groups_ledger_adds_up_and_closes_only_when_every_groups_does():
     assert groups.combined_accounting([a, None]) is None  # a group without its summary
 
 
+def test_a_results_file_names_paths_relative_to_the_repository():
+    repo = chaos.REPO
+    res = {
+        "args": {"repo": repo, "dir": f"{repo}/runs/c", "config": "configs/x.yaml", "n": 3},
+        "runs": [{"run_dir": f"{repo}/runs/c/free-0"}],
+        "elsewhere": "/srv/data/x",
+    }
+    assert chaos.repo_relative(res) == {
+        "args": {"repo": ".", "dir": "runs/c", "config": "configs/x.yaml", "n": 3},
+        "runs": [{"run_dir": "runs/c/free-0"}],
+        "elsewhere": "/srv/data/x",
+    }
+    assert chaos.repo_relative(repo + "x/y") == repo + "x/y"  # a sibling folder, not inside
+
+
 # ----------------------------------------------------------------------------- the soak
 def _left(path: str) -> list[int]:
     """Processes whose command line names `path` (the run's config carries its run_dir)."""

@@ -525,12 +525,24 @@ def main(argv=None) -> dict:
                 # written after every run: a long study stopped part-way keeps what it has
                 res["summary"] = report(args, res["runs"], where)
                 with open(args.out, "w") as f:
-                    json.dump(res, f, indent=1)
+                    json.dump(repo_relative(res), f, indent=1)
     finally:
         hosts.close()
     plot(res, res["figure"])
     print_table(args, res)
     return res
+
+
+def repo_relative(obj):
+    """`obj` with every path under the repository written relative to it (the repository
+    itself as "."), so that a results file names no folder of the machine it ran on."""
+    if isinstance(obj, dict):
+        return {k: repo_relative(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [repo_relative(v) for v in obj]
+    if isinstance(obj, str) and (obj == REPO or obj.startswith(REPO + os.sep)):
+        return os.path.relpath(obj, REPO)
+    return obj
 
 
 def table(path: str) -> None:
