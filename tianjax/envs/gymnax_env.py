@@ -13,16 +13,12 @@ vmapped by the caller.
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-import sys
-import types
-
 import jax.numpy as jnp
 import numpy as np
 
 from tianjax.config import ConfigError
 from tianjax.core.types import JaxStep
+from tianjax.envs.gymnax_import import import_gymnax
 from tianjax.envs.spaces import action_spec
 
 
@@ -88,42 +84,6 @@ def from_reference(text: str, params=None) -> JaxEnv:
     return JaxEnv(obj, params if params is not None else env_params, name=text)
 
 
-class _Deferred(types.ModuleType):
-    """Stands in sys.modules for a module not loaded yet, and loads it at the first read of
-    an attribute it lacks: it then puts the real module in sys.modules and takes on its
-    namespace, so that whoever imported the stand-in reads the real names through it.
-    (importlib.util.LazyLoader does not do here: on Python 3.11 an `import` statement
-    reads the module's __spec__, which loads it.)"""
-
-    def __getattr__(self, attr: str):
-        if attr.startswith("__"):
-            raise AttributeError(attr)
-        name = self.__name__
-        if sys.modules.get(name) is self:
-            del sys.modules[name]
-        real = importlib.import_module(name)
-        self.__dict__.update(real.__dict__)
-        return getattr(real, attr)
-
-
-def import_gymnax():
-    """gymnax, without loading seaborn until something reads from it. gymnax's Pong module
-    imports seaborn at its top for a palette its renderer draws with, and seaborn brings
-    scipy.stats and pandas: about 1 s of every process that makes a gymnax env (1.6 s for
-    `import seaborn` against 2.5 s for `import gymnax`, 2 cores). Where seaborn is not
-    loaded yet, a stand-in takes its place in sys.modules until then (`_Deferred`)."""
-    if "gymnax" not in sys.modules and "seaborn" not in sys.modules:
-        spec = importlib.util.find_spec("seaborn")
-        if spec is not None:
-            stand_in = _Deferred("seaborn")
-            stand_in.__spec__ = spec
-            stand_in.__path__ = spec.submodule_search_locations  # its submodules import
-            sys.modules["seaborn"] = stand_in
-    import gymnax
-
-    return gymnax
-
-
 def make_gymnax(name_or_env, params=None) -> JaxEnv:
     """A JaxEnv from a gymnax registry name, from "module:Attr" naming your own env, or
     from an env object following the gymnax API."""
@@ -147,4 +107,4 @@ def make_gymnax(name_or_env, params=None) -> JaxEnv:
     return JaxEnv(env, default_params if params is None else params, name=name_or_env)
 
 
-__all__ = ["JaxEnv", "from_reference", "import_gymnax", "make_gymnax"]
+__all__ = ["JaxEnv", "from_reference", "make_gymnax"]

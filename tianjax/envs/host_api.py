@@ -83,7 +83,7 @@ def _prepare_actions(actions, spec: ActionSpec, num_envs: int, dtype) -> np.ndar
 
 
 def _gymnax_ids():
-    from tianjax.envs.gymnax_env import import_gymnax
+    from tianjax.envs.gymnax_import import import_gymnax
 
     return import_gymnax().registered_envs
 
