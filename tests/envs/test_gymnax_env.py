@@ -91,21 +91,28 @@ def test_unsupported_gymnax_spaces_are_one_line_naming_env():
         action_spec(spaces.Tuple([spaces.Discrete(2), spaces.Discrete(3)]))
 
 
-DEFERRED_SEABORN = """
+DEFERRED_RENDERERS = """
 import json, sys
 from tianjax.envs.gymnax_env import make_gymnax
 make_gymnax("CartPole-v1")
-out = {"after_make": sorted(m for m in ("seaborn.palettes", "scipy.stats", "pandas") if m in sys.modules)}
+heavy = ("seaborn.palettes", "scipy.stats", "pandas", "matplotlib.figure")
+out = {"after_make": sorted(m for m in heavy if m in sys.modules)}
 pong = sys.modules["gymnax.environments.misc.pong"]
 out["palette"] = len(pong.sns.color_palette("cubehelix", 3))  # gymnax's renderer's call
 import seaborn
 import seaborn.palettes
 out["real"] = type(seaborn) is not type(pong.sns) and seaborn.palettes.color_palette is not None
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+out["figure"] = type(plt.figure()).__name__
+catch = sys.modules["gymnax.environments.bsuite.catch"]  # its renderer's name for pyplot
+out["same_pyplot"] = catch.plt.subplots is plt.subplots is matplotlib.pyplot.subplots
 print(json.dumps(out))
 """
 
 
-def test_a_gymnax_env_is_made_without_seaborn_which_loads_where_it_is_read():
+def test_a_gymnax_env_is_made_without_seaborn_or_pyplot_which_load_where_they_are_read():
     # a fresh interpreter: this one has imported gymnax (and seaborn) already
     import json
     import os
@@ -114,9 +121,15 @@ def test_a_gymnax_env_is_made_without_seaborn_which_loads_where_it_is_read():
 
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     done = subprocess.run(
-        [sys.executable, "-c", DEFERRED_SEABORN], capture_output=True, text=True, env=env,
+        [sys.executable, "-c", DEFERRED_RENDERERS], capture_output=True, text=True, env=env,
         timeout=120,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
-    assert out == {"after_make": [], "palette": 3, "real": True}, out
+    assert out == {
+        "after_make": [],
+        "palette": 3,
+        "real": True,
+        "figure": "Figure",
+        "same_pyplot": True,
+    }, out
