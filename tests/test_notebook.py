@@ -18,7 +18,9 @@ def _kernel_manager(tmp_path: Path):
 
     The default lookup of 'python3' can resolve to a kernelspec installed for some other
     Python (user or system Jupyter paths); a spec in a private directory, with an absolute
-    argv, makes the kernel run in the environment that runs the tests.
+    argv, makes the kernel run in the environment that runs the tests. Its connection file
+    is kept in the test's folder too: by default it goes to the system's temp folder, and
+    outlives the kernel there.
     """
     from jupyter_client.kernelspec import KernelSpecManager
     from jupyter_client.manager import AsyncKernelManager
@@ -33,7 +35,11 @@ def _kernel_manager(tmp_path: Path):
     }
     (spec_dir / "kernel.json").write_text(json.dumps(spec))
     ksm = KernelSpecManager(kernel_dirs=[str(tmp_path / "kernels")])
-    return AsyncKernelManager(kernel_name="python3", kernel_spec_manager=ksm)
+    return AsyncKernelManager(
+        kernel_name="python3",
+        kernel_spec_manager=ksm,
+        connection_file=str(tmp_path / "kernel-connection.json"),
+    )
 
 
 def _cell(nb, cell_id: str):
