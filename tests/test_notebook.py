@@ -6,6 +6,7 @@ import re
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,6 +41,13 @@ def _kernel_manager(tmp_path: Path):
         kernel_spec_manager=ksm,
         connection_file=str(tmp_path / "kernel-connection.json"),
     )
+
+
+def _cmdline(proc: psutil.Process) -> list[str]:
+    try:
+        return proc.cmdline()
+    except psutil.Error:  # ended meanwhile
+        return []
 
 
 def _cell(nb, cell_id: str):
@@ -95,7 +103,16 @@ def test_notebook_runs_end_to_end(tmp_path):
         startup_timeout=120,
         resources={"metadata": {"path": str(ROOT)}},
     )
-    client.execute()  # raises CellExecutionError on the first failing cell
+    # raises CellExecutionError on the first failing cell; cleanup_kc: the client shuts the
+    # kernel down even though it did not make its manager (by default it would leave it
+    # running, a child of this process, until the test session ends)
+    client.execute(cleanup_kc=True)
+    kernels = [
+        p
+        for p in psutil.Process().children(recursive=True)
+        if str(tmp_path) in " ".join(_cmdline(p))
+    ]
+    assert not kernels, kernels  # the kernel is gone with the notebook's run
 
     errors = [
         o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"
