@@ -15,6 +15,13 @@ import pytest
 import zmq
 
 from tianjax.transport.connections import PER_HOST_LIMIT, ConnectionLimit, _Watched
+from tianjax.transport.retransmit import (
+    GIVE_UP_MS,
+    RTO_MAX_MS,
+    TCP_RTO_MAX_MS,
+    TCP_USER_TIMEOUT,
+    cap_backoff,
+)
 
 
 @pytest.fixture
@@ -118,3 +125,36 @@ def test_a_limit_below_one_is_refused():
             ConnectionLimit(ctx, 0)
     finally:
         ctx.destroy(linger=0)
+
+
+def _backoff(sock: socket.socket) -> tuple[int, int]:
+    """(TCP_RTO_MAX_MS, TCP_USER_TIMEOUT) of a connection."""
+    return (
+        sock.getsockopt(socket.IPPROTO_TCP, TCP_RTO_MAX_MS),
+        sock.getsockopt(socket.IPPROTO_TCP, TCP_USER_TIMEOUT),
+    )
+
+
+def test_a_kept_connection_has_its_backoff_capped_and_a_refused_one_is_left_as_it_is(limit):
+    ours = _Listener()
+    try:
+        _, s1 = ours.connect()
+        try:
+            default = _backoff(s1)
+        except OSError:
+            pytest.skip("the kernel has no TCP_RTO_MAX_MS (Linux < 6.15)")
+        assert default == (120_000, 0)  # the kernel's own: two minutes, and tcp_retries2
+        w = _Watched(monitor=None)
+        limit._accepted(w, s1.fileno(), ours.endpoint)
+        assert _backoff(s1) == (RTO_MAX_MS, GIVE_UP_MS) and limit.backoff == {True: 1}
+        _, s2 = ours.connect()  # over the limit of 1: ended, not tuned
+        limit._accepted(w, s2.fileno(), ours.endpoint)
+        assert limit.refused == {PER_HOST_LIMIT: 1} and limit.backoff == {True: 1}
+        assert _backoff(s2) == default
+    finally:
+        ours.close()
+
+
+def test_cap_backoff_on_what_is_no_tcp_connection_says_so():
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        assert cap_backoff(s) is False

@@ -10,7 +10,9 @@ accepted tcp connection with its descriptor, a thread of its own reads the peer'
 off it and counts the host's live connections on that socket, and one over
 `max_per_host` is ended at once (shutdown of the connection; libzmq then closes it) and
 counted in `refused["per_host_limit"]`. Connections within the limit are never touched,
-so an actor that holds its connection keeps it, whatever a peer on its host does.
+so an actor that holds its connection keeps it, whatever a peer on its host does. Each
+connection kept has its TCP retransmission back-off capped (tianjax.transport.retransmit):
+the same thread, from the same report, since a socket has one monitor only.
 
 What it bounds: the connections one address holds on one socket, apart from the moment
 between the kernel's accept and the thread's shutdown (a new connection over the limit
@@ -38,6 +40,8 @@ from typing import NamedTuple
 
 import zmq
 from zmq.utils.monitor import recv_monitor_message
+
+from tianjax.transport.retransmit import cap_backoff
 
 PER_HOST_LIMIT = "per_host_limit"  # the reason a refusal is counted under
 _EVENTS = zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED | zmq.EVENT_MONITOR_STOPPED
@@ -133,9 +137,10 @@ def _inode(fd: int) -> tuple | None:
 
 
 class ConnectionLimit:
-    """At most `max_per_host` (>= 1) live tcp connections from one host on each socket
-    `watch()`ed, every socket of one ZeroMQ context; a thread of its own ends the others
-    as they are accepted. Counts: `refused[PER_HOST_LIMIT]`. `alive` is False once its
+    """At most `max_per_host` (>= 1; None: no limit) live tcp connections from one host on
+    each socket `watch()`ed, every socket of one ZeroMQ context; a thread of its own ends
+    the others as they are accepted, and caps the back-off of those it keeps. Counts:
+    `refused[PER_HOST_LIMIT]`, `backoff[capped]`. `alive` is False once its
     thread has stopped (closed, or failed: `error`).
 
     NOTE on descriptor reuse: libzmq reports a connection by its descriptor's number, and
@@ -157,11 +162,14 @@ class ConnectionLimit:
     limit.
     """
 
-    def __init__(self, ctx: zmq.Context, max_per_host: int):
-        if int(max_per_host) < 1:
-            raise ValueError(f"max_per_host must be >= 1, got {max_per_host}")
-        self.max_per_host = int(max_per_host)
+    def __init__(self, ctx: zmq.Context, max_per_host: int | None):
+        if max_per_host is not None and int(max_per_host) < 1:
+            raise ValueError(f"max_per_host must be >= 1 (or None: no limit), got {max_per_host}")
+        self.max_per_host = None if max_per_host is None else int(max_per_host)
         self.refused: collections.Counter = collections.Counter()
+        # connections kept, by whether their retransmission back-off is capped (False: the
+        # kernel has no TCP_RTO_MAX_MS; tianjax.transport.retransmit)
+        self.backoff: collections.Counter = collections.Counter()
         self._ctx = ctx
         self._lock = threading.Lock()
         self._new: list[_Watched] = []  # watched sockets the thread has not taken yet
@@ -253,10 +261,13 @@ class ConnectionLimit:
                 return  # a connection to another port: not (any more) the one reported
             host = _host(peer[0])
             w.add(fd, _Conn(host, inode, refused=False))
-            if w.per_host[host] > self.max_per_host and time.monotonic() >= w.next_sweep:
+            limit = self.max_per_host
+            if limit is not None and w.per_host[host] > limit and time.monotonic() >= w.next_sweep:
                 w.next_sweep = time.monotonic() + _SWEEP_S
                 self._forget_gone(w, host, fd)
-            if w.per_host[host] <= self.max_per_host:
+            if limit is None or w.per_host[host] <= limit:
+                # kept: TCP's back-off capped, so that it moves within a second of a heal
+                self.backoff[cap_backoff(sock)] += 1
                 return
             try:
                 sock.shutdown(

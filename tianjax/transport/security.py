@@ -297,9 +297,10 @@ class Gatekeeper:
 
 class SecureContext:
     """A role's own ZeroMQ context, with the run's handshake and, on the learner (the side
-    that binds), the gatekeeper that checks it and, with `max_connections_per_host` (0: no
-    limit), the per-host connection limit its server sockets are given (`limit`, see
-    tianjax.transport.connections). `io_threads`: CurveZMQ encrypts in the I/O threads,
+    that binds), the gatekeeper that checks it and the watcher its server sockets are given
+    (`limit`, see tianjax.transport.connections): it holds each host to
+    `max_connections_per_host` connections per socket (0: no limit) and caps the TCP
+    back-off of those it keeps. `io_threads`: CurveZMQ encrypts in the I/O threads,
     so curve gets two by default (one is the limit otherwise)."""
 
     def __init__(
@@ -320,8 +321,8 @@ class SecureContext:
         if server:
             try:
                 self.gatekeeper = Gatekeeper(self.ctx, self.handshake)
-                if max_connections_per_host:
-                    self.limit = ConnectionLimit(self.ctx, max_connections_per_host)
+                # (with no limit it still caps each connection's TCP back-off)
+                self.limit = ConnectionLimit(self.ctx, max_connections_per_host or None)
             except BaseException:
                 self.close()
                 raise

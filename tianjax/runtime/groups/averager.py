@@ -115,7 +115,10 @@ class Averager:
         self._restore(resume_dir)
         rt, ep, fds = config.runtime, endpoints or {}, listen_fds or {}
         self.net = secure_context(run_key, rt, server=True)
-        net = dict(ctx=self.net.ctx, handshake=self.net.handshake, host=rt.bind_host)
+        # (`limit`: no limit on connections, but each one's TCP back-off capped)
+        net = dict(
+            ctx=self.net.ctx, handshake=self.net.handshake, host=rt.bind_host, limit=self.net.limit
+        )
         inc = incarnation or process_incarnation()
         self.address = address(NAME, inc)
         # an exact-shape template: a delta of another structure or size is refused unread
