@@ -4,7 +4,7 @@ network that is not loopback: each host its own address, /etc/hosts and host nam
 `make_cluster(hosts, **options)` makes a started NamespaceCluster, closed in teardown;
 `host_procs` starts `python ...` on a cluster's hosts with their output in files. Where
 clusters cannot be made (not root, no iproute2), the tests skip with the one line
-`netns.available()` gives.
+`netns.available()` gives. `wait_for_lines` waits for a channel process's output.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,16 @@ import pytest
 from tianjax.launch import netns
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+def wait_for_lines(count, n: int, procs, what: str, timeout_s: float = 60) -> None:
+    """Waits until `count()` (lines a process wrote) reaches `n`, failing with `what` after
+    timeout_s, or at once if one of `procs` ends."""
+    deadline = time.monotonic() + timeout_s
+    while count() < n:
+        assert time.monotonic() < deadline, what
+        assert all(p.poll() is None for p in procs), "a channel process ended"
+        time.sleep(0.2)
 
 
 @pytest.fixture
