@@ -21,7 +21,7 @@ import time
 
 import pytest
 
-from tianjax.transport.retransmit import RTO_MAX_MS, TCP_RTO_MAX_MS
+from tianjax.transport.retransmit import cap_backoff
 
 from .conftest import REPO, wait_for_lines
 
@@ -72,11 +72,7 @@ def _supported() -> bool:
     import socket
 
     with socket.socket() as s:
-        try:
-            s.setsockopt(socket.IPPROTO_TCP, TCP_RTO_MAX_MS, RTO_MAX_MS)
-        except OSError:
-            return False
-    return True
+        return cap_backoff(s)
 
 
 def _received(path: str) -> list[tuple[float, int, float]]:
