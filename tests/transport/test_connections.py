@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 
 import pytest
 import zmq
@@ -158,3 +159,59 @@ def test_a_kept_connection_has_its_backoff_capped_and_a_refused_one_is_left_as_i
 def test_cap_backoff_on_what_is_no_tcp_connection_says_so():
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
         assert cap_backoff(s) is False
+
+
+def _until(predicate, timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "not within the time"
+        time.sleep(0.01)
+
+
+def _connection_to(port: int) -> socket.socket:
+    """This process's own tcp connection to 127.0.0.1:`port` (libzmq's), on a duplicate of
+    its descriptor, found by looking at every open descriptor."""
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            sock = socket.socket(fileno=os.dup(int(name)))
+        except OSError:
+            continue
+        try:
+            if sock.type == socket.SOCK_STREAM and sock.getpeername() == ("127.0.0.1", port):
+                return sock
+        except OSError:
+            pass
+        sock.close()
+    raise AssertionError(f"no connection to port {port}")
+
+
+def test_a_connection_a_watched_socket_makes_is_capped_and_its_link_says_when_it_is_up():
+    ctx = zmq.Context()
+    lim = ConnectionLimit(ctx, None)
+    ours = _Listener()
+    dealer = ctx.socket(zmq.DEALER)
+    dealer.linger = 0
+    try:
+        before = time.monotonic()
+        link = lim.watch(dealer)
+        assert not link.connected and link.since >= before
+        dealer.connect(ours.endpoint)
+        server, _ = ours.sock.accept()
+        ours.open.append(server)
+        _until(lambda: link.connected)
+        up_at = link.since
+        assert up_at >= before and not lim.refused
+        with _connection_to(ours.port) as made:
+            try:
+                assert _backoff(made) == (RTO_MAX_MS, GIVE_UP_MS)
+                assert lim.backoff == {True: 1}
+            except OSError:
+                assert lim.backoff == {False: 1}  # a kernel without TCP_RTO_MAX_MS
+        # the far side ends it and listens no more: the link is down, from then on
+        ours.close()
+        _until(lambda: not link.connected)
+        assert link.since > up_at
+    finally:
+        dealer.close()
+        lim.close()
+        ctx.destroy(linger=0)

@@ -14,6 +14,13 @@ so an actor that holds its connection keeps it, whatever a peer on its host does
 connection kept has its TCP retransmission back-off capped (tianjax.transport.retransmit):
 the same thread, from the same report, since a socket has one monitor only.
 
+A client socket (one that connects: an actor's, a group learner's link to the averager)
+is watched the same way, for its outgoing connections: each has its back-off capped as
+it comes up (a link cut at the far side's host is then moving again within a second of
+the heal, on this side too), and the socket's record says whether one is up and since
+when (`_Watched.connected`, `.since`: the actor's check that its learner's process is
+there, tianjax.runtime.actor.actor.LearnerPresence). The limit is not applied to them.
+
 What it bounds: the connections one address holds on one socket, apart from the moment
 between the kernel's accept and the thread's shutdown (a new connection over the limit
 lives for that moment only). What it does not: a peer with many addresses; and a peer on
@@ -44,7 +51,9 @@ from zmq.utils.monitor import recv_monitor_message
 from tianjax.transport.retransmit import cap_backoff
 
 PER_HOST_LIMIT = "per_host_limit"  # the reason a refusal is counted under
-_EVENTS = zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED | zmq.EVENT_MONITOR_STOPPED
+_EVENTS = (
+    zmq.EVENT_ACCEPTED | zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED | zmq.EVENT_MONITOR_STOPPED
+)
 _POLL_MS = 100  # how often the thread looks at its stop flag and for new sockets
 _EVENTS_PER_PASS = 256  # events read from one socket's monitor before the next's
 _JOIN_S = 5.0
@@ -63,13 +72,31 @@ class _Conn(NamedTuple):
 
 
 class _Watched:
-    """One server socket's monitor and its live connections, by descriptor (the thread's own)."""
+    """One socket's monitor and its live connections, by descriptor: those it accepted
+    (the thread's own) and those it made. `connected` (whether one it made is up) and
+    `since` (monotonic: when `connected` last changed) are for any thread to read."""
 
     def __init__(self, monitor: zmq.Socket):
         self.monitor = monitor
         self.conns: dict[int, _Conn] = {}
         self.per_host: collections.Counter = collections.Counter()
         self.next_sweep = 0.0  # (monotonic) when a host over the limit is looked at again
+        self.outbound: set[int] = set()  # descriptors of the connections it made, up now
+        self.connected = False
+        self.since = time.monotonic()
+
+    def made(self, fd: int) -> None:
+        self.outbound.add(fd)
+        self._moved()
+
+    def lost(self, fd: int) -> None:
+        self.drop(fd)
+        self.outbound.discard(fd)
+        self._moved()
+
+    def _moved(self) -> None:
+        if bool(self.outbound) != self.connected:
+            self.connected, self.since = bool(self.outbound), time.monotonic()
 
     def add(self, fd: int, conn: _Conn) -> None:
         self.drop(fd)
@@ -139,7 +166,8 @@ def _inode(fd: int) -> tuple | None:
 class ConnectionLimit:
     """At most `max_per_host` (>= 1; None: no limit) live tcp connections from one host on
     each socket `watch()`ed, every socket of one ZeroMQ context; a thread of its own ends
-    the others as they are accepted, and caps the back-off of those it keeps. Counts:
+    the others as they are accepted, and caps the back-off of those it keeps and of the
+    connections a watched socket makes (no limit on those). Counts:
     `refused[PER_HOST_LIMIT]`, `backoff[capped]`. `alive` is False once its
     thread has stopped (closed, or failed: `error`).
 
@@ -178,9 +206,10 @@ class ConnectionLimit:
         self._thread = threading.Thread(target=self._serve, name="tianjax-connections", daemon=True)
         self._thread.start()
 
-    def watch(self, socket: zmq.Socket) -> None:
-        """Counts `socket`'s tcp connections from now on. Call it before the socket binds
-        (so that no connection goes uncounted), from the thread that owns the socket."""
+    def watch(self, socket: zmq.Socket) -> _Watched:
+        """Counts `socket`'s tcp connections from now on, and caps their back-off. Call it
+        before the socket binds or connects (so that no connection goes unseen), from the
+        thread that owns the socket. Returns the socket's record (`connected`, `since`)."""
         endpoint = f"inproc://tianjax-connections-{os.getpid()}-{next(_ids)}"
         socket.monitor(endpoint, _EVENTS)
         monitor = self._ctx.socket(zmq.PAIR)
@@ -192,8 +221,10 @@ class ConnectionLimit:
         # either end has none); the thread reads it as it comes.
         monitor.rcvhwm = 0
         monitor.connect(endpoint)
+        watched = _Watched(monitor)
         with self._lock:  # (the hand-over to the thread is the memory barrier ZeroMQ asks for)
-            self._new.append(_Watched(monitor))
+            self._new.append(watched)
+        return watched
 
     @property
     def alive(self) -> bool:
@@ -239,8 +270,10 @@ class ConnectionLimit:
                     event["value"],
                     endpoint.decode() if isinstance(endpoint, bytes) else endpoint,
                 )
+            elif kind == zmq.EVENT_CONNECTED:
+                self._connected(w, event["value"])
             elif kind == zmq.EVENT_DISCONNECTED:
-                w.drop(event["value"])
+                w.lost(event["value"])
             elif kind == zmq.EVENT_MONITOR_STOPPED:
                 return False
         return True
@@ -277,6 +310,15 @@ class ConnectionLimit:
                 pass  # it ended on its own meanwhile
             w.add(fd, _Conn(host, inode, refused=True))
             self.refused[PER_HOST_LIMIT] += 1
+
+    def _connected(self, w: _Watched, fd: int) -> None:
+        """A connection the socket made: its back-off capped (a tcp one), and counted up.
+        (Should the number name another connection of this process by now, that one is
+        capped: harmless, its give-up time is kept.)"""
+        w.made(fd)
+        with _captured(fd) as sock:
+            if sock is not None:
+                self.backoff[cap_backoff(sock)] += 1
 
     @staticmethod
     def _forget_gone(w: _Watched, host: str, keep: int) -> None:

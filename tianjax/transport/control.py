@@ -140,6 +140,7 @@ class ControlClient(_Channel):
         hwm: int = 1000,
         ctx: zmq.Context | None = None,
         handshake: Handshake | None = None,
+        limit: ConnectionLimit | None = None,
         incarnation: str | None = None,
     ):
         super().__init__(zmq.DEALER, ctx, CONTROL_MAX_BYTES, handshake)
@@ -150,7 +151,7 @@ class ControlClient(_Channel):
         self.to = to
         self._seq = -1
         self.socket.sndhwm = hwm
-        self._connect(endpoint)
+        self._connect(endpoint, limit)
         self.accepted = 0
         self.rejected: collections.Counter = collections.Counter()
         self._guard = ReplayGuard()

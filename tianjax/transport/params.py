@@ -157,6 +157,7 @@ class ParamSubscriber(_Channel):
         same_version: bool = False,
         ctx: zmq.Context | None = None,
         handshake: Handshake | None = None,
+        limit: ConnectionLimit | None = None,
         topic: bytes = b"",
     ):
         spec = (
@@ -183,7 +184,7 @@ class ParamSubscriber(_Channel):
         self.socket.setsockopt(zmq.CONFLATE, 1)
         self.socket.setsockopt(zmq.SUBSCRIBE, topic)
         keep_alive(self.socket)  # after a cut link, a new connection within about a second
-        self._connect(endpoint)
+        self._connect(endpoint, limit)
         self.version = -1
         self.body: dict | None = None
         self.source: str | None = None  # the address (learner incarnation) of `version`

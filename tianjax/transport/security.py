@@ -296,12 +296,13 @@ class Gatekeeper:
 
 
 class SecureContext:
-    """A role's own ZeroMQ context, with the run's handshake and, on the learner (the side
-    that binds), the gatekeeper that checks it and the watcher its server sockets are given
-    (`limit`, see tianjax.transport.connections): it holds each host to
-    `max_connections_per_host` connections per socket (0: no limit) and caps the TCP
-    back-off of those it keeps. `io_threads`: CurveZMQ encrypts in the I/O threads,
-    so curve gets two by default (one is the limit otherwise)."""
+    """A role's own ZeroMQ context, with the run's handshake; on the learner (the side
+    that binds), the gatekeeper that checks it; and the connection watcher its sockets
+    are given (`limit`, see tianjax.transport.connections): it caps the TCP back-off of
+    every connection of theirs and, on a server (`server=True`), holds each host to
+    `max_connections_per_host` connections per socket (0: no limit). `io_threads`:
+    CurveZMQ encrypts in the I/O threads, so curve gets two by default (one is the
+    limit otherwise)."""
 
     def __init__(
         self,
@@ -318,14 +319,14 @@ class SecureContext:
         self.ctx = zmq.Context(io_threads=self.io_threads)
         self.gatekeeper: Gatekeeper | None = None
         self.limit: ConnectionLimit | None = None
-        if server:
-            try:
+        try:
+            if server:
                 self.gatekeeper = Gatekeeper(self.ctx, self.handshake)
-                # (with no limit it still caps each connection's TCP back-off)
-                self.limit = ConnectionLimit(self.ctx, max_connections_per_host or None)
-            except BaseException:
-                self.close()
-                raise
+            # (with no limit, and on a client, it still caps each connection's TCP back-off)
+            self.limit = ConnectionLimit(self.ctx, (server and max_connections_per_host) or None)
+        except BaseException:
+            self.close()
+            raise
 
     @property
     def refused(self) -> collections.Counter:

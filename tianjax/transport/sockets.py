@@ -104,7 +104,10 @@ class _Channel:
     """One socket, linger 0, closed by close() or a with block. `max_in` caps each inbound
     frame (ZeroMQ's maxmsgsize: a larger one disconnects its sender unread); `handshake`,
     if given, is the run's connection credentials (see `security`), set before the socket
-    binds (as a server) or connects (as a client)."""
+    binds (as a server) or connects (as a client). `limit`, where a subclass takes it: its
+    context's connection watcher (`SecureContext.limit`, tianjax.transport.connections),
+    which caps each of the socket's tcp connections' retransmission back-off and, on a
+    server socket, holds each host to the per-host limit."""
 
     def __init__(
         self, socket_type: int, ctx: zmq.Context | None, max_in: int, handshake: Handshake | None
@@ -116,10 +119,17 @@ class _Channel:
         self.handshake = handshake
         self.endpoint = ""
         self._ipc_path: str | None = None
+        # a client's record of its connection (`connected`, `since`), if it is watched
+        self.link = None
 
-    def _connect(self, endpoint: str) -> None:
+    def _connect(self, endpoint: str, watcher: ConnectionLimit | None = None) -> None:
+        """`watcher`: the context's connection watcher, which caps the TCP back-off of the
+        connection as it comes up and keeps `link` (set up before the connect, so that it
+        sees the first one)."""
         if self.handshake is not None:
             self.handshake.client(self.socket)
+        if watcher is not None:
+            self.link = watcher.watch(self.socket)
         self.socket.connect(endpoint)
         self.endpoint = endpoint
 

@@ -41,6 +41,7 @@ class TrajectorySender(_Channel):
         batch_dims: int = 0,
         ctx: zmq.Context | None = None,
         handshake: Handshake | None = None,
+        limit: ConnectionLimit | None = None,
         incarnation: str | None = None,
     ):
         super().__init__(zmq.PUSH, ctx, SENDER_MAX_BYTES, handshake)
@@ -51,7 +52,7 @@ class TrajectorySender(_Channel):
         self.batch_dims = batch_dims
         self._seq = -1  # the first message is 0
         self.socket.sndhwm = hwm
-        self._connect(endpoint)
+        self._connect(endpoint, limit)
 
     @property
     def seq(self) -> int:

@@ -47,7 +47,6 @@ from typing import Callable
 import jax
 import numpy as np
 import zmq
-from zmq.utils.monitor import recv_monitor_message
 
 from tianjax.config import Config
 from tianjax.core import lag
@@ -86,36 +85,22 @@ class ActorStopped(Exception):
 
 
 class LearnerPresence:
-    """Whether the learner's process is there before it has said anything: a tcp
-    connection to its control port comes up. A starting learner (joining the other
-    learners, compiling) holds its ports; one that never came, or ended, does not."""
+    """Whether the learner's process is there before it has said anything: a connection
+    to its control port comes up. A starting learner (joining the other learners,
+    compiling) holds its ports; one that never came, or ended, does not. It reads the
+    control channel's `link`, which its context's connection watcher keeps from the
+    socket's monitor (tianjax.transport.connections: a socket has one monitor only, and
+    the watcher's also caps the connection's TCP back-off)."""
 
     def __init__(self, channel):
-        self._socket = channel.socket
-        self._monitor = channel.socket.get_monitor_socket(
-            zmq.EVENT_CONNECTED
-            | zmq.EVENT_DISCONNECTED
-            | zmq.EVENT_CONNECT_RETRIED
-            | zmq.EVENT_CLOSED
-        )
-        # NOTE: events from before the monitor are lost, and a connection made then would
-        # never be seen: connect again now that it listens (nothing was sent yet)
-        channel.socket.disconnect(channel.endpoint)
-        channel.socket.connect(channel.endpoint)
-        self.connected = False
-        self.since = time.monotonic()  # when `connected` last changed
+        if channel.link is None:
+            raise ValueError("the control channel needs a connection watcher (limit=)")
+        self._link = channel.link
 
     def absent_for(self, now: float) -> float:
-        """Seconds since the learner's port last held a connection (0 while it does)."""
-        while self._monitor.poll(0):
-            up = recv_monitor_message(self._monitor)["event"] == zmq.EVENT_CONNECTED
-            if up != self.connected:
-                self.connected, self.since = up, now
-        return 0.0 if self.connected else now - self.since
-
-    def close(self) -> None:
-        self._socket.disable_monitor()
-        self._monitor.close(linger=0)
+        """Seconds (`now`: monotonic) since the learner's port last held a connection (0
+        while it does)."""
+        return 0.0 if self._link.connected else max(0.0, now - self._link.since)
 
 
 class Actor:
@@ -166,7 +151,10 @@ class Actor:
         rt = config.runtime
         # the run's handshake: under curve the actor only talks to a learner holding its key
         self.net = secure_context(run_key, rt, server=False)
-        net = dict(ctx=self.net.ctx, handshake=self.net.handshake)
+        # (`limit`: the context's connection watcher, which caps each connection's TCP
+        # back-off: after a cut at the learner's side, what the actor sent during it is
+        # moving again within a second of the heal)
+        net = dict(ctx=self.net.ctx, handshake=self.net.handshake, limit=self.net.limit)
         # actor-side schedules follow the global count, which moves on between versions
         self.params_in = ParamSubscriber(
             run_key,
@@ -528,7 +516,6 @@ class Actor:
         self.source.close()
         for source in self.shards.values():
             source.close()
-        self.presence.close()
         for ch in (self.params_in, self.traj_out, self.control):
             ch.close()
         self.net.close()

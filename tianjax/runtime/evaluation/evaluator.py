@@ -51,7 +51,7 @@ class Evaluator:
         self.evaluation.compile()
         template = jax.eval_shape(self.evaluation.algo.init, jax.random.key(0)).params
         self.net = secure_context(run_key, rt, server=False)
-        net = dict(ctx=self.net.ctx, handshake=self.net.handshake)
+        net = dict(ctx=self.net.ctx, handshake=self.net.handshake, limit=self.net.limit)
         self.params_in = ParamSubscriber(
             run_key,
             endpoints["params"],

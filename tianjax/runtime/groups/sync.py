@@ -84,7 +84,9 @@ class GroupSync:
         self.config, self.index = config, place.index
         self.sync_every = config.groups.sync_every
         template = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), params)
-        net_kw = dict(ctx=net.ctx, handshake=net.handshake)
+        # (`limit`: the context's watcher caps the links' TCP back-off, so that a cut at
+        # the averager's side is moving again within a second of its heal)
+        net_kw = dict(ctx=net.ctx, handshake=net.handshake, limit=net.limit)
         # (same_version: a round's average published again may settle another delta)
         self.averages = AverageSubscriber(
             run_key,
