@@ -96,7 +96,10 @@ class _Watched:
 
     def _moved(self) -> None:
         if bool(self.outbound) != self.connected:
-            self.connected, self.since = bool(self.outbound), time.monotonic()
+            # `since` first: a reader between the two sees the new time with the old state,
+            # which reads as "just changed", never as a long absence that was not
+            self.since = time.monotonic()
+            self.connected = bool(self.outbound)
 
     def add(self, fd: int, conn: _Conn) -> None:
         self.drop(fd)
