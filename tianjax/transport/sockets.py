@@ -122,14 +122,14 @@ class _Channel:
         # a client's record of its connection (`connected`, `since`), if it is watched
         self.link = None
 
-    def _connect(self, endpoint: str, watcher: ConnectionLimit | None = None) -> None:
-        """`watcher`: the context's connection watcher, which caps the TCP back-off of the
+    def _connect(self, endpoint: str, limit: ConnectionLimit | None = None) -> None:
+        """`limit`: the context's connection watcher, which caps the TCP back-off of the
         connection as it comes up and keeps `link` (set up before the connect, so that it
         sees the first one)."""
         if self.handshake is not None:
             self.handshake.client(self.socket)
-        if watcher is not None:
-            self.link = watcher.watch(self.socket)
+        if limit is not None:
+            self.link = limit.watch(self.socket)
         self.socket.connect(endpoint)
         self.endpoint = endpoint
 
